@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `npm test`: the TypeScript suite, then the training pipeline's Python suite (which creates train/.venv on first use).
+# Both always run; the exit status is non-zero if either failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+status=0
+echo "== TypeScript tests =="
+# Node 20's test runner takes file paths, not globs.
+mapfile -t files < <(find test -name '*.test.ts' | sort)
+node --import tsx --test --test-concurrency=1 "${files[@]}" || status=1
+echo "== Python tests (train/) =="
+bash train/scripts/pytest.sh || status=1
+exit $status

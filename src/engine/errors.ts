@@ -1,0 +1,23 @@
+/** Errors the engine raises for requests it cannot serve; the server maps each `code` to an HTTP answer. */
+
+export type EngineErrorCode =
+    /** More requests waiting than the queue holds: try again later (HTTP 503 with Retry-After). */
+    | "queue_full"
+    /** The prompt plus the draft does not fit the context size. */
+    | "context_overflow"
+    /** A token id outside 0 ≤ id < vocabSize. */
+    | "invalid_token"
+    /** The caller aborted (client disconnected). */
+    | "aborted"
+    /** The engine is shutting down or closed. */
+    | "engine_closed";
+
+export class EngineError extends Error {
+    readonly code: EngineErrorCode;
+
+    constructor(code: EngineErrorCode, message: string) {
+        super(message);
+        this.name = "EngineError";
+        this.code = code;
+    }
+}

@@ -1,0 +1,61 @@
+/**
+ * The contract between the HTTP layer and the draft engine.
+ *
+ * A request's path: HTTP route (src/server) → DraftEngine.draft() → the engine's batcher groups the requests in flight
+ * into one batched decode per step over one llama.cpp context with many sequences (src/engine) → drafts back.
+ */
+
+/** Where llama.cpp computes. */
+export type ComputeBackend = "cpu" | "cuda" | "vulkan" | "metal";
+
+/** What `GET /info` reports about the loaded drafter. */
+export interface EngineInfo {
+    /** `general.name` from the GGUF, or the file name. */
+    modelName: string;
+    /** `general.architecture`, e.g. `qwen3`. */
+    architecture: string;
+    /** Number of token ids the model accepts (0 ≤ id < vocabSize). */
+    vocabSize: number;
+    /** sha256 (hex) over the vocabulary; see vocabFingerprint.ts. Equal fingerprints mean the same token ids. */
+    vocabFingerprint: string;
+    /** Tokens a single sequence can hold (prompt + draft). */
+    contextSize: number;
+    /** Sequences held at once (concurrent conversations with their own KV cache). */
+    streams: number;
+    /** Weight format, e.g. `Q4_0`, `Q8_0`, `F16`, `F32` (the type of most weight tensors). */
+    quantization: string;
+    /** Model file size in bytes. */
+    fileBytes: number;
+    backend: ComputeBackend;
+    /** Which engine implementation serves drafts (`native` batch loop or `node-llama-cpp` sequences). */
+    engine: string;
+    flashAttention: boolean;
+}
+
+export interface DraftOptions {
+    /** Stop the draft right after this token (TensorRT-LLM `end_id`); it is included in the draft. */
+    endId?: number;
+    /** Aborting frees the request's work: it leaves the batch at the next step. */
+    signal?: AbortSignal;
+}
+
+/** Counters the engine reports so the server can export them as metrics. */
+export interface EngineObserver {
+    /** One llama_decode call of `tokens` tokens across `sequences` sequences. */
+    onDecode?(tokens: number, sequences: number): void;
+    /** A request's prefix handling: tokens it had to evaluate and tokens reused from the KV cache. */
+    onPrefix?(evaluated: number, reused: number): void;
+    /** Requests waiting for or in a batch. */
+    onQueueDepth?(depth: number): void;
+}
+
+export interface DraftEngine {
+    readonly info: EngineInfo;
+    /**
+     * The greedy continuation of `tokens`: `n` tokens (fewer only when `endId` is produced).
+     * Throws an EngineError for input the engine cannot take (see errors in src/engine/errors.ts).
+     */
+    draft(tokens: readonly number[], n: number, options?: DraftOptions): Promise<number[]>;
+    /** Finishes in-flight drafts, then frees the model. */
+    close(): Promise<void>;
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs the training pipeline's tests, creating train/.venv with the pinned dependencies when it is missing,
+# so that a user who only serves never installs PyTorch.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv="$here/.venv"
+stamp="$venv/.installed-$(sha256sum "$here/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "train: creating $venv (pinned dependencies from train/pyproject.toml; first run downloads PyTorch)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e "$here[test]"
+  touch "$stamp"
+fi
+cd "$here"
+exec "$venv/bin/python" -m pytest -q "$@"
