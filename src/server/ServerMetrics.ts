@@ -1,0 +1,91 @@
+/**
+ * The server's Prometheus metrics (prom-client, one Registry per app so tests and several apps never share counters).
+ * HTTP metrics come from the app's onResponse hook; engine metrics from `engineObserver`, which is handed to the engine
+ * when it is loaded.
+ */
+
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { EngineObserver } from "../engine/types.js";
+
+/** Latency buckets in seconds: drafts take milliseconds on a GPU and up to seconds on a small CPU. */
+const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/** Sequences per llama_decode: powers of two up to the largest stream counts we run. */
+const batchBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+export class ServerMetrics {
+    readonly registry = new Registry();
+
+    private readonly requests = new Counter({
+        name: "specdraft_http_requests_total",
+        help: "HTTP requests answered, by route, method and status code.",
+        labelNames: ["route", "method", "status"] as const,
+        registers: [this.registry],
+    });
+
+    private readonly latency = new Histogram({
+        name: "specdraft_http_request_duration_seconds",
+        help: "Time from receiving a request to sending its answer, by route.",
+        labelNames: ["route"] as const,
+        buckets: latencyBuckets,
+        registers: [this.registry],
+    });
+
+    private readonly decodeSequences = new Histogram({
+        name: "specdraft_decode_batch_sequences",
+        help: "Sequences in each batched llama_decode call.",
+        buckets: batchBuckets,
+        registers: [this.registry],
+    });
+
+    private readonly decodeTokens = new Counter({
+        name: "specdraft_decode_tokens_total",
+        help: "Tokens sent through llama_decode (prefill and drafting).",
+        registers: [this.registry],
+    });
+
+    private readonly prefixEvaluated = new Counter({
+        name: "specdraft_prefix_tokens_evaluated_total",
+        help: "Request context tokens that had to be evaluated (not found in a sequence's KV cache).",
+        registers: [this.registry],
+    });
+
+    private readonly prefixReused = new Counter({
+        name: "specdraft_prefix_tokens_reused_total",
+        help: "Request context tokens reused from a sequence's KV cache.",
+        registers: [this.registry],
+    });
+
+    private readonly queueDepth = new Gauge({
+        name: "specdraft_queue_depth",
+        help: "Draft requests waiting for or in a batch.",
+        registers: [this.registry],
+    });
+
+    /** Counts what the engine reports; pass it to loadEngine. */
+    readonly engineObserver: EngineObserver = {
+        onDecode: (tokens, sequences) => {
+            this.decodeTokens.inc(tokens);
+            this.decodeSequences.observe(sequences);
+        },
+        onPrefix: (evaluated, reused) => {
+            this.prefixEvaluated.inc(evaluated);
+            this.prefixReused.inc(reused);
+        },
+        onQueueDepth: (depth) => this.queueDepth.set(depth),
+    };
+
+    /** Records one answered request; `route` is the route pattern (or `unmatched`), never the raw URL. */
+    recordRequest(route: string, method: string, status: number, seconds: number): void {
+        this.requests.inc({ route, method, status: String(status) });
+        this.latency.observe({ route }, seconds);
+    }
+
+    get contentType(): string {
+        return this.registry.contentType;
+    }
+
+    /** The Prometheus text exposition of every metric. */
+    render(): Promise<string> {
+        return this.registry.metrics();
+    }
+}

@@ -1,0 +1,83 @@
+/**
+ * The Fastify app of `specdraft serve`: shared schemas, one plugin per resource, the error catalog as the only error
+ * format, and request metrics. It does not listen and does not load the model (see startServer.ts); tests drive it with
+ * `app.inject` and any DraftEngine in the slot.
+ */
+
+import Fastify, { type FastifyInstance } from "fastify";
+import "./schemas/openApiRouteFields.js";
+import { EngineSlot } from "./EngineSlot.js";
+import { apiError } from "./errors.js";
+import { draftRoutes } from "./routes/draftRoutes.js";
+import { healthRoutes } from "./routes/healthRoutes.js";
+import { infoRoutes } from "./routes/infoRoutes.js";
+import { metricsRoutes } from "./routes/metricsRoutes.js";
+import type { ErrorResponse } from "./schemas/errorSchemas.js";
+import { sharedSchemas } from "./schemas/sharedSchemas.js";
+import { ServerMetrics } from "./ServerMetrics.js";
+import { defaultBodyLimit, defaultDraftLength } from "./serveDefaults.js";
+import { toApiError } from "./toApiError.js";
+
+export interface AppOptions {
+    /** Where routes find the engine. Defaults to an empty (loading) slot. */
+    slot?: EngineSlot;
+    /** Where requests and engine events are counted. Defaults to a fresh ServerMetrics. */
+    metrics?: ServerMetrics;
+    /** Tokens drafted when a request gives no `n`. Defaults to `16`. */
+    draftLength?: number;
+    /** Largest request body in bytes (larger: 413). Defaults to `1048576` (1 MiB). */
+    bodyLimit?: number;
+    /** Log each request (pino, to stderr). Defaults to `false`. */
+    logRequests?: boolean;
+}
+
+export interface App {
+    app: FastifyInstance;
+    slot: EngineSlot;
+    metrics: ServerMetrics;
+}
+
+export function buildApp(options: AppOptions = {}): App {
+    const slot = options.slot ?? new EngineSlot();
+    const metrics = options.metrics ?? new ServerMetrics();
+    const draftLength = options.draftLength ?? defaultDraftLength;
+    const bodyLimit = options.bodyLimit ?? defaultBodyLimit;
+
+    const app = Fastify({
+        bodyLimit,
+        logger: options.logRequests === true ? { level: "info", stream: process.stderr } : false,
+        // the slot answers 503 shutting_down in the catalog's format instead
+        return503OnClosing: false,
+        ajv: {
+            customOptions: {
+                // wrong types are errors, never silently converted ("5" is not a token id)
+                coerceTypes: false,
+                removeAdditional: false,
+            },
+        },
+    });
+
+    for (const schema of sharedSchemas) app.addSchema(schema);
+
+    app.setErrorHandler((error, request, reply) => {
+        const apiErr = toApiError(error, request, { bodyLimit, vocabSize: slot.loaded?.info.vocabSize });
+        if (apiErr.statusCode >= 500 && apiErr.code !== "queue_full") request.log.error(error);
+        const body: ErrorResponse = { error: { code: apiErr.code, message: apiErr.message } };
+        return reply.code(apiErr.statusCode).headers(apiErr.headers).send(body);
+    });
+
+    app.setNotFoundHandler((request) => {
+        throw apiError("not_found", { method: request.method, url: request.url.split("?")[0]! });
+    });
+
+    app.addHook("onResponse", async (request, reply) => {
+        metrics.recordRequest(request.routeOptions.url ?? "unmatched", request.method, reply.statusCode, reply.elapsedTime / 1000);
+    });
+
+    app.register(healthRoutes, { slot });
+    app.register(infoRoutes, { slot, draftLength });
+    app.register(draftRoutes, { slot, draftLength });
+    app.register(metricsRoutes, { metrics });
+
+    return { app, slot, metrics };
+}

@@ -1,0 +1,17 @@
+/** Builds the app around a FakeEngine (already loaded) for in-process tests. */
+
+import { buildApp, type App, type AppOptions } from "../../src/server/buildApp.js";
+import { ServerMetrics } from "../../src/server/ServerMetrics.js";
+import { FakeEngine, type FakeEngineOptions } from "./FakeEngine.js";
+
+export interface TestApp extends App {
+    engine: FakeEngine;
+}
+
+export function buildTestApp(engineOptions: FakeEngineOptions = {}, appOptions: AppOptions = {}): TestApp {
+    const metrics = appOptions.metrics ?? new ServerMetrics();
+    const engine = new FakeEngine({ observer: metrics.engineObserver, ...engineOptions });
+    const built = buildApp({ ...appOptions, metrics });
+    built.slot.fill(engine);
+    return { ...built, engine };
+}
