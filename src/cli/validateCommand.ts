@@ -1,0 +1,138 @@
+/**
+ * `specdraft validate`: walks held-out conversations against one or more draft servers and reports τ (mean acceptance
+ * length) side by side, optionally as summary.json + report.html.
+ */
+import cliProgress from "cli-progress";
+import { Command } from "commander";
+import { createDraftClient, defaultTimeoutMs } from "../validate/createDraftClient.js";
+import { formatComparisonTable } from "../validate/formatComparisonTable.js";
+import { parseIntegerOption } from "../validate/parseIntegerOption.js";
+import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { summarizeWalk } from "../validate/summarizeWalk.js";
+import type { DraftClient, WalkSummary } from "../validate/types.js";
+import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
+import { writeReport } from "../validate/writeReport.js";
+
+export interface ValidateOptions {
+    /** `[NAME=]URL` or `[NAME=]llama-server+URL`, one per server. */
+    server: string[];
+    /** Held-out JSONL file. */
+    data: string;
+    /** Conversations walked at once. Defaults to `32`. */
+    concurrency?: number;
+    /** Draft tokens per request (k). Defaults to `16`. */
+    draftLen?: number;
+    /** Per-request timeout. Defaults to `30000` ms. */
+    timeoutMs?: number;
+    /** Walk only the first N valid conversations. Defaults to all. */
+    limit?: number;
+    /** Folder for summary.json and report.html. Defaults to none (table only). */
+    report?: string;
+    /** Draw progress bars (on stderr). Defaults to `true`. */
+    progress?: boolean;
+}
+
+/** Where runValidate writes: the table and file list to `out`, progress, warnings and errors to `err`. */
+export interface CommandIo {
+    out: NodeJS.WritableStream;
+    err: NodeJS.WritableStream;
+}
+
+const processIo: CommandIo = { out: process.stdout, err: process.stderr };
+
+/** Runs the command; returns the summaries (one per server, in order) and the exit code. */
+export async function runValidate(options: ValidateOptions, io: CommandIo = processIo): Promise<{ exitCode: number; summaries: WalkSummary[] }> {
+    const timeoutMs = options.timeoutMs ?? defaultTimeoutMs;
+    let clients: DraftClient[];
+    try {
+        if (options.server.length === 0) throw new Error("--server: expected at least one draft server URL");
+        clients = options.server.map((spec) => createDraftClient(spec, timeoutMs));
+    } catch (error) {
+        io.err.write(`specdraft validate: ${(error as Error).message}\n`);
+        return { exitCode: 2, summaries: [] };
+    }
+
+    let heldOut;
+    try {
+        heldOut = await readHeldOutFile(options.data, { limit: options.limit });
+    } catch (error) {
+        io.err.write(`specdraft validate: cannot read --data ${options.data}: ${(error as Error).message}\n`);
+        return { exitCode: 2, summaries: [] };
+    }
+    for (const line of heldOut.rejected) io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
+    if (heldOut.conversations.length === 0) {
+        io.err.write(`specdraft validate: ${options.data} has no valid conversations (${heldOut.rejected.length} rejected lines)\n`);
+        return { exitCode: 1, summaries: [] };
+    }
+
+    const totalTokens = heldOut.conversations.reduce((sum, c) => sum + c.continuationTokens.length, 0);
+    const nameWidth = Math.max(...clients.map((c) => c.name.length));
+    const bars = new cliProgress.MultiBar(
+        {
+            stream: io.err,
+            format: "{server} [{bar}] {percentage}% | {value}/{total} tokens | {steps} steps | τ {tau} | {failures} failures | {duration_formatted}",
+            hideCursor: true,
+            clearOnComplete: false
+        },
+        cliProgress.Presets.shades_classic
+    );
+    const summaries: WalkSummary[] = [];
+    try {
+        // servers one after another, so one server's load never slows the other's latency figures
+        for (const client of clients) {
+            const bar = options.progress === false ? undefined : bars.create(totalTokens, 0, { server: client.name.padEnd(nameWidth), steps: 0, tau: "–", failures: 0 });
+            let tokens = 0;
+            let steps = 0;
+            let failures = 0;
+            const result = await walkHeldOut(heldOut.conversations, client, {
+                draftLength: options.draftLen ?? defaultDraftLength,
+                concurrency: options.concurrency ?? defaultConcurrency,
+                onProgress: (advanced, failure) => {
+                    tokens += advanced;
+                    steps++;
+                    if (failure) failures++;
+                    bar?.update(tokens, { steps, tau: (tokens / steps).toFixed(3), failures });
+                }
+            });
+            summaries.push(summarizeWalk(result, { data: { file: options.data, rejectedLines: heldOut.rejected.length } }));
+        }
+    } finally {
+        bars.stop();
+    }
+
+    io.out.write(`\n${formatComparisonTable(summaries)}\n`);
+    for (const summary of summaries)
+        if (summary.failures.total > 0)
+            io.err.write(
+                `warning: ${summary.server.name}: ${summary.failures.total} draft requests failed and were scored as empty drafts ` +
+                    `(timeout ${summary.failures.timeout}, http ${summary.failures.http}, network ${summary.failures.network}, malformed ${summary.failures.malformed})\n`
+            );
+    if (options.report !== undefined) {
+        const written = await writeReport(options.report, summaries);
+        for (const file of [...written.summaries, ...(written.comparison ? [written.comparison] : []), ...written.reports]) io.out.write(`wrote ${file}\n`);
+    }
+    return { exitCode: 0, summaries };
+}
+
+/** The commander command, for src/cli/main.ts: `program.addCommand(validateCommand())`. */
+export function validateCommand(): Command {
+    return new Command("validate")
+        .description("Walk held-out conversations against draft servers and report τ, the mean acceptance length.")
+        .requiredOption(
+            "--server <url>",
+            "draft server, [NAME=]http://host:port (specdraft /draft) or [NAME=]llama-server+http://host:port; repeat to compare",
+            (value: string, previous: string[]) => [...previous, value],
+            [] as string[]
+        )
+        .requiredOption("--data <file.jsonl>", 'held-out JSONL: {"id", "category"?, "prompt_tokens", "continuation_tokens"} per line')
+        .option("--concurrency <n>", "conversations walked at once", parseIntegerOption(1), defaultConcurrency)
+        .option("--draft-len <k>", "draft tokens asked for per request", parseIntegerOption(1), defaultDraftLength)
+        .option("--timeout-ms <ms>", "per-request timeout; a late answer counts as a failure", parseIntegerOption(1), defaultTimeoutMs)
+        .option("--limit <n>", "walk only the first N valid conversations", parseIntegerOption(1))
+        .option("--report <dir>", "write summary.json and report.html (per server, plus a comparison) to this folder")
+        .option("--no-progress", "no progress bars")
+        .action(async (options: ValidateOptions) => {
+            const { exitCode } = await runValidate(options);
+            process.exitCode = exitCode;
+        });
+}

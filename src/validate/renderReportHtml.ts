@@ -1,0 +1,148 @@
+/**
+ * report.html: one self-contained page (inline CSS and SVG, no script, no external resources) with, per server, its
+ * figures and four plots: acceptance-length histogram, per-position acceptance, τ by category, latency distribution.
+ * With several servers it opens with a side-by-side comparison.
+ */
+import { escapeHtml } from "./escapeHtml.js";
+import { renderBarChart } from "./renderBarChart.js";
+import type { WalkSummary } from "./types.js";
+
+/** The plots each server section holds, by `data-plot` id. */
+export const serverPlotIds = ["acceptance-histogram", "per-position-acceptance", "tau-by-category", "latency-distribution"] as const;
+
+const serverColors = ["#3b6fb6", "#d9822b", "#3a9a5b", "#b23b5a", "#7a5cc2", "#2a9d9d"];
+
+export function renderReportHtml(summaries: readonly WalkSummary[]): string {
+    const title = summaries.length === 1 ? `τ report — ${summaries[0].server.name}` : `τ comparison — ${summaries.map((s) => s.server.name).join(" vs ")}`;
+    const body: string[] = [`<h1>${escapeHtml(title)}</h1>`];
+    const first = summaries[0];
+    if (first?.data) body.push(`<p class="meta">Data: ${escapeHtml(first.data.file)} · ${first.samples} conversations · ${first.data.rejected_lines} rejected lines · k = ${first.draft_tokens} · ${escapeHtml(first.created_at)}</p>`);
+    if (summaries.length > 1) body.push(renderComparison(summaries));
+    summaries.forEach((summary, i) => body.push(renderServerSection(summary, serverColors[i % serverColors.length])));
+    return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>${escapeHtml(title)}</title>
+<style>
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1340px; color: #1d2330; padding: 0 16px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #d5dae3; }
+.meta { color: #566074; }
+table { border-collapse: collapse; margin: 8px 0 16px; }
+th, td { border: 1px solid #d5dae3; padding: 4px 10px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+.chart { background: #fafbfd; border: 1px solid #e3e7ee; }
+.chart .grid { stroke: #e3e7ee; } .chart .axis { stroke: #566074; }
+.chart text { font-size: 11px; fill: #39424f; } .chart .chart-title { font-size: 14px; font-weight: 600; }
+.chart .axis-label { font-size: 12px; }
+.bad { color: #b23b3b; font-weight: 600; }
+</style>
+</head>
+<body>
+${body.join("\n")}
+</body>
+</html>
+`;
+}
+
+function renderComparison(summaries: readonly WalkSummary[]): string {
+    const rows: [string, (s: WalkSummary) => string][] = [
+        ["τ", (s) => fixed(s.tau, 4)],
+        ["τ-macro", (s) => fixed(s.tau_macro_over_prompts, 4)],
+        ["tokens", (s) => s.tokens.toLocaleString("en-US")],
+        ["steps", (s) => s.steps.toLocaleString("en-US")],
+        ["requests/s", (s) => fixed(s.requests_per_second, 1)],
+        ["p50 latency (ms)", (s) => fixed(s.latency_ms.p50, 1)],
+        ["p95 latency (ms)", (s) => fixed(s.latency_ms.p95, 1)],
+        ["serving seconds", (s) => fixed(s.serving_seconds, 1)],
+        ["failures", (s) => String(s.failures.total)]
+    ];
+    const header = `<tr><th></th>${summaries.map((s) => `<th>${escapeHtml(s.server.name)}</th>`).join("")}</tr>`;
+    const lines = rows.map(([label, cell]) => `<tr><td>${escapeHtml(label)}</td>${summaries.map((s) => `<td>${escapeHtml(cell(s))}</td>`).join("")}</tr>`);
+    const tauChart = renderBarChart({
+        id: "tau-by-server",
+        title: "τ (mean acceptance length) by server",
+        xLabel: "server",
+        yLabel: "τ",
+        labels: summaries.map((s) => s.server.name),
+        values: summaries.map((s) => s.tau),
+        yMax: summaries[0].draft_tokens + 1
+    });
+    return `<section class="comparison"><h2>Comparison</h2><table>${header}${lines.join("")}</table><div class="charts">${tauChart}</div></section>`;
+}
+
+function renderServerSection(s: WalkSummary, color: string): string {
+    const k = s.draft_tokens;
+    const figures: [string, string][] = [
+        ["server", s.server.url],
+        ["τ (tokens ÷ steps)", fixed(s.tau, 4)],
+        ["τ-macro (mean over conversations)", fixed(s.tau_macro_over_prompts, 4)],
+        ["tokens / steps / conversations", `${s.tokens} / ${s.steps} / ${s.samples}`],
+        ["draft length k", String(k)],
+        ["requests/s", fixed(s.requests_per_second, 1)],
+        ["latency p50 / p95 / p99 (ms)", `${fixed(s.latency_ms.p50, 1)} / ${fixed(s.latency_ms.p95, 1)} / ${fixed(s.latency_ms.p99, 1)}`],
+        ["serving seconds", fixed(s.serving_seconds, 2)],
+        ["failures (timeout / http / network / malformed)", `${s.failures.total} (${s.failures.timeout} / ${s.failures.http} / ${s.failures.network} / ${s.failures.malformed})`]
+    ];
+    const table = figures
+        .map(([label, value]) => `<tr><td>${escapeHtml(label)}</td><td${label.startsWith("failures") && s.failures.total > 0 ? ' class="bad"' : ""}>${escapeHtml(value)}</td></tr>`)
+        .join("");
+    const categories = Object.entries(s.per_category);
+    const charts = [
+        renderBarChart({
+            id: "acceptance-histogram",
+            title: "Accepted draft tokens per step (a)",
+            xLabel: "a (accepted tokens)",
+            yLabel: "steps",
+            labels: s.acceptance_histogram.map((_, a) => String(a)),
+            values: s.acceptance_histogram,
+            format: integer,
+            color
+        }),
+        renderBarChart({
+            id: "per-position-acceptance",
+            title: "Acceptance at draft position i, given 0..i−1 accepted",
+            xLabel: "draft position i",
+            yLabel: "P(d[i] ok | d[0..i−1] ok)",
+            labels: s.per_position_acceptance.map((p) => String(p.position)),
+            values: s.per_position_acceptance.map((p) => p.rate),
+            yMax: 1,
+            format: (v) => v.toFixed(2),
+            color
+        }),
+        renderBarChart({
+            id: "tau-by-category",
+            title: "τ by category",
+            xLabel: "category",
+            yLabel: "τ",
+            labels: categories.map(([name, c]) => `${name} (${c.samples})`),
+            values: categories.map(([, c]) => c.tau),
+            yMax: k + 1,
+            color
+        }),
+        renderBarChart({
+            id: "latency-distribution",
+            title: "Draft request latency",
+            xLabel: "latency (ms, bin start)",
+            yLabel: "requests",
+            labels: s.latency_histogram_ms.counts.map((_, i) => compact(s.latency_histogram_ms.edges[i])),
+            values: s.latency_histogram_ms.counts,
+            format: integer,
+            color
+        })
+    ];
+    return `<section class="server" data-server="${escapeHtml(s.server.name)}"><h2>${escapeHtml(s.server.name)}</h2><table>${table}</table><div class="charts">${charts.join("\n")}</div></section>`;
+}
+
+function fixed(value: number | null, digits: number): string {
+    return value === null ? "n/a" : value.toFixed(digits);
+}
+
+function integer(value: number): string {
+    return Math.round(value).toLocaleString("en-US");
+}
+
+function compact(ms: number): string {
+    return Number(ms.toPrecision(3)).toString();
+}

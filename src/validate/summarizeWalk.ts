@@ -1,0 +1,127 @@
+/**
+ * Reduces a walk to the figures summary.json holds: τ = Σ L ÷ Σ steps, τ-macro = mean of L ÷ steps, per-category τ,
+ * the histogram of accepted lengths a = 0..k, per-position acceptance P(d[i] ok | d[0..i−1] ok), latency and failures.
+ */
+import { percentile } from "./percentile.js";
+import { draftFailureKinds, type CategorySummary, type PositionAcceptance, type WalkResult, type WalkSummary } from "./types.js";
+
+/** Category name for conversations whose line had no "category". */
+export const uncategorized = "uncategorized";
+/** Bars in the latency distribution plot. Defaults to `20`. */
+export const latencyHistogramBins = 20;
+
+export interface SummarizeOptions {
+    /** The data file and how many of its lines were rejected, recorded in the summary. */
+    data?: { file: string; rejectedLines: number };
+    /** Timestamp to record. Defaults to now. */
+    createdAt?: Date;
+}
+
+export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}): WalkSummary {
+    const k = result.draftLength;
+    const histogram = new Array<number>(k + 1).fill(0);
+    const attempts = new Array<number>(k).fill(0);
+    const acceptedAt = new Array<number>(k).fill(0);
+    const failures = Object.fromEntries(draftFailureKinds.map((kind) => [kind, 0])) as WalkSummary["failures"];
+    failures.total = 0;
+    const latencies: number[] = [];
+    const categories = new Map<string, { tokens: number; steps: number; samples: number }>();
+    let tokens = 0;
+    let steps = 0;
+    let macroSum = 0;
+    let macroCount = 0;
+
+    for (const walk of result.conversations) {
+        tokens += walk.tokens;
+        steps += walk.steps.length;
+        if (walk.steps.length > 0) {
+            macroSum += walk.tokens / walk.steps.length;
+            macroCount++;
+        }
+        const category = categories.get(walk.category ?? uncategorized) ?? { tokens: 0, steps: 0, samples: 0 };
+        category.tokens += walk.tokens;
+        category.steps += walk.steps.length;
+        category.samples++;
+        categories.set(walk.category ?? uncategorized, category);
+
+        for (const step of walk.steps) {
+            histogram[step.accepted]++;
+            // position i was checked iff d[0..i−1] were all accepted (i ≤ a) and it was within the cap (i < cap)
+            for (let i = 0; i <= step.accepted && i < step.cap; i++) {
+                attempts[i]++;
+                if (i < step.accepted) acceptedAt[i]++;
+            }
+            latencies.push(step.latencyMs);
+            if (step.failure !== undefined) {
+                failures[step.failure]++;
+                failures.total++;
+            }
+        }
+    }
+
+    latencies.sort((a, b) => a - b);
+    const perPosition: PositionAcceptance[] = attempts.map((n, position) => ({
+        position,
+        attempts: n,
+        accepted: acceptedAt[position],
+        rate: n > 0 ? acceptedAt[position] / n : null
+    }));
+    const perCategory: Record<string, CategorySummary> = {};
+    for (const [name, c] of [...categories].sort(([a], [b]) => a.localeCompare(b)))
+        perCategory[name] = { tau: c.steps > 0 ? c.tokens / c.steps : null, tokens: c.tokens, steps: c.steps, samples: c.samples };
+
+    const summary: WalkSummary = {
+        metric: "mean_acceptance_length",
+        server: { ...result.server },
+        tau: steps > 0 ? tokens / steps : null,
+        tokens,
+        steps,
+        samples: result.conversations.length,
+        draft_tokens: k,
+        tau_macro_over_prompts: macroCount > 0 ? macroSum / macroCount : null,
+        per_category: perCategory,
+        acceptance_histogram: histogram,
+        per_position_acceptance: perPosition,
+        requests: latencies.length,
+        requests_per_second: result.servingSeconds > 0 ? latencies.length / result.servingSeconds : null,
+        latency_ms: {
+            p50: roundMs(percentile(latencies, 50)),
+            p95: roundMs(percentile(latencies, 95)),
+            p99: roundMs(percentile(latencies, 99)),
+            mean: roundMs(latencies.length > 0 ? latencies.reduce((sum, x) => sum + x, 0) / latencies.length : null),
+            max: roundMs(latencies.length > 0 ? latencies[latencies.length - 1] : null)
+        },
+        latency_histogram_ms: latencyHistogram(latencies),
+        serving_seconds: result.servingSeconds,
+        failures,
+        concurrency: result.concurrency,
+        timeout_ms: result.timeoutMs,
+        created_at: (options.createdAt ?? new Date()).toISOString()
+    };
+    if (options.data) summary.data = { file: options.data.file, rejected_lines: options.data.rejectedLines };
+    return summary;
+}
+
+/** Equal-width bins from 0 to the slowest request (ascending `sorted`). */
+function latencyHistogram(sorted: readonly number[]): WalkSummary["latency_histogram_ms"] {
+    if (sorted.length === 0) return { edges: [], counts: [] };
+    const max = sorted[sorted.length - 1];
+    const width = niceStep(max / latencyHistogramBins);
+    const bins = Math.max(1, Math.ceil(max / width));
+    const counts = new Array<number>(bins).fill(0);
+    for (const ms of sorted) counts[Math.min(bins - 1, Math.floor(ms / width))]++;
+    const edges = Array.from({ length: bins + 1 }, (_, i) => roundMs(i * width) as number);
+    return { edges, counts };
+}
+
+/** The smallest of 1, 2, 2.5, 5 × 10^n that is ≥ `x`, so bin edges read well. */
+function niceStep(x: number): number {
+    if (!(x > 0)) return 1;
+    const magnitude = 10 ** Math.floor(Math.log10(x));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * magnitude >= x) return m * magnitude;
+    return 10 * magnitude;
+}
+
+function roundMs(ms: number | null): number | null {
+    return ms === null ? null : Math.round(ms * 1000) / 1000;
+}

@@ -1,0 +1,133 @@
+/**
+ * Shared types of the validator: held-out conversations, draft servers, the walk's records and the summary it writes.
+ *
+ * A conversation's path: JSONL line (parseHeldOutLine) → walkConversation asks a DraftClient for drafts step by step →
+ * WalkResult per server (walkHeldOut) → summarizeWalk → summary.json / report.html / the terminal table.
+ */
+
+/** One held-out conversation: the prompt and the target model's greedy continuation of it. */
+export interface Conversation {
+    id: string;
+    /** Groups conversations for per-category τ; absent in the data means "uncategorized". */
+    category?: string;
+    promptTokens: number[];
+    continuationTokens: number[];
+    /** 1-based line of the JSONL file it came from. */
+    lineNumber: number;
+}
+
+/** A JSONL line that was not a valid conversation. */
+export interface RejectedLine {
+    /** 1-based. */
+    lineNumber: number;
+    message: string;
+}
+
+/** Why a draft request did not give a usable draft. Each one is scored as an empty draft. */
+export type DraftFailureKind =
+    /** No answer within the timeout. */
+    | "timeout"
+    /** The server answered with a non-2xx status. */
+    | "http"
+    /** The connection failed (refused, reset). */
+    | "network"
+    /** A 2xx answer that was not the protocol's JSON (no draft array, non-integer ids, more ids than asked). */
+    | "malformed";
+
+export const draftFailureKinds: readonly DraftFailureKind[] = ["timeout", "http", "network", "malformed"];
+
+/** What one draft request gave. */
+export type DraftOutcome =
+    | { ok: true; draft: number[]; latencyMs: number }
+    | { ok: false; failure: DraftFailureKind; message: string; latencyMs: number };
+
+/** A draft server speaking one protocol. */
+export interface DraftClient {
+    /** Short name for tables and report folders. */
+    readonly name: string;
+    /** The server's base URL as given (with its protocol prefix, if any). */
+    readonly url: string;
+    /** How long one request may take, whole answer included; longer counts as a `timeout` failure. */
+    readonly timeoutMs: number;
+    /** Asks for `n` greedy draft tokens after `tokens`. Never throws: failures come back as outcomes. */
+    draft(tokens: readonly number[], n: number): Promise<DraftOutcome>;
+}
+
+/** One step of the walk. */
+export interface WalkStep {
+    /** Accepted draft tokens (leading matches), 0 ≤ accepted ≤ cap. */
+    accepted: number;
+    /** min(k, L − pos): how many draft positions could be checked at this step. */
+    cap: number;
+    latencyMs: number;
+    failure?: DraftFailureKind;
+}
+
+/** One conversation walked against one server. */
+export interface ConversationWalk {
+    id: string;
+    category?: string;
+    /** Continuation length L. */
+    tokens: number;
+    steps: WalkStep[];
+}
+
+/** A whole held-out set walked against one server. */
+export interface WalkResult {
+    server: { name: string; url: string };
+    draftLength: number;
+    concurrency: number;
+    timeoutMs: number;
+    conversations: ConversationWalk[];
+    /** Wall-clock seconds from the first request to the last answer. */
+    servingSeconds: number;
+}
+
+/** Acceptance at one draft position i: P(d[i] ok | d[0..i−1] ok). */
+export interface PositionAcceptance {
+    position: number;
+    /** Steps where d[0..i−1] were all accepted and position i could be checked (i < cap). */
+    attempts: number;
+    /** Of those, steps where d[i] matched too. */
+    accepted: number;
+    /** accepted ÷ attempts, or null when there were no attempts. */
+    rate: number | null;
+}
+
+export interface CategorySummary {
+    tau: number | null;
+    tokens: number;
+    steps: number;
+    samples: number;
+}
+
+/** summary.json: everything measured on one server. Field names are snake_case as in the file. */
+export interface WalkSummary {
+    metric: "mean_acceptance_length";
+    server: { name: string; url: string };
+    /** tokens ÷ steps; null when nothing was walked. */
+    tau: number | null;
+    tokens: number;
+    steps: number;
+    /** Conversations walked. */
+    samples: number;
+    /** k: draft tokens asked for per request. */
+    draft_tokens: number;
+    /** Mean over conversations (with L > 0) of L ÷ steps. */
+    tau_macro_over_prompts: number | null;
+    per_category: Record<string, CategorySummary>;
+    /** acceptance_histogram[a] = steps that accepted exactly a draft tokens, a = 0..k. */
+    acceptance_histogram: number[];
+    per_position_acceptance: PositionAcceptance[];
+    requests: number;
+    requests_per_second: number | null;
+    latency_ms: { p50: number | null; p95: number | null; p99: number | null; mean: number | null; max: number | null };
+    /** Latency distribution for the report's plot: counts[i] requests took edges[i] ≤ ms < edges[i+1]. */
+    latency_histogram_ms: { edges: number[]; counts: number[] };
+    serving_seconds: number;
+    failures: { total: number } & Record<DraftFailureKind, number>;
+    concurrency: number;
+    timeout_ms: number;
+    data?: { file: string; rejected_lines: number };
+    created_at: string;
+}
