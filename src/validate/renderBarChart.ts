@@ -13,8 +13,10 @@ export interface BarChartSpec {
     labels: readonly string[];
     /** One per label; null draws an empty slot (e.g. a position never reached). */
     values: readonly (number | null)[];
-    /** Top of the y axis. Defaults to the largest value. */
+    /** Top of the y axis. Defaults to the largest value rounded up so the four gridlines fall on round numbers. */
     yMax?: number;
+    /** Values are counts: gridlines on whole numbers. Defaults to `false`. */
+    integerValues?: boolean;
     /** How values are written in tooltips and on the axis. Defaults to 3 significant digits. */
     format?: (value: number) => string;
     /** Bar colour. Defaults to `#3b6fb6`. */
@@ -28,8 +30,7 @@ const margin = { top: 34, right: 16, bottom: 52, left: 56 };
 export function renderBarChart(spec: BarChartSpec): string {
     const format = spec.format ?? ((v: number) => Number(v.toPrecision(3)).toString());
     const numeric = spec.values.filter((v): v is number => v !== null);
-    const yMax = spec.yMax ?? Math.max(0, ...numeric);
-    const top = yMax > 0 ? yMax : 1;
+    const top = spec.yMax ?? roundedTop(Math.max(0, ...numeric), spec.integerValues ?? false);
     const plotWidth = width - margin.left - margin.right;
     const plotHeight = height - margin.top - margin.bottom;
     const slot = plotWidth / Math.max(1, spec.labels.length);
@@ -67,4 +68,17 @@ export function renderBarChart(spec: BarChartSpec): string {
         `</svg>`
     );
     return parts.join("\n");
+}
+
+/** The smallest 4 × (1, 2, 2.5 or 5 × 10^n) ≥ `max`; for counts 4 × (1, 2, 3 or 5 × 10^n), at least 4. */
+function roundedTop(max: number, integerValues: boolean): number {
+    if (!(max > 0)) return integerValues ? 4 : 1;
+    const quarter = max / 4;
+    const magnitude = 10 ** Math.floor(Math.log10(quarter));
+    for (const m of integerValues ? [1, 2, 3, 5, 10] : [1, 2, 2.5, 5, 10]) {
+        const step = m * magnitude;
+        if (integerValues && step < 1) continue;
+        if (step >= quarter) return 4 * step;
+    }
+    return 40 * magnitude;
 }

@@ -98,6 +98,7 @@ function renderServerSection(s: WalkSummary, color: string): string {
             labels: s.acceptance_histogram.map((_, a) => String(a)),
             values: s.acceptance_histogram,
             format: integer,
+            integerValues: true,
             color
         }),
         renderBarChart({
@@ -129,6 +130,7 @@ function renderServerSection(s: WalkSummary, color: string): string {
             labels: s.latency_histogram_ms.counts.map((_, i) => compact(s.latency_histogram_ms.edges[i])),
             values: s.latency_histogram_ms.counts,
             format: integer,
+            integerValues: true,
             color
         })
     ];
