@@ -21,3 +21,14 @@ export class EngineError extends Error {
         this.code = code;
     }
 }
+
+/**
+ * The engine cannot start: a missing or corrupt model file, a model llama.cpp rejects, or a native engine that is not
+ * built. The message is one line naming the file or the fix, for the CLI to print before it exits ≠ 0.
+ */
+export class EngineLoadError extends Error {
+    constructor(message: string) {
+        super(message.replace(/\s+/g, " ").trim());
+        this.name = "EngineLoadError";
+    }
+}

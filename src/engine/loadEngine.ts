@@ -1,0 +1,129 @@
+/**
+ * Loads a GGUF drafter into a DraftEngine: reads the file's header (clear one-line errors for a missing or corrupt
+ * file), loads the native draft loop built for the chosen backend, and wraps it in the batching NativeEngine.
+ */
+
+import { availableParallelism } from "node:os";
+import { EngineLoadError } from "./errors.js";
+import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
+import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
+import { readModelFileInfo } from "./readModelFileInfo.js";
+import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
+
+export type { GpuChoice } from "./nativeAddon.js";
+
+/** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
+export const defaultStreams = 32;
+/** Tokens one sequence holds (prompt + draft). Defaults to `4096`. */
+export const defaultContextSize = 4096;
+/** Backend choice. Defaults to `auto`. */
+export const defaultGpu: GpuChoice = "auto";
+/** Tokens one llama_decode call may take (a round's prefill is split into calls of at most this many). Defaults to `4096`. */
+export const defaultBatchSize = 4096;
+/** Tokens llama.cpp computes at once inside a decode. Defaults to `512`. */
+export const defaultUbatchSize = 512;
+
+export interface LoadEngineOptions {
+    modelPath: string;
+    /** Sequences held at once (each with its own KV cache of `contextSize` tokens). Defaults to `32`. */
+    streams?: number;
+    /** Tokens per sequence: a request's prompt plus its draft must fit. Defaults to `4096`. */
+    contextSize?: number;
+    /** Where to compute: `auto` (CUDA if built and a driver is present, else CPU), `cuda`, `vulkan` or `cpu`. Defaults to `auto`. */
+    gpu?: GpuChoice;
+    /** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
+    maxQueue?: number;
+    /** Receives decode, prefix and queue counters. Defaults to none. */
+    observer?: EngineObserver;
+    /** CPU threads for llama.cpp. Defaults to the number of CPUs. */
+    threads?: number;
+    /** Tokens per llama_decode call. Defaults to `4096`. */
+    batchSize?: number;
+    /** Tokens computed at once inside a decode. Defaults to `512`. */
+    ubatchSize?: number;
+    /**
+     * Flash attention. On the CPU it made batched drafts differ from drafts computed alone (its accumulation order
+     * depends on the batch), so it is off there unless forced here. Defaults to `true` on a GPU, `false` on the CPU.
+     */
+    flashAttention?: boolean;
+    /** One KV buffer shared by all sequences instead of one per sequence. Defaults to `false`. */
+    kvUnified?: boolean;
+    /** Print llama.cpp's logs to stderr. Defaults to `false`. */
+    verbose?: boolean;
+    /**
+     * Tests only: read each sequence's logits from its own thread without first applying llama.cpp's pending output
+     * reorder on one thread — the race that gives wrong drafts. Also settable with SPECDRAFT_UNGUARDED_LOGITS=1.
+     * Defaults to `false`.
+     */
+    unguardedLogits?: boolean;
+}
+
+export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngine> {
+    const streams = options.streams ?? defaultStreams;
+    const contextSize = options.contextSize ?? defaultContextSize;
+    if (!Number.isInteger(streams) || streams < 1 || streams > 256) throw new RangeError(`streams must be 1–256, got ${streams}.`);
+    if (!Number.isInteger(contextSize) || contextSize < 2) throw new RangeError(`contextSize must be ≥ 2, got ${contextSize}.`);
+
+    const file = await readModelFileInfo(options.modelPath);
+    const addon = loadNativeAddon(options.gpu ?? defaultGpu);
+    const wantsGpu = addon.variant !== "cpu";
+    const load = async (flashAttention: boolean): Promise<NativeEngineHandle> => {
+        const native = addon.createEngine();
+        try {
+            await native.load({
+                binsDir: addon.binsDir,
+                modelPath: options.modelPath,
+                streams,
+                contextSize,
+                batchSize: Math.max(options.batchSize ?? defaultBatchSize, streams),
+                ubatchSize: options.ubatchSize ?? defaultUbatchSize,
+                gpuLayers: wantsGpu ? -1 : 0,
+                flashAttention,
+                kvUnified: options.kvUnified ?? false,
+                threads: options.threads ?? availableParallelism(),
+                unguardedLogits: options.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
+                verbose: options.verbose ?? false,
+            });
+        } catch (error) {
+            const reason = error instanceof Error ? error.message : String(error);
+            throw new EngineLoadError(`Cannot load model ${options.modelPath}: ${reason}`);
+        }
+        return native;
+    };
+    let flashAttention = options.flashAttention ?? wantsGpu;
+    let native = await load(flashAttention);
+    let nativeInfo = native.info();
+    if (options.flashAttention === undefined && flashAttention && backendOf(nativeInfo.gpuDevice) === "cpu") {
+        // a GPU build that found no GPU computes on the CPU, where flash attention is off by default
+        native.dispose();
+        flashAttention = false;
+        native = await load(flashAttention);
+        nativeInfo = native.info();
+    }
+    if (nativeInfo.vocabSize !== file.vocabSize) {
+        native.dispose();
+        throw new EngineLoadError(
+            `Model ${options.modelPath}: llama.cpp sees ${nativeInfo.vocabSize} tokens but the GGUF lists ${file.vocabSize}.`,
+        );
+    }
+    const backend = backendOf(nativeInfo.gpuDevice);
+    return new NativeEngine(
+        native,
+        {
+            ...file,
+            contextSize,
+            streams,
+            backend,
+            engine: "native",
+            flashAttention,
+        },
+        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer },
+    );
+}
+
+/** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */
+function backendOf(gpuDevice: string): ComputeBackend {
+    const registry = gpuDevice.split(":")[0]!.toLowerCase();
+    if (registry === "cuda" || registry === "vulkan" || registry === "metal") return registry;
+    return "cpu";
+}

@@ -1,0 +1,118 @@
+/**
+ * The native draft loop (src/engine/native/specdraft_engine.cpp) as seen from TypeScript: its typed interface, and
+ * which build of it to load. `scripts/build-native.mjs` writes one build per llama.cpp binary set to
+ * build/native/<variant>/ (cpu, cuda, vulkan), with a variant.json naming the folder of its llama.cpp libraries.
+ */
+
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { EngineLoadError } from "./errors.js";
+
+/** Where llama.cpp should compute; `auto` picks CUDA when its build and an NVIDIA driver are present, else the CPU. */
+export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
+
+export type NativeVariant = "cpu" | "cuda" | "vulkan";
+
+export interface NativeLoadOptions {
+    /** Folder of the llama.cpp libraries, from which backends built as loadable modules are loaded. */
+    binsDir: string;
+    modelPath: string;
+    streams: number;
+    /** Tokens per sequence. */
+    contextSize: number;
+    /** Tokens one llama_decode call may take. */
+    batchSize: number;
+    /** Tokens llama.cpp computes at once inside a decode. */
+    ubatchSize: number;
+    /** Layers offloaded to the GPU; -1: all, 0: none. */
+    gpuLayers: number;
+    flashAttention: boolean;
+    /** One KV buffer for all sequences (true) or one per sequence (false). */
+    kvUnified: boolean;
+    /** CPU threads for llama.cpp; 0: its default. */
+    threads: number;
+    /** Tests only: read logits from many threads at once, without the reorder guard. */
+    unguardedLogits: boolean;
+    /** Print llama.cpp's logs to stderr. */
+    verbose: boolean;
+}
+
+/** One request's part of a round. */
+export interface NativeRoundItem {
+    /** Sequence id whose KV cache the request uses. */
+    slot: number;
+    /** Leading tokens of the slot's cache to keep; the rest is removed. */
+    keep: number;
+    /** Tokens to evaluate after the kept ones (at least one). */
+    tokens: Int32Array;
+    n: number;
+    /** -1: none. */
+    endId: number;
+}
+
+export interface NativeRoundResult {
+    drafts: Int32Array[];
+    /** Per item: tokens (prompt, then draft) now in the slot's KV cache. */
+    cached: number[];
+    /** Per item: tokens it put through llama_decode. */
+    evaluated: number[];
+    /** Pairs (tokens, sequences), one per llama_decode call. */
+    decodes: Int32Array;
+}
+
+export interface NativeEngineHandle {
+    load(options: NativeLoadOptions): Promise<void>;
+    info(): { vocabSize: number; contextSizePerSequence: number; gpuDevice: string };
+    /** Runs one round; cancelFlags[i] = 1 drops item i at the next step. */
+    round(items: NativeRoundItem[], cancelFlags: Uint8Array): Promise<NativeRoundResult>;
+    dispose(): void;
+}
+
+interface NativeModule {
+    Engine: new () => NativeEngineHandle;
+}
+
+export interface LoadedAddon {
+    variant: NativeVariant;
+    binsDir: string;
+    createEngine(): NativeEngineHandle;
+}
+
+/** build/native under the package root (this file lives in src/engine or dist/engine). */
+const nativeBuildDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "build", "native");
+
+/** Loads the native engine build for `gpu`; throws EngineLoadError saying how to build it when it is missing. */
+export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
+    const variant = pickVariant(gpu);
+    const dir = join(nativeBuildDir, variant);
+    const addonPath = join(dir, "specdraft_engine.node");
+    if (!existsSync(addonPath)) {
+        const command = variant === "cpu" ? "npm run build:native" : `node scripts/build-native.mjs --gpu ${variant}`;
+        throw new EngineLoadError(`native engine not built${variant === "cpu" ? "" : ` for ${variant}`}: run ${command}`);
+    }
+    let binsDir: string;
+    try {
+        const variantInfo = JSON.parse(readFileSync(join(dir, "variant.json"), "utf8")) as { binsDir: string };
+        binsDir = resolve(dir, variantInfo.binsDir);
+    } catch {
+        throw new EngineLoadError(`native engine build in ${dir} is incomplete (no variant.json): run npm run build:native`);
+    }
+    const require = createRequire(import.meta.url);
+    let module: NativeModule;
+    try {
+        module = require(addonPath) as NativeModule;
+    } catch (error) {
+        const reason = error instanceof Error ? error.message : String(error);
+        throw new EngineLoadError(`cannot load the ${variant} native engine ${addonPath}: ${reason}`);
+    }
+    return { variant, binsDir, createEngine: () => new module.Engine() };
+}
+
+function pickVariant(gpu: GpuChoice): NativeVariant {
+    if (gpu !== "auto") return gpu;
+    // CUDA only where its build exists and an NVIDIA driver is present; Vulkan only when asked for
+    if (existsSync(join(nativeBuildDir, "cuda", "specdraft_engine.node")) && existsSync("/dev/nvidiactl")) return "cuda";
+    return "cpu";
+}
