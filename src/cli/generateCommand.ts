@@ -1,0 +1,192 @@
+/**
+ * `specdraft generate`: the target model generates greedily through node-llama-cpp, alone and with drafts (a specdraft
+ * server, an in-process draft GGUF, or prompt lookup), in one process; prints tokens/s, speed-up, τ, draft time share
+ * and whether the outputs are identical, and exits ≠ 0 when they are not.
+ */
+import { writeFile } from "node:fs/promises";
+import cliProgress from "cli-progress";
+import { Command, Option } from "commander";
+import { GenerateError } from "../generate/errors.js";
+import { formatGenerateReport } from "../generate/formatGenerateReport.js";
+import { defaultDraftTimeoutMs } from "../generate/HttpDraftTokenPredictor.js";
+import { type GpuChoice, gpuChoices } from "../generate/loadLlama.js";
+import type { DraftSourceSpec } from "../generate/openDraftSource.js";
+import {
+    defaultDraftLength,
+    defaultGpu,
+    defaultMaxTokens,
+    defaultRuns,
+    defaultVerifier,
+    type GeneratePrompt,
+    runGenerate
+} from "../generate/runGenerate.js";
+import type { GenerateSummary, VerifierKind } from "../generate/types.js";
+import { parseIntegerOption } from "../validate/parseIntegerOption.js";
+import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+
+export interface GenerateCommandOptions {
+    /** The target GGUF. */
+    target: string;
+    /** A specdraft server's root URL. */
+    drafter?: string;
+    /** An in-process draft GGUF. */
+    draftModel?: string;
+    /** `ngram`: prompt lookup, no model. */
+    draft?: string;
+    /** Text to tokenize with the target's tokenizer. */
+    prompt?: string;
+    /** Validator JSONL; `prompt_tokens` of each line are the prompts. */
+    data?: string;
+    /** Use only the first N valid lines of `--data`. Defaults to all. */
+    limit?: number;
+    /** Defaults to `256`. */
+    maxTokens?: number;
+    /** Defaults to `16`. */
+    draftLen?: number;
+    /** Defaults to `1`. */
+    runs?: number;
+    /** JSON summary file. Defaults to none. */
+    out?: string;
+    /** Defaults to `auto`. */
+    gpu?: GpuChoice;
+    /** Defaults to `node-llama-cpp`. */
+    verifier?: VerifierKind;
+    /** Defaults to node-llama-cpp's choice. */
+    threads?: number;
+    /** Defaults to the longest prompt + max tokens + draft length + 8. */
+    contextSize?: number;
+    /** Defaults to `5000` ms. */
+    timeoutMs?: number;
+    /** Defaults to `true`. */
+    progress?: boolean;
+}
+
+/** Where the command writes: the table to `out`; progress, warnings and errors to `err`. */
+export interface CommandIo {
+    out: NodeJS.WritableStream;
+    err: NodeJS.WritableStream;
+}
+
+const processIo: CommandIo = { out: process.stdout, err: process.stderr };
+
+/** Runs the command; returns the exit code and, when generation ran, the summary. */
+export async function runGenerateCommand(options: GenerateCommandOptions, io: CommandIo = processIo): Promise<{ exitCode: number; summary?: GenerateSummary }> {
+    const fail = (message: string, exitCode = 2): { exitCode: number } => {
+        io.err.write(`specdraft generate: ${message}\n`);
+        return { exitCode };
+    };
+
+    const sources = [options.drafter, options.draftModel, options.draft].filter((value) => value !== undefined);
+    if (sources.length !== 1) return fail(`expected exactly one of --drafter URL, --draft-model FILE.gguf, --draft ngram; found ${sources.length}`);
+    let draft: DraftSourceSpec;
+    if (options.drafter !== undefined) draft = { kind: "http", url: options.drafter };
+    else if (options.draftModel !== undefined) draft = { kind: "model", path: options.draftModel };
+    else if (options.draft === "ngram") draft = { kind: "ngram" };
+    else return fail(`--draft: expected "ngram", found ${JSON.stringify(options.draft)}`);
+
+    if ((options.prompt === undefined) === (options.data === undefined)) return fail("expected exactly one of --prompt TEXT, --data FILE.jsonl");
+    let prompts: GeneratePrompt[];
+    if (options.prompt !== undefined) {
+        if (options.prompt.length === 0) return fail("--prompt: expected some text, found an empty string");
+        prompts = [{ id: "prompt", tokens: { text: options.prompt } }];
+    } else {
+        const file = options.data!;
+        let heldOut;
+        try {
+            heldOut = await readHeldOutFile(file, { limit: options.limit });
+        } catch (error) {
+            return fail(`cannot read --data ${file}: ${(error as Error).message}`);
+        }
+        for (const line of heldOut.rejected) io.err.write(`${file}:${line.lineNumber}: rejected: ${line.message}\n`);
+        if (heldOut.conversations.length === 0) return fail(`${file} has no valid lines (${heldOut.rejected.length} rejected)`);
+        prompts = heldOut.conversations.map((c) => ({ id: c.id, category: c.category, tokens: c.promptTokens }));
+    }
+
+    const runs = options.runs ?? defaultRuns;
+    const bar =
+        options.progress === false
+            ? undefined
+            : new cliProgress.SingleBar(
+                  { stream: io.err, format: "generate [{bar}] {value}/{total} generations | {duration_formatted}", hideCursor: true },
+                  cliProgress.Presets.shades_classic
+              );
+    let summary: GenerateSummary;
+    try {
+        bar?.start(prompts.length * runs * 2, 0);
+        summary = await runGenerate({
+            target: options.target,
+            draft,
+            prompts,
+            maxTokens: options.maxTokens,
+            draftLength: options.draftLen,
+            runs,
+            gpu: options.gpu,
+            verifier: options.verifier,
+            threads: options.threads,
+            contextSize: options.contextSize,
+            timeoutMs: options.timeoutMs,
+            onWarning: (message) => {
+                // keep the bar's line intact: warnings go on their own line
+                if (bar) io.err.write("\n");
+                io.err.write(`warning: ${message}\n`);
+            },
+            onProgress: (done) => bar?.update(done)
+        });
+    } catch (error) {
+        bar?.stop();
+        if (error instanceof GenerateError) return fail(error.message, error.code === "vocab_mismatch" ? 3 : 2);
+        return fail((error as Error).message, 1);
+    }
+    bar?.stop();
+
+    io.out.write(`${formatGenerateReport(summary)}\n`);
+    if (options.out !== undefined) {
+        await writeFile(options.out, `${JSON.stringify(summary, null, 2)}\n`);
+        io.out.write(`wrote ${options.out}\n`);
+    }
+    const mismatch = summary.prompts.find((p) => !p.identical);
+    if (mismatch?.firstDifference) {
+        const d = mismatch.firstDifference;
+        io.err.write(
+            `specdraft generate: output mismatch: prompt ${JSON.stringify(mismatch.id)}, run ${d.run + 1}: speculative output differs from ` +
+                `the target alone at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"})\n`
+        );
+        return { exitCode: 1, summary };
+    }
+    return { exitCode: 0, summary };
+}
+
+/** The commander command, for src/cli/main.ts: `program.addCommand(generateCommand())`. */
+export function generateCommand(): Command {
+    return new Command("generate")
+        .description(
+            "Generate greedily with the target alone and with drafts, side by side: tokens/s, speed-up, τ, draft time share; " +
+                "fails if the outputs differ."
+        )
+        .requiredOption("--target <file.gguf>", "target model")
+        .option("--drafter <url>", "specdraft server, e.g. http://127.0.0.1:8000 (drafts from POST /draft)")
+        .option("--draft-model <file.gguf>", "draft model loaded in this process")
+        .option("--draft <kind>", 'draft without a model: "ngram" (prompt lookup)')
+        .option("--prompt <text>", "prompt text, tokenized with the target's tokenizer")
+        .option("--data <file.jsonl>", 'validator JSONL ({"id", "category"?, "prompt_tokens", ...} per line): each prompt_tokens is a prompt')
+        .option("--limit <n>", "use only the first N valid lines of --data", parseIntegerOption(1))
+        .option("--max-tokens <n>", "tokens generated per prompt", parseIntegerOption(1), defaultMaxTokens)
+        .option("--draft-len <k>", "draft tokens per target step", parseIntegerOption(1), defaultDraftLength)
+        .option("--runs <n>", "generations per prompt and mode", parseIntegerOption(1), defaultRuns)
+        .option("--out <file.json>", "write the JSON summary here")
+        .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
+        .addOption(
+            new Option("--verifier <kind>", "node-llama-cpp: the library's speculative path (accepts ≤ 1 draft token a step); exact: full draft prefixes")
+                .choices(["node-llama-cpp", "exact"])
+                .default(defaultVerifier)
+        )
+        .option("--threads <n>", "CPU threads per llama.cpp context (default: node-llama-cpp's choice)", parseIntegerOption(1))
+        .option("--context-size <n>", "target context size (default: longest prompt + max tokens + draft length + 8)", parseIntegerOption(2))
+        .option("--timeout-ms <ms>", "per-request timeout of the drafter server", parseIntegerOption(1), defaultDraftTimeoutMs)
+        .option("--no-progress", "no progress bar")
+        .action(async (options: GenerateCommandOptions) => {
+            const { exitCode } = await runGenerateCommand(options);
+            process.exitCode = exitCode;
+        });
+}
+

@@ -1,0 +1,81 @@
+/**
+ * Types of `specdraft generate`: a target model generating greedily, once alone and once with drafts, side by side.
+ *
+ * A prompt's path: prompt tokens → generateAlone (the target by itself) and generateSpeculative (the target verifying
+ * drafts from a DraftSource's TokenPredictor) → GenerationRun each → compared token by token → GenerateSummary.
+ */
+
+/** Where drafts come from. */
+export type DraftSourceKind = "http" | "model" | "ngram";
+
+/**
+ * Which loop verifies drafts.
+ * - `node-llama-cpp`: the library's own speculative path, `sequence.evaluate()` with a `tokenPredictor`. In 3.21.1 it
+ *   accepts at most one draft token per target step (see docs/generate.md), so τ ≤ 2 whatever the drafter.
+ * - `exact`: specdraft's loop over the same TokenPredictor: the target scores `[last, d1..dk]` in one decode through
+ *   `sequence.controlledEvaluate()` and keeps the longest matching prefix plus the target's own next token.
+ */
+export type VerifierKind = "node-llama-cpp" | "exact";
+
+/** One greedy generation of one prompt. */
+export interface GenerationRun {
+    /** Generated token ids (the prompt excluded; an end-of-generation token ends it and is not included). */
+    tokens: number[];
+    /** Wall time from the first evaluation (prompt included) to the last token, in seconds. */
+    seconds: number;
+    /** Target decodes that produced tokens (prompt decode included); equals `tokens.length` for the target alone. */
+    targetSteps: number;
+    /** Draft tokens offered to the target. */
+    drafted: number;
+    /** Draft tokens the target accepted and used. */
+    accepted: number;
+    /** Seconds the generation waited for drafts (TokenPredictor.predictTokens). */
+    draftSeconds: number;
+}
+
+/** Both modes on one prompt, `runs` times each. */
+export interface PromptResult {
+    id: string;
+    category?: string;
+    promptLength: number;
+    alone: GenerationRun[];
+    speculative: GenerationRun[];
+    /** True when every speculative run produced exactly the target-alone tokens. */
+    identical: boolean;
+    /** First position where a speculative run differs from the target alone; absent when identical. */
+    firstDifference?: { run: number; position: number; expected: number | null; actual: number | null };
+}
+
+/** Totals over all prompts and runs of one mode. */
+export interface ModeTotals {
+    tokens: number;
+    seconds: number;
+    tokensPerSecond: number;
+    targetSteps: number;
+    drafted: number;
+    accepted: number;
+    draftSeconds: number;
+}
+
+/** What `specdraft generate` reports and writes with `--out`. */
+export interface GenerateSummary {
+    target: { path: string; vocabFingerprint: string };
+    draft: { kind: DraftSourceKind; source: string; vocabFingerprint?: string };
+    verifier: VerifierKind;
+    settings: { maxTokens: number; draftLength: number; runs: number; gpu: string; contextSize: number; threads?: number };
+    prompts: PromptResult[];
+    alone: ModeTotals;
+    speculative: ModeTotals;
+    /** speculative tokens/s ÷ target-alone tokens/s. */
+    speedUp: number;
+    /** Mean acceptance length: generated tokens ÷ target steps on the speculative path (accepted + 1 per step). */
+    tau: number;
+    /** Share of the speculative wall time spent waiting for drafts. */
+    draftTimeShare: number;
+    /** All speculative outputs equal the target-alone outputs. */
+    identical: boolean;
+    /** Warnings raised while generating (e.g. the drafter failed and generation fell back to the target alone). */
+    warnings: string[];
+    /** ISO time the run finished. */
+    finishedAt: string;
+}
