@@ -70,6 +70,12 @@ export function buildApp(options: AppOptions = {}): App {
         throw apiError("not_found", { method: request.method, url: request.url.split("?")[0]! });
     });
 
+    // on shutdown, close each connection after its answer; a kept-alive socket would hold app.close() for the
+    // keep-alive timeout (72 s)
+    app.addHook("onSend", async (_request, reply) => {
+        if (slot.status === "stopping") reply.header("connection", "close");
+    });
+
     app.addHook("onResponse", async (request, reply) => {
         metrics.recordRequest(request.routeOptions.url ?? "unmatched", request.method, reply.statusCode, reply.elapsedTime / 1000);
     });

@@ -5,6 +5,7 @@
  * disconnects frees its place in the batch.
  */
 
+import type { ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
 import type { DraftEngine } from "../../engine/types.js";
 import type { EngineSlot } from "../EngineSlot.js";
@@ -50,23 +51,36 @@ export const draftRoutes: FastifyPluginAsync<DraftRoutesOptions> = async (app, {
                 slot.require();
             },
         },
-        async (request): Promise<DraftResponse | TrtDraftResponse> => {
+        async (request, reply): Promise<DraftResponse | TrtDraftResponse> => {
             const engine = slot.require();
+            const signal = clientGoneSignal(reply.raw);
             const body = request.body;
             if ("prefix" in body) {
                 const maxLength = body.max_sequence_length ?? Number.POSITIVE_INFINITY;
                 const n = Math.max(0, Math.min(body.n ?? draftLength, maxLength - body.prefix.length));
                 const endId = body.end_id !== undefined && body.end_id !== null && body.end_id >= 0 ? body.end_id : undefined;
-                const draft = await draftChecked(engine, body.prefix, n, endId, request.signal);
+                const draft = await draftChecked(engine, body.prefix, n, endId, signal);
                 const requestId = body.request_id;
                 return requestId === undefined || requestId === null
                     ? { draft_tokens: draft }
                     : { draft_tokens: draft, request_id: requestId };
             }
-            return { draft: await draftChecked(engine, body.tokens, body.n ?? draftLength, undefined, request.signal) };
+            return { draft: await draftChecked(engine, body.tokens, body.n ?? draftLength, undefined, signal) };
         },
     );
 };
+
+/**
+ * Aborts when the client disconnects before its answer is written. (Fastify's request.signal follows the request
+ * stream, which Node 20 closes as soon as the body has been read, so it cannot tell a client that left.)
+ */
+function clientGoneSignal(response: ServerResponse): AbortSignal {
+    const controller = new AbortController();
+    response.once("close", () => {
+        if (!response.writableFinished) controller.abort();
+    });
+    return controller.signal;
+}
 
 /** Checks ids and length against the loaded model, then drafts (nothing to do for n = 0). */
 async function draftChecked(

@@ -1,0 +1,19 @@
+#!/usr/bin/env node
+/** specdraft's command line. Each subcommand lives in its own file and is registered here, one line each. */
+
+import { createRequire } from "node:module";
+import { Command } from "commander";
+import { serveCommand } from "./serveCommand.js";
+import { validateCommand } from "./validateCommand.js";
+
+const { version } = createRequire(import.meta.url)("../../package.json") as { version: string };
+
+const program = new Command("specdraft")
+    .description("Draft-model server, validator and tools for speculative decoding.")
+    .version(version)
+    .showHelpAfterError("(add --help for usage)");
+
+program.addCommand(serveCommand());
+program.addCommand(validateCommand());
+
+await program.parseAsync();

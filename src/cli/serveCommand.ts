@@ -1,0 +1,99 @@
+/**
+ * `specdraft serve`: serves a GGUF draft model over HTTP (POST /draft, GET /health, /info, /metrics; see docs/api.md).
+ * Without --model it serves the embedded default drafter, models/specdraft-default.gguf of the installed package.
+ */
+
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Command, InvalidArgumentError, Option } from "commander";
+import type { DraftEngine } from "../engine/types.js";
+import { runServe } from "../server/runServe.js";
+import {
+    defaultBodyLimit,
+    defaultContextSize,
+    defaultDraftLength,
+    defaultHost,
+    defaultMaxQueue,
+    defaultModelFile,
+    defaultPort,
+    defaultStreams,
+    maxDraftLength,
+} from "../server/serveDefaults.js";
+import type { EngineLoader, EngineLoadOptions, GpuChoice, ServeOptions } from "../server/startServer.js";
+
+/** The package root: this file is src/cli/serveCommand.ts or dist/cli/serveCommand.js. */
+const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
+
+/** The model served without --model, resolved against the package root (not the working directory). */
+export const defaultModelPath = resolve(packageRoot, defaultModelFile);
+
+const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
+
+/** What commander hands the action. */
+interface ServeFlags {
+    model: string;
+    host: string;
+    port: number;
+    draftLen: number;
+    streams: number;
+    context: number;
+    gpu: GpuChoice;
+    maxQueue: number;
+    bodyLimit: number;
+    log: boolean;
+}
+
+/** The commander command, for src/cli/main.ts: `program.addCommand(serveCommand())`. */
+export function serveCommand(): Command {
+    return new Command("serve")
+        .description(
+            "Serve a GGUF draft model over HTTP: POST /draft {tokens, n?} → {draft}. Listens at once; GET /health " +
+                "answers 503 until the model is loaded, then 200.",
+        )
+        .option("--model <path.gguf>", "GGUF draft model to serve (default: the embedded drafter)", defaultModelPath)
+        .option("--host <address>", "address to listen on", defaultHost)
+        .option("--port <port>", "port to listen on (0: any free port)", integerIn(0, 65535), defaultPort)
+        .option("--draft-len <k>", `tokens drafted when a request gives no n (1–${maxDraftLength})`, integerIn(1, maxDraftLength), defaultDraftLength)
+        .option("--streams <n>", "sequences held at once, each with its own KV cache", integerIn(1, 4096), defaultStreams)
+        .option("--context <tokens>", "tokens one sequence can hold: context + draft", integerIn(2, 1 << 20), defaultContextSize)
+        .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
+        .option("--max-queue <n>", "draft requests that may wait before new ones get 503 queue_full", integerIn(1, 1 << 20), defaultMaxQueue)
+        .option("--body-limit <bytes>", "largest request body; larger ones get 413", integerIn(64, 1 << 30), defaultBodyLimit)
+        .option("--log", "log every request to stderr", false)
+        .action(async (flags: ServeFlags) => {
+            const options: ServeOptions = {
+                modelPath: resolve(flags.model),
+                host: flags.host,
+                port: flags.port,
+                draftLength: flags.draftLen,
+                streams: flags.streams,
+                contextSize: flags.context,
+                gpu: flags.gpu,
+                maxQueue: flags.maxQueue,
+                bodyLimit: flags.bodyLimit,
+                logRequests: flags.log,
+            };
+            const exitCode = await runServe(options, loadRealEngine);
+            // llama.cpp may hold native handles after close; the server is done, so end the process here
+            process.exit(exitCode);
+        });
+}
+
+/** Loads src/engine lazily, so `--help` and a bad model file do not wait for node-llama-cpp's native addon. */
+async function loadRealEngine(options: EngineLoadOptions): Promise<DraftEngine> {
+    // TODO(server): a literal import once src/engine/loadEngine.ts is committed (a variable keeps tsc green until then)
+    const engineModule: string = "../engine/loadEngine.js";
+    const { loadEngine } = (await import(engineModule)) as { loadEngine: EngineLoader };
+    return loadEngine(options);
+}
+
+/** A commander parser for integers in [min, max], naming what it found. */
+function integerIn(min: number, max: number): (value: string) => number {
+    return (value: string): number => {
+        const parsed = Number(value);
+        if (!/^\s*[-+]?\d+\s*$/.test(value) || parsed < min || parsed > max) {
+            throw new InvalidArgumentError(`expected an integer ${min}–${max}, found ${JSON.stringify(value)}.`);
+        }
+        return parsed;
+    };
+}

@@ -1,0 +1,75 @@
+/**
+ * `specdraft serve` as a process: a missing or corrupt model file exits ≠ 0 with one line before listening, a failed
+ * load exits 1, and SIGTERM lets an in-flight request finish, then exits 0.
+ */
+
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { cliPath, fakeServerPath, repoRoot, spawnServe } from "./serveProcess.js";
+
+const goodModel = join(repoRoot, "test/fixtures/tiny-qwen3.gguf");
+let scratch = "";
+before(async () => {
+    scratch = await mkdtemp(join(tmpdir(), "specdraft-serve-"));
+});
+after(() => rm(scratch, { recursive: true, force: true }));
+
+async function expectOneLineFailure(args: string[], reason: RegExp) {
+    const serve = spawnServe(cliPath, ["serve", "--port", "0", ...args]);
+    const code = await serve.exited;
+    assert.notEqual(code, 0);
+    const lines = serve.stderr().trim().split("\n");
+    assert.equal(lines.length, 1, serve.stderr());
+    assert.match(lines[0]!, reason);
+    assert.doesNotMatch(serve.stderr(), /listening/);
+}
+
+test("a missing model file exits 1 with one line", async () => {
+    await expectOneLineFailure(["--model", join(scratch, "nope.gguf")], /^specdraft serve: Model file .*nope\.gguf does not exist\.$/);
+});
+
+test("a file that is not GGUF exits 1 with one line", async () => {
+    const path = join(scratch, "random.gguf");
+    await writeFile(path, Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 7919) % 251)));
+    await expectOneLineFailure(["--model", path], /random\.gguf is not a valid GGUF file: Invalid GGUF magic/);
+});
+
+test("a truncated GGUF exits 1 with one line", async () => {
+    const path = join(scratch, "truncated.gguf");
+    const bytes = await readFile(goodModel);
+    await writeFile(path, bytes.subarray(0, Math.floor(bytes.length / 2)));
+    await expectOneLineFailure(["--model", path], /truncated\.gguf is truncated: tensor \S+ ends at byte \d+ but the file has \d+ bytes\.$/);
+});
+
+test("a model the engine cannot load exits 1 after listening", async () => {
+    const serve = spawnServe(fakeServerPath, [goodModel, "--fail-load"]);
+    assert.equal(await serve.exited, 1);
+    assert.match(serve.stderr(), /listening at http:\/\/127\.0\.0\.1:\d+/);
+    assert.match(serve.stderr(), /specdraft serve: cannot load .*tiny-qwen3\.gguf: the fake engine refuses to load\n$/);
+});
+
+test("SIGTERM finishes the in-flight draft, then exits 0", async () => {
+    const serve = spawnServe(fakeServerPath, [goodModel, "--hold-until-sigterm"]);
+    try {
+        const [, url] = await serve.waitForLine(/serving .* at (http:\/\/\S+)\n/);
+        assert.equal((await fetch(`${url}/health`)).status, 200);
+        const inFlight = fetch(`${url}/draft`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ tokens: [100, 200], n: 3 }),
+        });
+        await serve.waitForLine(/fake: draft started\n/);
+        serve.child.kill("SIGTERM");
+        const res = await inFlight;
+        assert.equal(res.status, 200);
+        assert.deepEqual(await res.json(), { draft: [201, 202, 203] });
+        assert.equal(await serve.exited, 0);
+        assert.match(serve.stderr(), /SIGTERM, finishing in-flight requests/);
+        await assert.rejects(fetch(`${url}/health`), "the port must be closed after exit");
+    } finally {
+        serve.child.kill("SIGKILL");
+    }
+});
