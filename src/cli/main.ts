@@ -5,6 +5,8 @@ import { createRequire } from "node:module";
 import { Command } from "commander";
 import { serveCommand } from "./serveCommand.js";
 import { validateCommand } from "./validateCommand.js";
+import { packCommand } from "./packCommand.js";
+import { selfcheckCommand } from "./selfcheckCommand.js";
 
 const { version } = createRequire(import.meta.url)("../../package.json") as { version: string };
 
@@ -15,5 +17,7 @@ const program = new Command("specdraft")
 
 program.addCommand(serveCommand());
 program.addCommand(validateCommand());
+program.addCommand(packCommand());
+program.addCommand(selfcheckCommand());
 
 await program.parseAsync();

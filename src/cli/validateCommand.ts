@@ -121,8 +121,7 @@ export function validateCommand(): Command {
         .requiredOption(
             "--server <url>",
             "draft server, [NAME=]http://host:port (specdraft /draft) or [NAME=]llama-server+http://host:port; repeat to compare",
-            (value: string, previous: string[]) => [...previous, value],
-            [] as string[]
+            (value: string, previous: string[] | undefined) => [...(previous ?? []), value]
         )
         .requiredOption("--data <file.jsonl>", 'held-out JSONL: {"id", "category"?, "prompt_tokens", "continuation_tokens"} per line')
         .option("--concurrency <n>", "conversations walked at once", parseIntegerOption(1), defaultConcurrency)

@@ -1,0 +1,14 @@
+/** A loopback TCP port that was free a moment ago (the OS picks it), for starting a server under test. */
+import { createServer } from "node:net";
+
+export function findFreePort(): Promise<number> {
+    return new Promise((resolve, reject) => {
+        const server = createServer();
+        server.once("error", reject);
+        server.listen(0, "127.0.0.1", () => {
+            const address = server.address();
+            const port = typeof address === "object" && address !== null ? address.port : 0;
+            server.close(() => resolve(port));
+        });
+    });
+}
