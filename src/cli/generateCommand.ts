@@ -6,6 +6,7 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
+import { describeMismatch } from "../generate/comparePromptRuns.js";
 import { GenerateError } from "../generate/errors.js";
 import { formatGenerateReport } from "../generate/formatGenerateReport.js";
 import { defaultDraftTimeoutMs } from "../generate/HttpDraftTokenPredictor.js";
@@ -144,13 +145,9 @@ export async function runGenerateCommand(options: GenerateCommandOptions, io: Co
         await writeFile(options.out, `${JSON.stringify(summary, null, 2)}\n`);
         io.out.write(`wrote ${options.out}\n`);
     }
-    const mismatch = summary.prompts.find((p) => !p.identical);
-    if (mismatch?.firstDifference) {
-        const d = mismatch.firstDifference;
-        io.err.write(
-            `specdraft generate: output mismatch: prompt ${JSON.stringify(mismatch.id)}, run ${d.run + 1}: speculative output differs from ` +
-                `the target alone at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"})\n`
-        );
+    const mismatch = summary.prompts.map(describeMismatch).find((line) => line !== undefined);
+    if (mismatch !== undefined) {
+        io.err.write(`specdraft generate: ${mismatch}\n`);
         return { exitCode: 1, summary };
     }
     return { exitCode: 0, summary };

@@ -5,7 +5,7 @@
  */
 import type { Llama, LlamaContext, LlamaModel } from "node-llama-cpp";
 import { GenerateError } from "./errors.js";
-import { firstDifference } from "./firstDifference.js";
+import { comparePromptRuns } from "./comparePromptRuns.js";
 import { generateAlone } from "./generateAlone.js";
 import { generateWithExactVerifier } from "./generateWithExactVerifier.js";
 import { generateWithLibraryVerifier } from "./generateWithLibraryVerifier.js";
@@ -134,7 +134,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                     step();
                 }
             }
-            results.push(comparePrompt(prompt.id, prompt.category, prompt.tokens.length, alone, speculative));
+            results.push(comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative));
         }
 
         return summarizeGeneration(results, {
@@ -157,19 +157,4 @@ function checkPrompt(id: string, tokens: readonly number[], vocabSize: number): 
     const bad = tokens.findIndex((token) => !Number.isSafeInteger(token) || token < 0 || token >= vocabSize);
     if (bad >= 0)
         throw new GenerateError("bad_input", `prompt ${JSON.stringify(id)}: token ${bad} is ${tokens[bad]}, expected 0 ≤ id < ${vocabSize} (the target's vocabulary)`);
-}
-
-/** Each speculative run against the target-alone run of the same round. */
-function comparePrompt(id: string, category: string | undefined, promptLength: number, alone: GenerationRun[], speculative: GenerationRun[]): PromptResult {
-    const result: PromptResult = { id, promptLength, alone, speculative, identical: true };
-    if (category !== undefined) result.category = category;
-    for (let run = 0; run < speculative.length; run++) {
-        const difference = firstDifference(alone[run]!.tokens, speculative[run]!.tokens);
-        if (difference !== undefined) {
-            result.identical = false;
-            result.firstDifference = { run, ...difference };
-            break;
-        }
-    }
-    return result;
 }

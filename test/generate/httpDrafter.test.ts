@@ -1,0 +1,171 @@
+/**
+ * Drafts over HTTP: against a real in-process specdraft server (the native engine serving the target's own GGUF,
+ * so drafts are accepted), a server with another vocabulary (refused), a closed port and a server that answers 500
+ * or garbage (both degrade to the target alone with a warning and still give the identical output).
+ */
+import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { PassThrough } from "node:stream";
+import { after, before, test } from "node:test";
+import type { Llama } from "node-llama-cpp";
+import { loadEngine } from "../../src/engine/loadEngine.js";
+import { GenerateError } from "../../src/generate/errors.js";
+import { readGgufVocabulary } from "../../src/generate/readGgufVocabulary.js";
+import { runGenerate } from "../../src/generate/runGenerate.js";
+import type { GenerateSummary, VerifierKind } from "../../src/generate/types.js";
+import { type RunningServer, startServer } from "../../src/server/startServer.js";
+import { cpuLlama, otherVocabModel, targetModel, testPrompts, testThreads } from "./testModels.js";
+
+let llama: Llama;
+before(async () => {
+    llama = await cpuLlama();
+});
+after(async () => {
+    await llama.dispose();
+});
+
+const maxTokens = 32;
+const draftLength = 5;
+
+async function serve(modelPath: string): Promise<RunningServer> {
+    const io = { out: new PassThrough().resume(), err: new PassThrough().resume() };
+    const server = await startServer(
+        {
+            modelPath,
+            host: "127.0.0.1",
+            port: 0,
+            draftLength,
+            streams: 2,
+            contextSize: 512,
+            gpu: "cpu",
+            maxQueue: 16,
+            bodyLimit: 1024 * 1024,
+            logRequests: false
+        },
+        (options) => loadEngine({ ...options, threads: testThreads }),
+        io
+    );
+    try {
+        await server.ready;
+    } catch (error) {
+        await server.close();
+        throw error;
+    }
+    return server;
+}
+
+async function generateWith(url: string, verifier: VerifierKind = "exact"): Promise<{ summary: GenerateSummary; warnings: string[] }> {
+    const warnings: string[] = [];
+    const summary = await runGenerate({
+        target: targetModel,
+        draft: { kind: "http", url },
+        prompts: testPrompts,
+        maxTokens,
+        draftLength,
+        gpu: "cpu",
+        threads: testThreads,
+        timeoutMs: 2000,
+        llama,
+        verifier,
+        onWarning: (message) => warnings.push(message)
+    });
+    return { summary, warnings };
+}
+
+function assertLossless(summary: GenerateSummary): void {
+    for (const prompt of summary.prompts) {
+        assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
+        assert.ok(prompt.alone[0]!.tokens.length > 0);
+        assert.deepEqual(prompt.speculative[0]!.tokens, prompt.alone[0]!.tokens);
+    }
+}
+
+for (const verifier of ["exact", "node-llama-cpp"] as const) {
+    test(`${verifier} verifier, a real specdraft server serving the target itself: identical output, drafts accepted`, async () => {
+        const server = await serve(targetModel);
+        try {
+            const { summary, warnings } = await generateWith(server.url, verifier);
+            assert.deepEqual(warnings, []);
+            assertLossless(summary);
+            assert.equal(summary.draft.kind, "http");
+            assert.equal(summary.draft.vocabFingerprint, summary.target.vocabFingerprint);
+            assert.ok(summary.speculative.accepted > 0, "the server's drafts are accepted");
+            if (verifier === "exact") assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);
+        } finally {
+            await server.close();
+        }
+    });
+}
+
+test("a server with another vocabulary is refused with a message naming it", async () => {
+    const server = await serve(otherVocabModel);
+    try {
+        await assert.rejects(generateWith(server.url), (error: unknown) => {
+            assert.ok(error instanceof GenerateError);
+            assert.equal(error.code, "vocab_mismatch");
+            assert.ok(error.message.includes(server.url));
+            return true;
+        });
+    } finally {
+        await server.close();
+    }
+});
+
+/** Listens on a free loopback port with `handler`; returns its URL and a close function. */
+async function fakeServer(handler: Parameters<typeof createServer>[1]): Promise<{ url: string; close: () => Promise<void> }> {
+    const server: Server = createServer(handler);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    return {
+        url: `http://127.0.0.1:${port}`,
+        close: () => new Promise<void>((resolve) => server.close(() => resolve()))
+    };
+}
+
+test("a closed port: a warning, then the target alone, identical output", async () => {
+    // a port that was free a moment ago and is closed now
+    const closed = await fakeServer((_, response) => response.end());
+    await closed.close();
+    const { summary, warnings } = await generateWith(closed.url);
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0]!, /not answering .*ECONNREFUSED.*target alone/);
+    assertLossless(summary);
+    assert.equal(summary.speculative.drafted, 0);
+    assert.deepEqual(summary.warnings, warnings);
+});
+
+for (const [name, draftAnswer] of [
+    ["HTTP 500", { status: 500, body: '{"error":{"code":"internal","message":"boom"}}' }],
+    ["garbage", { status: 200, body: "<html>not json</html>" }],
+    ["ids outside the vocabulary", { status: 200, body: '{"draft":[1,2,99999999]}' }]
+] as const) {
+    test(`a drafter answering ${name}: a warning, then the target alone, identical output`, async () => {
+        const target = await readGgufVocabulary(targetModel);
+        let draftRequests = 0;
+        const server = await fakeServer((request, response) => {
+            request.resume();
+            if (request.url === "/info") {
+                response.setHeader("content-type", "application/json");
+                response.end(JSON.stringify({ model: "fake", vocab_size: target.size, vocab_fingerprint: target.fingerprint }));
+                return;
+            }
+            draftRequests++;
+            response.statusCode = draftAnswer.status;
+            response.end(draftAnswer.body);
+        });
+        try {
+            for (const verifier of ["exact", "node-llama-cpp"] as const) {
+                draftRequests = 0;
+                const { summary, warnings } = await generateWith(server.url, verifier);
+                assert.equal(warnings.length, 1, `${verifier}: ${JSON.stringify(warnings)}`);
+                assert.match(warnings[0]!, /failed .*target alone/);
+                assert.equal(draftRequests, 1, "after the first failure no more drafts are asked for");
+                assertLossless(summary);
+                assert.equal(summary.speculative.accepted, 0);
+            }
+        } finally {
+            await server.close();
+        }
+    });
+}

@@ -1,0 +1,85 @@
+/**
+ * Lossless speculation with an in-process draft GGUF and with prompt lookup, through both verifiers: every
+ * speculative output must equal the target alone. The target as its own drafter makes every draft right, so the
+ * acceptance paths run, not only rejections.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import type { Llama } from "node-llama-cpp";
+import { GenerateError } from "../../src/generate/errors.js";
+import { runGenerate, type RunGenerateOptions } from "../../src/generate/runGenerate.js";
+import type { GenerateSummary, VerifierKind } from "../../src/generate/types.js";
+import { cpuLlama, otherVocabModel, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
+
+let llama: Llama;
+before(async () => {
+    llama = await cpuLlama();
+});
+after(async () => {
+    await llama.dispose();
+});
+
+const maxTokens = 40;
+const draftLength = 6;
+
+function generate(options: Partial<RunGenerateOptions> & Pick<RunGenerateOptions, "draft">): Promise<GenerateSummary> {
+    return runGenerate({ target: targetModel, prompts: testPrompts, maxTokens, draftLength, gpu: "cpu", threads: testThreads, llama, ...options });
+}
+
+function assertLossless(summary: GenerateSummary): void {
+    for (const prompt of summary.prompts) {
+        assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
+        assert.ok(prompt.alone[0]!.tokens.length > 0, `prompt ${prompt.id} generated nothing`);
+        assert.deepEqual(prompt.speculative[0]!.tokens, prompt.alone[0]!.tokens);
+    }
+    assert.equal(summary.identical, true);
+    assert.equal(summary.speculative.tokens, summary.alone.tokens);
+}
+
+for (const verifier of ["exact", "node-llama-cpp"] as const satisfies readonly VerifierKind[]) {
+    test(`${verifier} verifier, the target as its own draft model: identical output, drafts accepted`, async () => {
+        const summary = await generate({ draft: { kind: "model", path: targetModel }, verifier });
+        assertLossless(summary);
+        assert.ok(summary.speculative.accepted > 0, "some drafts are accepted");
+        if (verifier === "exact") {
+            // a drafter identical to the target: every step takes the whole draft, except at the cut to maxTokens
+            assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with a perfect drafter and k = ${draftLength}`);
+        } else {
+            assert.ok(summary.tau > 1, `τ ${summary.tau}`);
+        }
+    });
+
+    test(`${verifier} verifier, a quantized drafter of the same vocabulary: identical output`, async () => {
+        const summary = await generate({ draft: { kind: "model", path: quantizedDrafter }, verifier, runs: 2 });
+        assertLossless(summary);
+        assert.equal(summary.prompts[0]!.speculative.length, 2);
+        assert.ok(summary.speculative.drafted > 0, "drafts were offered");
+        assert.ok(summary.draftTimeShare > 0 && summary.draftTimeShare < 1, `draft time share ${summary.draftTimeShare}`);
+    });
+
+    test(`${verifier} verifier, prompt lookup: identical output`, async () => {
+        const summary = await generate({ draft: { kind: "ngram" }, verifier });
+        assertLossless(summary);
+        assert.equal(summary.draft.kind, "ngram");
+        assert.ok(summary.speculative.drafted > 0, "the prompts repeat themselves, so lookup finds drafts");
+    });
+}
+
+test("a draft model with another vocabulary is refused before generating", async () => {
+    await assert.rejects(generate({ draft: { kind: "model", path: otherVocabModel } }), (error: unknown) => {
+        assert.ok(error instanceof GenerateError);
+        assert.equal(error.code, "vocab_mismatch");
+        assert.match(error.message, /Vocabulary mismatch/);
+        assert.ok(error.message.includes(otherVocabModel), "the message names the drafter");
+        return true;
+    });
+});
+
+test("a prompt token outside the target's vocabulary is bad input", async () => {
+    await assert.rejects(generate({ draft: { kind: "ngram" }, prompts: [{ id: "big", tokens: [1, 2, 999999] }] }), (error: unknown) => {
+        assert.ok(error instanceof GenerateError);
+        assert.equal(error.code, "bad_input");
+        assert.match(error.message, /token 2 is 999999/);
+        return true;
+    });
+});
