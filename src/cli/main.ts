@@ -3,6 +3,7 @@
 
 import { createRequire } from "node:module";
 import { Command } from "commander";
+import { generateCommand } from "./generateCommand.js";
 import { serveCommand } from "./serveCommand.js";
 import { validateCommand } from "./validateCommand.js";
 import { packCommand } from "./packCommand.js";
@@ -19,5 +20,6 @@ program.addCommand(serveCommand());
 program.addCommand(validateCommand());
 program.addCommand(packCommand());
 program.addCommand(selfcheckCommand());
+program.addCommand(generateCommand());
 
 await program.parseAsync();
