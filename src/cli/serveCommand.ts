@@ -19,7 +19,8 @@ import {
     defaultStreams,
     maxDraftLength,
 } from "../server/serveDefaults.js";
-import type { EngineLoader, EngineLoadOptions, GpuChoice, ServeOptions } from "../server/startServer.js";
+import type { GpuChoice, LoadEngineOptions } from "../engine/loadEngine.js";
+import type { ServeOptions } from "../server/startServer.js";
 
 /** The package root: this file is src/cli/serveCommand.ts or dist/cli/serveCommand.js. */
 const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
@@ -40,6 +41,7 @@ interface ServeFlags {
     gpu: GpuChoice;
     maxQueue: number;
     bodyLimit: number;
+    threads: number | undefined;
     log: boolean;
 }
 
@@ -59,6 +61,7 @@ export function serveCommand(): Command {
         .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
         .option("--max-queue <n>", "draft requests that may wait before new ones get 503 queue_full", integerIn(1, 1 << 20), defaultMaxQueue)
         .option("--body-limit <bytes>", "largest request body; larger ones get 413", integerIn(64, 1 << 30), defaultBodyLimit)
+        .option("--threads <n>", "CPU threads for llama.cpp (default: the number of CPUs)", integerIn(1, 1024))
         .option("--log", "log every request to stderr", false)
         .action(async (flags: ServeFlags) => {
             const options: ServeOptions = {
@@ -72,6 +75,7 @@ export function serveCommand(): Command {
                 maxQueue: flags.maxQueue,
                 bodyLimit: flags.bodyLimit,
                 logRequests: flags.log,
+                ...(flags.threads === undefined ? {} : { threads: flags.threads }),
             };
             const exitCode = await runServe(options, loadRealEngine);
             // llama.cpp may hold native handles after close; the server is done, so end the process here
@@ -80,10 +84,8 @@ export function serveCommand(): Command {
 }
 
 /** Loads src/engine lazily, so `--help` and a bad model file do not wait for node-llama-cpp's native addon. */
-async function loadRealEngine(options: EngineLoadOptions): Promise<DraftEngine> {
-    // TODO(server): a literal import once src/engine/loadEngine.ts is committed (a variable keeps tsc green until then)
-    const engineModule: string = "../engine/loadEngine.js";
-    const { loadEngine } = (await import(engineModule)) as { loadEngine: EngineLoader };
+async function loadRealEngine(options: LoadEngineOptions): Promise<DraftEngine> {
+    const { loadEngine } = await import("../engine/loadEngine.js");
     return loadEngine(options);
 }
 

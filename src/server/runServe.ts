@@ -4,6 +4,7 @@
  * gives up at once with 1).
  */
 
+import { EngineLoadError } from "../engine/errors.js";
 import { type EngineLoader, type ServeOptions, type ServerIo, startServer } from "./startServer.js";
 
 const shutdownSignals = ["SIGTERM", "SIGINT"] as const;
@@ -48,7 +49,9 @@ export async function runServe(
         server.ready.catch((error: unknown) => {
             if (stopping) return;
             stopping = true;
-            io.err.write(`specdraft serve: cannot load ${options.modelPath}: ${describe(error, options)}\n`);
+            // EngineLoadError already names the file
+            const reason = describe(error, options);
+            io.err.write(`specdraft serve: ${error instanceof EngineLoadError ? reason : `cannot load ${options.modelPath}: ${reason}`}\n`);
             server.close().finally(() => resolve(1));
         });
     });

@@ -4,24 +4,13 @@
  */
 
 import type { AddressInfo } from "node:net";
-import type { DraftEngine, EngineObserver } from "../engine/types.js";
+import type { GpuChoice, LoadEngineOptions } from "../engine/loadEngine.js";
+import type { DraftEngine } from "../engine/types.js";
 import { buildApp, type App } from "./buildApp.js";
 import { checkModelFile } from "./checkModelFile.js";
 
-/** Where llama.cpp should compute; `auto` picks the best backend available. */
-export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
-
-/** What the engine needs to load (the shape of src/engine/loadEngine.ts's options). */
-export interface EngineLoadOptions {
-    modelPath: string;
-    streams: number;
-    contextSize: number;
-    gpu: GpuChoice;
-    maxQueue: number;
-    observer: EngineObserver;
-}
-
-export type EngineLoader = (options: EngineLoadOptions) => Promise<DraftEngine>;
+/** src/engine/loadEngine.ts's loadEngine, or a stand-in for tests. */
+export type EngineLoader = (options: LoadEngineOptions) => Promise<DraftEngine>;
 
 export interface ServeOptions {
     /** The GGUF drafter to serve. */
@@ -44,6 +33,8 @@ export interface ServeOptions {
     bodyLimit: number;
     /** Log every request to stderr. Defaults (in the CLI) to `false`. */
     logRequests: boolean;
+    /** CPU threads for llama.cpp. Defaults to the engine's choice (the number of CPUs). */
+    threads?: number;
 }
 
 /** Where the server writes: the ready line (with the URL) to `out`, progress and problems to `err`. */
@@ -86,6 +77,7 @@ export async function startServer(options: ServeOptions, loadEngine: EngineLoade
             gpu: options.gpu,
             maxQueue: options.maxQueue,
             observer: metrics.engineObserver,
+            ...(options.threads === undefined ? {} : { threads: options.threads }),
         });
         if (options.draftLength + 1 > engine.info.contextSize) {
             throw new Error(`--draft-len ${options.draftLength} does not fit the context size ${engine.info.contextSize}`);

@@ -13,13 +13,17 @@ export interface ServeProcess {
     stderr: () => string;
     /** Resolves with the first stdout line matching `pattern`; rejects if the process exits first. */
     waitForLine(pattern: RegExp): Promise<RegExpMatchArray>;
+    /** Resolves once stderr matches `pattern`. */
+    waitForStderr(pattern: RegExp): Promise<void>;
     /** Resolves with the exit code (signal-killed: -1). */
     exited: Promise<number>;
 }
 
-export function spawnServe(script: string, args: string[]): ServeProcess {
-    const child = spawn(process.execPath, ["--import", "tsx", script, ...args], {
-        cwd: repoRoot,
+export function spawnServe(script: string, args: string[], options: { cwd?: string } = {}): ServeProcess {
+    // tsx resolved from this checkout, so the child can run from any working directory
+    const tsx = import.meta.resolve("tsx");
+    const child = spawn(process.execPath, ["--import", tsx, script, ...args], {
+        cwd: options.cwd ?? repoRoot,
         stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "";
@@ -35,13 +39,26 @@ export function spawnServe(script: string, args: string[]): ServeProcess {
             }
         }
     });
-    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (err += chunk));
+    const stderrWaiters: { pattern: RegExp; resolve: () => void }[] = [];
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+        err += chunk;
+        for (const waiter of [...stderrWaiters]) {
+            if (waiter.pattern.test(err)) {
+                stderrWaiters.splice(stderrWaiters.indexOf(waiter), 1);
+                waiter.resolve();
+            }
+        }
+    });
     const exited = new Promise<number>((resolve) => child.on("exit", (code) => resolve(code ?? -1)));
     return {
         child,
         stdout: () => out,
         stderr: () => err,
         exited,
+        waitForStderr(pattern) {
+            if (pattern.test(err)) return Promise.resolve();
+            return new Promise((resolve) => stderrWaiters.push({ pattern, resolve }));
+        },
         waitForLine(pattern) {
             const match = out.match(pattern);
             if (match !== null) return Promise.resolve(match);
