@@ -1,0 +1,417 @@
+"""Quantization-aware training that is bit-exact with the GGUF file export writes.
+
+ggml stores a 2-D weight as rows of its *last* torch dimension (an ``nn.Linear`` weight ``[out, in]`` becomes ggml
+``ne = [in, out]``), so every block of 32 runs along ``in``. Q4_0 per block (``quantize_row_q4_0_ref`` in ggml-quants.c
+and ``gguf.quants.Q4_0``, both reproduced here operation by operation in fp32):
+
+    max = the signed value of largest magnitude (the first one on ties)
+    d   = max / -8                  fp32; stored as fp16
+    id  = 1 / d  (0 if d == 0)      from the fp32 d, not the fp16 one
+    q   = min(15, trunc(x * id + 8.5))   x * id rounded to fp32 first, then + 8.5 rounded again (no FMA)
+    x'  = (q - 8) * fp16(d)
+
+Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x / d)``, ``x' = q * fp16(d)``.
+
+Which tensor gets which type is decided in one place, :func:`gguf_storage_type`, used by both :func:`prepare_qat` and
+``export.export_gguf``: whatever the GGUF stores quantized, training fake-quantizes the same way, so the PyTorch model
+under QAT computes with exactly the weights the GGUF holds.
+
+    from specdraft_train.quant import prepare_qat
+    qat = prepare_qat(model, clip_search=True)       # forward now uses the GGUF's weights
+    ...train...
+    with qat.unwrapped():                            # latent fp32 weights under their HF names
+        model.save_pretrained(ckpt_dir)
+    qat.save(ckpt_dir / "qat_state.safetensors")     # per-block clip factors + fingerprints for export
+    # python -m specdraft_train export --checkpoint ckpt_dir --out d.gguf --type Q4_0 --qat-state ckpt_dir/qat_state.safetensors
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.nn.utils.parametrize as parametrize
+from gguf import GGMLQuantizationType
+from torch import Tensor, nn
+
+QK = 32  # block size of both Q4_0 and Q8_0 (QK4_0 == QK8_0 == 32 in ggml)
+OUT_TYPES = ("F32", "F16", "Q8_0", "Q4_0")
+QAT_STATE_FORMAT = "specdraft-qat/1"
+# Clip factors tried per block by the clipping search, largest first so that ties keep the plain (max-derived) scale.
+# Below ~0.6 the clamped outliers cost more than the finer grid gains on every weight shape we tried.
+CLIP_CANDIDATES = tuple(1.0 - 0.025 * k for k in range(17))  # 1.000 … 0.600
+# Hugging Face names (suffixes) of the tensors that hold the vocabulary: kept at Q8_0 in a Q4_0 file, as llama-quantize
+# keeps the output head above Q4_0 (it uses Q6_K, which gguf-py cannot quantize; Q8_0 is the nearest it can).
+VOCAB_TENSOR_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Which type each tensor is stored as
+
+
+def gguf_storage_type(hf_name: str, shape: tuple[int, ...], out_type: str) -> GGMLQuantizationType:
+    """The ggml type export writes for the checkpoint tensor ``hf_name`` of ``shape`` in a file of ``out_type``.
+
+    1-D tensors (norms) are always F32. Quantized types need the row (last dim) to be a multiple of 32; a tensor
+    whose row is not falls back to F16, as convert_hf_to_gguf.py does.
+    """
+    if out_type not in OUT_TYPES:
+        raise ValueError(f"Unknown GGUF type {out_type!r}: expected one of {', '.join(OUT_TYPES)}.")
+    if len(shape) < 2 or out_type == "F32":
+        return GGMLQuantizationType.F32
+    if out_type == "F16":
+        return GGMLQuantizationType.F16
+    if shape[-1] % QK != 0:
+        return GGMLQuantizationType.F16
+    if out_type == "Q8_0" or hf_name.endswith(VOCAB_TENSOR_SUFFIXES):
+        return GGMLQuantizationType.Q8_0
+    return GGMLQuantizationType.Q4_0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Bit-exact block quantizers (no autograd)
+
+
+def _blocks(w: Tensor) -> Tensor:
+    if w.shape[-1] % QK != 0:
+        raise ValueError(f"Row length {w.shape[-1]} is not a multiple of the block size {QK}.")
+    return w.detach().to(torch.float32).reshape(-1, QK)  # (n_blocks, 32)
+
+
+def q4_0_quantize_blocks(w: Tensor, clip: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Q4_0 blocks of ``w`` as ggml computes them: ``(d, q)``, d fp32 ``(n_blocks, 1)`` before its fp16 rounding,
+    q uint8 ``(n_blocks, 32)`` in 0..15.
+
+    ``clip`` (``(n_blocks,)`` or ``(n_blocks, 1)``, values ≤ 1) scales each block's d after ``max / -8``; with it the
+    result is what a clipping search chose, which plain ggml quantization cannot reproduce (export writes these blocks).
+    """
+    blocks = _blocks(w)  # (n_blocks, 32)
+    imax = blocks.abs().argmax(dim=-1, keepdim=True)  # torch and numpy both return the first index on ties
+    vmax = torch.gather(blocks, -1, imax)  # (n_blocks, 1)
+    d = vmax / -8
+    if clip is not None:
+        d = d * clip.to(device=d.device, dtype=torch.float32).reshape(-1, 1)
+    inv_d = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
+    # Two separate ops, each rounded to fp32, as in ggml's reference and gguf-py; a fused multiply-add (torch.compile,
+    # addcmul) would round once and move some values across a .5 boundary.
+    scaled = blocks * inv_d
+    q = torch.trunc(scaled + 8.5).clamp_(0, 15).to(torch.uint8)
+    return d, q
+
+
+def q4_0_dequantize_blocks(d: Tensor, q: Tensor) -> Tensor:
+    """``(q - 8) * fp16(d)`` in fp32, ``(n_blocks, 32)``; the product is exact (11-bit mantissa × 4-bit integer)."""
+    return d.to(torch.float16).to(torch.float32) * (q.to(torch.float32) - 8)
+
+
+def q8_0_quantize_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
+    """Q8_0 blocks of ``w`` as ggml computes them: ``(d, q)``, d fp32 ``(n_blocks, 1)``, q int8 ``(n_blocks, 32)``."""
+    blocks = _blocks(w)  # (n_blocks, 32)
+    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
+    inv_d = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
+    scaled = blocks * inv_d
+    # roundf (half away from zero) exactly as gguf-py's np_roundf writes it
+    a = scaled.abs()
+    floored = torch.floor(a)
+    q = torch.sign(scaled) * (floored + torch.floor(2 * (a - floored)))
+    return d, q.to(torch.int8)
+
+
+def q8_0_dequantize_blocks(d: Tensor, q: Tensor) -> Tensor:
+    return d.to(torch.float16).to(torch.float32) * q.to(torch.float32)
+
+
+def pack_q4_0(d: Tensor, q: Tensor) -> "numpy.ndarray":  # noqa: F821 (numpy imported lazily by callers' type checkers)
+    """Q4_0 bytes ``(n_blocks, 18)``: fp16 d, then byte j = q[j] | q[j + 16] << 4 (ggml's ``block_q4_0``)."""
+    import numpy as np
+
+    d16 = d.detach().cpu().to(torch.float16).numpy().view(np.uint8).reshape(-1, 2)  # (n_blocks, 2)
+    qn = q.detach().cpu().numpy().reshape(-1, 2, QK // 2)  # (n_blocks, 2, 16)
+    qs = qn[:, 0, :] | (qn[:, 1, :] << np.uint8(4))  # (n_blocks, 16)
+    return np.concatenate([d16, qs], axis=-1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Fake quantization with straight-through gradients
+
+
+class _StraightThrough(torch.autograd.Function):
+    """Forward returns the quantized values exactly; backward passes the gradient where ``in_range`` holds.
+
+    (``w + (fq - w).detach()`` would not do: ``w + (fq - w)`` is not always ``fq`` in floating point.)
+    """
+
+    @staticmethod
+    def forward(ctx, w: Tensor, fq: Tensor, in_range: Tensor | None) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(in_range if in_range is not None else torch.empty(0))
+        ctx.has_mask = in_range is not None
+        return fq
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        (in_range,) = ctx.saved_tensors
+        if ctx.has_mask:
+            grad = grad * in_range.to(grad.dtype)
+        return grad, None, None
+
+
+def fake_quant_q4_0(w: Tensor, clip: Tensor | None = None) -> Tensor:
+    """``w`` rounded exactly as GGUF Q4_0 stores it (blocks of 32 along the last dim), same shape and dtype fp32.
+
+    Gradient: identity for weights inside the block's range ``|x| ≤ 8·|d|`` (all of them without ``clip``), zero for
+    weights a clip factor < 1 cuts off.
+    """
+    d, q = q4_0_quantize_blocks(w, clip)
+    fq = q4_0_dequantize_blocks(d, q).reshape(w.shape).to(w.dtype)
+    in_range = None
+    if clip is not None:
+        blocks = w.detach().to(torch.float32).reshape(-1, QK)  # (n_blocks, 32)
+        in_range = (blocks.abs() <= 8 * d.abs()).reshape(w.shape)
+    return _StraightThrough.apply(w, fq, in_range)
+
+
+def fake_quant_q8_0(w: Tensor) -> Tensor:
+    """``w`` rounded exactly as GGUF Q8_0 stores it; identity gradient (Q8_0 scales by the absmax: nothing clips)."""
+    d, q = q8_0_quantize_blocks(w)
+    fq = q8_0_dequantize_blocks(d, q).reshape(w.shape).to(w.dtype)
+    return _StraightThrough.apply(w, fq, None)
+
+
+def fake_quant_f16(w: Tensor) -> Tensor:
+    """``w`` rounded to fp16 as an F16 GGUF stores it; identity gradient."""
+    return _StraightThrough.apply(w, w.detach().to(torch.float16).to(w.dtype), None)
+
+
+def fake_quant(w: Tensor, qtype: GGMLQuantizationType, clip: Tensor | None = None) -> Tensor:
+    """``w`` as a GGUF tensor of ``qtype`` holds it (F32: unchanged)."""
+    if qtype == GGMLQuantizationType.Q4_0:
+        return fake_quant_q4_0(w, clip)
+    if qtype == GGMLQuantizationType.Q8_0:
+        return fake_quant_q8_0(w)
+    if qtype == GGMLQuantizationType.F16:
+        return fake_quant_f16(w)
+    if qtype == GGMLQuantizationType.F32:
+        return w
+    raise ValueError(f"No fake quantization for {qtype.name}.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Clipping search
+
+
+def search_clip(w: Tensor, candidates: tuple[float, ...] = CLIP_CANDIDATES) -> Tensor:
+    """Per block of 32, the factor on d (from ``candidates``) that minimizes the block's squared error; ``(n_blocks,)``.
+
+    Candidates are tried largest first and a later one must be strictly better, so a tie keeps the larger factor.
+    """
+    blocks = _blocks(w)  # (n_blocks, 32)
+    n_blocks = blocks.shape[0]
+    best_err = torch.full((n_blocks,), float("inf"), device=blocks.device)
+    best = torch.ones(n_blocks, device=blocks.device)
+    for factor in candidates:
+        clip = torch.full((n_blocks,), factor, device=blocks.device)
+        d, q = q4_0_quantize_blocks(blocks, clip)
+        err = (q4_0_dequantize_blocks(d, q) - blocks).square().sum(dim=-1)  # (n_blocks,)
+        better = err < best_err
+        best_err = torch.where(better, err, best_err)
+        best = torch.where(better, clip, best)
+    return best
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Model-level QAT
+
+
+class FakeQuantize(nn.Module):
+    """A parametrization: the module's weight reads as the GGUF's stored weight of ``qtype``.
+
+    ``clip`` (Q4_0 with clipping search only) holds each block's factor on d, ``(n_blocks,)``.
+    """
+
+    def __init__(self, qtype: GGMLQuantizationType, clip: Tensor | None = None):
+        super().__init__()
+        self.qtype = qtype
+        self.register_buffer("clip", clip, persistent=True)
+
+    def forward(self, w: Tensor) -> Tensor:
+        return fake_quant(w, self.qtype, self.clip)
+
+
+@dataclass
+class QatTarget:
+    """One weight under QAT: its checkpoint name, the modules sharing it (two when embeddings are tied), its type."""
+
+    hf_name: str
+    modules: list[nn.Module]
+    qtype: GGMLQuantizationType
+    parametrization: FakeQuantize
+
+
+@dataclass
+class QatState:
+    """What :func:`prepare_qat` did to a model; export reads its :meth:`save` file to write the learned blocks."""
+
+    model: nn.Module
+    out_type: str
+    clip_search: bool
+    targets: dict[str, QatTarget] = field(default_factory=dict)
+    _attached: bool = True
+
+    def latent_weight(self, hf_name: str) -> Tensor:
+        """The trainable fp32 weight behind ``hf_name`` (what the checkpoint stores)."""
+        module = self.targets[hf_name].modules[0]
+        if self._attached:
+            return module.parametrizations.weight.original
+        return module.weight
+
+    def quantized_weight(self, hf_name: str) -> Tensor:
+        """The weight as the GGUF will hold it, dequantized to fp32."""
+        target = self.targets[hf_name]
+        with torch.no_grad():
+            return fake_quant(self.latent_weight(hf_name), target.qtype, target.parametrization.clip)
+
+    def refresh_clip(self) -> None:
+        """Re-run the clipping search on the current weights (call now and then while training with clip_search)."""
+        if not self.clip_search:
+            return
+        with torch.no_grad():
+            for name, target in self.targets.items():
+                if target.qtype == GGMLQuantizationType.Q4_0:
+                    target.parametrization.clip.copy_(search_clip(self.latent_weight(name)))
+
+    def _detach(self) -> None:
+        for target in self.targets.values():
+            for module in target.modules:
+                parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
+        self._attached = False
+
+    def _attach(self) -> None:
+        for target in self.targets.values():
+            for module in target.modules:
+                # Tied modules share one Parameter, so both parametrizations wrap the same trainable original.
+                parametrize.register_parametrization(module, "weight", target.parametrization)
+        self._attached = True
+
+    def remove(self) -> None:
+        """End QAT: weights become plain latent fp32 Parameters again (the same objects the optimizer holds)."""
+        if self._attached:
+            self._detach()
+
+    @contextlib.contextmanager
+    def unwrapped(self) -> Iterator[nn.Module]:
+        """Within the block the model has its plain latent weights under their HF names, e.g. for save_pretrained."""
+        was_attached = self._attached
+        if was_attached:
+            self._detach()
+        try:
+            yield self.model
+        finally:
+            if was_attached:
+                self._attach()
+
+    def fingerprints(self) -> dict[str, str]:
+        """sha256 of each target's quantized fp32 values: export recomputes them and refuses a mismatch."""
+        return {name: _fingerprint(self.quantized_weight(name)) for name in self.targets}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the per-block clip factors and fingerprints (safetensors, atomically) for ``export --qat-state``."""
+        from safetensors.torch import save_file
+
+        from .artifacts import AtomicFile
+
+        tensors = {
+            f"{name}.clip": target.parametrization.clip.detach().to("cpu", torch.float32).contiguous()
+            for name, target in self.targets.items()
+            if target.parametrization.clip is not None
+        }
+        metadata = {
+            "format": QAT_STATE_FORMAT,
+            "out_type": self.out_type,
+            "clip_search": json.dumps(self.clip_search),
+            "types": json.dumps({name: t.qtype.name for name, t in self.targets.items()}),
+            "fingerprints": json.dumps(self.fingerprints()),
+        }
+        path = Path(path)
+        with AtomicFile(path) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata)
+        return path
+
+
+def _fingerprint(values: Tensor) -> str:
+    return hashlib.sha256(values.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()).hexdigest()
+
+
+def _weight_owners(model: nn.Module) -> dict[str, list[nn.Module]]:
+    """Checkpoint name of each weight → the modules holding it (tied weights: every holder, named after the first)."""
+    owners: dict[int, tuple[str, list[nn.Module]]] = {}
+    for module_name, module in model.named_modules():
+        weight = module._parameters.get("weight") if hasattr(module, "_parameters") else None
+        if weight is None:
+            continue
+        name = f"{module_name}.weight"
+        if id(weight) in owners:
+            owners[id(weight)][1].append(module)
+        else:
+            owners[id(weight)] = (name, [module])
+    return {name: modules for name, modules in owners.values()}
+
+
+def prepare_qat(model: nn.Module, clip_search: bool = False, out_type: str = "Q4_0") -> QatState:
+    """Make ``model``'s forward use, for every weight, exactly what a GGUF of ``out_type`` stores.
+
+    Q4_0 file: decoder projections (q/k/v/o, gate/up/down) Q4_0; token embedding (and an untied output head) Q8_0;
+    norms stay F32 and are not touched. ``clip_search`` picks, per Q4_0 block, a factor ≤ 1 on d minimizing the
+    block's squared error (refresh it with :meth:`QatState.refresh_clip`); export then writes those blocks.
+    """
+    state = QatState(model=model, out_type=out_type, clip_search=clip_search)
+    for name, modules in _weight_owners(model).items():
+        weight = modules[0].weight
+        qtype = gguf_storage_type(name, tuple(weight.shape), out_type)
+        if qtype == GGMLQuantizationType.F32:
+            continue
+        clip = None
+        if qtype == GGMLQuantizationType.Q4_0:
+            clip = search_clip(weight) if clip_search else torch.ones(weight.numel() // QK, device=weight.device)
+        state.targets[name] = QatTarget(name, modules, qtype, FakeQuantize(qtype, clip))
+    state._attach()
+    return state
+
+
+@dataclass
+class LoadedQatState:
+    """A saved QAT state as export reads it."""
+
+    out_type: str
+    types: dict[str, str]
+    clips: dict[str, Tensor]
+    fingerprints: dict[str, str]
+
+
+def load_qat_state(path: str | Path) -> LoadedQatState:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+        if metadata.get("format") != QAT_STATE_FORMAT:
+            raise ValueError(f"{path}: not a QAT state file (format {metadata.get('format')!r}, expected {QAT_STATE_FORMAT!r}).")
+        clips = {key.removesuffix(".clip"): f.get_tensor(key) for key in f.keys()}
+    return LoadedQatState(
+        out_type=metadata["out_type"],
+        types=json.loads(metadata["types"]),
+        clips=clips,
+        fingerprints=json.loads(metadata["fingerprints"]),
+    )
+
+
+def verify_fingerprint(name: str, values: Tensor, expected: str) -> None:
+    actual = _fingerprint(values)
+    if actual != expected:
+        raise ValueError(
+            f"{name}: quantized weights differ from the ones training saved in its QAT state "
+            f"(sha256 {actual[:12]}…, expected {expected[:12]}…): checkpoint and QAT state are from different steps?"
+        )
