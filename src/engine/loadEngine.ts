@@ -35,7 +35,11 @@ export interface LoadEngineOptions {
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
-    /** CPU threads for llama.cpp. Defaults to the number of CPUs. */
+    /**
+     * CPU threads for llama.cpp. ggml's threads spin while they wait for each other, so on a busy machine every thread
+     * beyond the free cores costs far more than it gives (a 2-core machine under load drafted 500× slower with 2 than
+     * with 1). Defaults to the number of CPUs − 1, at least 1 and at most 8.
+     */
     threads?: number;
     /** Tokens per llama_decode call. Defaults to `4096`. */
     batchSize?: number;
@@ -50,12 +54,19 @@ export interface LoadEngineOptions {
     kvUnified?: boolean;
     /** Print llama.cpp's logs to stderr. Defaults to `false`. */
     verbose?: boolean;
+    /** Knobs that make the engine WRONG on purpose, so tests can show what the guards prevent. Defaults to none. */
+    testing?: EngineTestingOptions;
+}
+
+export interface EngineTestingOptions {
     /**
-     * Tests only: read each sequence's logits from its own thread without first applying llama.cpp's pending output
-     * reorder on one thread — the race that gives wrong drafts. Also settable with SPECDRAFT_UNGUARDED_LOGITS=1.
+     * Read each sequence's logits from its own thread without first applying llama.cpp's pending output reorder on one
+     * thread — the race that gives wrong drafts. Also set by the environment variable SPECDRAFT_UNGUARDED_LOGITS=1.
      * Defaults to `false`.
      */
     unguardedLogits?: boolean;
+    /** Batch requests in arrival order instead of KV-slot order, so llama.cpp reorders outputs. Defaults to `false`. */
+    arrivalOrder?: boolean;
 }
 
 export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngine> {
@@ -80,8 +91,9 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
                 gpuLayers: wantsGpu ? -1 : 0,
                 flashAttention,
                 kvUnified: options.kvUnified ?? false,
-                threads: options.threads ?? availableParallelism(),
-                unguardedLogits: options.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
+                threads: options.threads ?? defaultThreads(),
+                unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
+                arrivalOrder: options.testing?.arrivalOrder ?? false,
                 verbose: options.verbose ?? false,
             });
         } catch (error) {
@@ -119,6 +131,10 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
         },
         { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer },
     );
+}
+
+function defaultThreads(): number {
+    return Math.max(1, Math.min(availableParallelism() - 1, 8));
 }
 
 /** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */

@@ -35,6 +35,8 @@ export interface NativeLoadOptions {
     threads: number;
     /** Tests only: read logits from many threads at once, without the reorder guard. */
     unguardedLogits: boolean;
+    /** Tests only: batch requests in arrival order instead of slot order (llama.cpp then reorders the outputs). */
+    arrivalOrder: boolean;
     /** Print llama.cpp's logs to stderr. */
     verbose: boolean;
 }

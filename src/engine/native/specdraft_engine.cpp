@@ -9,12 +9,13 @@
 // (llama_context::output_reorder). Touching the logits from several threads at once races on that reorder and gives
 // wrong, run-to-run different drafts (node-llama-cpp's per-sequence sampling does exactly that). Here the row pointers
 // of all outputs are fetched on one thread first (the first fetch reorders), and only then is argmax split over
-// threads. `unguardedLogits` turns the guard off, only so a test can show that it is needed.
+// threads. `unguardedLogits` turns the guard off, only so a test can show that it is needed; `arrivalOrder` (also for
+// tests) batches requests in arrival order, which makes llama.cpp reorder outputs and so exposes the race.
 //
 // JS interface (see src/engine/NativeEngine.ts for the typed view):
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
-//                       kvUnified, threads, unguardedLogits, verbose });
+//                       kvUnified, threads, unguardedLogits, arrivalOrder, verbose });
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.round(items, cancelFlags)  -> { drafts, cached, evaluated, decodes }
 //   engine.dispose()
@@ -138,6 +139,7 @@ struct EngineState {
     int32_t streams = 0;
     int32_t argmaxThreads = 1;
     bool unguardedLogits = false;
+    bool arrivalOrder = false;  // tests only: batch in request order (llama.cpp then reorders outputs) instead of slot order
     std::string gpuDevice;  // empty: CPU only
 };
 
@@ -181,6 +183,7 @@ struct LoadOptions {
     bool kvUnified = false;
     int32_t threads = 0;
     bool unguardedLogits = false;
+    bool arrivalOrder = false;
 };
 
 class LoadWorker : public Napi::AsyncWorker {
@@ -205,8 +208,8 @@ public:
             llama_context_params cp = llama_context_default_params();
             cp.n_seq_max = (uint32_t)options_.streams;
             cp.kv_unified = options_.kvUnified;
-            // with per-sequence KV (kv_unified=false) llama.cpp gives each sequence n_ctx / n_seq_max cells
-            cp.n_ctx = (uint32_t)options_.contextSize * (options_.kvUnified ? 1u : (uint32_t)options_.streams);
+            // room for every sequence: split into n_ctx / n_seq_max cells per sequence, or shared when unified
+            cp.n_ctx = (uint32_t)options_.contextSize * (uint32_t)options_.streams;
             cp.n_batch = (uint32_t)options_.batchSize;
             cp.n_ubatch = (uint32_t)std::min(options_.ubatchSize, options_.batchSize);
             // at most one output (the last token) per sequence per decode: keeps the logits buffers small
@@ -220,11 +223,12 @@ public:
             s.ctx = llama_init_from_model(s.model, cp);
             if (!s.ctx) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
 
-            s.batchCapacity = options_.batchSize;
+            s.batchCapacity = (int32_t)llama_n_batch(s.ctx);  // llama.cpp caps n_batch at n_ctx
             s.batch = llama_batch_init(s.batchCapacity, 0, 1);
             s.nVocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model));
             s.streams = options_.streams;
             s.unguardedLogits = options_.unguardedLogits;
+            s.arrivalOrder = options_.arrivalOrder;
             const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
             s.argmaxThreads = (int32_t)std::min(8u, hw);
 
@@ -288,6 +292,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.kvUnified = getBool(o, "kvUnified", false);
     opt.threads = getInt(o, "threads", 0);
     opt.unguardedLogits = getBool(o, "unguardedLogits", false);
+    opt.arrivalOrder = getBool(o, "arrivalOrder", false);
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
         g_log_verbose = getBool(o, "verbose", false);
@@ -433,7 +438,7 @@ private:
         // order: with per-sequence KV llama.cpp splits a batch into ubatches of consecutive sequence ids.
         std::vector<size_t> order(items_.size());
         for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        if (!s.unguardedLogits) {
+        if (!s.arrivalOrder) {
             std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items_[a].slot < items_[b].slot; });
         }
         std::vector<int32_t> outputIndices;

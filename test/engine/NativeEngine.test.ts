@@ -1,0 +1,180 @@
+/**
+ * The native engine on the CPU with the tiny Qwen3 fixture: drafts are the model's greedy continuation whatever else
+ * is in the batch or the cache; endId, errors, abort, queue_full and close behave as DraftEngine promises.
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { EngineError } from "../../src/engine/errors.js";
+import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
+import type { DraftEngine } from "../../src/engine/types.js";
+import { draftConversationsAlone } from "./helpers/conversations.js";
+import { randomPrompts, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+
+const contextSize = 512;
+
+interface Counters {
+    evaluated: number;
+    reused: number;
+    decodes: [tokens: number, sequences: number][];
+    maxQueueDepth: number;
+}
+
+async function openEngine(
+    t: { after(fn: () => Promise<void>): void },
+    options: Partial<LoadEngineOptions> = {},
+): Promise<{ engine: DraftEngine; counters: Counters }> {
+    const counters: Counters = { evaluated: 0, reused: 0, decodes: [], maxQueueDepth: 0 };
+    const engine = await loadEngine({
+        modelPath: tinyModel,
+        streams: 1,
+        contextSize,
+        gpu: "cpu",
+        threads: testThreads,
+        observer: {
+            onPrefix: (evaluated, reused) => {
+                counters.evaluated += evaluated;
+                counters.reused += reused;
+            },
+            onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
+            onQueueDepth: (depth) => {
+                counters.maxQueueDepth = Math.max(counters.maxQueueDepth, depth);
+            },
+        },
+        ...options,
+    });
+    t.after(() => engine.close());
+    return { engine, counters };
+}
+
+function isEngineError(code: string): (error: unknown) => boolean {
+    return (error: unknown) => {
+        assert.ok(error instanceof EngineError, `expected EngineError ${code}, got ${String(error)}`);
+        assert.equal(error.code, code);
+        return true;
+    };
+}
+
+test("info describes the loaded drafter", async (t) => {
+    const { engine } = await openEngine(t, { streams: 4 });
+    assert.equal(engine.info.engine, "native");
+    assert.equal(engine.info.backend, "cpu");
+    assert.equal(engine.info.streams, 4);
+    assert.equal(engine.info.contextSize, contextSize);
+    assert.equal(engine.info.vocabSize, 4003);
+    assert.equal(engine.info.flashAttention, false);
+    assert.equal(engine.info.quantization, "Q8_0");
+    assert.ok(engine.info.fileBytes > 100_000);
+});
+
+test("a draft alone == the same request among 32 concurrent ones == the same request after prefix reuse", async (t) => {
+    // On the CPU this also guards the flash-attention default: with flashAttention: true, some of these batched
+    // drafts differ from the drafts computed alone (seen with this fixture: 2 of 32).
+    const prompts = randomPrompts(32, 4000, 11);
+    const n = 16;
+    const rounds = 3;
+    const alone = await openEngine(t);
+    const reference = await draftConversationsAlone(alone.engine, prompts, rounds, n, 5);
+    assert.equal(alone.counters.reused, 0, "the reference engine must not reuse prefixes");
+    // drafts vary from prompt to prompt (a model that always says the same thing would prove nothing)
+    assert.ok(new Set(reference.drafts[0]!.map((d) => d.join(","))).size > 28);
+
+    const batched = await openEngine(t, { streams: 32 });
+    const tokenCount = (requests: readonly number[][]) => requests.reduce((sum, request) => sum + request.length, 0);
+    for (let r = 0; r < rounds; r++) {
+        const requests = reference.requests[r]!;
+        const before = { ...batched.counters };
+        const drafts = await Promise.all(requests.map((request) => batched.engine.draft(request, n)));
+        assert.deepEqual(drafts, reference.drafts[r], `round ${r}: batched drafts differ from drafts alone`);
+        const evaluated = batched.counters.evaluated - before.evaluated;
+        const reused = batched.counters.reused - before.reused;
+        assert.equal(evaluated + reused, tokenCount(requests));
+        if (r === 0) {
+            assert.equal(reused, 0);
+        } else {
+            // each conversation evaluates only what follows its cached context: accepted draft tokens + 1
+            assert.ok(evaluated <= requests.length * (n + 1), `round ${r}: evaluated ${evaluated} tokens`);
+            assert.ok(reused >= tokenCount(reference.requests[r - 1]!), `round ${r}: reused only ${reused} tokens`);
+        }
+    }
+    // one decode per step for all 32 sequences (plus the prefill), not one per sequence
+    const steps = batched.counters.decodes.filter(([tokens, sequences]) => tokens === 32 && sequences === 32);
+    assert.ok(steps.length >= rounds * (n - 1), `expected batched steps, got ${JSON.stringify(batched.counters.decodes.slice(0, 20))}`);
+    assert.ok(batched.counters.maxQueueDepth >= 32);
+});
+
+test("a draft of 16 equals 16 drafts of 1, each appending the previous token (the true greedy continuation)", async (t) => {
+    const { engine } = await openEngine(t);
+    for (const prompt of randomPrompts(3, 4000, 23)) {
+        const draft = await engine.draft(prompt, 16);
+        const stepwise: number[] = [];
+        for (let i = 0; i < 16; i++) stepwise.push(...(await engine.draft([...prompt, ...stepwise], 1)));
+        assert.deepEqual(draft, stepwise);
+    }
+});
+
+test("endId stops the draft right after that token", async (t) => {
+    const { engine } = await openEngine(t);
+    const [prompt] = randomPrompts(1, 4000, 31);
+    const full = await engine.draft(prompt!, 16);
+    const stop = full.findIndex((token, i) => i >= 2 && !full.slice(0, i).includes(token));
+    assert.ok(stop >= 2);
+    assert.deepEqual(await engine.draft(prompt!, 16, { endId: full[stop] }), full.slice(0, stop + 1));
+    // an endId that never comes changes nothing
+    const absent = [...Array(4003).keys()].find((id) => !full.includes(id))!;
+    assert.deepEqual(await engine.draft(prompt!, 16, { endId: absent }), full);
+});
+
+test("bad input: context overflow, invalid token ids, empty prompt", async (t) => {
+    const { engine } = await openEngine(t);
+    await assert.rejects(engine.draft(new Array(contextSize - 15).fill(1), 16), isEngineError("context_overflow"));
+    assert.equal((await engine.draft(new Array(contextSize - 16).fill(1), 16)).length, 16);
+    for (const bad of [-1, 4003, 1.5, Number.NaN]) {
+        await assert.rejects(engine.draft([1, 2, bad], 4), (error: unknown) => {
+            isEngineError("invalid_token")(error);
+            assert.match((error as Error).message, /index 2/);
+            return true;
+        });
+    }
+    await assert.rejects(engine.draft([], 4), isEngineError("invalid_token"));
+    await assert.rejects(engine.draft([1, 2], 4, { endId: 5000 }), isEngineError("invalid_token"));
+    assert.deepEqual(await engine.draft([1, 2], 0), []);
+});
+
+test("abort: before queueing, and mid-draft (the request leaves the batch; its neighbour is unaffected)", async (t) => {
+    const { engine, counters } = await openEngine(t, { streams: 2 });
+    await assert.rejects(engine.draft([1, 2, 3], 4, { signal: AbortSignal.abort() }), isEngineError("aborted"));
+
+    const [long, other] = randomPrompts(2, 4000, 41);
+    const expectedOther = await engine.draft(other!, 300);
+    const controller = new AbortController();
+    counters.decodes.length = 0;
+    const aborted = engine.draft(long!, 300, { signal: controller.signal });
+    const neighbour = engine.draft(other!, 300);
+    setTimeout(() => controller.abort(), 20);
+    await assert.rejects(aborted, isEngineError("aborted"));
+    assert.deepEqual(await neighbour, expectedOther);
+    // after the abort the steps carry only the neighbour
+    const twoSequenceSteps = counters.decodes.filter(([tokens, sequences]) => tokens === 2 && sequences === 2).length;
+    assert.ok(counters.decodes.some(([tokens, sequences]) => tokens === 1 && sequences === 1), "the aborted sequence left the batch");
+    assert.ok(twoSequenceSteps < 299, `${twoSequenceSteps} steps still carried both sequences`);
+    // the engine keeps working, and its slot is usable again
+    assert.equal((await engine.draft(long!, 4)).length, 4);
+});
+
+test("queue_full when more requests wait than maxQueue", async (t) => {
+    const { engine } = await openEngine(t, { maxQueue: 2 });
+    const accepted = [engine.draft([1, 2, 3], 4), engine.draft([4, 5, 6], 4)];
+    await assert.rejects(engine.draft([7, 8, 9], 4), isEngineError("queue_full"));
+    for (const draft of await Promise.all(accepted)) assert.equal(draft.length, 4);
+});
+
+test("close finishes in-flight drafts, then refuses new ones", async (t) => {
+    const { engine } = await openEngine(t, { streams: 4 });
+    const inFlight = randomPrompts(6, 4000, 51).map((prompt) => engine.draft(prompt, 8));
+    const closed = engine.close();
+    await assert.rejects(engine.draft([1, 2, 3], 4), isEngineError("engine_closed"));
+    for (const draft of await Promise.all(inFlight)) assert.equal(draft.length, 8);
+    await closed;
+    await assert.rejects(engine.draft([1, 2, 3], 4), isEngineError("engine_closed"));
+});

@@ -1,0 +1,33 @@
+/** Shared bits of the engine tests: the tiny GGUF fixtures and seeded random prompts. */
+
+import { fileURLToPath } from "node:url";
+
+/** 4,003-token Qwen3 vocabulary, Q8_0 weights (test/fixtures/make_tiny_qwen3.py). */
+export const tinyModel = fileURLToPath(new URL("../../fixtures/tiny-qwen3.gguf", import.meta.url));
+/** 3,003-token vocabulary, F32 weights. */
+export const tinyModelVocab2 = fileURLToPath(new URL("../../fixtures/tiny-qwen3-vocab2.gguf", import.meta.url));
+/** Same vocabulary as tinyModel, Q4_0 weights. */
+export const tinyModelQ4 = fileURLToPath(new URL("../../fixtures/tiny-qwen3-q4_0.gguf", import.meta.url));
+
+/** Tests run single-threaded llama.cpp: the CI machine is small and shared, and spinning threads starve there. */
+export const testThreads = 1;
+
+/** A deterministic generator of integers in [0, max). */
+export function seededRandom(seed: number): (max: number) => number {
+    let state = seed >>> 0;
+    return (max: number) => {
+        // xorshift32
+        state ^= state << 13;
+        state >>>= 0;
+        state ^= state >>> 17;
+        state ^= state << 5;
+        state >>>= 0;
+        return state % max;
+    };
+}
+
+/** `count` distinct prompts of 8–67 token ids below `vocabSize` (the first id is the prompt's index). */
+export function randomPrompts(count: number, vocabSize: number, seed: number): number[][] {
+    const random = seededRandom(seed);
+    return Array.from({ length: count }, (_, i) => [i, ...Array.from({ length: 7 + random(60) }, () => random(vocabSize))]);
+}
