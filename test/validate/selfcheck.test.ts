@@ -3,7 +3,7 @@
  * passes on a good folder; on a broken one fails with the right gate named; always stops the server it started.
  */
 import assert from "node:assert/strict";
-import { chmod, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -164,4 +164,28 @@ test("failed requests, a short smoke draft, a blown budget and a malformed manif
     const badManifest = await selfcheck(folder, "ok");
     assert.match(badManifest.gate("prerequisites"), /^✗ prerequisites\s+data_manifest\.json: "sources"\[0\] \(web\): expected a pinned/);
     assert.equal(badManifest.exitCode, 1);
+});
+
+test("serve.sh without SPECDRAFT finds the checkout that packed it, or one holding the folder (dist/cli/main.js)", async () => {
+    // a stand-in checkout whose built CLI is the fake
+    const checkout = path.join(dir, "checkout");
+    await mkdir(path.join(checkout, "dist", "cli"), { recursive: true });
+    await writeFile(path.join(checkout, "package.json"), JSON.stringify({ name: "specdraft", type: "module" }, null, 2));
+    await copyFile("test/validate/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
+    // only node and the system's tools on PATH, so no installed `specdraft` can be picked instead
+    const env = { SPECDRAFT: "", PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`, FAKE_SPECDRAFT_MODE: "ok" };
+
+    for (const [name, out, packedFrom] of [
+        ["packed-from", path.join(dir, "elsewhere", "drafter"), checkout],
+        ["inside", path.join(checkout, "models", "drafter"), null]
+    ] as const) {
+        const io = captureIo();
+        assert.equal(await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out, packedFrom }, io), 0);
+        const record = path.join(out, ".record.json");
+        const check = captureIo();
+        const exitCode = await runSelfcheckCommand({ dir: out, data, startupTimeoutSeconds: 20, progress: false, env: { ...env, FAKE_SPECDRAFT_RECORD: record } }, check);
+        assert.equal(exitCode, 0, `${name}: ${check.text().out}${check.text().err}`);
+        const fake = JSON.parse(await readFile(record, "utf8")) as { argv: string[] };
+        assert.equal(fake.argv[0], "serve", name);
+    }
 });
