@@ -1,0 +1,341 @@
+"""Export a Hugging Face Qwen3 checkpoint to GGUF through the official ``gguf`` package, with QAT-exact Q4_0 blocks.
+
+Metadata, tensor names and vocabulary follow llama.cpp's convert_hf_to_gguf.py for ``Qwen3ForCausalLM`` (architecture
+``qwen3``, GPT-2 style BPE vocabulary, pre-tokenizer ``qwen2``). Tensor types per file type come from
+:func:`specdraft_train.quant.gguf_storage_type`, the same rule QAT trains against:
+
+    file type   norms   token embedding / output   other weights
+    F32         F32     F32                        F32
+    F16         F32     F16                        F16
+    Q8_0        F32     Q8_0                       Q8_0
+    Q4_0        F32     Q8_0                       Q4_0
+
+With ``--qat-state`` (written by ``QatState.save`` next to the checkpoint), Q4_0 blocks are the ones training computed,
+including per-block clip factors, and every quantized tensor is checked against the fingerprint training recorded.
+
+    python -m specdraft_train export --checkpoint runs/lab/distill/final --out runs/lab/drafter-q4_0.gguf --type Q4_0 \\
+        --qat-state runs/lab/distill/final/qat_state.safetensors
+
+Writes ``<out>`` atomically and ``<out>.manifest.json`` (sha256 of the GGUF, inputs, tensor types) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, LlamaFileType
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
+from .quant import (
+    OUT_TYPES,
+    LoadedQatState,
+    fake_quant,
+    gguf_storage_type,
+    load_qat_state,
+    pack_q4_0,
+    q4_0_quantize_blocks,
+    verify_fingerprint,
+)
+
+FILE_TYPES = {
+    "F32": LlamaFileType.ALL_F32,
+    "F16": LlamaFileType.MOSTLY_F16,
+    "Q8_0": LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": LlamaFileType.MOSTLY_Q4_0,
+}
+END_OF_TEXT = "<|endoftext|>"
+# The split regex of Qwen2/Qwen3's tokenizer.json, which llama.cpp implements natively for tokenizer.ggml.pre "qwen2".
+# A tokenizer with another pre-tokenizer would tokenize differently in llama.cpp than in training, silently.
+QWEN2_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checkpoint reading
+
+
+def read_config(checkpoint_dir: Path) -> dict[str, Any]:
+    config = json.loads((checkpoint_dir / "config.json").read_text())
+    architectures = config.get("architectures") or []
+    if "Qwen3ForCausalLM" not in architectures and config.get("model_type") != "qwen3":
+        raise ValueError(f"{checkpoint_dir}: expected a Qwen3ForCausalLM checkpoint, found {architectures or config.get('model_type')}.")
+    return config
+
+
+def read_tensors(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's safetensors file(s), by HF name (sharded checkpoints: all shards)."""
+    files = sorted(checkpoint_dir.glob("*.safetensors"))
+    files = [f for f in files if f.name.startswith("model")]
+    if not files:
+        raise FileNotFoundError(f"{checkpoint_dir}: no model*.safetensors")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                tensors[key] = f.get_tensor(key)
+    return tensors
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Metadata and vocabulary, as convert_hf_to_gguf.py writes them for Qwen3
+
+
+def _rope_theta(config: dict[str, Any]) -> float | None:
+    rope = config.get("rope_parameters") or {}
+    rope = rope.get("full_attention", rope)
+    theta = rope.get("rope_theta", config.get("rope_theta"))
+    rope_type = rope.get("rope_type", "default")
+    if rope_type not in ("default", None):
+        raise ValueError(f"RoPE scaling {rope_type!r} is not exported (the lab's models use plain RoPE).")
+    return theta
+
+
+def add_model_metadata(writer: gguf.GGUFWriter, config: dict[str, Any], name: str, file_type: LlamaFileType,
+                       n_params: int) -> None:
+    writer.add_type(gguf.GGUFType.MODEL)
+    writer.add_name(name)
+    writer.add_size_label(gguf.size_label(n_params, 0, 0, 0))
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config.get("num_key_value_heads", config["num_attention_heads"]))
+    if (theta := _rope_theta(config)) is not None:
+        writer.add_rope_freq_base(float(theta))
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_file_type(file_type)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def _looks_special(token: str) -> bool:
+    # convert_hf_to_gguf.py's does_token_look_special, for the token shapes a Qwen vocabulary has
+    return (token.startswith("<|") and token.endswith("|>")) or (token.startswith("<｜") and token.endswith("｜>"))
+
+
+def check_pre_tokenizer(tokenizer_json: dict[str, Any]) -> None:
+    """Refuse a tokenizer whose pre-tokenizer is not Qwen2's: llama.cpp would split text differently."""
+    pre = tokenizer_json.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    splits = [s for s in steps if s.get("type") == "Split"]
+    byte_level = [s for s in steps if s.get("type") == "ByteLevel"]
+    pattern = splits[0].get("pattern", {}).get("Regex") if splits else None
+    if pattern != QWEN2_SPLIT_REGEX or not byte_level or byte_level[0].get("add_prefix_space"):
+        raise ValueError(
+            "tokenizer.json's pre-tokenizer is not Qwen2's (Split on the Qwen2 regex, then ByteLevel without prefix "
+            f"space); found {json.dumps(pre)[:200]}. llama.cpp's 'qwen2' pre-tokenizer would tokenize differently."
+        )
+
+
+def vocab_tokens(checkpoint_dir: Path, vocab_size: int) -> tuple[list[str], list[int]]:
+    """Token strings and types for ids 0..vocab_size-1 (ids the tokenizer lacks: ``[PAD{i}]``, UNUSED)."""
+    tokenizer = Tokenizer.from_file(str(checkpoint_dir / "tokenizer.json"))
+    reverse = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
+    added = tokenizer.get_added_tokens_decoder()
+    if max(reverse) >= vocab_size:
+        raise ValueError(f"tokenizer has id {max(reverse)} but the model's vocab_size is {vocab_size}.")
+    tokens: list[str] = []
+    types: list[int] = []
+    for i in range(vocab_size):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+            continue
+        token = reverse[i]
+        if i in added:
+            if not added[i].normalized:
+                # llama.cpp assumes CONTROL/USER_DEFINED tokens pre-normalized (convert_hf_to_gguf.py does the same)
+                token = tokenizer.decode(tokenizer.encode(token, add_special_tokens=False).ids, skip_special_tokens=False)
+            if added[i].special or _looks_special(token):
+                types.append(gguf.TokenType.CONTROL)
+            else:
+                types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+        tokens.append(token)
+    return tokens, types
+
+
+def add_vocab(writer: gguf.GGUFWriter, checkpoint_dir: Path, vocab_size: int) -> dict[str, int]:
+    """Tokenizer metadata; returns the special token ids written."""
+    tokenizer_json = json.loads((checkpoint_dir / "tokenizer.json").read_text())
+    check_pre_tokenizer(tokenizer_json)
+    tokens, types = vocab_tokens(checkpoint_dir, vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    special = gguf.SpecialVocab(checkpoint_dir, load_merges=True, n_vocab=vocab_size)
+    # Qwen3's own GGUFs carry bos = eos = pad = <|endoftext|> where the HF files leave one unset; without it llama.cpp
+    # falls back to id 11, an ordinary token of our vocabulary.
+    if END_OF_TEXT in tokens:
+        for kind in ("bos", "eos", "pad"):
+            special.special_token_ids.setdefault(kind, tokens.index(END_OF_TEXT))
+    special.add_special_token.setdefault("bos", False)  # Qwen never prepends BOS (also llama.cpp's qwen2 default)
+    special.add_to_gguf(writer, quiet=True)
+    return dict(special.special_token_ids)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tensors
+
+
+@dataclass
+class EncodedTensor:
+    gguf_name: str
+    data: np.ndarray
+    qtype: GGMLQuantizationType
+    shape: tuple[int, ...]
+
+
+def encode_tensor(hf_name: str, weight: torch.Tensor, qtype: GGMLQuantizationType,
+                  qat: LoadedQatState | None) -> np.ndarray:
+    """The bytes (or F32/F16 array) GGUF stores for ``weight``; with a QAT state, the blocks training computed."""
+    w = weight.to(torch.float32)
+    if qtype == GGMLQuantizationType.F32:
+        return w.numpy()
+    if qtype == GGMLQuantizationType.F16:
+        data = w.numpy().astype(np.float16)
+    elif qtype == GGMLQuantizationType.Q4_0 and qat is not None and hf_name in qat.clips:
+        # The learned blocks: d from the stored clip factor, q from that d (gguf.quants only derives d from the max).
+        d, q = q4_0_quantize_blocks(w, qat.clips[hf_name])
+        data = pack_q4_0(d, q).reshape(*w.shape[:-1], -1)  # (rows, row_bytes)
+    else:
+        data = gguf.quants.quantize(w.numpy(), qtype)
+    if qat is not None and hf_name in qat.fingerprints:
+        stored = torch.from_numpy(gguf.quants.dequantize(data, qtype)).reshape(w.shape)
+        trained = fake_quant(w, qtype, qat.clips.get(hf_name)).detach()
+        if not torch.equal(stored, trained):
+            raise AssertionError(f"{hf_name}: GGUF {qtype.name} bytes do not dequantize to the QAT weights.")
+        verify_fingerprint(hf_name, trained, qat.fingerprints[hf_name])
+    return data
+
+
+def encode_tensors(tensors: dict[str, torch.Tensor], config: dict[str, Any], out_type: str,
+                   qat: LoadedQatState | None) -> list[EncodedTensor]:
+    tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, config["num_hidden_layers"])
+    tied = bool(config.get("tie_word_embeddings", False))
+    if qat is not None:
+        if qat.out_type != out_type:
+            raise ValueError(f"QAT state was trained for {qat.out_type}, but the export type is {out_type}.")
+        missing = sorted(set(qat.types) - set(tensors))
+        if missing:
+            raise ValueError(f"QAT state names tensors the checkpoint lacks: {', '.join(missing[:5])}.")
+    encoded: list[EncodedTensor] = []
+    for hf_name, weight in tensors.items():
+        if hf_name == "lm_head.weight" and tied:
+            continue  # tied head: llama.cpp reuses token_embd, as convert_hf_to_gguf.py writes it
+        gguf_name = tensor_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise ValueError(f"No GGUF name for checkpoint tensor {hf_name!r} (architecture qwen3).")
+        qtype = gguf_storage_type(hf_name, tuple(weight.shape), out_type)
+        if qat is not None and hf_name in qat.types and qat.types[hf_name] != qtype.name:
+            raise ValueError(f"{hf_name}: QAT trained it as {qat.types[hf_name]}, export stores {qtype.name}.")
+        data = encode_tensor(hf_name, weight, qtype, qat)
+        encoded.append(EncodedTensor(gguf_name, data, qtype, tuple(weight.shape)))
+    if not tied and "lm_head.weight" not in tensors:
+        raise ValueError("Untied checkpoint without lm_head.weight.")
+    return encoded
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The whole export
+
+
+def manifest_path(out_path: Path) -> Path:
+    return out_path.with_name(out_path.name + MANIFEST_SUFFIX)
+
+
+def export_gguf(checkpoint_dir: Path, out_path: Path, out_type: str = "Q4_0", qat_state: Path | None = None,
+                progress: bool = False) -> Path:
+    """Write ``checkpoint_dir`` (HF Qwen3 ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` to ``out_path``.
+
+    ``qat_state``: the file ``QatState.save`` wrote; the Q4_0 blocks are then exactly those QAT trained with.
+    Returns ``out_path``; its sha256 is in ``<out_path>.manifest.json``.
+    """
+    checkpoint_dir, out_path = Path(checkpoint_dir), Path(out_path)
+    if out_type not in OUT_TYPES:
+        raise ValueError(f"Unknown GGUF type {out_type!r}: expected one of {', '.join(OUT_TYPES)}.")
+    inputs: dict[str, Any] = {"checkpoint": str(checkpoint_dir)}
+    if read_manifest(checkpoint_dir) is not None:
+        checkpoint_manifest = verify_stage_dir(checkpoint_dir)
+        inputs["checkpoint_manifest_sha256"] = sha256_file(checkpoint_dir / MANIFEST_NAME)
+        inputs["checkpoint_stage"] = checkpoint_manifest.get("stage")
+    qat = None
+    if qat_state is not None:
+        qat = load_qat_state(qat_state)
+        inputs["qat_state"] = str(qat_state)
+        inputs["qat_state_sha256"] = sha256_file(qat_state)
+
+    config = read_config(checkpoint_dir)
+    tensors = read_tensors(checkpoint_dir)
+    encoded = encode_tensors(tensors, config, out_type, qat)
+    n_params = sum(int(np.prod(t.shape)) for t in encoded)
+
+    writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
+    add_model_metadata(writer, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params)
+    special_ids = add_vocab(writer, checkpoint_dir, config["vocab_size"])
+    for t in encoded:
+        raw_dtype = t.qtype if t.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None
+        writer.add_tensor(t.gguf_name, t.data, raw_dtype=raw_dtype)
+    with AtomicFile(out_path) as tmp:
+        writer.write_header_to_file(path=tmp)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(progress=progress)
+        writer.close()
+
+    type_counts: dict[str, int] = {}
+    for t in encoded:
+        type_counts[t.qtype.name] = type_counts.get(t.qtype.name, 0) + 1
+    atomic_write_json(manifest_path(out_path), {
+        "stage": "export",
+        "created_unix": time.time(),
+        "params": {"out_type": out_type, "qat_state": qat_state is not None},
+        "inputs": inputs,
+        "outputs": {out_path.name: {"sha256": sha256_file(out_path), "bytes": out_path.stat().st_size}},
+        "tensor_types": type_counts,
+        "special_token_ids": special_ids,
+        "n_params": n_params,
+    })
+    return out_path
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# CLI stage
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("export", help="write a checkpoint as GGUF (F32/F16/Q8_0/Q4_0, QAT-exact Q4_0)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="HF checkpoint directory (config.json, "
+                        "model.safetensors, tokenizer.json)")
+    parser.add_argument("--out", type=Path, required=True, help="GGUF file to write")
+    parser.add_argument("--type", dest="out_type", choices=OUT_TYPES, default="Q4_0",
+                        help="tensor type of the file. Defaults to Q4_0.")
+    parser.add_argument("--qat-state", type=Path, default=None,
+                        help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to none.")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    out = export_gguf(args.checkpoint, args.out, args.out_type, args.qat_state, progress=True)
+    manifest = json.loads(manifest_path(out).read_text())
+    info = manifest["outputs"][out.name]
+    print(f"export: wrote {out} ({info['bytes'] / 1e6:.1f} MB, {args.out_type}, sha256 {info['sha256'][:16]}…; "
+          f"tensors {manifest['tensor_types']})")
+    return 0

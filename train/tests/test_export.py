@@ -1,0 +1,270 @@
+"""GGUF export: Qwen3 metadata and vocabulary as convert_hf_to_gguf.py writes them, tensor types per file type, and
+QAT-exact Q4_0 blocks (including clipped ones) guarded by training's fingerprints.
+
+    bash train/scripts/pytest.sh tests/test_export.py
+
+Also home of the tiny-checkpoint helpers the parity tests import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from specdraft_train.artifacts import sha256_file
+from specdraft_train.export import QWEN2_SPLIT_REGEX, export_gguf, manifest_path
+from specdraft_train.quant import prepare_qat, q4_0_quantize_blocks
+
+TRAIN_DIR = Path(__file__).resolve().parents[1]
+GGUF_GREEDY = TRAIN_DIR / "scripts" / "gguf_greedy.mjs"
+END_OF_TEXT = "<|endoftext|>"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Helpers (also used by test_parity.py)
+
+
+def corpus_text() -> str:
+    """A few hundred KB of deterministic text: standard-library sources shipped with this Python."""
+    import json.decoder
+    import json.encoder
+
+    return "".join(Path(m.__file__).read_text() for m in (textwrap, json.decoder, json.encoder))
+
+
+def train_bpe(text: str, vocab_size: int) -> Tokenizer:
+    """A byte-level BPE with Qwen2's pre-tokenizer (what llama.cpp's 'qwen2' pre-tokenizer reproduces)."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_TEXT], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator([text], trainer)
+    return tokenizer
+
+
+def tiny_config(vocab_size: int, **overrides: Any) -> Qwen3Config:
+    fields: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True,
+        rope_parameters={"rope_theta": 10_000.0, "rope_type": "default"}, eos_token_id=0, pad_token_id=0,
+        bos_token_id=None,
+    )
+    fields.update(overrides)
+    return Qwen3Config(**fields)
+
+
+def save_checkpoint(model: Qwen3ForCausalLM, tokenizer: Tokenizer, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    return out_dir
+
+
+def run_gguf_greedy(gguf_path: Path, request: dict[str, Any]) -> dict[str, Any]:
+    """train/scripts/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker)."""
+    env = dict(os.environ, UV_THREADPOOL_SIZE="1")
+    result = subprocess.run(["node", str(GGUF_GREEDY), str(gguf_path)], input=json.dumps(request), text=True,
+                            capture_output=True, env=env, cwd=TRAIN_DIR.parent, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tests
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return train_bpe(corpus_text(), 320)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny models on a shared 2-core machine: a second intra-op thread only spins against other processes.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    reader = gguf.GGUFReader(path)
+    fields = {name: field.contents() for name, field in reader.fields.items()}
+    tensors = {t.name: t for t in reader.tensors}
+    return fields, tensors
+
+
+def test_qwen3_metadata_vocabulary_and_tensor_types(tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(0)
+    config = tiny_config(tokenizer.get_vocab_size() + 12, tie_word_embeddings=False)  # padded vocab, untied head
+    model = Qwen3ForCausalLM(config).eval()
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    out = export_gguf(checkpoint, tmp_path / "m.gguf", "Q4_0")
+    fields, tensors = read_gguf(out)
+
+    expected = {
+        "general.architecture": "qwen3",
+        "general.type": "model",
+        "general.file_type": int(gguf.LlamaFileType.MOSTLY_Q4_0),
+        "general.quantization_version": gguf.GGML_QUANT_VERSION,
+        "qwen3.block_count": 2,
+        "qwen3.context_length": 256,
+        "qwen3.embedding_length": 64,
+        "qwen3.feed_forward_length": 128,
+        "qwen3.attention.head_count": 4,
+        "qwen3.attention.head_count_kv": 2,
+        "qwen3.attention.key_length": 16,
+        "qwen3.attention.value_length": 16,
+        "qwen3.rope.freq_base": 10_000.0,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "qwen2",
+        "tokenizer.ggml.add_bos_token": False,
+    }
+    assert {k: fields.get(k) for k in expected} == expected
+    assert fields["qwen3.attention.layer_norm_rms_epsilon"] == pytest.approx(config.rms_norm_eps)
+    eot = tokenizer.token_to_id(END_OF_TEXT)
+    for key in ("bos_token_id", "eos_token_id", "padding_token_id"):
+        assert fields[f"tokenizer.ggml.{key}"] == eot
+    tokens = fields["tokenizer.ggml.tokens"]
+    vocab = tokenizer.get_vocab()
+    assert len(tokens) == config.vocab_size
+    assert all(tokens[i] == t for t, i in vocab.items())
+    assert tokens[-1] == f"[PAD{config.vocab_size - 1}]"
+    types = fields["tokenizer.ggml.token_type"]
+    assert types[eot] == gguf.TokenType.CONTROL and types[-1] == gguf.TokenType.UNUSED
+    assert types[vocab["Ġthe"]] == gguf.TokenType.NORMAL
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    assert fields["tokenizer.ggml.merges"] == [" ".join(m) for m in merges]
+
+    # tensor names as llama.cpp's qwen3 loader expects them, types per the Q4_0 mix
+    layer = {"attn_q": T.Q4_0, "attn_k": T.Q4_0, "attn_v": T.Q4_0, "attn_output": T.Q4_0, "ffn_gate": T.Q4_0,
+             "ffn_up": T.Q4_0, "ffn_down": T.Q4_0, "attn_norm": T.F32, "ffn_norm": T.F32, "attn_q_norm": T.F32,
+             "attn_k_norm": T.F32}
+    expected_types = {"token_embd.weight": T.Q8_0, "output.weight": T.Q8_0, "output_norm.weight": T.F32,
+                      **{f"blk.{b}.{n}.weight": t for b in range(2) for n, t in layer.items()}}
+    assert {name: t.tensor_type for name, t in tensors.items()} == expected_types
+    assert list(tensors["blk.0.ffn_down.weight"].shape) == [128, 64]  # ggml ne = torch shape reversed
+
+    # values: plain gguf-py quantization of the checkpoint's weights
+    state = model.state_dict()
+    hf = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight",
+          "blk.1.ffn_down.weight": "model.layers.1.mlp.down_proj.weight",
+          "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",
+          "blk.0.attn_k_norm.weight": "model.layers.0.self_attn.k_norm.weight"}
+    for name, hf_name in hf.items():
+        t = tensors[name]
+        w = state[hf_name].numpy()
+        if t.tensor_type == T.F32:
+            assert np.array_equal(np.asarray(t.data).reshape(w.shape), w)
+        else:
+            assert np.array_equal(np.asarray(t.data).reshape(-1), gguf.quants.quantize(w, t.tensor_type).reshape(-1))
+
+    manifest = json.loads(manifest_path(out).read_text())
+    assert manifest["outputs"]["m.gguf"]["sha256"] == sha256_file(out)
+    assert manifest["tensor_types"] == {"Q8_0": 2, "Q4_0": 14, "F32": 9}
+
+
+def test_qat_export_writes_the_learned_blocks(tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(1)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())).eval()
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[:, ::29] *= 8  # outliers: the clip search then clips some blocks
+    qat = prepare_qat(model, clip_search=True)
+    with qat.unwrapped():
+        checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    state_file = qat.save(checkpoint / "qat_state.safetensors")
+    out = export_gguf(checkpoint, tmp_path / "qat.gguf", "Q4_0", qat_state=state_file)
+    plain = export_gguf(checkpoint, tmp_path / "plain.gguf", "Q4_0")
+    _, tensors = read_gguf(out)
+    _, plain_tensors = read_gguf(plain)
+
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, 2)
+    clipped_tensors = 0
+    for hf_name, target in qat.targets.items():
+        t = tensors[name_map.get_name(hf_name, try_suffixes=(".weight",))]
+        stored = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(target.modules[0].weight.shape)
+        assert torch.equal(torch.from_numpy(stored), qat.quantized_weight(hf_name)), hf_name
+        if target.parametrization.clip is not None and (target.parametrization.clip < 1).any():
+            clipped_tensors += 1
+            assert not np.array_equal(np.asarray(t.data), np.asarray(plain_tensors[t.name].data))
+    assert clipped_tensors > 0
+    assert json.loads(manifest_path(out).read_text())["inputs"]["qat_state_sha256"] == sha256_file(state_file)
+
+    # a QAT state without clipping writes exactly what plain ggml quantization writes
+    qat.remove()
+    plain_qat = prepare_qat(model, clip_search=False)
+    no_clip = export_gguf(checkpoint, tmp_path / "noclip.gguf", "Q4_0",
+                          qat_state=plain_qat.save(tmp_path / "noclip.safetensors"))
+    assert sha256_file(no_clip) == sha256_file(plain)
+
+
+def test_export_refuses_a_qat_state_from_another_step(tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(2)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())).eval()
+    qat = prepare_qat(model, clip_search=True)
+    state_file = qat.save(tmp_path / "qat_state.safetensors")
+    with torch.no_grad():
+        qat.latent_weight("model.layers.1.self_attn.o_proj.weight").mul_(1.5)  # a later training step
+    with qat.unwrapped():
+        checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="model.layers.1.self_attn.o_proj.weight: quantized weights differ"):
+        export_gguf(checkpoint, tmp_path / "x.gguf", "Q4_0", qat_state=state_file)
+    with pytest.raises(ValueError, match="trained for Q4_0, but the export type is Q8_0"):
+        export_gguf(checkpoint, tmp_path / "x.gguf", "Q8_0", qat_state=state_file)
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_export_refuses_a_tokenizer_llama_cpp_would_split_differently(tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(3)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size()))
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    data = json.loads((checkpoint / "tokenizer.json").read_text())
+    data["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    (checkpoint / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="pre-tokenizer is not Qwen2's"):
+        export_gguf(checkpoint, tmp_path / "x.gguf", "F16")
+
+
+def test_cli_stage(tokenizer: Tokenizer, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    from specdraft_train.__main__ import main
+
+    torch.manual_seed(4)
+    checkpoint = save_checkpoint(Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())), tokenizer, tmp_path / "c")
+    out = tmp_path / "out" / "d.gguf"
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(out), "--type", "F16"]) == 0
+    fields, tensors = read_gguf(out)
+    assert fields["general.file_type"] == int(gguf.LlamaFileType.MOSTLY_F16)
+    assert tensors["token_embd.weight"].tensor_type == T.F16 and tensors["output_norm.weight"].tensor_type == T.F32
+    manifest = json.loads(manifest_path(out).read_text())
+    assert manifest["outputs"]["d.gguf"]["sha256"] == sha256_file(out)
+    assert manifest["outputs"]["d.gguf"]["sha256"][:16] in capsys.readouterr().out
+    assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(out), "--type", "F16"]) != 0
+
+
+def test_q4_0_blocks_of_an_exported_tensor_match_quant_module(tokenizer: Tokenizer, tmp_path: Path):
+    # the export path without QAT and quant.py's block quantizer agree on the bytes of a decoder weight
+    torch.manual_seed(5)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size()))
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    _, tensors = read_gguf(export_gguf(checkpoint, tmp_path / "m.gguf", "Q4_0"))
+    from specdraft_train.quant import pack_q4_0
+
+    w = model.model.layers[1].mlp.gate_proj.weight.detach()
+    assert np.array_equal(np.asarray(tensors["blk.1.ffn_gate.weight"].data).reshape(-1),
+                          pack_q4_0(*q4_0_quantize_blocks(w)).reshape(-1))
