@@ -48,11 +48,16 @@ export function buildApp(options: AppOptions = {}): App {
         logger: options.logRequests === true ? { level: "info", stream: process.stderr } : false,
         // the slot answers 503 shutting_down in the catalog's format instead
         return503OnClosing: false,
+        // unknown keys are ignored, __proto__ and constructor too (rather than failing the whole body)
+        onProtoPoisoning: "remove",
+        onConstructorPoisoning: "remove",
         ajv: {
             customOptions: {
                 // wrong types are errors, never silently converted ("5" is not a token id)
                 coerceTypes: false,
                 removeAdditional: false,
+                // request_id is integer | string | null, written as a JSON Schema type list
+                allowUnionTypes: true,
             },
         },
     });

@@ -68,12 +68,12 @@ function fromValidation(
     const tokenItem = /^\/(?:tokens|prefix)\/(\d+)$/.exec(path);
     if (tokenItem !== null) {
         return apiError("invalid_token", {
-            id: JSON.stringify(valueAt(request.body, path)),
+            id: describeValue(valueAt(request.body, path)),
             index: tokenItem[1]!,
             vocabSize: context.vocabSize ?? "?",
         });
     }
-    if (path === "/n") return apiError("invalid_draft_length", { n: JSON.stringify(valueAt(request.body, path)), max: maxDraftLength });
+    if (path === "/n") return apiError("invalid_draft_length", { n: describeValue(valueAt(request.body, path)), max: maxDraftLength });
     return apiError("invalid_body", {
         path: path === "" ? "body" : path.slice(1).replaceAll("/", "."),
         problem: first.message ?? "is invalid",
@@ -88,6 +88,11 @@ function valueAt(root: unknown, pointer: string): unknown {
         value = (value as Record<string, unknown>)[key.replaceAll("~1", "/").replaceAll("~0", "~")];
     }
     return value;
+}
+
+/** A received value as the client would recognize it (JSON, except numbers JSON cannot show, like 1e400). */
+function describeValue(value: unknown): string {
+    return typeof value === "number" ? String(value) : JSON.stringify(value);
 }
 
 function trimPeriod(text: string): string {

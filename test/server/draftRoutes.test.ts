@@ -42,9 +42,13 @@ describe("specdraft form", () => {
         assert.deepEqual((await post({ tokens: full, n: 4 })).json(), { draft: fakeDraft(full, 4) });
     });
 
-    test("ignores unknown keys", async () => {
+    test("ignores unknown keys, __proto__ and constructor included", async () => {
         const res = await post({ tokens: [9], n: 2, temperature: 0 });
         assert.deepEqual(res.json(), { draft: [10, 11] });
+        const poisoned = await post('{"tokens": [9], "n": 2, "__proto__": {"n": 5}, "constructor": {"prototype": {}}}', {
+            "content-type": "application/json",
+        });
+        assert.deepEqual(poisoned.json(), { draft: [10, 11] });
     });
 });
 
@@ -164,6 +168,13 @@ describe("bad input answers 4xx with a catalog error and the server keeps servin
             message: `Invalid token id ${vocabSize} at index 3: expected 0 ≤ id < ${vocabSize}.`,
         },
         {
+            name: "a token id too large for JSON numbers",
+            send: () => post('{"tokens": [1, 1e400]}', { "content-type": "application/json" }),
+            status: 400,
+            code: "invalid_token",
+            message: `Invalid token id Infinity at index 1: expected 0 ≤ id < ${vocabSize}.`,
+        },
+        {
             name: "empty tokens",
             send: () => post({ tokens: [] }),
             status: 400,
@@ -197,6 +208,13 @@ describe("bad input answers 4xx with a catalog error and the server keeps servin
             send: () => post({ prefix: [1], max_sequence_length: "10" }),
             status: 400,
             code: "invalid_body",
+        },
+        {
+            name: "request_id neither integer nor string",
+            send: () => post({ prefix: [1], request_id: 1.5 }),
+            status: 400,
+            code: "invalid_body",
+            message: "Invalid request body: request_id must be integer,string,null.",
         },
         {
             name: "unknown route",

@@ -34,16 +34,19 @@ export type DraftRequest = Static<typeof DraftRequest>;
 export const TrtDraftRequest = Type.Object(
     {
         prefix: Type.Array(TokenId, { minItems: 1, description: "The sequence so far: prompt + generated tokens." }),
+        // JSON Schema type lists (not anyOf) so a wrong type is reported as "must be integer,null"
         request_id: Type.Optional(
-            Type.Union([Type.Integer(), Type.String(), Type.Null()], { description: "Echoed in the answer." }),
+            Type.Unsafe<number | string | null>({ type: ["integer", "string", "null"], description: "Echoed in the answer." }),
         ),
         end_id: Type.Optional(
-            Type.Union([Type.Integer(), Type.Null()], {
+            Type.Unsafe<number | null>({
+                type: ["integer", "null"],
                 description: "End-of-sequence id: the draft stops right after it. Negative or null: none.",
             }),
         ),
         max_sequence_length: Type.Optional(
-            Type.Union([Type.Integer(), Type.Null()], {
+            Type.Unsafe<number | null>({
+                type: ["integer", "null"],
                 description: "Longest the sequence may grow: the draft is cut to max_sequence_length − prefix length (≥ 0).",
             }),
         ),
@@ -78,7 +81,7 @@ export const TrtDraftResponse = Type.Object(
         draft_tokens: Type.Array(Type.Integer(), {
             description: "The greedy continuation, ending at end_id if drafted; may be empty.",
         }),
-        request_id: Type.Optional(Type.Union([Type.Integer(), Type.String()])),
+        request_id: Type.Optional(Type.Unsafe<number | string>({ type: ["integer", "string"] })),
     },
     { $id: "TrtDraftResponse", additionalProperties: false },
 );
