@@ -15,12 +15,22 @@ import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./ty
 
 /** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
 export const defaultMaxQueue = 1024;
+/** Longest wait, in ms, for the conversations of recent rounds to come back before a round starts. Defaults to `2`. */
+export const defaultGatherMs = 2;
+/** Rounds whose sizes say how many conversations are active. */
+const recentRoundsKept = 8;
 
 export interface NativeEngineOptions {
     /** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
+    /**
+     * Before a round starts with fewer requests than recent rounds had, wait up to this many ms for the others: clients
+     * in a closed loop send their next request just after their draft returns, and a round started with the first
+     * arrival alone would split them over two rounds for good. Defaults to `2`.
+     */
+    gatherMs?: number;
 }
 
 interface PendingDraft {
@@ -42,6 +52,8 @@ export class NativeEngine implements DraftEngine {
     private readonly pool: KvSlotPool;
     private readonly maxQueue: number;
     private readonly observer: EngineObserver;
+    private readonly gatherMs: number;
+    private readonly recentRoundSizes: number[] = [];
     private readonly queue: PendingDraft[] = [];
     private inRound = 0;
     private running: Promise<void> | undefined;
@@ -56,6 +68,7 @@ export class NativeEngine implements DraftEngine {
         this.pool = new KvSlotPool(info.streams);
         this.maxQueue = options.maxQueue ?? defaultMaxQueue;
         this.observer = options.observer ?? {};
+        this.gatherMs = options.gatherMs ?? defaultGatherMs;
     }
 
     draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
@@ -165,11 +178,24 @@ export class NativeEngine implements DraftEngine {
     private async runRounds(): Promise<void> {
         try {
             while (this.queue.length > 0) {
+                await this.gather();
                 const requests = this.queue.splice(0, Math.min(this.queue.length, this.info.streams));
+                if (requests.length === 0) continue;
+                this.recentRoundSizes.push(requests.length);
+                if (this.recentRoundSizes.length > recentRoundsKept) this.recentRoundSizes.shift();
                 await this.runRound(requests);
             }
         } finally {
             this.running = undefined;
+        }
+    }
+
+    /** Waits (at most gatherMs) until as many requests wait as the recent rounds had. */
+    private async gather(): Promise<void> {
+        const expected = Math.min(Math.max(0, ...this.recentRoundSizes), this.info.streams);
+        const deadline = performance.now() + this.gatherMs;
+        while (this.queue.length > 0 && this.queue.length < expected && !this.closing && performance.now() < deadline) {
+            await new Promise<void>((resolve) => setTimeout(resolve, 0.5));
         }
     }
 

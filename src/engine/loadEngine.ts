@@ -35,6 +35,8 @@ export interface LoadEngineOptions {
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
+    /** Longest wait, in ms, for recent rounds' conversations to come back before a round starts. Defaults to `2`. */
+    gatherMs?: number;
     /**
      * CPU threads for llama.cpp. ggml's threads spin while they wait for each other, so on a busy machine every thread
      * beyond the free cores costs far more than it gives (a 2-core machine under load drafted 500× slower with 2 than
@@ -129,7 +131,7 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
             engine: "native",
             flashAttention,
         },
-        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer },
+        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer, gatherMs: options.gatherMs },
     );
 }
 

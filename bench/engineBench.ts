@@ -1,0 +1,199 @@
+/**
+ * engineBench — the draft engine's own throughput, without HTTP: the same walk as serveBench (`--streams`
+ * conversations from `--start-context` random ids, each step drafting `--draft-len` tokens and growing by `--accepted`
+ * drafted tokens + 1), run twice on one loaded engine: one request at a time (round-robin over the conversations),
+ * then all conversations at once (each sends its next request as soon as its draft returns). Prints one JSON object.
+ *
+ *   node --import tsx bench/engineBench.ts --model test/fixtures/tiny-qwen3.gguf --gpu cpu --streams 32
+ *   node --import tsx bench/engineBench.ts --model drafter.gguf --gpu cuda --streams 32 --start-context 512
+ */
+
+import cliProgress from "cli-progress";
+import { Command, InvalidArgumentError } from "commander";
+import { type GpuChoice, loadEngine } from "../src/engine/loadEngine.js";
+import type { DraftEngine } from "../src/engine/types.js";
+import { percentile } from "../src/validate/percentile.js";
+
+interface BenchFlags {
+    model: string;
+    gpu: GpuChoice;
+    streams: number;
+    context: number;
+    startContext: number;
+    draftLen: number;
+    accepted: number;
+    steps: number;
+    threads?: number;
+    kvUnified: boolean;
+    flashAttention?: boolean;
+    seed: number;
+    progress: boolean;
+}
+
+interface PhaseResult {
+    requests: number;
+    seconds: number;
+    requests_per_s: number;
+    latency_ms: { p50: number; p95: number; mean: number };
+    tokens_evaluated_per_request: number;
+    tokens_reused_per_request: number;
+    decodes_per_request: number;
+    decode_batch_mean: number;
+}
+
+function integer(value: string): number {
+    const parsed = Number(value);
+    if (!Number.isInteger(parsed) || parsed < 0) throw new InvalidArgumentError(`expected an integer ≥ 0, found ${value}.`);
+    return parsed;
+}
+
+function seededRandom(seed: number): (max: number) => number {
+    let state = seed >>> 0 || 1;
+    return (max: number) => {
+        state ^= state << 13;
+        state >>>= 0;
+        state ^= state >>> 17;
+        state ^= state << 5;
+        state >>>= 0;
+        return state % max;
+    };
+}
+
+const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0 };
+
+async function runPhase(
+    engine: DraftEngine,
+    flags: BenchFlags,
+    contexts: number[][],
+    concurrent: boolean,
+    random: (max: number) => number,
+    label: string,
+): Promise<PhaseResult> {
+    const latencies: number[] = [];
+    const before = { ...counters };
+    const total = flags.steps * contexts.length;
+    const bar = flags.progress
+        ? new cliProgress.SingleBar({ format: `${label} {bar} {value}/{total} requests`, clearOnComplete: true }, cliProgress.Presets.shades_classic)
+        : undefined;
+    bar?.start(total, 0);
+    const step = async (i: number) => {
+        if (contexts[i]!.length + flags.draftLen + flags.accepted + 1 > flags.context) {
+            contexts[i] = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
+        }
+        const started = performance.now();
+        const draft = await engine.draft(contexts[i]!, flags.draftLen);
+        latencies.push(performance.now() - started);
+        contexts[i] = [...contexts[i]!, ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
+        bar?.increment();
+    };
+    const started = performance.now();
+    if (concurrent) {
+        await Promise.all(
+            contexts.map(async (_, i) => {
+                for (let s = 0; s < flags.steps; s++) await step(i);
+            }),
+        );
+    } else {
+        for (let s = 0; s < flags.steps; s++) for (let i = 0; i < contexts.length; i++) await step(i);
+    }
+    const seconds = (performance.now() - started) / 1000;
+    bar?.stop();
+    const requests = latencies.length;
+    latencies.sort((a, b) => a - b);
+    const decodes = counters.decodes - before.decodes;
+    return {
+        requests,
+        seconds: round(seconds),
+        requests_per_s: round(requests / seconds),
+        latency_ms: {
+            p50: round(percentile(latencies, 50) ?? 0),
+            p95: round(percentile(latencies, 95) ?? 0),
+            mean: round(latencies.reduce((a, b) => a + b, 0) / requests),
+        },
+        tokens_evaluated_per_request: round((counters.evaluated - before.evaluated) / requests),
+        tokens_reused_per_request: round((counters.reused - before.reused) / requests),
+        decodes_per_request: round(decodes / requests),
+        decode_batch_mean: round((counters.decodeSequences - before.decodeSequences) / decodes),
+    };
+}
+
+function round(x: number): number {
+    return Math.round(x * 100) / 100;
+}
+
+async function main(flags: BenchFlags): Promise<void> {
+    const engine = await loadEngine({
+        modelPath: flags.model,
+        gpu: flags.gpu,
+        streams: flags.streams,
+        contextSize: flags.context,
+        threads: flags.threads,
+        kvUnified: flags.kvUnified,
+        flashAttention: flags.flashAttention,
+        observer: {
+            onPrefix: (evaluated, reused) => {
+                counters.evaluated += evaluated;
+                counters.reused += reused;
+            },
+            onDecode: (_tokens, sequences) => {
+                counters.decodes++;
+                counters.decodeSequences += sequences;
+            },
+        },
+    });
+    try {
+        const random = seededRandom(flags.seed);
+        const contexts = Array.from({ length: flags.streams }, () =>
+            Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize)),
+        );
+        // warm-up: one step of every conversation, so both phases measure the walk's steady state (prefix reuse)
+        await runPhase(engine, { ...flags, steps: 1, progress: false }, contexts, true, random, "warm-up");
+        const sequential = await runPhase(engine, flags, contexts, false, random, "one at a time");
+        const concurrent = await runPhase(engine, flags, contexts, true, random, `${flags.streams} at once`);
+        const { modelName, quantization, backend, flashAttention, streams, contextSize } = engine.info;
+        console.log(
+            JSON.stringify(
+                {
+                    date: new Date().toISOString(),
+                    model: modelName,
+                    quantization,
+                    backend,
+                    flash_attention: flashAttention,
+                    kv_unified: flags.kvUnified,
+                    streams,
+                    context_size: contextSize,
+                    start_context: flags.startContext,
+                    draft_len: flags.draftLen,
+                    accepted: flags.accepted,
+                    one_at_a_time: sequential,
+                    concurrent,
+                    concurrent_over_one_at_a_time: round(concurrent.requests_per_s / sequential.requests_per_s),
+                },
+                null,
+                2,
+            ),
+        );
+    } finally {
+        await engine.close();
+    }
+}
+
+const program = new Command("engineBench")
+    .description("Draft engine throughput without HTTP: one request at a time vs all streams at once")
+    .requiredOption("--model <path>", "GGUF drafter")
+    .option("--gpu <choice>", "auto | cuda | vulkan | cpu", "auto")
+    .option("--streams <n>", "conversations (and engine streams)", integer, 32)
+    .option("--context <n>", "tokens per sequence", integer, 2048)
+    .option("--start-context <n>", "random tokens each conversation starts from", integer, 512)
+    .option("--draft-len <n>", "tokens per draft", integer, 16)
+    .option("--accepted <n>", "drafted tokens accepted per step (then +1 target token)", integer, 5)
+    .option("--steps <n>", "requests per conversation per phase", integer, 10)
+    .option("--threads <n>", "llama.cpp CPU threads (default: the engine's)", integer)
+    .option("--kv-unified", "one KV buffer for all sequences", false)
+    .option("--flash-attention", "force flash attention on")
+    .option("--no-flash-attention", "force flash attention off")
+    .option("--seed <n>", "random seed", integer, 1)
+    .option("--no-progress", "no progress bars");
+
+program.parse();
+await main(program.opts<BenchFlags>());
