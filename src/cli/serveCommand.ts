@@ -56,7 +56,7 @@ export function serveCommand(): Command {
         .option("--host <address>", "address to listen on", defaultHost)
         .option("--port <port>", "port to listen on (0: any free port)", integerIn(0, 65535), defaultPort)
         .option("--draft-len <k>", `tokens drafted when a request gives no n (1–${maxDraftLength})`, integerIn(1, maxDraftLength), defaultDraftLength)
-        .option("--streams <n>", "sequences held at once, each with its own KV cache", integerIn(1, 4096), defaultStreams)
+        .option("--streams <n>", "sequences held at once, each with its own KV cache", integerIn(1, 256), defaultStreams)
         .option("--context <tokens>", "tokens one sequence can hold: context + draft", integerIn(2, 1 << 20), defaultContextSize)
         .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
         .option("--max-queue <n>", "draft requests that may wait before new ones get 503 queue_full", integerIn(1, 1 << 20), defaultMaxQueue)
