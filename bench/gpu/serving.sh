@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU serving benchmark, all peers in one job on the H200 machine, through the same HTTP client (bench/serveBench.ts):
+#   1. specdraft serve (native batched engine, CUDA build of node-llama-cpp's llama.cpp),
+#   2. a seed-style HF transformers bf16 server (bench/peers/hf_seed_server.py),
+#   3. llama.cpp's own llama-server, built here from the llama.cpp source node-llama-cpp bundles.
+# The drafter is Qwen3-1.7B-shaped with random weights in Q4_0 (bench/models/make_random_drafter.py).
+#
+# From the checkout on the GPU machine, with .gpu (../shared/gpu/stage.sh), .gpu-extra (llama-src.tar.xz,
+# qwen3-tokenizer.json.xz), .whl (gguf wheel), dist and build/llama-headers brought along:
+#   bash bench/gpu/serving.sh RESULTS_DIR
+set -uo pipefail
+results=${1:?results dir}
+mkdir -p "$results"
+log() { echo "[$(date +%T)] $*"; }
+source .gpu/unpack.sh
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
+nproc_all=$(nproc)
+
+# llama-server builds on the CPU cores while the rest runs.
+if [ ! -x /tmp/llama-build/bin/llama-server ]; then
+  ( mkdir -p /tmp/llama-src && tar xJf .gpu-extra/llama-src.tar.xz -C /tmp/llama-src &&
+    cmake -S /tmp/llama-src -B /tmp/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_UI=OFF \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real &&
+    cmake --build /tmp/llama-build --target llama-server -j "$nproc_all" ) > "$results/llama-server-build.log" 2>&1 &
+  build_pid=$!
+fi
+
+log "native engine, CUDA variant"
+node scripts/build-native.mjs --gpu cuda 2>&1 | tail -2
+model=/tmp/qwen3-1.7b-random-q4_0.gguf
+if [ ! -f "$model" ]; then
+  log "making the random 1.7B-shaped drafter"
+  xz -dc .gpu-extra/qwen3-tokenizer.json.xz > /tmp/qwen3-tokenizer.json
+  python3 bench/models/make_random_drafter.py --tokenizer /tmp/qwen3-tokenizer.json --out "$model" 2>&1 | tail -1
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+
+wait_health() { # url timeout_s → prints seconds to 200, or fails
+  local start=$(date +%s.%N)
+  for _ in $(seq 1 $(( $2 * 10 ))); do
+    if curl -sf "$1/health" >/dev/null 2>&1; then echo "$(echo "$(date +%s.%N) - $start" | bc)"; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+bench() { # name url streams ctx steps
+  log "bench $1: streams $3, context $4"
+  node --import tsx bench/serveBench.ts --url "$2" --streams "$3" --start-context "$4" --steps "$5" --no-progress \
+    > "$results/$1-s$3-c$4.json" 2> "$results/$1-s$3-c$4.err" || log "bench $1 failed: $(tail -3 "$results/$1-s$3-c$4.err")"
+  grep -E '"requests_per_s"|"p50"' "$results/$1-s$3-c$4.json" | tr -d '\n'; echo
+}
+ctx_size=9216  # 8192 start + 20 steps of +6 + the draft
+
+log "1. specdraft serve"
+start=$(date +%s.%N)
+node dist/cli/main.js serve --model "$model" --port 8000 --streams 32 --context $ctx_size --gpu cuda > "$results/specdraft-serve.log" 2>&1 &
+pid=$!
+t=$(wait_health http://127.0.0.1:8000 120) && echo "{\"startup_to_health_s\": $t}" > "$results/specdraft-startup.json"
+log "specdraft healthy after ${t:-never} s"; curl -s http://127.0.0.1:8000/info > "$results/specdraft-info.json"
+node --import tsx bench/batchConsistency.ts --url http://127.0.0.1:8000 --streams 32 --context 512 > "$results/specdraft-consistency.json"
+grep differing "$results/specdraft-consistency.json" | head -2
+for c in 512 2048 8192; do bench specdraft http://127.0.0.1:8000 32 $c 20; done
+bench specdraft http://127.0.0.1:8000 1 512 20
+kill -TERM $pid; wait $pid
+
+log "2. seed-style HF transformers bf16 peer"
+python3 bench/peers/hf_seed_server.py --port 8001 > "$results/hf-seed.log" 2>&1 &
+pid=$!
+wait_health http://127.0.0.1:8001 300 >/dev/null
+bench hf-seed http://127.0.0.1:8001 32 512 8
+bench hf-seed http://127.0.0.1:8001 32 2048 8
+bench hf-seed http://127.0.0.1:8001 1 512 8
+kill $pid; wait $pid 2>/dev/null
+
+log "3. llama-server (waiting for its build)"
+[ -n "${build_pid:-}" ] && wait $build_pid
+if [ -x /tmp/llama-build/bin/llama-server ]; then
+  /tmp/llama-build/bin/llama-server -m "$model" --port 8002 -np 32 -c $((32 * ctx_size)) -ngl 99 -fa on \
+    --no-webui > "$results/llama-server.log" 2>&1 &
+  pid=$!
+  wait_health http://127.0.0.1:8002 120 >/dev/null
+  node --import tsx bench/batchConsistency.ts --url llama-server+http://127.0.0.1:8002 --streams 32 --context 512 > "$results/llama-server-consistency.json"
+  for c in 512 2048 8192; do bench llama-server llama-server+http://127.0.0.1:8002 32 $c 20; done
+  bench llama-server llama-server+http://127.0.0.1:8002 1 512 20
+  kill $pid; wait $pid 2>/dev/null
+else
+  log "llama-server did not build: $(tail -5 "$results/llama-server-build.log")"
+fi
+log "done"

