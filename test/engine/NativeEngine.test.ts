@@ -9,7 +9,7 @@ import { EngineError } from "../../src/engine/errors.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
 import { draftConversationsAlone } from "./helpers/conversations.js";
-import { randomPrompts, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
 const contextSize = 512;
 
@@ -18,18 +18,19 @@ interface Counters {
     reused: number;
     decodes: [tokens: number, sequences: number][];
     maxQueueDepth: number;
+    depths: number[];
 }
 
 async function openEngine(
     t: { after(fn: () => Promise<void>): void },
     options: Partial<LoadEngineOptions> = {},
 ): Promise<{ engine: DraftEngine; counters: Counters }> {
-    const counters: Counters = { evaluated: 0, reused: 0, decodes: [], maxQueueDepth: 0 };
+    const counters: Counters = { evaluated: 0, reused: 0, decodes: [], maxQueueDepth: 0, depths: [] };
     const engine = await loadEngine({
         modelPath: tinyModel,
         streams: 1,
         contextSize,
-        gpu: "cpu",
+        gpu: testGpu,
         threads: testThreads,
         observer: {
             onPrefix: (evaluated, reused) => {
@@ -39,6 +40,7 @@ async function openEngine(
             onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => {
                 counters.maxQueueDepth = Math.max(counters.maxQueueDepth, depth);
+                counters.depths.push(depth);
             },
         },
         ...options,
@@ -58,11 +60,12 @@ function isEngineError(code: string): (error: unknown) => boolean {
 test("info describes the loaded drafter", async (t) => {
     const { engine } = await openEngine(t, { streams: 4 });
     assert.equal(engine.info.engine, "native");
-    assert.equal(engine.info.backend, "cpu");
+    assert.equal(engine.info.backend, testGpu);
     assert.equal(engine.info.streams, 4);
     assert.equal(engine.info.contextSize, contextSize);
     assert.equal(engine.info.vocabSize, 4003);
-    assert.equal(engine.info.flashAttention, false);
+    // off on the CPU (it made batched drafts differ there), on for GPUs
+    assert.equal(engine.info.flashAttention, testGpu !== "cpu");
     assert.equal(engine.info.quantization, "Q8_0");
     assert.ok(engine.info.fileBytes > 100_000);
 });
@@ -149,13 +152,23 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     const expectedOther = await engine.draft(other!, 300);
     const controller = new AbortController();
     counters.decodes.length = 0;
+    // abort a few ms after the round holding both requests has started: queue depth is reported as 1, 2 when they are queued,
+    // then 2 again when the round takes them (the native loop runs off the JS thread meanwhile)
+    counters.depths.length = 0;
+    const started = (async () => {
+        while (counters.depths.length < 3) await new Promise((resolve) => setImmediate(resolve));
+        // a few steps in (300 steps take ≥ 15 ms even on a fast CPU)
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        controller.abort();
+    })();
     const aborted = engine.draft(long!, 300, { signal: controller.signal });
     const neighbour = engine.draft(other!, 300);
-    setTimeout(() => controller.abort(), 20);
+    await started;
     await assert.rejects(aborted, isEngineError("aborted"));
     assert.deepEqual(await neighbour, expectedOther);
     // after the abort the steps carry only the neighbour
     const twoSequenceSteps = counters.decodes.filter(([tokens, sequences]) => tokens === 2 && sequences === 2).length;
+    assert.ok(counters.decodes.some(([, sequences]) => sequences === 2), `both requests were in one round ${JSON.stringify(counters.depths)} ${JSON.stringify(counters.decodes.slice(0, 4))}`);
     assert.ok(counters.decodes.some(([tokens, sequences]) => tokens === 1 && sequences === 1), "the aborted sequence left the batch");
     assert.ok(twoSequenceSteps < 299, `${twoSequenceSteps} steps still carried both sequences`);
     // the engine keeps working, and its slot is usable again

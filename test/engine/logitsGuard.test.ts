@@ -14,13 +14,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { loadEngine } from "../../src/engine/loadEngine.js";
 import { nextRequest } from "./helpers/conversations.js";
-import { randomPrompts, seededRandom, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { randomPrompts, seededRandom, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
 test("drafts stay exact when llama.cpp reorders the outputs of every step", async (t) => {
     const streams = 32;
     const n = 16;
     const rounds = 6;
-    const common = { modelPath: tinyModel, contextSize: 1024, gpu: "cpu" as const, threads: testThreads };
+    const common = { modelPath: tinyModel, contextSize: 1024, gpu: testGpu, threads: testThreads };
     const alone = await loadEngine({ ...common, streams: 1 });
     t.after(() => alone.close());
     const batched = await loadEngine({ ...common, streams, testing: { arrivalOrder: true } });

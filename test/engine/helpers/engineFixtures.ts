@@ -9,6 +9,12 @@ export const tinyModelVocab2 = fileURLToPath(new URL("../../fixtures/tiny-qwen3-
 /** Same vocabulary as tinyModel, Q4_0 weights. */
 export const tinyModelQ4 = fileURLToPath(new URL("../../fixtures/tiny-qwen3-q4_0.gguf", import.meta.url));
 
+/**
+ * Backend the engine tests use: the CPU unless SPECDRAFT_TEST_GPU names another (e.g. `cuda` on the GPU machine, to
+ * check that batched drafts equal drafts alone there too).
+ */
+export const testGpu = (process.env.SPECDRAFT_TEST_GPU ?? "cpu") as "cpu" | "cuda" | "vulkan";
+
 /** Tests run single-threaded llama.cpp: the CI machine is small and shared, and spinning threads starve there. */
 export const testThreads = 1;
 
