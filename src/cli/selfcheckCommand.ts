@@ -47,6 +47,10 @@ export async function runSelfcheckCommand(options: SelfcheckOptions & { progress
         onGate: (gate) => io.out.write(`${gate.ok ? "✓" : "✗"} ${gate.name.padEnd(width)}  ${gate.figure}\n`),
         onWalkStart: (tokens, sampled) => {
             if (options.progress === false) return;
+            if ((io.err as { isTTY?: boolean }).isTTY !== true) {
+                io.err.write(`walking ${sampled ? "the sample" : "all conversations"} (${tokens} tokens)…\n`);
+                return;
+            }
             bar = new cliProgress.SingleBar(
                 { stream: io.err, format: `walking ${sampled ? "sample" : "all"} [{bar}] {percentage}% | {value}/{total} tokens | {failures} failures | {duration_formatted}`, hideCursor: true },
                 cliProgress.Presets.shades_classic

@@ -76,11 +76,14 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
         },
         cliProgress.Presets.shades_classic
     );
+    const showBars = options.progress !== false && (io.err as { isTTY?: boolean }).isTTY === true;
     const summaries: WalkSummary[] = [];
     try {
         // servers one after another, so one server's load never slows the other's latency figures
         for (const client of clients) {
-            const bar = options.progress === false ? undefined : bars.create(totalTokens, 0, { server: client.name.padEnd(nameWidth), steps: 0, tau: "–", failures: 0 });
+            // cli-progress draws nothing useful without a terminal: a plain line says what is happening instead
+            if (!showBars && options.progress !== false) io.err.write(`walking ${heldOut.conversations.length} conversations (${totalTokens} tokens) against ${client.name} (${client.url})…\n`);
+            const bar = showBars ? bars.create(totalTokens, 0, { server: client.name.padEnd(nameWidth), steps: 0, tau: "–", failures: 0 }) : undefined;
             let tokens = 0;
             let steps = 0;
             let failures = 0;
@@ -97,7 +100,7 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
             summaries.push(summarizeWalk(result, { data: { file: options.data, rejectedLines: heldOut.rejected.length } }));
         }
     } finally {
-        bars.stop();
+        if (showBars) bars.stop();
     }
 
     io.out.write(`\n${formatComparisonTable(summaries)}\n`);
