@@ -21,7 +21,8 @@ port=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
-    if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
+    # node rather than curl: the GPU machine has node (staged) but may lack curl
+    if node -e 'fetch(process.argv[1]).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "http://127.0.0.1:$port/health"; then break; fi
     kill -0 "$server" 2>/dev/null || { cat "$out/serve.log"; exit 1; }
     sleep 0.2
 done
