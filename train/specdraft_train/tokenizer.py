@@ -1,0 +1,169 @@
+"""Stage `tokenizer`: a byte-level BPE for the lab, built like Qwen2/Qwen3's so it travels into GGUF the same way.
+
+Same normalizer (NFC), pre-tokenizer (Qwen2's split regex, then byte-level), post-processor and decoder as Qwen3's
+tokenizer.json, so the GGUF exporter maps it as ``tokenizer.ggml.model = "gpt2"`` with llama.cpp's ``qwen2``
+pre-tokenizer. Special tokens: ``<|endoftext|>`` (document end, padding), ``<|im_start|>``/``<|im_end|>`` (chat
+turns), ``<think>``/``</think>`` (so Qwen3-style chat templates with thinking off render). Trained on the train split
+only. Outputs ``tokenizer.json`` and ``tokenizer_config.json`` (with a ChatML chat template), ``manifest.json``.
+
+    python -m specdraft_train tokenizer --corpus runs/lab/corpus --out runs/lab/tokenizer --preset micro
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from .artifacts import atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
+from .config import TokenizerConfig, get_preset, override
+from .corpus import read_documents
+
+# Qwen2/Qwen3's pre-tokenizer split (tokenizer.json of Qwen/Qwen3-*), which llama.cpp implements as pre "qwen2".
+QWEN2_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+END_OF_TEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
+# Not special in Qwen3 either (ordinary added tokens): the chat template writes them as text when thinking is off.
+THINK_TOKENS = ("<think>", "</think>")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+# Qwen3's template reduced to what the lab uses: system/user/assistant turns, generation prompt, thinking switch.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def build_untrained() -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+    tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    return tokenizer
+
+
+def train_tokenizer(texts: list[str], config: TokenizerConfig) -> Tokenizer:
+    tokenizer = build_untrained()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size - len(THINK_TOKENS),  # the think tokens are added after training
+        min_frequency=config.min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte has a token: no <unk>, ever
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tokenizer.add_tokens(list(THINK_TOKENS))
+    assert tokenizer.get_vocab_size() <= config.vocab_size
+    return tokenizer
+
+
+def tokenizer_config_json(tokenizer: Tokenizer) -> dict[str, Any]:
+    """HF tokenizer_config.json in Qwen3's shape (eos = <|endoftext|> for the lab's plain-text continuations)."""
+    added = {}
+    for content in (*SPECIAL_TOKENS, *THINK_TOKENS):
+        token_id = tokenizer.token_to_id(content)
+        added[str(token_id)] = {
+            "content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "special": content in SPECIAL_TOKENS,
+        }
+    return {
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": added,
+        "additional_special_tokens": [IM_START, IM_END],
+        "bos_token": None,
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": END_OF_TEXT,
+        "errors": "replace",
+        "model_max_length": 32768,
+        "pad_token": END_OF_TEXT,
+        "split_special_tokens": False,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": None,
+    }
+
+
+def save_tokenizer_files(tokenizer: Tokenizer, out_dir: Path) -> None:
+    atomic_write_text(out_dir / "tokenizer.json", tokenizer.to_str(pretty=True))
+    atomic_write_json(out_dir / "tokenizer_config.json", tokenizer_config_json(tokenizer))
+
+
+def load_tokenizer(tokenizer_dir: str | Path) -> Tokenizer:
+    return Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+
+
+def special_ids(tokenizer: Tokenizer) -> dict[str, int]:
+    ids = {}
+    for content in SPECIAL_TOKENS:
+        token_id = tokenizer.token_to_id(content)
+        if token_id is None:
+            raise ValueError(f"tokenizer lacks special token {content}")
+        ids[content] = token_id
+    return ids
+
+
+def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) -> dict[str, Any]:
+    start = time.time()
+    corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
+    texts = [d.text for d in read_documents(corpus_dir, "train")]
+    tokenizer = train_tokenizer(texts, config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_tokenizer_files(tokenizer, out)
+    sample = texts[: min(len(texts), 200)]
+    tokens = sum(len(e.ids) for e in tokenizer.encode_batch(sample, add_special_tokens=False))
+    bytes_per_token = sum(len(t.encode("utf-8")) for t in sample) / max(tokens, 1)
+    return write_manifest(
+        out,
+        "tokenizer",
+        outputs=TOKENIZER_FILES,
+        params={"config": config.__dict__},
+        inputs={"corpus": input_record(corpus_dir, corpus_manifest)},
+        extra={
+            "vocab_size": tokenizer.get_vocab_size(),
+            "bytes_per_token": round(bytes_per_token, 3),
+            "special_ids": special_ids(tokenizer),
+            "seconds": time.time() - start,
+        },
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("tokenizer", help="train the lab's byte-level BPE (Qwen2-style) on the train split",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, type=Path, help="output directory of the corpus stage")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    p.add_argument("--vocab-size", type=int, default=None, help="at most 32768 (default: preset's)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = override(get_preset(args.preset).tokenizer, vocab_size=args.vocab_size)
+    if config.vocab_size > 32_768:
+        raise ValueError(f"--vocab-size {config.vocab_size}: the lab caps vocabularies at 32768")
+    manifest = build(args.corpus, args.out, config)
+    print(json.dumps({"vocab_size": manifest["vocab_size"], "bytes_per_token": manifest["bytes_per_token"]}))
+    return 0
