@@ -26,6 +26,7 @@ interface BenchFlags {
     threads?: number;
     kvUnified: boolean;
     flashAttention?: boolean;
+    backendSampling?: boolean;
     seed: number;
     progress: boolean;
 }
@@ -130,6 +131,7 @@ async function main(flags: BenchFlags): Promise<void> {
         threads: flags.threads,
         kvUnified: flags.kvUnified,
         flashAttention: flags.flashAttention,
+        backendSampling: flags.backendSampling,
         observer: {
             onPrefix: (evaluated, reused) => {
                 counters.evaluated += evaluated;
@@ -160,6 +162,7 @@ async function main(flags: BenchFlags): Promise<void> {
                     backend,
                     flash_attention: flashAttention,
                     kv_unified: flags.kvUnified,
+                    backend_sampling: flags.backendSampling ?? "default",
                     streams,
                     context_size: contextSize,
                     start_context: flags.startContext,
@@ -192,6 +195,8 @@ const program = new Command("engineBench")
     .option("--kv-unified", "one KV buffer for all sequences", false)
     .option("--flash-attention", "force flash attention on")
     .option("--no-flash-attention", "force flash attention off")
+    .option("--backend-sampling", "force greedy sampling inside llama.cpp's graph on")
+    .option("--no-backend-sampling", "force it off (argmax over host logits)")
     .option("--seed <n>", "random seed", integer, 1)
     .option("--no-progress", "no progress bars");
 

@@ -52,6 +52,11 @@ export interface LoadEngineOptions {
      * depends on the batch), so it is off there unless forced here. Defaults to `true` on a GPU, `false` on the CPU.
      */
     flashAttention?: boolean;
+    /**
+     * Greedy sampling inside llama.cpp's graph (llama.cpp's backend samplers): on a GPU only token ids cross to the host
+     * instead of streams × vocabulary logits per step. Defaults to `true` on a GPU, `false` on the CPU.
+     */
+    backendSampling?: boolean;
     /** One KV buffer shared by all sequences instead of one per sequence. Defaults to `false`. */
     kvUnified?: boolean;
     /** Print llama.cpp's logs to stderr. Defaults to `false`. */
@@ -80,7 +85,7 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
     const file = await readModelFileInfo(options.modelPath);
     const addon = loadNativeAddon(options.gpu ?? defaultGpu);
     const wantsGpu = addon.variant !== "cpu";
-    const load = async (flashAttention: boolean): Promise<NativeEngineHandle> => {
+    const load = async (onGpu: boolean): Promise<NativeEngineHandle> => {
         const native = addon.createEngine();
         try {
             await native.load({
@@ -91,7 +96,8 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
                 batchSize: Math.max(options.batchSize ?? defaultBatchSize, streams),
                 ubatchSize: options.ubatchSize ?? defaultUbatchSize,
                 gpuLayers: wantsGpu ? -1 : 0,
-                flashAttention,
+                flashAttention: options.flashAttention ?? onGpu,
+                backendSampling: options.backendSampling ?? onGpu,
                 kvUnified: options.kvUnified ?? false,
                 threads: options.threads ?? defaultThreads(),
                 unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
@@ -104,16 +110,17 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
         }
         return native;
     };
-    let flashAttention = options.flashAttention ?? wantsGpu;
-    let native = await load(flashAttention);
+    let native = await load(wantsGpu);
     let nativeInfo = native.info();
-    if (options.flashAttention === undefined && flashAttention && backendOf(nativeInfo.gpuDevice) === "cpu") {
-        // a GPU build that found no GPU computes on the CPU, where flash attention is off by default
+    let onGpu = backendOf(nativeInfo.gpuDevice) !== "cpu";
+    if (wantsGpu && !onGpu) {
+        // a GPU build that found no GPU computes on the CPU: load again with the CPU's defaults
         native.dispose();
-        flashAttention = false;
-        native = await load(flashAttention);
+        native = await load(false);
         nativeInfo = native.info();
+        onGpu = false;
     }
+    const flashAttention = options.flashAttention ?? onGpu;
     if (nativeInfo.vocabSize !== file.vocabSize) {
         native.dispose();
         throw new EngineLoadError(

@@ -31,6 +31,8 @@ export interface NativeLoadOptions {
     flashAttention: boolean;
     /** One KV buffer for all sequences (true) or one per sequence (false). */
     kvUnified: boolean;
+    /** Greedy sampling inside llama.cpp's graph (only token ids copied back) instead of argmax over host logits. */
+    backendSampling: boolean;
     /** CPU threads for llama.cpp; 0: its default. */
     threads: number;
     /** Tests only: read logits from many threads at once, without the reorder guard. */

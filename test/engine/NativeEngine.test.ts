@@ -106,6 +106,14 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
     assert.ok(batched.counters.maxQueueDepth >= 32);
 });
 
+test("greedy sampling inside llama.cpp's graph (backendSampling) drafts the same as argmax over the logits", async (t) => {
+    const prompts = randomPrompts(32, 4000, 13);
+    const argmax = await openEngine(t, { streams: 32, backendSampling: false });
+    const inGraph = await openEngine(t, { streams: 32, backendSampling: true });
+    const expected = await Promise.all(prompts.map((prompt) => argmax.engine.draft(prompt, 16)));
+    assert.deepEqual(await Promise.all(prompts.map((prompt) => inGraph.engine.draft(prompt, 16))), expected);
+});
+
 test("a draft of 16 equals 16 drafts of 1, each appending the previous token (the true greedy continuation)", async (t) => {
     const { engine } = await openEngine(t);
     for (const prompt of randomPrompts(3, 4000, 23)) {

@@ -3,7 +3,8 @@
 // A round takes a set of requests (slot, tokens to keep in the slot's KV cache, new tokens, n, endId) and, off the JS
 // thread: trims each slot's KV cache to the kept prefix, evaluates all new tokens in as few llama_decode calls as
 // possible (logits only for each request's last token), then runs up to n steps with ONE llama_decode per step for
-// all sequences still drafting. The next token of every sequence is the argmax of its logits, computed here.
+// all sequences still drafting. The next token of every sequence is the argmax of its logits, computed here, or with
+// `backendSampling` by a greedy sampler inside llama.cpp's graph (on the GPU: no logits copied to the host).
 //
 // Correctness guard: llama.cpp reorders the logits buffer lazily, on the first logits access after a decode
 // (llama_context::output_reorder). Touching the logits from several threads at once races on that reorder and gives
@@ -15,7 +16,7 @@
 // JS interface (see src/engine/NativeEngine.ts for the typed view):
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
-//                       kvUnified, threads, unguardedLogits, arrivalOrder, verbose });
+//                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, verbose });
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.round(items, cancelFlags)  -> { drafts, cached, evaluated, decodes }
 //   engine.dispose()
@@ -139,6 +140,9 @@ struct EngineState {
     int32_t streams = 0;
     int32_t argmaxThreads = 1;
     bool unguardedLogits = false;
+    bool backendSampling = false;  // greedy sampling inside llama.cpp's graph: only token ids leave the device
+    std::vector<llama_sampler*> samplers;
+    std::vector<llama_sampler_seq_config> samplerConfigs;
     bool arrivalOrder = false;  // tests only: batch in request order (llama.cpp then reorders outputs) instead of slot order
     std::string gpuDevice;  // empty: CPU only
 };
@@ -157,6 +161,9 @@ public:
         if (state.ctx) llama_free(state.ctx);
         if (state.batchCapacity > 0) llama_batch_free(state.batch);
         if (state.model) llama_model_free(state.model);
+        for (llama_sampler* smpl : state.samplers) llama_sampler_free(smpl);
+        state.samplers.clear();
+        state.samplerConfigs.clear();
         state.ctx = nullptr;
         state.model = nullptr;
         state.batchCapacity = 0;
@@ -184,6 +191,7 @@ struct LoadOptions {
     int32_t threads = 0;
     bool unguardedLogits = false;
     bool arrivalOrder = false;
+    bool backendSampling = false;
 };
 
 class LoadWorker : public Napi::AsyncWorker {
@@ -216,6 +224,20 @@ public:
             cp.n_outputs_max = (uint32_t)options_.streams;
             cp.flash_attn_type = options_.flashAttention ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
             cp.no_perf = true;
+            if (options_.backendSampling) {
+                // one greedy chain per sequence; llama.cpp then computes the argmax in the graph (on the GPU when
+                // offloaded) and copies only token ids back instead of n_outputs × n_vocab logits
+                for (int32_t seq = 0; seq < options_.streams; ++seq) {
+                    llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+                    llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+                    s.samplers.push_back(chain);
+                    s.samplerConfigs.push_back({seq, chain});
+                }
+                cp.samplers = s.samplerConfigs.data();
+                cp.n_samplers = s.samplerConfigs.size();
+                cp.n_outputs_max_per_seq = 1;
+                s.backendSampling = true;
+            }
             if (options_.threads > 0) {
                 cp.n_threads = options_.threads;
                 cp.n_threads_batch = options_.threads;
@@ -293,6 +315,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.threads = getInt(o, "threads", 0);
     opt.unguardedLogits = getBool(o, "unguardedLogits", false);
     opt.arrivalOrder = getBool(o, "arrivalOrder", false);
+    opt.backendSampling = getBool(o, "backendSampling", false);
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
         g_log_verbose = getBool(o, "verbose", false);
@@ -394,7 +417,13 @@ private:
         const int32_t count = (int32_t)outputIndices.size();
         // below ~1M logits one thread is faster than starting more
         const int32_t threads = (int64_t)count * s.nVocab >= (1 << 20) ? s.argmaxThreads : 1;
-        if (s.unguardedLogits) {
+        if (s.backendSampling) {
+            // each call synchronizes and applies any pending output reorder first, all on this thread
+            for (int32_t k = 0; k < count; ++k) {
+                next[k] = llama_get_sampled_token_ith(s.ctx, outputIndices[k]);
+                if (next[k] == LLAMA_TOKEN_NULL) throw std::runtime_error("llama.cpp returned no sampled token: " + takeLoggedErrors());
+            }
+        } else if (s.unguardedLogits) {
             // UNSAFE (tests only): every output fetched from its own thread, as per-sequence samplers do; the first
             // fetch on each thread may run llama.cpp's lazy output reorder concurrently with the others.
             std::atomic<int32_t> ready{0};
