@@ -15,8 +15,10 @@ import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./ty
 
 /** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
 export const defaultMaxQueue = 1024;
-/** Longest wait, in ms, for the conversations of recent rounds to come back before a round starts. Defaults to `2`. */
-export const defaultGatherMs = 2;
+/** Longest wait, in ms, for the conversations of recent rounds to come back before a round starts. Defaults to `10`. */
+export const defaultGatherMs = 10;
+/** The wait is also capped at this share of the last round's duration, so it never costs more than ~10 %. */
+const gatherShareOfRound = 0.1;
 /** Rounds whose sizes say how many conversations are active. */
 const recentRoundsKept = 8;
 
@@ -26,9 +28,10 @@ export interface NativeEngineOptions {
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
     /**
-     * Before a round starts with fewer requests than recent rounds had, wait up to this many ms for the others: clients
-     * in a closed loop send their next request just after their draft returns, and a round started with the first
-     * arrival alone would split them over two rounds for good. Defaults to `2`.
+     * Before a round starts with fewer requests than recent rounds had, wait up to this many ms (and at most a tenth of
+     * the last round's duration) for the others: clients in a closed loop send their next request just after their
+     * draft returns, and a round started with the first arrival alone would split them over two rounds for good.
+     * Defaults to `10`.
      */
     gatherMs?: number;
 }
@@ -54,6 +57,7 @@ export class NativeEngine implements DraftEngine {
     private readonly observer: EngineObserver;
     private readonly gatherMs: number;
     private readonly recentRoundSizes: number[] = [];
+    private lastRoundMs = 0;
     private readonly queue: PendingDraft[] = [];
     private inRound = 0;
     private running: Promise<void> | undefined;
@@ -183,17 +187,19 @@ export class NativeEngine implements DraftEngine {
                 if (requests.length === 0) continue;
                 this.recentRoundSizes.push(requests.length);
                 if (this.recentRoundSizes.length > recentRoundsKept) this.recentRoundSizes.shift();
+                const started = performance.now();
                 await this.runRound(requests);
+                this.lastRoundMs = performance.now() - started;
             }
         } finally {
             this.running = undefined;
         }
     }
 
-    /** Waits (at most gatherMs) until as many requests wait as the recent rounds had. */
+    /** Waits (at most gatherMs, and a tenth of the last round) until as many requests wait as recent rounds had. */
     private async gather(): Promise<void> {
         const expected = Math.min(Math.max(0, ...this.recentRoundSizes), this.info.streams);
-        const deadline = performance.now() + this.gatherMs;
+        const deadline = performance.now() + Math.min(this.gatherMs, gatherShareOfRound * this.lastRoundMs);
         while (this.queue.length > 0 && this.queue.length < expected && !this.closing && performance.now() < deadline) {
             await new Promise<void>((resolve) => setTimeout(resolve, 0.5));
         }

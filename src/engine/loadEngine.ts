@@ -35,7 +35,10 @@ export interface LoadEngineOptions {
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
-    /** Longest wait, in ms, for recent rounds' conversations to come back before a round starts. Defaults to `2`. */
+    /**
+     * Longest wait, in ms, for recent rounds' conversations to come back before a round starts (also capped at a tenth
+     * of the last round's duration). Defaults to `10`.
+     */
     gatherMs?: number;
     /**
      * CPU threads for llama.cpp. ggml's threads spin while they wait for each other, so on a busy machine every thread

@@ -124,6 +124,16 @@ test("a draft of 16 equals 16 drafts of 1, each appending the previous token (th
     }
 });
 
+test("prompts longer than one llama_decode batch are split over several decodes without changing the draft", async (t) => {
+    const prompts = randomPrompts(3, 4000, 71).map((prompt) => [...prompt, ...prompt, ...prompt, ...prompt]);
+    const whole = await openEngine(t, { streams: 3 });
+    const split = await openEngine(t, { streams: 3, batchSize: 50 });
+    const expected = await Promise.all(prompts.map((prompt) => whole.engine.draft(prompt, 8)));
+    assert.deepEqual(await Promise.all(prompts.map((prompt) => split.engine.draft(prompt, 8))), expected);
+    const prefill = split.counters.decodes.filter(([tokens]) => tokens > 3);
+    assert.ok(prefill.length > 1 && prefill.every(([tokens]) => tokens <= 50), JSON.stringify(prefill));
+});
+
 test("endId stops the draft right after that token", async (t) => {
     const { engine } = await openEngine(t);
     const [prompt] = randomPrompts(1, 4000, 31);
