@@ -382,6 +382,36 @@ def prepare_qat(model: nn.Module, clip_search: bool = False, out_type: str = "Q4
     return state
 
 
+def round_activations_q8_0(x: Tensor) -> Tensor:
+    """``x`` as ggml's CPU matmul sees it against a Q4_0/Q8_0 weight: rows quantized to Q8_0 by the SIMD
+    ``quantize_row_q8_0`` (``id = 127 / amax``, round half to even, fp16 d), not by the reference quantizer."""
+    blocks = x.to(torch.float32).reshape(-1, QK)  # (n_blocks, 32)
+    amax = blocks.abs().amax(dim=-1, keepdim=True)
+    d = amax / 127
+    inv_d = torch.where(amax == 0, torch.zeros_like(amax), 127 / amax)
+    q = torch.round(blocks * inv_d)
+    return (q * d.to(torch.float16).to(torch.float32)).reshape(x.shape).to(x.dtype)
+
+
+@contextlib.contextmanager
+def ggml_activation_rounding(state: QatState) -> Iterator[None]:
+    """Within the block, every ``nn.Linear`` whose weight the GGUF quantizes rounds its input as ggml's CPU backend
+    does, so a QAT model's logits match llama.cpp's to float32 summation order (a check and an eval aid; training
+    without it is the usual QAT, since the GPU backends round activations differently or not at all)."""
+    handles = []
+    for target in state.targets.values():
+        if target.qtype not in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q8_0):
+            continue
+        for module in target.modules:
+            if isinstance(module, nn.Linear):
+                handles.append(module.register_forward_pre_hook(lambda _m, args: (round_activations_q8_0(args[0]),)))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 @dataclass
 class LoadedQatState:
     """A saved QAT state as export reads it."""

@@ -1,0 +1,90 @@
+#!/usr/bin/env node
+// Runs a GGUF through node-llama-cpp on the CPU for the training pipeline's parity tests: greedy drafts (with the
+// first step's full-vocabulary probabilities) for token-id prompts, or llama.cpp's tokenization of strings.
+//
+//   UV_THREADPOOL_SIZE=1 node train/scripts/gguf_greedy.mjs model.gguf < request.json
+//
+// request: {"prompts": [[ids], ...], "n": 16, "probabilities": true, "kvCacheType": "F32"?, "threads": 1?}
+//            → {"drafts": [[ids]], "firstProbabilities": [[[id, p], ...]]}   (KV cache type defaults to llama.cpp's F16)
+//          {"texts": ["...", ...], "specialTokens": false}              → {"tokens": [[ids], ...]}
+// Prompts run one at a time on one sequence whose history is cleared in between (UV_THREADPOOL_SIZE=1 avoids a known
+// race between concurrent evaluations' logits in the addon). Greedy = temperature 0: ties go to the lowest id.
+
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+
+const defaultDraftLength = 16;
+const defaultContextSize = 512;
+const defaultThreads = 1; // tiny test models: a second thread only contends on a shared CPU
+
+async function readStdin() {
+    const chunks = [];
+    for await (const chunk of process.stdin) chunks.push(chunk);
+    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+}
+
+/** Greedy continuation of `prompt` for `n` tokens; the first step's probabilities as [id, p] pairs when asked. */
+async function greedy(sequence, prompt, n, withProbabilities) {
+    await sequence.clearHistory();
+    const last = prompt.length - 1;
+    const input = prompt.map((token, i) =>
+        i === last ? [token, { generateNext: { token: true, probabilities: withProbabilities } }] : token,
+    );
+    const first = (await sequence.controlledEvaluate(input))[last];
+    const draft = [first.next.token];
+    const probabilities = withProbabilities ? [...first.next.probabilities.entries()] : undefined;
+    while (draft.length < n) {
+        const out = await sequence.controlledEvaluate([[draft.at(-1), { generateNext: { token: true } }]]);
+        draft.push(out[0].next.token);
+    }
+    return { draft, probabilities };
+}
+
+async function main() {
+    const modelPath = process.argv[2];
+    if (!modelPath) {
+        console.error("gguf_greedy: usage: node gguf_greedy.mjs MODEL.gguf < request.json");
+        process.exit(2);
+    }
+    const request = await readStdin();
+    const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+    const model = await llama.loadModel({ modelPath });
+    try {
+        if (request.texts) {
+            const tokens = request.texts.map((text) => model.tokenize(text, request.specialTokens ?? false));
+            process.stdout.write(JSON.stringify({ tokens }));
+            return;
+        }
+        const n = request.n ?? defaultDraftLength;
+        const longest = Math.max(...request.prompts.map((p) => p.length));
+        const context = await model.createContext({
+            contextSize: Math.max(defaultContextSize, longest + n + 1),
+            sequences: 1,
+            threads: request.threads ?? defaultThreads,
+            ...(request.flashAttention !== undefined ? { flashAttention: request.flashAttention } : {}),
+            ...(request.kvCacheType
+                ? { experimentalKvCacheKeyType: request.kvCacheType, experimentalKvCacheValueType: request.kvCacheType }
+                : {}),
+        });
+        try {
+            const sequence = context.getSequence();
+            const drafts = [];
+            const firstProbabilities = [];
+            for (const prompt of request.prompts) {
+                const { draft, probabilities } = await greedy(sequence, prompt, n, request.probabilities ?? false);
+                drafts.push(draft);
+                if (probabilities) firstProbabilities.push(probabilities);
+            }
+            process.stdout.write(JSON.stringify({ drafts, firstProbabilities }));
+        } finally {
+            await context.dispose();
+        }
+    } finally {
+        await model.dispose();
+        await llama.dispose();
+    }
+}
+
+main().catch((error) => {
+    console.error(`gguf_greedy: ${error?.stack ?? error}`);
+    process.exit(1);
+});
