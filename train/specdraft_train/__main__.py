@@ -1,0 +1,60 @@
+"""The training pipeline's command line: one subcommand per stage; stages talk only through files.
+
+    python -m specdraft_train --help
+    python -m specdraft_train lab --preset micro --out runs/micro
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from types import ModuleType
+
+from .artifacts import ArtifactError
+
+# In pipeline order. `export` is the GGUF exporter's stage (specdraft_train/export.py, another engineer's module);
+# it is registered when that module is present.
+STAGE_MODULES = ("corpus", "tokenizer", "pretrain", "reference", "distill", "export", "evaluate", "lab")
+
+
+def _stage_module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"specdraft_train.{name}")
+    except ModuleNotFoundError as error:
+        if error.name == f"specdraft_train.{name}" or (name == "export" and error.name == "gguf"):
+            return None  # a stage whose module is not in this checkout (or whose `gguf` dependency is missing)
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specdraft_train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch (default: torch's, one per core); 1 is fastest on a busy machine")
+    subparsers = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
+    for name in STAGE_MODULES:
+        module = _stage_module(name)
+        if module is not None and hasattr(module, "add_parser"):
+            module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-file load/save bars drown the stages' own progress lines
+    try:
+        return int(args.func(args) or 0)
+    except (ArtifactError, FileNotFoundError, ValueError) as error:
+        print(f"specdraft_train {args.stage}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

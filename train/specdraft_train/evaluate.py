@@ -1,0 +1,117 @@
+"""Stage `evaluate`: τ of drafters on held-out conversations, by the validator's walk (k = 16), in PyTorch.
+
+For each `--drafter` (lab checkpoint, local HF model or HF id): τ as trained (bf16 autocast on CUDA, fp32 on CPU)
+and, with `--q4`, τ with every weight as a GGUF Q4_0 file stores it (quant.prepare_qat: Q4_0 projections, Q8_0
+embedding). A checkpoint holding ``qat_state.safetensors`` (from `distill --qat`) is evaluated with its learned Q4_0
+blocks (fingerprints checked); any other is post-training quantized (PTQ). Also: the n-gram prompt-lookup peer, the
+target as its own drafter (`--target`, sanity: τ ≈ k + 1), and the share of continuation 4-grams already seen earlier
+in the same text. Overall and per category. Writes JSON to `--out` (stdout without):
+
+    python -m specdraft_train evaluate --heldout runs/lab/reference/heldout.jsonl --drafter runs/lab/base \\
+        --drafter runs/lab/distilled-qat --q4 --ngram --target runs/lab/target --out runs/lab/eval.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .artifacts import atomic_write_json, sha256_file
+from .config import EvalConfig
+from .models import checkpoint_info, is_local_checkpoint, load_causal_lm, parameter_count, resolve_device, verify_checkpoint
+from .tau import Conversation, TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
+
+QAT_STATE_FILE = "qat_state.safetensors"
+
+
+def qat_state_path(checkpoint: str | Path) -> Path | None:
+    path = Path(checkpoint) / QAT_STATE_FILE
+    return path if is_local_checkpoint(checkpoint) and path.is_file() else None
+
+
+def drafter_tau(checkpoint: str | Path, conversations: list[Conversation], k: int, device: torch.device,
+                q4: bool = False, batch_size: int = 32) -> tuple[TauResult, str]:
+    """τ of one drafter, as trained or as a Q4_0 GGUF holds it; returns (result, how it was quantized)."""
+    verify_checkpoint(checkpoint)
+    model = load_causal_lm(checkpoint, device)
+    mode = "none"
+    if q4:
+        from .distill import load_qat_state_into
+        from .quant import prepare_qat
+
+        qat = prepare_qat(model)
+        saved = qat_state_path(checkpoint)
+        if saved is not None:
+            load_qat_state_into(qat, saved)
+            mode = "q4_0-qat"
+        else:
+            mode = "q4_0-ptq"
+    return model_tau(model, conversations, k, device, batch_size), mode
+
+
+def evaluate(heldout: Path, drafters: list[str], k: int, device: torch.device, q4: bool, ngram: bool,
+             target: str | None, config: EvalConfig = EvalConfig()) -> dict[str, Any]:
+    conversations = read_conversations(heldout)
+    report: dict[str, Any] = {
+        "heldout": {"path": str(heldout), "sha256": sha256_file(heldout), "conversations": len(conversations),
+                    "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)},
+        "k": k,
+        "repeated_4gram_share": repeated_ngram_share(conversations, 4),
+        "drafters": [],
+    }
+    for drafter in drafters:
+        start = time.time()
+        entry: dict[str, Any] = {"drafter": checkpoint_info(drafter)}
+        result, _ = drafter_tau(drafter, conversations, k, device, q4=False, batch_size=config.batch_size)
+        entry["as_trained"] = result.to_dict()
+        if q4:
+            result, mode = drafter_tau(drafter, conversations, k, device, q4=True, batch_size=config.batch_size)
+            entry["q4_0"] = {"mode": mode, **result.to_dict()}
+        entry["seconds"] = time.time() - start
+        report["drafters"].append(entry)
+    if ngram:
+        report["ngram"] = {"n_max": config.ngram_max, **ngram_tau(conversations, k, config.ngram_max).to_dict()}
+    if target is not None:
+        verify_checkpoint(target)
+        model = load_causal_lm(target, device)
+        report["target_as_drafter"] = {"target": checkpoint_info(target), "parameters": parameter_count(model),
+                                       **model_tau(model, conversations, k, device, config.batch_size).to_dict()}
+    return report
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("evaluate", help="τ of drafters (as trained / Q4_0) on held-out JSONL; n-gram peer",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--heldout", required=True, type=Path, help="validator-format JSONL (reference's heldout.jsonl)")
+    p.add_argument("--drafter", action="append", default=[], help="drafter to evaluate (repeatable): dir or HF id")
+    p.add_argument("--target", default=None, help="also evaluate the target as its own drafter (sanity τ ≈ k+1)")
+    p.add_argument("--q4", action="store_true", help="also τ with GGUF Q4_0 weights (QAT state if present, else PTQ)")
+    p.add_argument("--ngram", action="store_true", help="also the n-gram prompt-lookup peer")
+    p.add_argument("--k", type=int, default=EvalConfig.k, help=f"draft length (default: {EvalConfig.k})")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.add_argument("--out", type=Path, default=None, help="JSON file to write (default: print)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.drafter and not args.ngram and args.target is None:
+        raise ValueError("nothing to evaluate: give --drafter, --ngram or --target")
+    report = evaluate(args.heldout, args.drafter, args.k, resolve_device(args.device), args.q4, args.ngram, args.target)
+    if args.out is not None:
+        atomic_write_json(args.out, report)
+        lines = [f"{e['drafter']['path']}: τ {e['as_trained']['tau']:.3f}"
+                 + (f", Q4_0 ({e['q4_0']['mode']}) {e['q4_0']['tau']:.3f}" if "q4_0" in e else "")
+                 for e in report["drafters"]]
+        if "ngram" in report:
+            lines.append(f"n-gram peer: τ {report['ngram']['tau']:.3f}")
+        if "target_as_drafter" in report:
+            lines.append(f"target as drafter: τ {report['target_as_drafter']['tau']:.3f}")
+        print("\n".join(lines))
+    else:
+        print(json.dumps(report, indent=2))
+    return 0

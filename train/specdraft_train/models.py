@@ -1,0 +1,166 @@
+"""Qwen3-architecture models: build from a preset, load from a lab checkpoint or an HF id/path, save atomically.
+
+A checkpoint directory is an ordinary HF model directory (config.json, generation_config.json, model.safetensors,
+tokenizer.json, tokenizer_config.json) plus the stage's manifest.json, so the same loading code serves lab checkpoints
+and real models such as ``Qwen/Qwen3-1.7B``.
+
+    from specdraft_train.models import load_causal_lm
+    model = load_causal_lm("runs/lab/target", device=torch.device("cpu"))
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase, Qwen3Config
+from transformers import Qwen3ForCausalLM
+
+from .artifacts import MANIFEST_NAME, read_manifest, verify_stage_dir
+from .config import ModelConfig
+from .tokenizer import END_OF_TEXT, IM_END, TOKENIZER_FILES
+
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
+CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES
+INIT_STD = 0.02  # GPT-2/Qwen initializer range; fine for these depths
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def autocast_context(device: torch.device) -> Any:
+    """bf16 autocast on CUDA (weights stay fp32 for the optimizer); plain fp32 on CPU, where bf16 is slower."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+def qwen3_config(model: ModelConfig, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Qwen3Config:
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=model.hidden_size,
+        intermediate_size=model.intermediate_size,
+        num_hidden_layers=model.num_hidden_layers,
+        num_attention_heads=model.num_attention_heads,
+        num_key_value_heads=model.num_key_value_heads,
+        head_dim=model.head_dim,
+        max_position_embeddings=model.max_position_embeddings,
+        rope_parameters={"rope_theta": model.rope_theta, "rope_type": "default"},
+        tie_word_embeddings=model.tie_word_embeddings,
+        initializer_range=INIT_STD,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        bos_token_id=None,
+    )
+
+
+def new_model(config: Qwen3Config, seed: int) -> Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=False
+    )
+    return model
+
+
+def lab_generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
+    """Greedy, stopping at end-of-text or end-of-turn (chat prompts end their answer with <|im_end|>)."""
+    eos = [tokenizer.convert_tokens_to_ids(t) for t in (END_OF_TEXT, IM_END)]
+    return GenerationConfig(eos_token_id=eos, pad_token_id=eos[0], do_sample=False)
+
+
+def is_local_checkpoint(name_or_path: str | Path) -> bool:
+    return Path(name_or_path).is_dir()
+
+
+def verify_checkpoint(name_or_path: str | Path) -> dict[str, Any] | None:
+    """Verify a lab checkpoint's manifest (refusing mismatched hashes); HF ids and manifest-less dirs return None."""
+    if is_local_checkpoint(name_or_path) and (Path(name_or_path) / MANIFEST_NAME).is_file():
+        return verify_stage_dir(name_or_path)
+    return None
+
+
+def load_causal_lm(name_or_path: str | Path, device: torch.device, dtype: torch.dtype = torch.float32) -> nn.Module:
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+    model.to(device)
+    model.eval()
+    return model
+
+
+def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(str(name_or_path))
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Unique parameters (a tied embedding counts once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def architecture_summary(model: nn.Module) -> dict[str, Any]:
+    config = model.config
+    return {
+        "architecture": type(model).__name__,
+        "model_type": config.model_type,
+        "parameters": parameter_count(model),
+        "embedding_parameters": model.get_input_embeddings().weight.numel(),
+        "config": {
+            k: getattr(config, k)
+            for k in (
+                "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings", "rms_norm_eps",
+                "rope_parameters",
+            )
+            if hasattr(config, k)
+        },
+    }
+
+
+def save_checkpoint(model: nn.Module, out_dir: Path, tokenizer_source: str | Path) -> list[str]:
+    """Write an HF model directory into ``out_dir`` file by file, each file atomically (temp dir + os.replace).
+
+    Tokenizer files come from ``tokenizer_source`` (a directory holding tokenizer.json, copied byte for byte; else an
+    HF id whose tokenizer is saved) so the checkpoint is self-contained. Returns the file names written; callers
+    write the stage manifest afterwards, which is what marks the checkpoint complete.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # the checkpoint is incomplete until a new manifest lands
+    tmp = Path(tempfile.mkdtemp(prefix=".save.", dir=out_dir))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if (Path(tokenizer_source) / "tokenizer.json").is_file():
+            for name in TOKENIZER_FILES:
+                src = Path(tokenizer_source) / name
+                if src.is_file():
+                    shutil.copyfile(src, tmp / name)
+        else:
+            load_tokenizer(tokenizer_source).save_pretrained(tmp)
+        names = sorted(p.name for p in tmp.iterdir() if p.is_file())
+        for name in names:
+            with open(tmp / name, "rb+") as f:
+                os.fsync(f.fileno())
+            (tmp / name).replace(out_dir / name)
+        return names
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checkpoint_info(name_or_path: str | Path) -> dict[str, Any]:
+    """What a consuming stage records about a model input: path or id, and its manifest's hashes when it has one."""
+    manifest = read_manifest(name_or_path) if is_local_checkpoint(name_or_path) else None
+    if manifest is None:
+        return {"path": str(name_or_path), "verified": False}
+    return {
+        "path": str(name_or_path),
+        "stage": manifest["stage"],
+        "verified": True,
+        "outputs": {rel: info["sha256"] for rel, info in manifest["outputs"].items()},
+    }

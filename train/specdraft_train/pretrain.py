@@ -1,0 +1,233 @@
+"""Stage `pretrain`: train a Qwen3-architecture model from scratch on the corpus's train split.
+
+`--role target` builds the lab target, `--role drafter` the base drafter (sizes from the preset). Documents are
+tokenized, each followed by <|endoftext|>, concatenated, and cut into `seq_len + 1`-token chunks; every epoch visits
+the chunks in a permutation seeded by (seed, epoch), so the data order depends only on the step — which is what lets a
+killed run resume to the same weights. Resumable state goes to ``OUT/resume/state.pt`` every `ckpt_every` steps; the
+finished model is an HF checkpoint in OUT with tokenizer files and a manifest. Runs under torchrun for DDP:
+
+    python -m specdraft_train pretrain --corpus runs/lab/corpus --tokenizer runs/lab/tokenizer \\
+        --out runs/lab/target --role target --preset micro
+    torchrun --nproc_per_node 8 -m specdraft_train pretrain ... --preset lab
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .artifacts import input_record, verify_stage_dir, write_manifest
+from .config import PretrainConfig, get_preset, override
+from .corpus import read_documents
+from .models import (
+    architecture_summary, autocast_context, new_model, qwen3_config, save_checkpoint, lab_generation_config,
+    load_tokenizer as load_hf_tokenizer,
+)
+from .tokenizer import END_OF_TEXT, load_tokenizer
+from .training import (
+    DistributedContext, ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
+    rank_slice, set_lr, unwrap, wrap_ddp,
+)
+
+LOG_EVERY_STEPS = 50
+
+
+def token_stream(corpus_dir: Path, tokenizer_dir: Path, split: str) -> np.ndarray:
+    """All documents of a split as one token array, each document followed by <|endoftext|>."""
+    tokenizer = load_tokenizer(tokenizer_dir)
+    eot = tokenizer.token_to_id(END_OF_TEXT)
+    texts = [d.text for d in read_documents(corpus_dir, split)]
+    parts = []
+    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
+        parts.append(np.asarray(encoding.ids, dtype=np.int32))
+        parts.append(np.asarray([eot], dtype=np.int32))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+class ChunkSampler:
+    """Step → global batch of chunk indices, the same for any world size and any restart."""
+
+    def __init__(self, n_tokens: int, seq_len: int, batch_size: int, seed: int):
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.n_chunks = (n_tokens - 1) // seq_len
+        self.steps_per_epoch = self.n_chunks // batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{n_tokens} tokens make {self.n_chunks} chunks of {seq_len}: fewer than one batch of {batch_size}")
+        self._epoch = -1
+        self._perm = np.zeros(0, dtype=np.int64)
+
+    def batch_indices(self, step: int) -> np.ndarray:
+        epoch, within = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_chunks)
+            self._epoch = epoch
+        return self._perm[within * self.batch_size : (within + 1) * self.batch_size]
+
+
+def chunk_batch(tokens: np.ndarray, indices: np.ndarray, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = np.stack([tokens[i * seq_len : i * seq_len + seq_len + 1] for i in indices])  # (B, T + 1)
+    batch = torch.from_numpy(rows.astype(np.int64)).to(device)
+    return batch[:, :-1], batch[:, 1:]  # input_ids (B, T), labels (B, T)
+
+
+def lm_loss(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=input_ids).logits  # (B, T, V)
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+
+
+@torch.no_grad()
+def dev_loss(model: nn.Module, tokens: np.ndarray, config: PretrainConfig, device: torch.device) -> float | None:
+    n_chunks = (len(tokens) - 1) // config.seq_len
+    if n_chunks == 0:
+        return None
+    model.eval()
+    indices = np.arange(min(n_chunks, config.eval_batches * config.batch_size))
+    losses = []
+    for start in range(0, len(indices), config.batch_size):
+        input_ids, labels = chunk_batch(tokens, indices[start : start + config.batch_size], config.seq_len, device)
+        with autocast_context(device):
+            losses.append(lm_loss(model, input_ids, labels).item() * len(input_ids))
+    model.train()
+    return sum(losses) / len(indices)
+
+
+def stop_by_budget(ctx: DistributedContext, elapsed_s: float, budget_s: float) -> bool:
+    if budget_s <= 0:
+        return False
+    flag = torch.tensor([1.0 if elapsed_s >= budget_s else 0.0], device=ctx.device)
+    return bool(ctx.all_reduce_sum(flag).item() > 0)  # any rank over budget stops all, at the same step
+
+
+def run(
+    corpus_dir: Path,
+    tokenizer_dir: Path,
+    out_dir: Path,
+    role: str,
+    preset_name: str,
+    config: PretrainConfig,
+    device_name: str = "auto",
+    halt_after_steps: int | None = None,
+) -> dict[str, Any] | None:
+    ctx = init_distributed(device_name)
+    preset = get_preset(preset_name)
+    model_config = {"target": preset.target, "drafter": preset.drafter}[role]
+    corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
+    tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
+    train_tokens = token_stream(corpus_dir, tokenizer_dir, "train")
+    dev_tokens = token_stream(corpus_dir, tokenizer_dir, "dev")
+    hf_tokenizer = load_hf_tokenizer(tokenizer_dir)
+    eot = hf_tokenizer.convert_tokens_to_ids(END_OF_TEXT)
+    hf_config = qwen3_config(model_config, vocab_size=len(hf_tokenizer), eos_token_id=eot, pad_token_id=eot)
+    model = new_model(hf_config, seed=config.seed).to(ctx.device)
+    model.generation_config = lab_generation_config(hf_tokenizer)
+    model.train()
+    optimizer = make_optimizer(model, config.lr, config.weight_decay, ctx.device)
+    resume = ResumeState(out_dir / "resume")
+    step, extra = 0, {"train_seconds": 0.0, "last_loss": None}
+    if resume.exists():
+        step, extra = resume.load(model, optimizer, ctx.device)
+        if ctx.is_main:
+            print(f"pretrain[{role}]: resuming at step {step}", file=sys.stderr)
+    ddp_model = wrap_ddp(model, ctx)
+    sampler = ChunkSampler(len(train_tokens), config.seq_len, config.batch_size, config.seed)
+    my_rows = rank_slice(config.batch_size, ctx)
+    tokens_per_step = config.batch_size * config.seq_len
+    segment_start, segment_start_step = time.time(), step
+    while step < config.max_steps:
+        elapsed = extra["train_seconds"] + time.time() - segment_start
+        if stop_by_budget(ctx, elapsed, config.time_budget_s):
+            if ctx.is_main:
+                print(f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}", file=sys.stderr)
+            break
+        set_lr(optimizer, lr_at(step, config.max_steps, config.warmup_steps, config.lr, config.min_lr_ratio))
+        input_ids, labels = chunk_batch(train_tokens, sampler.batch_indices(step)[my_rows], config.seq_len, ctx.device)
+        with autocast_context(ctx.device):
+            loss = lm_loss(ddp_model, input_ids, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(ddp_model.parameters(), config.grad_clip)
+        optimizer.step()
+        step += 1
+        extra["last_loss"] = loss.item()
+        if ctx.is_main and (step % LOG_EVERY_STEPS == 0 or step == config.max_steps):
+            seconds = time.time() - segment_start
+            rate = (step - segment_start_step) * tokens_per_step / max(seconds, 1e-9)
+            print(f"pretrain[{role}] step {step}/{config.max_steps} loss {extra['last_loss']:.4f} "
+                  f"{rate:,.0f} tok/s", file=sys.stderr)
+        if step % config.ckpt_every == 0 and step < config.max_steps:
+            extra_now = {**extra, "train_seconds": extra["train_seconds"] + time.time() - segment_start}
+            if ctx.is_main:
+                resume.save(model, optimizer, step, extra_now)
+            ctx.barrier()
+            halt_for_test(step, halt_after_steps)
+    train_seconds = extra["train_seconds"] + time.time() - segment_start
+    manifest = None
+    if ctx.is_main:
+        final_dev_loss = dev_loss(unwrap(ddp_model), dev_tokens, config, ctx.device)
+        files = save_checkpoint(model, out_dir, tokenizer_dir)
+        manifest = write_manifest(
+            out_dir,
+            "pretrain",
+            outputs=files,
+            params={"role": role, "preset": preset_name, "config": config.__dict__, "world_size": ctx.world_size},
+            inputs={
+                "corpus": input_record(corpus_dir, corpus_manifest),
+                "tokenizer": input_record(tokenizer_dir, tokenizer_manifest),
+            },
+            extra={
+                "architecture": architecture_summary(model),
+                "metrics": {
+                    "steps": step,
+                    "train_tokens_seen": step * tokens_per_step,
+                    "train_split_tokens": int(len(train_tokens)),
+                    "last_train_loss": extra["last_loss"],
+                    "dev_loss": final_dev_loss,
+                    "train_seconds": train_seconds,
+                    "tokens_per_second": step * tokens_per_step / max(train_seconds, 1e-9),
+                },
+            },
+        )
+        shutil.rmtree(out_dir / "resume", ignore_errors=True)
+    finish_distributed(ctx)
+    return manifest
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("pretrain", help="train the lab target or base drafter from scratch (DDP-ready)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, type=Path, help="output directory of the corpus stage")
+    p.add_argument("--tokenizer", required=True, type=Path, help="output directory of the tokenizer stage")
+    p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
+    p.add_argument("--role", required=True, choices=("target", "drafter"), help="which preset model to build")
+    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
+    p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (default: preset's)")
+    p.add_argument("--time-budget", type=float, default=None, help="stop after this many training seconds (default: preset's)")
+    p.add_argument("--ckpt-every", type=int, default=None, help="steps between resumable checkpoints (default: preset's)")
+    p.add_argument("--halt-after-steps", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL here
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    preset = get_preset(args.preset)
+    base = preset.pretrain_target if args.role == "target" else preset.pretrain_drafter
+    config = override(base, max_steps=args.max_steps, batch_size=args.batch_size, time_budget_s=args.time_budget,
+                      ckpt_every=args.ckpt_every)
+    manifest = run(args.corpus, args.tokenizer, args.out, args.role, args.preset, config, args.device,
+                   args.halt_after_steps)
+    if manifest is not None:
+        print(json.dumps(manifest["metrics"]))
+    return 0

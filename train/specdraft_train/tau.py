@@ -1,0 +1,202 @@
+"""Acceptance length τ by the validator's walk, computed exactly and fast in PyTorch; the n-gram peer; repetition.
+
+The validator walks each held-out conversation (prompt P, the target's continuation C of length L): at position pos
+it asks the drafter for k tokens after P + C[:pos], accepts the longest prefix that matches C[pos:], and moves
+pos += accepted + 1 (capped at L). τ = Σ L / Σ steps over all conversations.
+
+For a greedy drafter one teacher-forced forward over P + C gives every step at once: while the draft agrees with C,
+the drafter's context is P + C[:j], so ``matches[j] = argmax(drafter(P + C)[len(P) + j - 1]) == C[j]`` and the
+accepted count at pos is the run of consecutive matches from pos, capped at min(k, L - pos). (Exact up to numerical
+ties between full-sequence and incremental decoding; NOTES.md.)
+
+    from specdraft_train.tau import read_conversations, model_tau
+    result = model_tau(model, read_conversations("runs/lab/reference/heldout.jsonl"), k=16, device=device)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .models import autocast_context
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One line of the validator's held-out JSONL."""
+
+    id: str
+    category: str
+    prompt_tokens: list[int]
+    continuation_tokens: list[int]
+
+
+def read_conversations(path: str | Path) -> list[Conversation]:
+    conversations = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            try:
+                conversations.append(Conversation(str(row["id"]), str(row.get("category", "all")),
+                                                  [int(t) for t in row["prompt_tokens"]],
+                                                  [int(t) for t in row["continuation_tokens"]]))
+            except KeyError as missing:
+                raise ValueError(f"{path}:{line_no}: missing field {missing}") from None
+    return conversations
+
+
+def conversation_json(c: Conversation) -> str:
+    return json.dumps({"id": c.id, "category": c.category, "prompt_tokens": c.prompt_tokens,
+                       "continuation_tokens": c.continuation_tokens})
+
+
+def walk_steps(matches: Sequence[bool], k: int) -> int:
+    """Target steps the validator's walk takes over one continuation, given the drafter's per-position matches."""
+    length = len(matches)
+    pos, steps = 0, 0
+    while pos < length:
+        cap = min(k, length - pos)
+        accepted = 0
+        while accepted < cap and matches[pos + accepted]:
+            accepted += 1
+        steps += 1
+        pos = min(pos + accepted + 1, length)
+    return steps
+
+
+@dataclass
+class TauResult:
+    tau: float
+    tokens: int
+    steps: int
+    conversations: int
+    by_category: dict[str, dict[str, float]]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"tau": self.tau, "tokens": self.tokens, "steps": self.steps, "conversations": self.conversations,
+                "by_category": self.by_category}
+
+
+def summarize(per_conversation: Iterable[tuple[Conversation, int]]) -> TauResult:
+    """τ = Σ L / Σ steps, overall and per category."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    tokens = steps = count = 0
+    for conversation, conversation_steps in per_conversation:
+        length = len(conversation.continuation_tokens)
+        tokens += length
+        steps += conversation_steps
+        count += 1
+        bucket = totals[conversation.category]
+        bucket[0] += length
+        bucket[1] += conversation_steps
+        bucket[2] += 1
+    by_category = {
+        name: {"tau": t / max(s, 1), "tokens": t, "steps": s, "conversations": n}
+        for name, (t, s, n) in sorted(totals.items())
+    }
+    return TauResult(tokens / max(steps, 1), tokens, steps, count, by_category)
+
+
+@torch.no_grad()
+def greedy_matches(model: nn.Module, conversations: Sequence[Conversation], device: torch.device,
+                   batch_size: int = 32) -> list[np.ndarray]:
+    """For each conversation, ``matches[j] = argmax(model(P + C)[len(P) + j - 1]) == C[j]`` as a bool array (L,)."""
+    was_training = model.training
+    model.eval()
+    results: list[np.ndarray | None] = [None] * len(conversations)
+    order = sorted(range(len(conversations)), key=lambda i: -len(conversations[i].prompt_tokens)
+                   - len(conversations[i].continuation_tokens))  # similar lengths share a batch: less padding
+    for start in range(0, len(order), batch_size):
+        batch = [conversations[i] for i in order[start : start + batch_size]]
+        # The last continuation token is never an input (nothing after it is scored).
+        sequences = [c.prompt_tokens + c.continuation_tokens[:-1] for c in batch]
+        width = max(len(s) for s in sequences)
+        input_ids = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T), right-padded
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            input_ids[row, : len(seq)] = torch.tensor(seq)
+            attention_mask[row, : len(seq)] = 1
+        with autocast_context(device):
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits  # (B, T, V)
+        predictions = logits.argmax(dim=-1).cpu().numpy()  # (B, T)
+        for row, conversation in enumerate(batch):
+            p, length = len(conversation.prompt_tokens), len(conversation.continuation_tokens)
+            predicted = predictions[row, p - 1 : p - 1 + length]  # (L,): prediction for C[j] sits at p - 1 + j
+            results[order[start + row]] = predicted == np.asarray(conversation.continuation_tokens)
+    model.train(was_training)
+    return results  # type: ignore[return-value]
+
+
+def model_tau(model: nn.Module, conversations: Sequence[Conversation], k: int, device: torch.device,
+              batch_size: int = 32) -> TauResult:
+    matches = greedy_matches(model, conversations, device, batch_size)
+    return summarize((c, walk_steps(m, k)) for c, m in zip(conversations, matches))
+
+
+def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int, n_max: int = 3) -> int:
+    """Steps of the validator's walk with a prompt-lookup drafter.
+
+    At each step the drafter takes the longest suffix n-gram (n = n_max … 1) of P + C[:pos] that occurred earlier in
+    that context, and proposes the (up to k) tokens that followed its most recent earlier occurrence.
+    """
+    context = list(prompt)
+    length = len(continuation)
+    # last_start[n][ngram] = start of the most recent occurrence registered so far. An n-gram is registered once
+    # a token follows it, so the suffix itself is never its own match.
+    last_start: list[dict[tuple[int, ...], int]] = [dict() for _ in range(n_max + 1)]
+    registered_end = 0  # n-grams ending before this index (exclusive) are registered
+
+    def register_upto(end: int) -> None:
+        nonlocal registered_end
+        for stop in range(registered_end + 1, end + 1):  # n-grams ending at index stop - 1
+            for n in range(1, n_max + 1):
+                if stop - n >= 0:
+                    last_start[n][tuple(context[stop - n : stop])] = stop - n
+        registered_end = max(registered_end, end)
+
+    pos, steps = 0, 0
+    while pos < length:
+        register_upto(len(context) - 1)
+        draft: list[int] = []
+        for n in range(min(n_max, len(context)), 0, -1):
+            start = last_start[n].get(tuple(context[len(context) - n :]))
+            if start is not None:
+                draft = context[start + n : start + n + k]
+                break
+        cap = min(k, length - pos)
+        accepted = 0
+        while accepted < cap and accepted < len(draft) and draft[accepted] == continuation[pos + accepted]:
+            accepted += 1
+        new_pos = min(pos + accepted + 1, length)
+        context.extend(continuation[pos:new_pos])
+        pos = new_pos
+        steps += 1
+    return steps
+
+
+def ngram_tau(conversations: Sequence[Conversation], k: int, n_max: int = 3) -> TauResult:
+    return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max)) for c in conversations)
+
+
+def repeated_ngram_share(conversations: Sequence[Conversation], n: int = 4) -> float:
+    """Share of continuation n-grams (those ending inside C) that already occurred earlier in P + C."""
+    repeated = total = 0
+    for c in conversations:
+        text = c.prompt_tokens + c.continuation_tokens
+        seen: set[tuple[int, ...]] = set()
+        for end in range(n, len(text) + 1):
+            gram = tuple(text[end - n : end])
+            if end - 1 >= len(c.prompt_tokens):
+                total += 1
+                repeated += gram in seen
+            seen.add(gram)
+    return repeated / max(total, 1)
