@@ -12,6 +12,10 @@ and ``gguf.quants.Q4_0``, both reproduced here operation by operation in fp32):
 
 Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x / d)``, ``x' = q * fp16(d)``.
 
+Keep the fake quantization in eager mode: under torch.compile the multiply and add may fuse into one rounding (FMA),
+and ``bf16`` autocast rounds the fake-quantized weights again inside the matmul (the GGUF still holds the exact
+blocks; the forward is then a close approximation of them).
+
 Which tensor gets which type is decided in one place, :func:`gguf_storage_type`, used by both :func:`prepare_qat` and
 ``export.export_gguf``: whatever the GGUF stores quantized, training fake-quantizes the same way, so the PyTorch model
 under QAT computes with exactly the weights the GGUF holds.
@@ -443,5 +447,6 @@ def verify_fingerprint(name: str, values: Tensor, expected: str) -> None:
     if actual != expected:
         raise ValueError(
             f"{name}: quantized weights differ from the ones training saved in its QAT state "
-            f"(sha256 {actual[:12]}…, expected {expected[:12]}…): checkpoint and QAT state are from different steps?"
+            f"(sha256 {actual[:12]}…, expected {expected[:12]}…): checkpoint and QAT state from different steps, a "
+            "checkpoint saved in another dtype than fp32, or training's device computed other blocks than the CPU."
         )

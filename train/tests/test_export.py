@@ -268,3 +268,18 @@ def test_q4_0_blocks_of_an_exported_tensor_match_quant_module(tokenizer: Tokeniz
     w = model.model.layers[1].mlp.gate_proj.weight.detach()
     assert np.array_equal(np.asarray(tensors["blk.1.ffn_gate.weight"].data).reshape(-1),
                           pack_q4_0(*q4_0_quantize_blocks(w)).reshape(-1))
+
+
+@pytest.mark.parametrize("out_type", ["F16", "Q8_0"])
+def test_qat_for_other_file_types_matches_the_export(out_type: str, tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(6)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())).eval()
+    qat = prepare_qat(model, out_type=out_type)
+    assert {t.qtype.name for t in qat.targets.values()} == {out_type}
+    with qat.unwrapped():
+        checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    out = export_gguf(checkpoint, tmp_path / "m.gguf", out_type, qat_state=qat.save(tmp_path / "qat.safetensors"))
+    _, tensors = read_gguf(out)
+    t = tensors["blk.0.attn_v.weight"]
+    stored = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(32, 64)  # v_proj: (kv heads × 16, 64)
+    assert torch.equal(torch.from_numpy(stored), qat.quantized_weight("model.layers.0.self_attn.v_proj.weight"))

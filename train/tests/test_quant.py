@@ -223,3 +223,14 @@ def test_prepare_qat_forward_uses_exactly_the_stored_weights(tied: bool, tmp_pat
     assert saved.out_type == "Q4_0" and saved.types == {n: t.name for n, t in expected_types.items()}
     assert set(saved.clips) == {n for n, t in expected_types.items() if t == T.Q4_0}
     assert saved.fingerprints == qat.fingerprints()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
+def test_cuda_fake_quant_is_bit_identical_to_cpu():
+    # Training fake-quantizes on the GPU, export on the CPU: both must compute the very same blocks.
+    w = hard_weights(3)
+    clip = search_clip(w)
+    assert torch.equal(search_clip(w.cuda()).cpu(), clip)
+    for fn in (fake_quant_q4_0, fake_quant_q8_0):
+        assert torch.equal(fn(w.cuda()).cpu(), fn(w))
+    assert torch.equal(fake_quant_q4_0(w.cuda(), clip.cuda()).cpu(), fake_quant_q4_0(w, clip))
