@@ -6,7 +6,8 @@
 # The drafter is Qwen3-1.7B-shaped with random weights in Q4_0 (bench/models/make_random_drafter.py).
 #
 # From the checkout on the GPU machine, with .gpu (../shared/gpu/stage.sh), .gpu-extra (llama-src.tar.xz,
-# qwen3-tokenizer.json.xz), .whl (gguf wheel), dist and build/llama-headers brought along:
+# qwen3-tokenizer.json.xz, serveBench.mjs and batchConsistency.mjs bundled by bench/gpu/stage.sh), .whl (gguf wheel), dist and
+# build/llama-headers brought along:
 #   bash bench/gpu/serving.sh RESULTS_DIR
 set -uo pipefail
 results=${1:?results dir}
@@ -36,29 +37,34 @@ if [ ! -f "$model" ]; then
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 
-wait_health() { # url timeout_s → prints seconds to 200, or fails
-  local start=$(date +%s.%N)
-  for _ in $(seq 1 $(( $2 * 10 ))); do
-    if curl -sf "$1/health" >/dev/null 2>&1; then echo "$(echo "$(date +%s.%N) - $start" | bc)"; return 0; fi
-    sleep 0.1
-  done
-  return 1
+wait_health() { # url timeout_s → prints seconds until GET /health answered 200, or fails
+  python3 - "$1" "$2" <<'PY'
+import sys, time, urllib.request
+url, limit, start = sys.argv[1], float(sys.argv[2]), time.time()
+while time.time() - start < limit:
+    try:
+        if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
+            print(f"{time.time() - start:.2f}"); sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.05)
+sys.exit(1)
+PY
 }
 bench() { # name url streams ctx steps
   log "bench $1: streams $3, context $4"
-  node --import tsx bench/serveBench.ts --url "$2" --streams "$3" --start-context "$4" --steps "$5" --no-progress \
+  node .gpu-extra/serveBench.mjs --url "$2" --streams "$3" --start-context "$4" --steps "$5" --no-progress \
     > "$results/$1-s$3-c$4.json" 2> "$results/$1-s$3-c$4.err" || log "bench $1 failed: $(tail -3 "$results/$1-s$3-c$4.err")"
   grep -E '"requests_per_s"|"p50"' "$results/$1-s$3-c$4.json" | tr -d '\n'; echo
 }
 ctx_size=9216  # 8192 start + 20 steps of +6 + the draft
 
 log "1. specdraft serve"
-start=$(date +%s.%N)
 node dist/cli/main.js serve --model "$model" --port 8000 --streams 32 --context $ctx_size --gpu cuda > "$results/specdraft-serve.log" 2>&1 &
 pid=$!
 t=$(wait_health http://127.0.0.1:8000 120) && echo "{\"startup_to_health_s\": $t}" > "$results/specdraft-startup.json"
-log "specdraft healthy after ${t:-never} s"; curl -s http://127.0.0.1:8000/info > "$results/specdraft-info.json"
-node --import tsx bench/batchConsistency.ts --url http://127.0.0.1:8000 --streams 32 --context 512 > "$results/specdraft-consistency.json"
+log "specdraft healthy after ${t:-never} s"; python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8000/info').read().decode())" > "$results/specdraft-info.json"
+node .gpu-extra/batchConsistency.mjs --url http://127.0.0.1:8000 --streams 32 --context 512 > "$results/specdraft-consistency.json"
 grep differing "$results/specdraft-consistency.json" | head -2
 for c in 512 2048 8192; do bench specdraft http://127.0.0.1:8000 32 $c 20; done
 bench specdraft http://127.0.0.1:8000 1 512 20
@@ -80,7 +86,7 @@ if [ -x /tmp/llama-build/bin/llama-server ]; then
     --no-webui > "$results/llama-server.log" 2>&1 &
   pid=$!
   wait_health http://127.0.0.1:8002 120 >/dev/null
-  node --import tsx bench/batchConsistency.ts --url llama-server+http://127.0.0.1:8002 --streams 32 --context 512 > "$results/llama-server-consistency.json"
+  node .gpu-extra/batchConsistency.mjs --url llama-server+http://127.0.0.1:8002 --streams 32 --context 512 > "$results/llama-server-consistency.json"
   for c in 512 2048 8192; do bench llama-server llama-server+http://127.0.0.1:8002 32 $c 20; done
   bench llama-server llama-server+http://127.0.0.1:8002 1 512 20
   kill $pid; wait $pid 2>/dev/null

@@ -101,7 +101,7 @@ def make_handler(batcher: Batcher, vocab_size: int, default_n: int) -> type[Base
             if self.path == "/health":
                 self._send(200, {"status": "ok"})
             elif self.path == "/info":
-                self._send(200, {"modelName": "hf-seed-peer", "vocabSize": vocab_size, "engine": "transformers"})
+                self._send(200, {"model": "hf-seed-peer", "vocab_size": vocab_size, "engine": "transformers"})
             else:
                 self._send(404, {"error": {"code": "not_found", "message": self.path}})
 
