@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import torch
 import torch.nn.utils.parametrize as parametrize
 from gguf import GGMLQuantizationType
@@ -130,10 +131,8 @@ def q8_0_dequantize_blocks(d: Tensor, q: Tensor) -> Tensor:
     return d.to(torch.float16).to(torch.float32) * q.to(torch.float32)
 
 
-def pack_q4_0(d: Tensor, q: Tensor) -> "numpy.ndarray":  # noqa: F821 (numpy imported lazily by callers' type checkers)
+def pack_q4_0(d: Tensor, q: Tensor) -> np.ndarray:
     """Q4_0 bytes ``(n_blocks, 18)``: fp16 d, then byte j = q[j] | q[j + 16] << 4 (ggml's ``block_q4_0``)."""
-    import numpy as np
-
     d16 = d.detach().cpu().to(torch.float16).numpy().view(np.uint8).reshape(-1, 2)  # (n_blocks, 2)
     qn = q.detach().cpu().numpy().reshape(-1, 2, QK // 2)  # (n_blocks, 2, 16)
     qs = qn[:, 0, :] | (qn[:, 1, :] << np.uint8(4))  # (n_blocks, 16)
