@@ -10,7 +10,7 @@ and ``gguf.quants.Q4_0``, both reproduced here operation by operation in fp32):
     q   = min(15, trunc(x * id + 8.5))   x * id rounded to fp32 first, then + 8.5 rounded again (no FMA)
     x'  = (q - 8) * fp16(d)
 
-Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x / d)``, ``x' = q * fp16(d)``.
+Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x * (1 / d))``, ``x' = q * fp16(d)``.
 
 Keep the fake quantization in eager mode: under torch.compile the multiply and add may fuse into one rounding (FMA),
 and ``bf16`` autocast rounds the fake-quantized weights again inside the matmul (the GGUF still holds the exact
