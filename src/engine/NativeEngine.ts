@@ -1,39 +1,26 @@
 /**
- * The DraftEngine over the native draft loop: a batcher that gathers the requests arriving while a round runs and
- * runs them all as the next round (one batched llama_decode per step, see native/specdraft_engine.cpp), with KV prefix
- * reuse through KvSlotPool.
+ * The DraftEngine over the native draft loop: continuous batching with KV prefix reuse. Every llama_decode step
+ * carries one token for each request still drafting plus the new tokens of requests that just arrived (see
+ * native/specdraft_engine.cpp), so requests join and leave at any step instead of waiting for others to finish.
  *
- * A request's path: draft() validates it and queues it → runRounds() takes up to `streams` queued requests, leases
- * each a KV slot (longest cached prefix) → the native round trims, prefills and drafts them together → each draft
- * resolves, and the pool records what each slot's cache now holds.
+ * A request's path: draft() validates it and queues it → the step loop leases it a KV slot (longest cached prefix,
+ * KvSlotPool) as soon as a slot is free and hands it to the next native step → steps run until its draft is complete
+ * → it resolves, and the pool records what the slot's cache now holds.
  */
 
 import { EngineError } from "./errors.js";
 import { KvSlotPool } from "./KvSlotPool.js";
-import type { NativeEngineHandle, NativeRoundItem, NativeRoundResult } from "./nativeAddon.js";
+import type { NativeArrival, NativeEngineHandle, NativeStepResult } from "./nativeAddon.js";
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./types.js";
 
-/** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
+/** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
 export const defaultMaxQueue = 1024;
-/** Longest wait, in ms, for the conversations of recent rounds to come back before a round starts. Defaults to `10`. */
-export const defaultGatherMs = 10;
-/** The wait is also capped at this share of the last round's duration, so it never costs more than ~10 %. */
-const gatherShareOfRound = 0.1;
-/** Rounds whose sizes say how many conversations are active. */
-const recentRoundsKept = 8;
 
 export interface NativeEngineOptions {
-    /** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
+    /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
-    /**
-     * Before a round starts with fewer requests than recent rounds had, wait up to this many ms (and at most a tenth of
-     * the last round's duration) for the others: clients in a closed loop send their next request just after their
-     * draft returns, and a round started with the first arrival alone would split them over two rounds for good.
-     * Defaults to `10`.
-     */
-    gatherMs?: number;
 }
 
 interface PendingDraft {
@@ -44,9 +31,14 @@ interface PendingDraft {
     resolve(draft: number[]): void;
     reject(error: Error): void;
     settled: boolean;
-    /** Set while the request is in a round: drops it from the round at the next step. */
+    /** Set while the request is in flight: drops it from the batch at the next step. */
     cancel: (() => void) | undefined;
     onAbort: (() => void) | undefined;
+}
+
+interface InFlight {
+    request: PendingDraft;
+    slot: number;
 }
 
 export class NativeEngine implements DraftEngine {
@@ -55,11 +47,11 @@ export class NativeEngine implements DraftEngine {
     private readonly pool: KvSlotPool;
     private readonly maxQueue: number;
     private readonly observer: EngineObserver;
-    private readonly gatherMs: number;
-    private readonly recentRoundSizes: number[] = [];
-    private lastRoundMs = 0;
+    /** Requests waiting for a free stream, in arrival order. */
     private readonly queue: PendingDraft[] = [];
-    private inRound = 0;
+    private readonly inFlight = new Map<number, InFlight>();
+    private readonly cancelledIds: number[] = [];
+    private nextId = 1;
     private running: Promise<void> | undefined;
     private scheduled = false;
     private closing = false;
@@ -72,7 +64,6 @@ export class NativeEngine implements DraftEngine {
         this.pool = new KvSlotPool(info.streams);
         this.maxQueue = options.maxQueue ?? defaultMaxQueue;
         this.observer = options.observer ?? {};
-        this.gatherMs = options.gatherMs ?? defaultGatherMs;
     }
 
     draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
@@ -113,7 +104,7 @@ export class NativeEngine implements DraftEngine {
             this.closing = true;
             this.closed = (async () => {
                 while (this.running || this.scheduled) {
-                    await (this.running ?? new Promise<void>((r) => setImmediate(r)));
+                    await (this.running ?? new Promise<void>((resolve) => setImmediate(resolve)));
                 }
                 this.native.dispose();
             })();
@@ -165,88 +156,72 @@ export class NativeEngine implements DraftEngine {
     }
 
     private reportQueueDepth(): void {
-        this.observer.onQueueDepth?.(this.queue.length + this.inRound);
+        this.observer.onQueueDepth?.(this.queue.length + this.inFlight.size);
     }
 
-    /** Starts rounds on the next turn of the event loop, so requests arriving together share the first round. */
+    /** Starts the step loop on the next turn of the event loop, so requests arriving together share the first step. */
     private schedule(): void {
         if (this.running || this.scheduled) return;
         this.scheduled = true;
         setImmediate(() => {
             this.scheduled = false;
-            this.running = this.runRounds();
+            this.running = this.runSteps();
         });
     }
 
-    /** Runs rounds until the queue is empty; `running` is cleared in the same turn as the last empty-queue check. */
-    private async runRounds(): Promise<void> {
+    /** Runs steps while anything waits or drafts; `running` is cleared in the same turn as the last check. */
+    private async runSteps(): Promise<void> {
         try {
-            while (this.queue.length > 0) {
-                await this.gather();
-                const requests = this.queue.splice(0, Math.min(this.queue.length, this.info.streams));
-                if (requests.length === 0) continue;
-                this.recentRoundSizes.push(requests.length);
-                if (this.recentRoundSizes.length > recentRoundsKept) this.recentRoundSizes.shift();
-                const started = performance.now();
-                await this.runRound(requests);
-                this.lastRoundMs = performance.now() - started;
-            }
+            while (this.queue.length > 0 || this.inFlight.size > 0) await this.runStep();
         } finally {
             this.running = undefined;
         }
     }
 
-    /** Waits (at most gatherMs, and a tenth of the last round) until as many requests wait as recent rounds had. */
-    private async gather(): Promise<void> {
-        const expected = Math.min(Math.max(0, ...this.recentRoundSizes), this.info.streams);
-        const deadline = performance.now() + Math.min(this.gatherMs, gatherShareOfRound * this.lastRoundMs);
-        while (this.queue.length > 0 && this.queue.length < expected && !this.closing && performance.now() < deadline) {
-            await new Promise<void>((resolve) => setTimeout(resolve, 0.5));
-        }
-    }
-
-    private async runRound(requests: PendingDraft[]): Promise<void> {
-        const items: NativeRoundItem[] = [];
-        const cancelFlags = new Uint8Array(requests.length);
-        requests.forEach((request, i) => {
+    private async runStep(): Promise<void> {
+        const arrivals: NativeArrival[] = [];
+        while (this.queue.length > 0 && this.inFlight.size < this.info.streams) {
+            const request = this.queue.shift()!;
             const lease = this.pool.acquire(request.tokens)!;
-            items.push({
+            const id = this.nextId++;
+            this.inFlight.set(id, { request, slot: lease.slot });
+            request.cancel = () => this.cancelledIds.push(id);
+            arrivals.push({
+                id,
                 slot: lease.slot,
                 keep: lease.reuse,
                 tokens: Int32Array.from(request.tokens.slice(lease.reuse)),
                 n: request.n,
                 endId: request.endId,
             });
-            request.cancel = () => {
-                cancelFlags[i] = 1;
-            };
             this.observer.onPrefix?.(request.tokens.length - lease.reuse, lease.reuse);
-        });
-        this.inRound = requests.length;
-        this.reportQueueDepth();
+        }
+        if (arrivals.length > 0) this.reportQueueDepth();
 
-        let result: NativeRoundResult;
+        let result: NativeStepResult;
         try {
-            result = await this.native.round(items, cancelFlags);
+            result = await this.native.step(arrivals, Int32Array.from(this.cancelledIds.splice(0)));
         } catch (error) {
-            // the slots' caches are in an unknown state: forget them
-            for (const item of items) this.pool.release(item.slot, []);
+            // the native side dropped every request in flight; their caches are in an unknown state
             const reason = error instanceof Error ? error.message : String(error);
-            for (const request of requests) this.settle(request, new Error(`Draft engine failure: ${reason}`));
-            this.inRound = 0;
+            for (const { request, slot } of this.inFlight.values()) {
+                this.pool.release(slot, []);
+                this.settle(request, new Error(`Draft engine failure: ${reason}`));
+            }
+            this.inFlight.clear();
             this.reportQueueDepth();
             return;
         }
 
-        for (let i = 0; i < result.decodes.length; i += 2) this.observer.onDecode?.(result.decodes[i]!, result.decodes[i + 1]!);
-        requests.forEach((request, i) => {
-            const draft = Array.from(result.drafts[i]!);
-            const held = request.tokens.concat(draft).slice(0, result.cached[i]!);
-            this.pool.release(items[i]!.slot, held);
-            request.cancel = undefined;
-            this.settle(request, draft);
-        });
-        this.inRound = 0;
-        this.reportQueueDepth();
+        if (result.decodeTokens > 0) this.observer.onDecode?.(result.decodeTokens, result.decodeSequences);
+        for (const finished of result.finished) {
+            const entry = this.inFlight.get(finished.id)!;
+            this.inFlight.delete(finished.id);
+            const draft = Array.from(finished.draft);
+            this.pool.release(entry.slot, entry.request.tokens.concat(draft).slice(0, finished.cached));
+            entry.request.cancel = undefined;
+            this.settle(entry.request, draft);
+        }
+        if (result.finished.length > 0) this.reportQueueDepth();
     }
 }

@@ -18,7 +18,7 @@ export const defaultStreams = 32;
 export const defaultContextSize = 4096;
 /** Backend choice. Defaults to `auto`. */
 export const defaultGpu: GpuChoice = "auto";
-/** Tokens one llama_decode call may take (a round's prefill is split into calls of at most this many). Defaults to `4096`. */
+/** Tokens one llama_decode step may take (longer prefills continue in the next steps). Defaults to `4096`. */
 export const defaultBatchSize = 4096;
 /** Tokens llama.cpp computes at once inside a decode. Defaults to `512`. */
 export const defaultUbatchSize = 512;
@@ -31,15 +31,10 @@ export interface LoadEngineOptions {
     contextSize?: number;
     /** Where to compute: `auto` (CUDA if built and a driver is present, else CPU), `cuda`, `vulkan` or `cpu`. Defaults to `auto`. */
     gpu?: GpuChoice;
-    /** Requests that may wait for a round before new ones get queue_full. Defaults to `1024`. */
+    /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
-    /**
-     * Longest wait, in ms, for recent rounds' conversations to come back before a round starts (also capped at a tenth
-     * of the last round's duration). Defaults to `10`.
-     */
-    gatherMs?: number;
     /**
      * CPU threads for llama.cpp. ggml's threads spin while they wait for each other, so on a busy machine every thread
      * beyond the free cores costs far more than it gives (a 2-core machine under load drafted 500× slower with 2 than
@@ -141,7 +136,7 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
             engine: "native",
             flashAttention,
         },
-        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer, gatherMs: options.gatherMs },
+        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer },
     );
 }
 

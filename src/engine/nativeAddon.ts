@@ -43,34 +43,47 @@ export interface NativeLoadOptions {
     verbose: boolean;
 }
 
-/** One request's part of a round. */
-export interface NativeRoundItem {
-    /** Sequence id whose KV cache the request uses. */
+/** A request joining the batch. */
+export interface NativeArrival {
+    /** The caller's request id, echoed in its result. */
+    id: number;
+    /** Sequence id whose KV cache the request uses (not used by another request in flight). */
     slot: number;
     /** Leading tokens of the slot's cache to keep; the rest is removed. */
     keep: number;
     /** Tokens to evaluate after the kept ones (at least one). */
     tokens: Int32Array;
+    /** Tokens to draft (at least one). */
     n: number;
     /** -1: none. */
     endId: number;
 }
 
-export interface NativeRoundResult {
-    drafts: Int32Array[];
-    /** Per item: tokens (prompt, then draft) now in the slot's KV cache. */
-    cached: number[];
-    /** Per item: tokens it put through llama_decode. */
-    evaluated: number[];
-    /** Pairs (tokens, sequences), one per llama_decode call. */
-    decodes: Int32Array;
+export interface NativeFinishedDraft {
+    id: number;
+    draft: Int32Array;
+    /** Tokens (prompt, then draft) now in the slot's KV cache. */
+    cached: number;
+    /** Tokens the request put through llama_decode. */
+    evaluated: number;
+}
+
+export interface NativeStepResult {
+    /** Requests that finished (or were cancelled) in this step. */
+    finished: NativeFinishedDraft[];
+    /** Tokens and sequences of this step's llama_decode (0 and 0 when there was nothing to decode). */
+    decodeTokens: number;
+    decodeSequences: number;
+    /** Requests still in flight. */
+    active: number;
 }
 
 export interface NativeEngineHandle {
     load(options: NativeLoadOptions): Promise<void>;
     info(): { vocabSize: number; contextSizePerSequence: number; gpuDevice: string };
-    /** Runs one round; cancelFlags[i] = 1 drops item i at the next step. */
-    round(items: NativeRoundItem[], cancelFlags: Uint8Array): Promise<NativeRoundResult>;
+    /** Adds `arrivals`, drops the requests in `cancelIds`, and runs one llama_decode for everything in flight. */
+    step(arrivals: NativeArrival[], cancelIds: Int32Array): Promise<NativeStepResult>;
+    /** Frees the model; no step may be running. */
     dispose(): void;
 }
 

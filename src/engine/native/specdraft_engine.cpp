@@ -1,10 +1,11 @@
-// specdraft's native draft loop: one llama.cpp context holding many sequences, driven one whole ROUND at a time.
+// specdraft's native draft loop: one llama.cpp context holding many sequences, driven one decode STEP at a time.
 //
-// A round takes a set of requests (slot, tokens to keep in the slot's KV cache, new tokens, n, endId) and, off the JS
-// thread: trims each slot's KV cache to the kept prefix, evaluates all new tokens in as few llama_decode calls as
-// possible (logits only for each request's last token), then runs up to n steps with ONE llama_decode per step for
-// all sequences still drafting. The next token of every sequence is the argmax of its logits, computed here, or with
-// `backendSampling` by a greedy sampler inside llama.cpp's graph (on the GPU: no logits copied to the host).
+// Requests in flight live here (slot, new tokens, n, endId, draft so far). Each step, off the JS thread: requests
+// that just arrived get their slot's KV cache trimmed to the kept prefix; then ONE llama_decode evaluates the last
+// draft token of every drafting request plus the new tokens of arriving ones (prefill, logits only on their last
+// token). The next token of every sequence is the argmax of its logits, computed here, or with `backendSampling` by a
+// greedy sampler inside llama.cpp's graph (on the GPU: no logits copied to the host). Requests join and leave at any
+// step (continuous batching); finished drafts go back with the step's result.
 //
 // Correctness guard: llama.cpp reorders the logits buffer lazily, on the first logits access after a decode
 // (llama_context::output_reorder). Touching the logits from several threads at once races on that reorder and gives
@@ -13,12 +14,13 @@
 // threads. `unguardedLogits` turns the guard off, only so a test can show that it is needed; `arrivalOrder` (also for
 // tests) batches requests in arrival order, which makes llama.cpp reorder outputs and so exposes the race.
 //
-// JS interface (see src/engine/NativeEngine.ts for the typed view):
+// JS interface (see src/engine/nativeAddon.ts for the typed view):
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
 //                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, verbose });
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
-//   await engine.round(items, cancelFlags)  -> { drafts, cached, evaluated, decodes }
+//   await engine.step(arrivals, cancelIds)  -> { finished: [{ id, draft, cached, evaluated }], decodeTokens,
+//                                                decodeSequences, active }
 //   engine.dispose()
 
 #include <napi.h>
@@ -111,24 +113,22 @@ void parallelFor(int32_t count, int32_t maxThreads, Fn fn) {
     for (auto& th : threads) th.join();
 }
 
-// ---- round data ----
+// ---- requests in flight ----
 
-struct RoundItem {
+struct DraftItem {
+    int32_t id = 0;  // the JS side's request id
     llama_seq_id slot = 0;
     int32_t keep = 0;                 // tokens of the slot's KV cache to keep (positions [0, keep))
     std::vector<llama_token> tokens;  // new tokens, evaluated at positions keep, keep+1, ...
+    size_t offset = 0;                // new tokens already evaluated (a long prefill spans several steps)
     int32_t n = 0;                    // tokens to draft
     llama_token endId = -1;           // stop right after this token; -1: none
-    // results
     std::vector<llama_token> draft;
     int32_t cached = 0;     // positions now valid in the slot's KV cache
     int32_t evaluated = 0;  // tokens this item put through llama_decode
-    bool active = false;    // still drafting
-};
-
-struct DecodeStat {
-    int32_t tokens;
-    int32_t sequences;
+    bool done = false;
+    // this step's share of the batch
+    int32_t take = 0;
 };
 
 struct EngineState {
@@ -145,6 +145,7 @@ struct EngineState {
     std::vector<llama_sampler_seq_config> samplerConfigs;
     bool arrivalOrder = false;  // tests only: batch in request order (llama.cpp then reorders outputs) instead of slot order
     std::string gpuDevice;  // empty: CPU only
+    std::vector<DraftItem> active;  // requests in flight, in arrival order
 };
 
 class Engine : public Napi::ObjectWrap<Engine> {
@@ -172,7 +173,7 @@ public:
 private:
     Napi::Value Load(const Napi::CallbackInfo& info);
     Napi::Value Info(const Napi::CallbackInfo& info);
-    Napi::Value Round(const Napi::CallbackInfo& info);
+    Napi::Value Step(const Napi::CallbackInfo& info);
     Napi::Value Dispose(const Napi::CallbackInfo& info);
 };
 
@@ -336,16 +337,21 @@ Napi::Value Engine::Info(const Napi::CallbackInfo& info) {
     return o;
 }
 
-// ---- round ----
+// ---- step ----
+//
+// One step = one llama_decode: every drafting request adds its last draft token, requests that just arrived add their
+// new tokens (prefill; as many as the batch holds, the rest next step). Requests join at any step (continuous
+// batching), so a request never waits for others' drafts to finish.
 
-class RoundWorker : public Napi::AsyncWorker {
+class StepWorker : public Napi::AsyncWorker {
 public:
-    RoundWorker(Napi::Env env, Engine* engine, std::vector<RoundItem> items, Napi::Uint8Array cancel)
-        : Napi::AsyncWorker(env), engine_(engine), items_(std::move(items)), deferred_(Napi::Promise::Deferred::New(env)) {
+    StepWorker(Napi::Env env, Engine* engine, std::vector<DraftItem> arrivals, std::vector<int32_t> cancels)
+        : Napi::AsyncWorker(env),
+          engine_(engine),
+          arrivals_(std::move(arrivals)),
+          cancels_(std::move(cancels)),
+          deferred_(Napi::Promise::Deferred::New(env)) {
         engineRef_ = Napi::Persistent(engine->Value());
-        cancelRef_ = Napi::Persistent(cancel.As<Napi::Object>());
-        cancel_ = cancel.Data();
-        cancelLength_ = cancel.ElementLength();
     }
     Napi::Promise Promise() { return deferred_.Promise(); }
 
@@ -353,6 +359,8 @@ public:
         try {
             run();
         } catch (const std::exception& e) {
+            // the caches of the requests in flight are in an unknown state: drop them all (the JS side forgets them)
+            engine_->state.active.clear();
             SetError(e.what());
         }
     }
@@ -361,26 +369,22 @@ public:
         engine_->busy.store(false);
         Napi::Env env = Env();
         Napi::Object result = Napi::Object::New(env);
-        Napi::Array drafts = Napi::Array::New(env, items_.size());
-        Napi::Array cached = Napi::Array::New(env, items_.size());
-        Napi::Array evaluated = Napi::Array::New(env, items_.size());
-        for (size_t i = 0; i < items_.size(); ++i) {
-            const RoundItem& it = items_[i];
+        Napi::Array finished = Napi::Array::New(env, finished_.size());
+        for (size_t i = 0; i < finished_.size(); ++i) {
+            const DraftItem& it = finished_[i];
+            Napi::Object f = Napi::Object::New(env);
             Napi::Int32Array d = Napi::Int32Array::New(env, it.draft.size());
             std::copy(it.draft.begin(), it.draft.end(), d.Data());
-            drafts.Set((uint32_t)i, d);
-            cached.Set((uint32_t)i, it.cached);
-            evaluated.Set((uint32_t)i, it.evaluated);
+            f.Set("id", it.id);
+            f.Set("draft", d);
+            f.Set("cached", it.cached);
+            f.Set("evaluated", it.evaluated);
+            finished.Set((uint32_t)i, f);
         }
-        Napi::Int32Array decodes = Napi::Int32Array::New(env, decodes_.size() * 2);
-        for (size_t i = 0; i < decodes_.size(); ++i) {
-            decodes.Data()[2 * i] = decodes_[i].tokens;
-            decodes.Data()[2 * i + 1] = decodes_[i].sequences;
-        }
-        result.Set("drafts", drafts);
-        result.Set("cached", cached);
-        result.Set("evaluated", evaluated);
-        result.Set("decodes", decodes);
+        result.Set("finished", finished);
+        result.Set("decodeTokens", decodeTokens_);
+        result.Set("decodeSequences", decodeSequences_);
+        result.Set("active", (double)engine_->state.active.size());
         deferred_.Resolve(result);
     }
     void OnError(const Napi::Error& e) override {
@@ -389,10 +393,6 @@ public:
     }
 
 private:
-    bool cancelled(size_t i) const {
-        return i < cancelLength_ && __atomic_load_n(&cancel_[i], __ATOMIC_RELAXED) != 0;
-    }
-
     void addToken(llama_token token, llama_pos pos, llama_seq_id seq, bool logits) {
         llama_batch& b = engine_->state.batch;
         const int32_t i = b.n_tokens;
@@ -405,14 +405,12 @@ private:
     }
 
     // Decodes the batch and returns each output's next token (outputs: batch indices with logits).
-    void decode(const std::vector<int32_t>& outputIndices, std::vector<llama_token>& next, int32_t sequences) {
+    void decode(const std::vector<int32_t>& outputIndices, std::vector<llama_token>& next) {
         EngineState& s = engine_->state;
-        const int32_t nTokens = s.batch.n_tokens;
         const int32_t rc = llama_decode(s.ctx, s.batch);
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
         }
-        decodes_.push_back({nTokens, sequences});
         next.assign(outputIndices.size(), -1);
         const int32_t count = (int32_t)outputIndices.size();
         // below ~1M logits one thread is faster than starting more
@@ -424,16 +422,21 @@ private:
                 if (next[k] == LLAMA_TOKEN_NULL) throw std::runtime_error("llama.cpp returned no sampled token: " + takeLoggedErrors());
             }
         } else if (s.unguardedLogits) {
-            // UNSAFE (tests only): every output fetched from its own thread, as per-sequence samplers do; the first
-            // fetch on each thread may run llama.cpp's lazy output reorder concurrently with the others.
+            // UNSAFE (tests only): outputs fetched from several threads at once, as per-sequence samplers on a thread
+            // pool do. The threads meet at a spinning barrier first, so their first fetches (each of which may run
+            // llama.cpp's lazy output reorder) start together.
+            const int32_t nThreads = std::max(2, std::min(4, (int32_t)std::thread::hardware_concurrency()));
             std::atomic<int32_t> ready{0};
             std::vector<std::thread> threadsVec;
-            for (int32_t k = 0; k < count; ++k) {
-                threadsVec.emplace_back([&, k]() {
+            for (int32_t t = 0; t < nThreads; ++t) {
+                threadsVec.emplace_back([&, t]() {
                     ready.fetch_add(1);
-                    while (ready.load() < count) std::this_thread::yield();
-                    const float* row = llama_get_logits_ith(s.ctx, outputIndices[k]);
-                    next[k] = row ? argmax(row, s.nVocab) : -1;
+                    while (ready.load() < nThreads) {
+                    }
+                    for (int32_t k = t; k < count; k += nThreads) {
+                        const float* row = llama_get_logits_ith(s.ctx, outputIndices[k]);
+                        next[k] = row ? argmax(row, s.nVocab) : -1;
+                    }
                 });
             }
             for (auto& th : threadsVec) th.join();
@@ -448,151 +451,151 @@ private:
         }
     }
 
-    void accept(RoundItem& it, llama_token token) {
-        it.draft.push_back(token);
-        it.active = (int32_t)it.draft.size() < it.n && token != it.endId;
-    }
-
     void run() {
         EngineState& s = engine_->state;
+        std::vector<DraftItem>& active = s.active;
+        for (int32_t id : cancels_) {
+            for (DraftItem& it : active) {
+                if (it.id == id) it.done = true;
+            }
+        }
         llama_memory_t mem = llama_get_memory(s.ctx);
-        for (RoundItem& it : items_) {
+        for (DraftItem& it : arrivals_) {
             if (!llama_memory_seq_rm(mem, it.slot, it.keep, -1)) {
                 throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
             }
             it.cached = it.keep;
+            active.push_back(std::move(it));
         }
 
-        // Prefill: all new tokens, packed into as few decodes as the batch size allows. Items are taken in slot
-        // order: with per-sequence KV llama.cpp splits a batch into ubatches of consecutive sequence ids.
-        std::vector<size_t> order(items_.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        if (!s.arrivalOrder) {
-            std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items_[a].slot < items_[b].slot; });
+        // batch in slot order: with per-sequence KV llama.cpp splits a batch into ubatches of consecutive sequence ids
+        std::vector<DraftItem*> order;
+        for (DraftItem& it : active) {
+            if (!it.done) order.push_back(&it);
         }
+        if (!s.arrivalOrder) {
+            std::stable_sort(order.begin(), order.end(), [](const DraftItem* a, const DraftItem* b) { return a->slot < b->slot; });
+        }
+        // drafting requests get their one token first; prefills share what is left of the batch
+        int32_t budget = s.batchCapacity;
+        for (DraftItem* it : order) {
+            if (it->offset == it->tokens.size()) budget--;
+        }
+        for (DraftItem* it : order) {
+            if (it->offset == it->tokens.size()) {
+                it->take = 1;
+            } else {
+                it->take = (int32_t)std::min<size_t>(it->tokens.size() - it->offset, (size_t)std::max(0, budget));
+                budget -= it->take;
+            }
+        }
+
+        s.batch.n_tokens = 0;
         std::vector<int32_t> outputIndices;
-        std::vector<size_t> outputItems;
-        std::vector<llama_token> next;
-        size_t k = 0;
-        size_t offset = 0;
-        while (k < order.size()) {
-            s.batch.n_tokens = 0;
-            outputIndices.clear();
-            outputItems.clear();
-            int32_t sequences = 0;
-            while (k < order.size() && s.batch.n_tokens < s.batchCapacity) {
-                RoundItem& it = items_[order[k]];
-                if (cancelled(order[k]) || it.tokens.empty() || it.n <= 0) {
-                    ++k;
-                    offset = 0;
-                    continue;
-                }
-                const size_t take = std::min(it.tokens.size() - offset, (size_t)(s.batchCapacity - s.batch.n_tokens));
-                for (size_t j = 0; j < take; ++j) {
-                    const size_t t = offset + j;
-                    const bool last = t + 1 == it.tokens.size();
+        std::vector<DraftItem*> outputItems;
+        int32_t sequences = 0;
+        for (DraftItem* it : order) {
+            if (it->take == 0) continue;
+            ++sequences;
+            if (it->offset == it->tokens.size()) {
+                outputIndices.push_back(s.batch.n_tokens);
+                outputItems.push_back(it);
+                addToken(it->draft.back(), it->cached, it->slot, true);
+            } else {
+                for (int32_t j = 0; j < it->take; ++j) {
+                    const bool last = it->offset + j + 1 == it->tokens.size();
                     if (last) {
                         outputIndices.push_back(s.batch.n_tokens);
-                        outputItems.push_back(order[k]);
+                        outputItems.push_back(it);
                     }
-                    addToken(it.tokens[t], it.keep + (llama_pos)t, it.slot, last);
+                    addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last);
                 }
-                ++sequences;
-                // an item cut by the batch boundary has its first tokens cached now, its output comes later
-                it.cached += (int32_t)take;
-                it.evaluated += (int32_t)take;
-                offset += take;
-                if (offset == it.tokens.size()) {
-                    ++k;
-                    offset = 0;
-                }
+                it->offset += it->take;
             }
-            if (s.batch.n_tokens == 0) break;
-            decode(outputIndices, next, sequences);
-            for (size_t o = 0; o < outputItems.size(); ++o) accept(items_[outputItems[o]], next[o]);
+            it->cached += it->take;
+            it->evaluated += it->take;
         }
 
-        // Draft steps: one decode per step for every sequence still drafting.
-        while (true) {
-            s.batch.n_tokens = 0;
-            outputIndices.clear();
-            outputItems.clear();
-            for (size_t idx : order) {
-                RoundItem& it = items_[idx];
-                if (!it.active) continue;
-                if (cancelled(idx)) {
-                    it.active = false;
-                    continue;
-                }
-                outputIndices.push_back(s.batch.n_tokens);
-                outputItems.push_back(idx);
-                addToken(it.draft.back(), it.cached, it.slot, true);
-            }
-            if (s.batch.n_tokens == 0) break;
-            decode(outputIndices, next, s.batch.n_tokens);
+        if (s.batch.n_tokens > 0) {
+            std::vector<llama_token> next;
+            decode(outputIndices, next);
+            decodeTokens_ = s.batch.n_tokens;
+            decodeSequences_ = sequences;
             for (size_t o = 0; o < outputItems.size(); ++o) {
-                RoundItem& it = items_[outputItems[o]];
-                it.cached++;
-                it.evaluated++;
-                accept(it, next[o]);
+                DraftItem* it = outputItems[o];
+                it->draft.push_back(next[o]);
+                if ((int32_t)it->draft.size() >= it->n || next[o] == it->endId) it->done = true;
+            }
+        }
+
+        for (auto it = active.begin(); it != active.end();) {
+            if (it->done) {
+                finished_.push_back(std::move(*it));
+                it = active.erase(it);
+            } else {
+                ++it;
             }
         }
     }
 
     Engine* engine_;
-    std::vector<RoundItem> items_;
-    std::vector<DecodeStat> decodes_;
+    std::vector<DraftItem> arrivals_;
+    std::vector<int32_t> cancels_;
+    std::vector<DraftItem> finished_;
+    int32_t decodeTokens_ = 0;
+    int32_t decodeSequences_ = 0;
     Napi::Promise::Deferred deferred_;
     Napi::ObjectReference engineRef_;
-    Napi::ObjectReference cancelRef_;
-    uint8_t* cancel_ = nullptr;
-    size_t cancelLength_ = 0;
 };
 
-Napi::Value Engine::Round(const Napi::CallbackInfo& info) {
+Napi::Value Engine::Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!loaded) throw Napi::Error::New(env, "engine not loaded");
     if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsTypedArray()) {
-        throw Napi::TypeError::New(env, "round(items, cancelFlags: Uint8Array) expected");
+        throw Napi::TypeError::New(env, "step(arrivals, cancelIds: Int32Array) expected");
     }
     Napi::Array arr = info[0].As<Napi::Array>();
-    Napi::Uint8Array cancel = info[1].As<Napi::Uint8Array>();
-    std::vector<RoundItem> items(arr.Length());
+    Napi::Int32Array cancelArray = info[1].As<Napi::Int32Array>();
+    std::vector<int32_t> cancels(cancelArray.Data(), cancelArray.Data() + cancelArray.ElementLength());
     std::vector<bool> slotUsed(state.streams, false);
+    for (const DraftItem& it : state.active) slotUsed[it.slot] = true;
+    std::vector<DraftItem> items(arr.Length());
+    const int64_t nCtxSeq = (int64_t)llama_n_ctx_seq(state.ctx);
     for (uint32_t i = 0; i < arr.Length(); ++i) {
         Napi::Object o = arr.Get(i).As<Napi::Object>();
-        RoundItem& it = items[i];
+        DraftItem& it = items[i];
+        it.id = getInt(o, "id", 0);
         it.slot = getInt(o, "slot", -1);
         it.keep = getInt(o, "keep", 0);
         it.n = getInt(o, "n", 0);
         it.endId = getInt(o, "endId", -1);
         Napi::Value tv = o.Get("tokens");
         if (!tv.IsTypedArray() || tv.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-            throw Napi::TypeError::New(env, "round: item.tokens must be an Int32Array");
+            throw Napi::TypeError::New(env, "step: item.tokens must be an Int32Array");
         }
         Napi::Int32Array t = tv.As<Napi::Int32Array>();
         it.tokens.assign(t.Data(), t.Data() + t.ElementLength());
         if (it.slot < 0 || it.slot >= state.streams || slotUsed[it.slot]) {
-            throw Napi::RangeError::New(env, "round: slot out of range or used twice in one round");
+            throw Napi::RangeError::New(env, "step: slot out of range or already in use");
         }
         slotUsed[it.slot] = true;
-        if (it.keep < 0 || it.tokens.empty()) throw Napi::RangeError::New(env, "round: keep < 0 or no new tokens");
+        if (it.keep < 0 || it.tokens.empty() || it.n < 1) throw Napi::RangeError::New(env, "step: keep < 0, no new tokens or n < 1");
         for (llama_token tok : it.tokens) {
-            if (tok < 0 || tok >= state.nVocab) throw Napi::RangeError::New(env, "round: token id out of range");
+            if (tok < 0 || tok >= state.nVocab) throw Napi::RangeError::New(env, "step: token id out of range");
         }
-        const int64_t needed = (int64_t)it.keep + (int64_t)it.tokens.size() + std::max(0, it.n - 1);
-        if (needed > (int64_t)llama_n_ctx_seq(state.ctx)) throw Napi::RangeError::New(env, "round: context overflow");
+        if ((int64_t)it.keep + (int64_t)it.tokens.size() + it.n - 1 > nCtxSeq) throw Napi::RangeError::New(env, "step: context overflow");
     }
     bool expected = false;
-    if (!busy.compare_exchange_strong(expected, true)) throw Napi::Error::New(env, "a round is already running");
-    auto* worker = new RoundWorker(env, this, std::move(items), cancel);
+    if (!busy.compare_exchange_strong(expected, true)) throw Napi::Error::New(env, "a step is already running");
+    auto* worker = new StepWorker(env, this, std::move(items), std::move(cancels));
     Napi::Promise promise = worker->Promise();
     worker->Queue();
     return promise;
 }
 
 Napi::Value Engine::Dispose(const Napi::CallbackInfo& info) {
-    if (busy.load()) throw Napi::Error::New(info.Env(), "cannot dispose while a round is running");
+    if (busy.load()) throw Napi::Error::New(info.Env(), "cannot dispose while a step is running");
+    state.active.clear();
     freeState();
     loaded = false;
     return info.Env().Undefined();
@@ -601,7 +604,7 @@ Napi::Value Engine::Dispose(const Napi::CallbackInfo& info) {
 Napi::Object Engine::Init(Napi::Env env, Napi::Object exports) {
     Napi::Function cls = DefineClass(env, "Engine",
                                      {InstanceMethod("load", &Engine::Load), InstanceMethod("info", &Engine::Info),
-                                      InstanceMethod("round", &Engine::Round), InstanceMethod("dispose", &Engine::Dispose)});
+                                      InstanceMethod("step", &Engine::Step), InstanceMethod("dispose", &Engine::Dispose)});
     exports.Set("Engine", cls);
     return exports;
 }
