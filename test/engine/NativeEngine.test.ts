@@ -106,6 +106,23 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
     assert.ok(batched.counters.maxQueueDepth >= 32);
 });
 
+test("requests joining while others draft (prefill and draft steps in one decode) get the same drafts as alone", async (t) => {
+    const prompts = randomPrompts(16, 4000, 17);
+    const alone = await openEngine(t);
+    const expected: number[][] = [];
+    for (const prompt of prompts) expected.push(await alone.engine.draft(prompt, 24));
+    const batched = await openEngine(t, { streams: 16 });
+    const drafts: Promise<number[]>[] = [];
+    for (const prompt of prompts) {
+        drafts.push(batched.engine.draft(prompt, 24));
+        // let a step or two run before the next request arrives
+        await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    assert.deepEqual(await Promise.all(drafts), expected);
+    // some decode mixed a prefill (several tokens of one sequence) with other sequences' draft steps
+    assert.ok(batched.counters.decodes.some(([tokens, sequences]) => sequences > 1 && tokens > sequences + 4));
+});
+
 test("greedy sampling inside llama.cpp's graph (backendSampling) drafts the same as argmax over the logits", async (t) => {
     const prompts = randomPrompts(32, 4000, 13);
     const argmax = await openEngine(t, { streams: 32, backendSampling: false });
