@@ -8,6 +8,7 @@
 //   node scripts/build-native.mjs --gpu vulkan    # prebuilt @node-llama-cpp/linux-x64-vulkan binaries
 //   node scripts/build-native.mjs --gpu all       # every variant whose binaries are installed
 //   node scripts/build-native.mjs --bins DIR [--variant NAME]   # any folder holding libllama*.so and libggml*.so
+//   add --if-possible to warn and exit 0 instead of failing when g++ or the binaries are missing (for npm prepare)
 //
 // Output: build/native/<variant>/specdraft_engine.node, linked with an $ORIGIN-relative rpath to the binaries folder,
 // and build/native/<variant>/variant.json ({ binsDir } relative to the .node file) which src/engine/NativeEngine.ts reads
@@ -24,9 +25,12 @@ const nlcDir = path.join(root, "node_modules", "node-llama-cpp");
 const source = path.join(root, "src", "engine", "native", "specdraft_engine.cpp");
 const headersDir = path.join(root, "build", "llama-headers");
 
+let ifPossible = false;
+
 function fail(message) {
     console.error(`build-native: ${message}`);
-    process.exit(1);
+    if (ifPossible) console.error("build-native: skipped (--if-possible); `specdraft serve` needs it: run npm run build:native");
+    process.exit(ifPossible ? 0 : 1);
 }
 
 function parseArgs(argv) {
@@ -36,8 +40,9 @@ function parseArgs(argv) {
         if (a === "--gpu") args.gpu = argv[++i];
         else if (a === "--bins") args.bins = argv[++i];
         else if (a === "--variant") args.variant = argv[++i];
+        else if (a === "--if-possible") ifPossible = true;
         else if (a === "--help" || a === "-h") {
-            console.log(fs.readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 18).join("\n"));
+            console.log(fs.readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 19).join("\n"));
             process.exit(0);
         } else fail(`unknown argument ${a} (see --help)`);
     }
