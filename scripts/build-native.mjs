@@ -42,7 +42,8 @@ function parseArgs(argv) {
         else if (a === "--variant") args.variant = argv[++i];
         else if (a === "--if-possible") ifPossible = true;
         else if (a === "--help" || a === "-h") {
-            console.log(fs.readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 19).join("\n"));
+            const lines = fs.readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1);
+            console.log(lines.slice(0, lines.findIndex((line) => !line.startsWith("//"))).join("\n"));
             process.exit(0);
         } else fail(`unknown argument ${a} (see --help)`);
     }
