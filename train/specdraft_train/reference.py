@@ -212,7 +212,8 @@ def write_train_shard(path: Path, prompts: Sequence[Prompt], continuations: Sequ
         "topk_ids": torch.from_numpy(np.concatenate([c.topk_ids for c in continuations])),  # (ΣL, K)
         "topk_logprobs": torch.from_numpy(np.concatenate([c.topk_logprobs for c in continuations])),  # (ΣL, K)
     }
-    metadata = {"ids": json.dumps([p.id for p in prompts]), "categories": json.dumps([p.category for p in prompts])}
+    # One metadata key: safetensors writes several in hash-map order, which would change the file's bytes per process.
+    metadata = {"examples": json.dumps({"ids": [p.id for p in prompts], "categories": [p.category for p in prompts]})}
     with AtomicFile(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 
@@ -336,6 +337,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--heldout-prompts", type=int, default=None, help="held-out conversations (default: preset's)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="continuation cap (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="prompts per generate call (default: preset's)")
+    p.add_argument("--shard-prompts", type=int, default=None, help="prompts per resumable shard (default: preset's)")
     p.add_argument("--halt-after-shards", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
@@ -344,7 +346,7 @@ def main(args: argparse.Namespace) -> int:
     preset = get_preset(args.preset)
     config = override(preset.reference, train_prompts=args.train_prompts, dev_prompts=args.dev_prompts,
                       heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens,
-                      batch_size=args.batch_size)
+                      batch_size=args.batch_size, shard_prompts=args.shard_prompts)
     manifest = run(args.target, args.out, config, args.corpus, args.chat, preset.corpus, args.device, args.dtype,
                    args.halt_after_shards)
     print(json.dumps(manifest["prompts"]))

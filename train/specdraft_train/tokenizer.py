@@ -59,8 +59,12 @@ def build_untrained() -> Tokenizer:
         ]
     )
     tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    return tokenizer
+    tokenizer.decoder = decoders.ByteLevel()
+    # decoders.ByteLevel() takes no options but serializes defaults; write Qwen3's exact decoder entry (the options do
+    # not change decoding) so tokenizer.json's pipeline reads the same as a real Qwen3's.
+    spec = json.loads(tokenizer.to_str())
+    spec["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return Tokenizer.from_str(json.dumps(spec))
 
 
 def train_tokenizer(texts: list[str], config: TokenizerConfig) -> Tokenizer:

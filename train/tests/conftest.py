@@ -1,0 +1,56 @@
+"""Shared fixtures for the training pipeline's tests: a tiny corpus, tokenizer, target and base drafter, built once.
+
+Everything runs on CPU with one torch thread (steadier than two on a shared 2-core machine, and the same thread
+count in-process and in the CLI subprocesses, so runs compare bit for bit).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdraft_train import corpus, pretrain, reference, tokenizer
+from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
+
+TRAIN_ROOT = Path(__file__).resolve().parents[1]
+TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_total_bytes=200_000)
+TINY_TOKENIZER = TokenizerConfig(vocab_size=512)
+# The micro preset's reference settings, scaled down; REFERENCE_FLAGS says the same on the command line.
+TINY_REFERENCE = replace(MICRO.reference, max_new_tokens=16, train_prompts=48, dev_prompts=8, heldout_prompts=8,
+                         batch_size=16, shard_prompts=16)
+REFERENCE_FLAGS = ("--preset", "micro", "--max-new-tokens", "16", "--train-prompts", "48", "--dev-prompts", "8",
+                   "--heldout-prompts", "8", "--batch-size", "16", "--shard-prompts", "16", "--device", "cpu")
+
+torch.set_num_threads(1)
+
+
+def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
+            runner: tuple[str, ...] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m specdraft_train --threads 1 <args>`` in train/ (or ``runner`` + args, e.g. torchrun)."""
+    command = [*(runner or (sys.executable, "-m", "specdraft_train", "--threads", "1")), *args]
+    result = subprocess.run(command, cwd=TRAIN_ROOT, capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    if check and result.returncode != 0:
+        raise AssertionError(f"{command} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """corpus/, tokenizer/, target/ (micro target, 20 steps), base/ (micro drafter, 8 steps), reference/."""
+    root = tmp_path_factory.mktemp("tiny")
+    dirs = {name: root / name for name in ("corpus", "tokenizer", "target", "base", "reference")}
+    corpus.build_corpus(dirs["corpus"], TINY_CORPUS, corpus.stdlib_root(), [])
+    tokenizer.build(dirs["corpus"], dirs["tokenizer"], TINY_TOKENIZER)
+    pretrain.run(dirs["corpus"], dirs["tokenizer"], dirs["target"], "target", "micro",
+                 replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100), "cpu")
+    pretrain.run(dirs["corpus"], dirs["tokenizer"], dirs["base"], "drafter", "micro",
+                 replace(MICRO.pretrain_drafter, max_steps=8, batch_size=8, ckpt_every=100), "cpu")
+    reference.run(dirs["target"], dirs["reference"], TINY_REFERENCE, corpus_dir=dirs["corpus"], device_name="cpu")
+    return {**dirs, "root": root}

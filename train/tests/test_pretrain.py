@@ -1,0 +1,70 @@
+"""pretrain: a killed run resumes to the same weights; DDP over 2 gloo processes trains exactly like one process."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from specdraft_train.artifacts import verify_stage_dir
+
+from conftest import run_cli
+
+STEPS = ["--max-steps", "6", "--batch-size", "4", "--ckpt-every", "3"]
+
+
+def _pretrain(tiny: dict[str, Path], out: Path, *extra: str, check: bool = True, runner=None):
+    return run_cli("pretrain", "--corpus", str(tiny["corpus"]), "--tokenizer", str(tiny["tokenizer"]),
+                   "--out", str(out), "--role", "drafter", "--preset", "micro", "--device", "cpu", *STEPS, *extra,
+                   check=check, runner=runner)
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    verify_stage_dir(directory, "pretrain")
+    return load_file(str(directory / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def straight(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("straight") / "base"
+    _pretrain(tiny, out)
+    return out
+
+
+def test_killed_pretrain_resumes_to_identical_weights(tiny: dict[str, Path], straight: Path, tmp_path: Path):
+    out = tmp_path / "base"
+    killed = _pretrain(tiny, out, "--halt-after-steps", "3", check=False)
+    assert killed.returncode == -9  # SIGKILL right after the step-3 checkpoint, mid-epoch
+    assert (out / "resume" / "state.pt").is_file() and not (out / "manifest.json").exists()
+    resumed = _pretrain(tiny, out)
+    assert "resuming at step 3" in resumed.stderr
+    a, b = _weights(straight), _weights(out)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert not (out / "resume").exists()
+
+
+def test_ddp_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
+    torchrun = shutil.which("torchrun") or str(Path(__import__("sys").executable).with_name("torchrun"))
+    out = tmp_path / "ddp"
+    _pretrain(tiny, out, runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m",
+                                 "specdraft_train", "--threads", "1"))
+    manifest = verify_stage_dir(out, "pretrain")
+    assert manifest["params"]["world_size"] == 2
+    a, b = _weights(straight), _weights(out)
+    for name in a:
+        # Each rank takes half of the same global batch and DDP averages gradients: equal up to float summation order.
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_pretrain_refuses_a_tokenizer_that_does_not_match_its_manifest(tiny: dict[str, Path], tmp_path: Path):
+    shutil.copytree(tiny["tokenizer"], tmp_path / "tok")
+    (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")
+    result = run_cli("pretrain", "--corpus", str(tiny["corpus"]), "--tokenizer", str(tmp_path / "tok"), "--out",
+                     str(tmp_path / "out"), "--role", "drafter", "--preset", "micro", *STEPS, check=False)
+    assert result.returncode == 2 and "tokenizer_config.json: sha256" in result.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -1,0 +1,127 @@
+"""The fast τ walk against a real greedy-drafting walk; the n-gram peer against a brute-force search."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from specdraft_train.config import ModelConfig
+from specdraft_train.models import new_model, qwen3_config
+from specdraft_train.tau import (
+    Conversation, model_tau, ngram_tau, ngram_walk_steps, repeated_ngram_share, summarize, walk_steps,
+)
+
+K = 16
+
+
+def test_walk_steps_follows_the_validator_rules():
+    assert walk_steps([True] * 40, K) == 3  # 16 + 1, 16 + 1, then the last 6 in one step
+    assert walk_steps([False] * 5, K) == 5  # every step advances by the target's own token
+    # accepted 2 (pos 0 → 3), then pos 3 rejects (→ 4), then 1 left: one step
+    assert walk_steps([True, True, False, False, True], K) == 3
+    assert walk_steps([True] * 4, 2) == 2  # k caps the accepted run
+
+
+def test_perfect_drafter_reaches_k_plus_one():
+    c = Conversation("a", "x", [1, 2], list(range(3, 3 + 17 * 4)))
+    result = summarize([(c, walk_steps([True] * 68, K))])
+    assert result.tau == 17.0
+
+
+def _tiny_model(seed: int) -> torch.nn.Module:
+    config = qwen3_config(ModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=32, intermediate_size=128,
+                                      max_position_embeddings=256), vocab_size=48, eos_token_id=0, pad_token_id=0)
+    model = new_model(config, seed)
+    with torch.no_grad():  # larger weights: sharper, less tie-prone argmaxes than the 0.02-std init
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8)
+    return model.eval()
+
+
+@torch.no_grad()
+def _slow_walk_steps(model: torch.nn.Module, prompt: list[int], continuation: list[int], k: int) -> int:
+    """The validator's walk with real greedy drafts: k tokens generated one at a time after P + C[:pos]."""
+    pos, steps = 0, 0
+    while pos < len(continuation):
+        context = prompt + continuation[:pos]
+        draft = []
+        for _ in range(k):
+            logits = model(input_ids=torch.tensor([context + draft])).logits
+            draft.append(int(logits[0, -1].argmax()))
+        accepted = 0
+        cap = min(k, len(continuation) - pos)
+        while accepted < cap and draft[accepted] == continuation[pos + accepted]:
+            accepted += 1
+        pos = min(pos + accepted + 1, len(continuation))
+        steps += 1
+    return steps
+
+
+@torch.no_grad()
+def test_fast_tau_equals_real_greedy_drafting():
+    model = _tiny_model(0)
+    rng = random.Random(0)
+    conversations = []
+    for i in range(6):
+        prompt = [rng.randrange(1, 48) for _ in range(rng.randrange(3, 12))]
+        # The model's own greedy continuation with some tokens replaced: long accepted runs and rejections both occur.
+        tokens = list(prompt)
+        for _ in range(30):
+            next_token = int(model(input_ids=torch.tensor([tokens])).logits[0, -1].argmax())
+            if rng.random() < 0.15:
+                next_token = (next_token + 1 + rng.randrange(46)) % 48
+            tokens.append(next_token)
+        conversations.append(Conversation(str(i), "c", prompt, tokens[len(prompt):]))
+    fast = model_tau(model, conversations, k=6, device=torch.device("cpu"), batch_size=4)
+    slow_steps = sum(_slow_walk_steps(model, c.prompt_tokens, c.continuation_tokens, 6) for c in conversations)
+    assert fast.steps == slow_steps
+    assert 1.5 < fast.tau < 7  # both long runs and rejections happened: the comparison meant something
+
+
+def _brute_force_ngram_steps(prompt: list[int], continuation: list[int], k: int, n_max: int) -> int:
+    pos, steps = 0, 0
+    while pos < len(continuation):
+        context = prompt + continuation[:pos]
+        draft: list[int] = []
+        for n in range(min(n_max, len(context)), 0, -1):
+            suffix = context[-n:]
+            starts = [s for s in range(len(context) - n) if context[s : s + n] == suffix]
+            if starts:
+                s = starts[-1]
+                draft = context[s + n : s + n + k]
+                break
+        accepted = 0
+        cap = min(k, len(continuation) - pos)
+        while accepted < cap and accepted < len(draft) and draft[accepted] == continuation[pos + accepted]:
+            accepted += 1
+        pos = min(pos + accepted + 1, len(continuation))
+        steps += 1
+    return steps
+
+
+def test_ngram_walk_matches_brute_force_search():
+    rng = random.Random(1)
+    for _ in range(40):
+        vocab = rng.choice([3, 5, 20])
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+        continuation = [rng.randrange(vocab) for _ in range(rng.randrange(1, 60))]
+        for k in (1, 4, 16):
+            assert ngram_walk_steps(prompt, continuation, k, 3) == _brute_force_ngram_steps(prompt, continuation, k, 3)
+
+
+def test_ngram_peer_copies_repeated_text_and_reports_categories():
+    block = list(range(10, 30))
+    repeated = Conversation("r", "repeat", block, block * 3)
+    fresh = Conversation("f", "fresh", [1, 2, 3], list(range(100, 140)))
+    result = ngram_tau([repeated, fresh], K)
+    assert result.by_category["repeat"]["tau"] > 8
+    assert result.by_category["fresh"]["tau"] == 1.0
+
+
+def test_repeated_4gram_share():
+    c = Conversation("a", "x", [1, 2, 3, 4], [1, 2, 3, 4, 9])
+    # continuation 4-grams: (2,3,4,1) (3,4,1,2) (4,1,2,3) (1,2,3,4)✓ (2,3,4,9)
+    assert repeated_ngram_share([c], 4) == 1 / 5
