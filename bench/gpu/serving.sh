@@ -8,9 +8,11 @@
 # From the checkout on the GPU machine, with .gpu (../shared/gpu/stage.sh), .gpu-extra (llama-src.tar.xz,
 # qwen3-tokenizer.json.xz, serveBench.mjs and batchConsistency.mjs bundled by bench/gpu/stage.sh), .whl (gguf wheel), dist and
 # build/llama-headers brought along:
-#   bash bench/gpu/serving.sh RESULTS_DIR
+#   bash bench/gpu/serving.sh RESULTS_DIR [PEERS]      PEERS: any of "specdraft hf-seed llama-server" (default: all)
 set -uo pipefail
 results=${1:?results dir}
+peers=${2:-specdraft hf-seed llama-server}
+want() { [[ " $peers " == *" $1 "* ]]; }
 mkdir -p "$results"
 log() { echo "[$(date +%T)] $*"; }
 source .gpu/unpack.sh
@@ -18,7 +20,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && 
 nproc_all=$(nproc)
 
 # llama-server builds on the CPU cores while the rest runs.
-if [ ! -x /tmp/llama-build/bin/llama-server ]; then
+if want llama-server && [ ! -x /tmp/llama-build/bin/llama-server ]; then
   ( mkdir -p /tmp/llama-src && tar xJf .gpu-extra/llama-src.tar.xz -C /tmp/llama-src &&
     cmake -S /tmp/llama-src -B /tmp/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_UI=OFF \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -59,6 +61,7 @@ bench() { # name url streams ctx steps
 }
 ctx_size=9216  # 8192 start + 20 steps of +6 + the draft
 
+if want specdraft; then
 log "1. specdraft serve"
 node dist/cli/main.js serve --model "$model" --port 8000 --streams 32 --context $ctx_size --gpu cuda > "$results/specdraft-serve.log" 2>&1 &
 pid=$!
@@ -69,7 +72,9 @@ grep differing "$results/specdraft-consistency.json" | head -2
 for c in 512 2048 8192; do bench specdraft http://127.0.0.1:8000 32 $c 20; done
 bench specdraft http://127.0.0.1:8000 1 512 20
 kill -TERM $pid; wait $pid
+fi
 
+if want hf-seed; then
 log "2. seed-style HF transformers bf16 peer"
 python3 bench/peers/hf_seed_server.py --port 8001 > "$results/hf-seed.log" 2>&1 &
 pid=$!
@@ -78,7 +83,9 @@ bench hf-seed http://127.0.0.1:8001 32 512 8
 bench hf-seed http://127.0.0.1:8001 32 2048 8
 bench hf-seed http://127.0.0.1:8001 1 512 8
 kill $pid; wait $pid 2>/dev/null
+fi
 
+want llama-server || { log "done"; exit 0; }
 log "3. llama-server (waiting for its build)"
 [ -n "${build_pid:-}" ] && wait $build_pid
 if [ -x /tmp/llama-build/bin/llama-server ]; then
