@@ -20,8 +20,12 @@ export const defaultMaxTokens = 256;
 export const defaultDraftLength = 16;
 export const defaultRuns = 1;
 export const defaultGpu: GpuChoice = "auto";
-/** node-llama-cpp's own speculative path, as the issue asks; `exact` measures drafters without the library's τ ≤ 2 cap. */
-export const defaultVerifier: VerifierKind = "node-llama-cpp";
+/**
+ * `exact`: specdraft's verification loop over node-llama-cpp's public API, fed by the same token predictors. The
+ * library's own speculative path (`node-llama-cpp`) counts every draft token after the first as refuted in 3.21.1, so
+ * it can never accept more than one draft token per target step (τ ≤ 2, docs/generate.md). Defaults to `exact`.
+ */
+export const defaultVerifier: VerifierKind = "exact";
 
 /** A prompt to generate from: token ids in the target's vocabulary. */
 export interface GeneratePrompt {
