@@ -2,15 +2,17 @@
  * The DraftEngine over the native draft loop: continuous batching with KV prefix reuse. Every llama_decode step
  * carries one token for each request still drafting plus the new tokens of requests that just arrived (see
  * native/specdraft_engine.cpp), so requests join and leave at any step instead of waiting for others to finish.
+ * One native run does steps back to back; when a request could join (or one is aborted) the run is interrupted and
+ * returns after its current step, so JS is visited only when something changes, not at every step.
  *
- * A request's path: draft() validates it and queues it → the step loop leases it a KV slot (longest cached prefix,
- * KvSlotPool) as soon as a slot is free and hands it to the next native step → steps run until its draft is complete
- * → it resolves, and the pool records what the slot's cache now holds.
+ * A request's path: draft() validates it and queues it → the run loop leases it a KV slot (longest cached prefix,
+ * KvSlotPool) as soon as a slot is free and hands it to the next native run → steps run until its draft is complete
+ * → it resolves (mid-run, through the run's progress callback), and the pool records what the slot's cache now holds.
  */
 
 import { EngineError } from "./errors.js";
 import { KvSlotPool } from "./KvSlotPool.js";
-import type { NativeArrival, NativeEngineHandle, NativeStepResult } from "./nativeAddon.js";
+import { type NativeArrival, type NativeEngineHandle, type NativeRunProgress, nativeStepFields } from "./nativeAddon.js";
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./types.js";
 
 /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
@@ -21,6 +23,11 @@ export interface NativeEngineOptions {
     maxQueue?: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
+    /**
+     * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or JS interrupts it).
+     * 1 gives the old one-round-trip-per-step loop, kept to measure what the round trips cost. Defaults to `0`.
+     */
+    maxStepsPerRun?: number;
 }
 
 interface PendingDraft {
@@ -47,6 +54,9 @@ export class NativeEngine implements DraftEngine {
     private readonly pool: KvSlotPool;
     private readonly maxQueue: number;
     private readonly observer: EngineObserver;
+    private readonly maxStepsPerRun: number;
+    /** A native run is in flight (interrupt() then makes it return after its current step). */
+    private nativeRunning = false;
     /** Requests waiting for a free stream, in arrival order. */
     private readonly queue: PendingDraft[] = [];
     private readonly inFlight = new Map<number, InFlight>();
@@ -64,6 +74,7 @@ export class NativeEngine implements DraftEngine {
         this.pool = new KvSlotPool(info.streams);
         this.maxQueue = options.maxQueue ?? defaultMaxQueue;
         this.observer = options.observer ?? {};
+        this.maxStepsPerRun = options.maxStepsPerRun ?? 0;
     }
 
     draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
@@ -95,6 +106,7 @@ export class NativeEngine implements DraftEngine {
             this.queue.push(request);
             this.reportQueueDepth();
             this.schedule();
+            this.interruptIfJoinable();
         });
     }
 
@@ -142,7 +154,11 @@ export class NativeEngine implements DraftEngine {
         if (request.settled) return;
         const index = this.queue.indexOf(request);
         if (index >= 0) this.queue.splice(index, 1);
-        request.cancel?.();
+        if (request.cancel) {
+            request.cancel();
+            // the run in flight returns after its current step, and the next one drops the request
+            if (this.nativeRunning) this.native.interrupt();
+        }
         this.settle(request, new EngineError("aborted", "The draft request was aborted."));
         this.reportQueueDepth();
     }
@@ -157,6 +173,11 @@ export class NativeEngine implements DraftEngine {
 
     private reportQueueDepth(): void {
         this.observer.onQueueDepth?.(this.queue.length + this.inFlight.size);
+    }
+
+    /** Interrupts the native run in flight when a queued request could join it (a stream is free). */
+    private interruptIfJoinable(): void {
+        if (this.nativeRunning && this.queue.length > 0 && this.inFlight.size < this.info.streams) this.native.interrupt();
     }
 
     /** Starts the step loop on the next turn of the event loop, so requests arriving together share the first step. */
@@ -198,9 +219,11 @@ export class NativeEngine implements DraftEngine {
         }
         if (arrivals.length > 0) this.reportQueueDepth();
 
-        let result: NativeStepResult;
+        this.nativeRunning = true;
         try {
-            result = await this.native.step(arrivals, Int32Array.from(this.cancelledIds.splice(0)));
+            const cancels = Int32Array.from(this.cancelledIds.splice(0));
+            const result = await this.native.run(arrivals, cancels, this.maxStepsPerRun, (progress) => this.take(progress));
+            this.take(result);
         } catch (error) {
             // the native side dropped every request in flight; their caches are in an unknown state
             const reason = error instanceof Error ? error.message : String(error);
@@ -210,11 +233,19 @@ export class NativeEngine implements DraftEngine {
             }
             this.inFlight.clear();
             this.reportQueueDepth();
-            return;
+        } finally {
+            this.nativeRunning = false;
         }
+    }
 
-        if (result.decodeTokens > 0) this.observer.onDecode?.(result.decodeTokens, result.decodeSequences);
-        for (const finished of result.finished) {
+    /** Reports a run's steps and resolves the drafts that finished in them. */
+    private take(progress: NativeRunProgress): void {
+        const { steps } = progress;
+        for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
+            this.observer.onDecode?.(steps[i]!, steps[i + 1]!);
+            this.observer.onStep?.(steps[i + 1]!, steps[i + 2]!, steps[i + 3]!, steps[i + 4]!);
+        }
+        for (const finished of progress.finished) {
             const entry = this.inFlight.get(finished.id)!;
             this.inFlight.delete(finished.id);
             const draft = Array.from(finished.draft);
@@ -222,6 +253,9 @@ export class NativeEngine implements DraftEngine {
             entry.request.cancel = undefined;
             this.settle(entry.request, draft);
         }
-        if (result.finished.length > 0) this.reportQueueDepth();
+        if (progress.finished.length > 0) {
+            this.reportQueueDepth();
+            this.interruptIfJoinable();
+        }
     }
 }

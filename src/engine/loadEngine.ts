@@ -8,9 +8,11 @@ import { EngineLoadError } from "./errors.js";
 import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
 import { readModelFileInfo } from "./readModelFileInfo.js";
+import { type KvType, readEngineEnv } from "./readEngineEnv.js";
 import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
 
 export type { GpuChoice } from "./nativeAddon.js";
+export type { KvType } from "./readEngineEnv.js";
 
 /** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
 export const defaultStreams = 32;
@@ -55,10 +57,26 @@ export interface LoadEngineOptions {
      * instead of streams × vocabulary logits per step. Defaults to `true` on a GPU, `false` on the CPU.
      */
     backendSampling?: boolean;
+    /**
+     * KV cache element type for keys and values. `q8_0` halves the bytes every step's attention reads (what makes long
+     * contexts slower on a GPU) at a small numeric cost; llama.cpp needs flash attention for a quantized V cache.
+     * Defaults to `f16` (llama.cpp's default).
+     */
+    kvType?: KvType;
+    /**
+     * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or a request could
+     * join). 1 is the old one-round-trip-per-step loop, kept for comparison. Defaults to `0`.
+     */
+    maxStepsPerRun?: number;
     /** One KV buffer shared by all sequences instead of one per sequence. Defaults to `false`. */
     kvUnified?: boolean;
     /** Print llama.cpp's logs to stderr. Defaults to `false`. */
     verbose?: boolean;
+    /**
+     * Read SPECDRAFT_* environment variables for the options not given here (see readEngineEnv.ts: KV type, backend
+     * sampling, flash attention, batch sizes, threads, steps per run). Defaults to `true`.
+     */
+    useEnv?: boolean;
     /** Knobs that make the engine WRONG on purpose, so tests can show what the guards prevent. Defaults to none. */
     testing?: EngineTestingOptions;
 }
@@ -74,7 +92,9 @@ export interface EngineTestingOptions {
     arrivalOrder?: boolean;
 }
 
-export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngine> {
+export async function loadEngine(givenOptions: LoadEngineOptions): Promise<DraftEngine> {
+    // options given win over SPECDRAFT_* variables
+    const options: LoadEngineOptions = (givenOptions.useEnv ?? true) ? { ...readEngineEnv(), ...definedOnly(givenOptions) } : givenOptions;
     const streams = options.streams ?? defaultStreams;
     const contextSize = options.contextSize ?? defaultContextSize;
     if (!Number.isInteger(streams) || streams < 1 || streams > 256) throw new RangeError(`streams must be 1–256, got ${streams}.`);
@@ -97,6 +117,7 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
                 flashAttention: options.flashAttention ?? onGpu,
                 backendSampling: options.backendSampling ?? onGpu,
                 kvUnified: options.kvUnified ?? false,
+                kvType: options.kvType ?? "",
                 threads: options.threads ?? defaultThreads(),
                 unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
                 arrivalOrder: options.testing?.arrivalOrder ?? false,
@@ -136,8 +157,13 @@ export async function loadEngine(options: LoadEngineOptions): Promise<DraftEngin
             engine: "native",
             flashAttention,
         },
-        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer },
+        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer, maxStepsPerRun: options.maxStepsPerRun ?? 0 },
     );
+}
+
+/** `options` without the keys whose value is undefined (so they do not hide an environment setting). */
+function definedOnly(options: LoadEngineOptions): LoadEngineOptions {
+    return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as unknown as LoadEngineOptions;
 }
 
 function defaultThreads(): number {

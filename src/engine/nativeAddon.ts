@@ -33,6 +33,8 @@ export interface NativeLoadOptions {
     kvUnified: boolean;
     /** Greedy sampling inside llama.cpp's graph (only token ids copied back) instead of argmax over host logits. */
     backendSampling: boolean;
+    /** KV cache element type (`f16`, `q8_0`, `bf16`, `f32`); empty: llama.cpp's default (f16). */
+    kvType: string;
     /** CPU threads for llama.cpp; 0: its default. */
     threads: number;
     /** Tests only: read logits from many threads at once, without the reorder guard. */
@@ -68,12 +70,23 @@ export interface NativeFinishedDraft {
     evaluated: number;
 }
 
-export interface NativeStepResult {
-    /** Requests that finished (or were cancelled) in this step. */
+/** Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms. */
+export const nativeStepFields = 5;
+
+/** What a run reports mid-call (drafts that finished while later steps go on) and at its end. */
+export interface NativeRunProgress {
+    /** Requests that finished (or were cancelled). */
     finished: NativeFinishedDraft[];
-    /** Tokens and sequences of this step's llama_decode (0 and 0 when there was nothing to decode). */
-    decodeTokens: number;
-    decodeSequences: number;
+    /**
+     * `nativeStepFields` numbers per decode step since the last report: tokens and sequences of its llama_decode; ms in
+     * llama_decode + llama_synchronize (the device's work); ms fetching outputs and taking their argmax; ms since the
+     * previous step ended (batch building, plus the JS round trip before a run's first step when requests were left in
+     * flight; time with nothing to do is not counted).
+     */
+    steps: Float64Array;
+}
+
+export interface NativeRunResult extends NativeRunProgress {
     /** Requests still in flight. */
     active: number;
 }
@@ -81,8 +94,14 @@ export interface NativeStepResult {
 export interface NativeEngineHandle {
     load(options: NativeLoadOptions): Promise<void>;
     info(): { vocabSize: number; contextSizePerSequence: number; gpuDevice: string };
-    /** Adds `arrivals`, drops the requests in `cancelIds`, and runs one llama_decode for everything in flight. */
-    step(arrivals: NativeArrival[], cancelIds: Int32Array): Promise<NativeStepResult>;
+    /**
+     * Adds `arrivals`, drops the requests in `cancelIds`, then runs decode steps (one llama_decode for everything in
+     * flight each) until nothing is in flight, `maxSteps` steps ran (0: no limit) or interrupt() was called. Drafts that
+     * finish before the end come through `onProgress`; the rest, and the last steps' counters, in the result.
+     */
+    run(arrivals: NativeArrival[], cancelIds: Int32Array, maxSteps: number, onProgress: (progress: NativeRunProgress) => void): Promise<NativeRunResult>;
+    /** Makes the run in flight return after its current step (callable while it runs; no effect otherwise). */
+    interrupt(): void;
     /** Frees the model; no step may be running. */
     dispose(): void;
 }

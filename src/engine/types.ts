@@ -43,6 +43,12 @@ export interface DraftOptions {
 export interface EngineObserver {
     /** One llama_decode call of `tokens` tokens across `sequences` sequences. */
     onDecode?(tokens: number, sequences: number): void;
+    /**
+     * Where one decode step's time went, in ms: `decodeMs` in llama_decode and the wait for its result (the device's
+     * work), `sampleMs` fetching outputs and taking the argmax, `hostMs` since the previous step ended (batch building,
+     * and JS round trips while requests were in flight; idle time is not counted). Called right after `onDecode`.
+     */
+    onStep?(sequences: number, decodeMs: number, sampleMs: number, hostMs: number): void;
     /** A request's prefix handling: tokens it had to evaluate and tokens reused from the KV cache. */
     onPrefix?(evaluated: number, reused: number): void;
     /** Requests waiting for or in a batch. */

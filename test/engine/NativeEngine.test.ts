@@ -226,3 +226,53 @@ test("close finishes in-flight drafts, then refuses new ones", async (t) => {
     await closed;
     await assert.rejects(engine.draft([1, 2, 3], 4), isEngineError("engine_closed"));
 });
+
+test("a request arriving mid-draft joins the running batch at the next steps, not after the draft in flight", async (t) => {
+    const steps: [sequences: number, decodeMs: number, sampleMs: number, hostMs: number][] = [];
+    const { engine, counters } = await openEngine(t, {
+        streams: 4,
+        observer: {
+            onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
+            onQueueDepth: (depth) => counters.depths.push(depth),
+            onStep: (sequences, decodeMs, sampleMs, hostMs) => steps.push([sequences, decodeMs, sampleMs, hostMs]),
+        },
+    });
+    const [long, short] = randomPrompts(2, 4000, 43);
+    const expectedShort = await engine.draft(short!, 8);
+    const expectedLong = await engine.draft(long!, 300);
+    counters.decodes.length = 0;
+    counters.depths.length = 0;
+    steps.length = 0;
+
+    const order: string[] = [];
+    const longDraft = engine.draft(long!, 300).then((draft) => (order.push("long"), draft));
+    // the long draft's run has started (depth 1 reported when queued and when taken), a few steps are done
+    while (counters.depths.length < 2) await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const shortDraft = engine.draft(short!, 8).then((draft) => (order.push("short"), draft));
+    assert.deepEqual(await shortDraft, expectedShort);
+    assert.deepEqual(await longDraft, expectedLong);
+    assert.deepEqual(order, ["short", "long"], "the short request waited for the long draft");
+
+    // the decodes: the long one alone, then both together for exactly the short draft's 8 steps, then the long one alone
+    const sequences = counters.decodes.map(([, s]) => s);
+    const firstJoint = sequences.indexOf(2);
+    assert.ok(firstJoint > 0, `the short request joined mid-draft: ${JSON.stringify(sequences.slice(0, 40))}`);
+    assert.equal(sequences.filter((s) => s === 2).length, 8);
+    assert.deepEqual(sequences.slice(firstJoint, firstJoint + 8), new Array(8).fill(2));
+    assert.equal(counters.decodes.length, 300, "one decode per step of the long draft");
+    // every decode step's timing was reported, once
+    assert.equal(steps.length, counters.decodes.length);
+    for (const [s, decodeMs, sampleMs, hostMs] of steps) {
+        assert.ok(s === 1 || s === 2);
+        assert.ok(decodeMs > 0 && sampleMs >= 0 && hostMs >= 0, JSON.stringify([decodeMs, sampleMs, hostMs]));
+    }
+});
+
+test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of many steps", async (t) => {
+    const prompts = randomPrompts(8, 4000, 47);
+    const many = await openEngine(t, { streams: 8 });
+    const single = await openEngine(t, { streams: 8, maxStepsPerRun: 1 });
+    const expected = await Promise.all(prompts.map((prompt) => many.engine.draft(prompt, 12)));
+    assert.deepEqual(await Promise.all(prompts.map((prompt) => single.engine.draft(prompt, 12))), expected);
+});

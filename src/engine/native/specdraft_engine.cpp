@@ -1,6 +1,10 @@
-// specdraft's native draft loop: one llama.cpp context holding many sequences, driven one decode STEP at a time.
+// specdraft's native draft loop: one llama.cpp context holding many sequences, driven in decode STEPS.
 //
-// Requests in flight live here (slot, new tokens, n, endId, draft so far). Each step, off the JS thread: requests
+// Requests in flight live here (slot, new tokens, n, endId, draft so far). One native call (`run`) runs steps back to
+// back off the JS thread until nothing is left in flight, or the JS side calls `interrupt()` (requests are waiting for
+// a free stream, or one was aborted): then it returns after the current step, and JS admits the newcomers / passes the
+// cancels at the next call, so requests still join at step granularity without a JS round trip per step. Drafts that
+// finish mid-call reach JS at once through a progress callback. Each step, off the JS thread: requests
 // that just arrived get their slot's KV cache trimmed to the kept prefix; then ONE llama_decode evaluates the last
 // draft token of every drafting request plus the new tokens of arriving ones (prefill, logits only on their last
 // token). The next token of every sequence is the argmax of its logits, computed here, or with `backendSampling` by a
@@ -19,14 +23,20 @@
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
 //                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, verbose });
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
-//   await engine.step(arrivals, cancelIds)  -> { finished: [{ id, draft, cached, evaluated }], decodeTokens,
-//                                                decodeSequences, active }
+//   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
+//       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
+//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 5 numbers per decode
+//       step: tokens, sequences, decode ms (llama_decode + llama_synchronize), sample ms (fetching the outputs +
+//       argmax), host ms (time since the previous step ended: batch building, and for a call's first step the JS
+//       round trip when requests were left in flight; idle time without requests is not counted)
+//   engine.interrupt()   (callable while run() is in flight: return after the current step)
 //   engine.dispose()
 
 #include <napi.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -113,6 +123,10 @@ void parallelFor(int32_t count, int32_t maxThreads, Fn fn) {
     for (auto& th : threads) th.join();
 }
 
+using Clock = std::chrono::steady_clock;
+
+double msBetween(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
 // ---- requests in flight ----
 
 struct DraftItem {
@@ -146,6 +160,25 @@ struct EngineState {
     bool arrivalOrder = false;  // tests only: batch in request order (llama.cpp then reorders outputs) instead of slot order
     std::string gpuDevice;  // empty: CPU only
     std::vector<DraftItem> active;  // requests in flight, in arrival order
+    // end of the last native step, and whether it left requests in flight (then the time until the next step is host
+    // overhead, not idleness)
+    Clock::time_point lastStepEnd{};
+    bool lastLeftActive = false;
+};
+
+// One decode step's counters, as sent to JS.
+struct StepStat {
+    int32_t tokens = 0;
+    int32_t sequences = 0;
+    double decodeMs = 0;
+    double sampleMs = 0;
+    double hostMs = 0;
+};
+
+// What a run sends to JS mid-call: drafts that finished, and the counters of the steps since the last message.
+struct RunProgress {
+    std::vector<DraftItem> finished;
+    std::vector<StepStat> steps;
 };
 
 class Engine : public Napi::ObjectWrap<Engine> {
@@ -156,6 +189,7 @@ public:
 
     EngineState state;
     std::atomic<bool> busy{false};
+    std::atomic<bool> interruptRequested{false};
     bool loaded = false;
 
     void freeState() {
@@ -173,7 +207,8 @@ public:
 private:
     Napi::Value Load(const Napi::CallbackInfo& info);
     Napi::Value Info(const Napi::CallbackInfo& info);
-    Napi::Value Step(const Napi::CallbackInfo& info);
+    Napi::Value Run(const Napi::CallbackInfo& info);
+    Napi::Value Interrupt(const Napi::CallbackInfo& info);
     Napi::Value Dispose(const Napi::CallbackInfo& info);
 };
 
@@ -193,7 +228,17 @@ struct LoadOptions {
     bool unguardedLogits = false;
     bool arrivalOrder = false;
     bool backendSampling = false;
+    std::string kvType;  // KV cache element type: f16 (llama.cpp's default), q8_0, f32; empty: default
 };
+
+// The ggml type of a KV cache type name; throws on anything else.
+ggml_type kvTypeOf(const std::string& name) {
+    if (name == "f16") return GGML_TYPE_F16;
+    if (name == "q8_0") return GGML_TYPE_Q8_0;
+    if (name == "f32") return GGML_TYPE_F32;
+    if (name == "bf16") return GGML_TYPE_BF16;
+    throw std::runtime_error("unknown KV cache type " + name + " (expected f16, q8_0, bf16 or f32)");
+}
 
 class LoadWorker : public Napi::AsyncWorker {
 public:
@@ -225,6 +270,10 @@ public:
             cp.n_outputs_max = (uint32_t)options_.streams;
             cp.flash_attn_type = options_.flashAttention ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
             cp.no_perf = true;
+            if (!options_.kvType.empty()) {
+                cp.type_k = kvTypeOf(options_.kvType);
+                cp.type_v = cp.type_k;
+            }
             if (options_.backendSampling) {
                 // one greedy chain per sequence; llama.cpp then computes the argmax in the graph (on the GPU when
                 // offloaded) and copies only token ids back instead of n_outputs × n_vocab logits
@@ -317,6 +366,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.unguardedLogits = getBool(o, "unguardedLogits", false);
     opt.arrivalOrder = getBool(o, "arrivalOrder", false);
     opt.backendSampling = getBool(o, "backendSampling", false);
+    opt.kvType = getString(o, "kvType");
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
         g_log_verbose = getBool(o, "verbose", false);
@@ -337,53 +387,78 @@ Napi::Value Engine::Info(const Napi::CallbackInfo& info) {
     return o;
 }
 
-// ---- step ----
+// ---- run: decode steps back to back ----
 //
 // One step = one llama_decode: every drafting request adds its last draft token, requests that just arrived add their
-// new tokens (prefill; as many as the batch holds, the rest next step). Requests join at any step (continuous
-// batching), so a request never waits for others' drafts to finish.
+// new tokens (prefill; as many as the batch holds, the rest next step). A run repeats steps until nothing is in flight,
+// `maxSteps` steps ran, or JS called interrupt() (then JS admits new requests / passes cancels at the next run), so
+// requests join at step granularity without a JS round trip per step.
 
-class StepWorker : public Napi::AsyncWorker {
+Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished, const std::vector<StepStat>& steps) {
+    Napi::Object result = Napi::Object::New(env);
+    Napi::Array list = Napi::Array::New(env, finished.size());
+    for (size_t i = 0; i < finished.size(); ++i) {
+        const DraftItem& it = finished[i];
+        Napi::Object f = Napi::Object::New(env);
+        Napi::Int32Array d = Napi::Int32Array::New(env, it.draft.size());
+        std::copy(it.draft.begin(), it.draft.end(), d.Data());
+        f.Set("id", it.id);
+        f.Set("draft", d);
+        f.Set("cached", it.cached);
+        f.Set("evaluated", it.evaluated);
+        list.Set((uint32_t)i, f);
+    }
+    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 5);
+    for (size_t i = 0; i < steps.size(); ++i) {
+        double* row = stats.Data() + i * 5;
+        row[0] = steps[i].tokens;
+        row[1] = steps[i].sequences;
+        row[2] = steps[i].decodeMs;
+        row[3] = steps[i].sampleMs;
+        row[4] = steps[i].hostMs;
+    }
+    result.Set("finished", list);
+    result.Set("steps", stats);
+    return result;
+}
+
+class RunWorker : public Napi::AsyncProgressQueueWorker<RunProgress> {
 public:
-    StepWorker(Napi::Env env, Engine* engine, std::vector<DraftItem> arrivals, std::vector<int32_t> cancels)
-        : Napi::AsyncWorker(env),
+    RunWorker(Napi::Env env, Engine* engine, std::vector<DraftItem> arrivals, std::vector<int32_t> cancels, int32_t maxSteps,
+              Napi::Function onProgress)
+        : Napi::AsyncProgressQueueWorker<RunProgress>(env),
           engine_(engine),
           arrivals_(std::move(arrivals)),
           cancels_(std::move(cancels)),
+          maxSteps_(maxSteps),
           deferred_(Napi::Promise::Deferred::New(env)) {
         engineRef_ = Napi::Persistent(engine->Value());
+        if (!onProgress.IsEmpty()) onProgress_ = Napi::Persistent(onProgress);
     }
     Napi::Promise Promise() { return deferred_.Promise(); }
 
-    void Execute() override {
+    void Execute(const ExecutionProgress& progress) override {
         try {
-            run();
+            run(progress);
         } catch (const std::exception& e) {
             // the caches of the requests in flight are in an unknown state: drop them all (the JS side forgets them)
             engine_->state.active.clear();
+            engine_->state.lastLeftActive = false;
             SetError(e.what());
         }
+    }
+
+    void OnProgress(const RunProgress* data, size_t count) override {
+        if (onProgress_.IsEmpty()) return;
+        Napi::Env env = Env();
+        Napi::HandleScope scope(env);
+        for (size_t i = 0; i < count; ++i) onProgress_.Call({finishedToJs(env, data[i].finished, data[i].steps)});
     }
 
     void OnOK() override {
         engine_->busy.store(false);
         Napi::Env env = Env();
-        Napi::Object result = Napi::Object::New(env);
-        Napi::Array finished = Napi::Array::New(env, finished_.size());
-        for (size_t i = 0; i < finished_.size(); ++i) {
-            const DraftItem& it = finished_[i];
-            Napi::Object f = Napi::Object::New(env);
-            Napi::Int32Array d = Napi::Int32Array::New(env, it.draft.size());
-            std::copy(it.draft.begin(), it.draft.end(), d.Data());
-            f.Set("id", it.id);
-            f.Set("draft", d);
-            f.Set("cached", it.cached);
-            f.Set("evaluated", it.evaluated);
-            finished.Set((uint32_t)i, f);
-        }
-        result.Set("finished", finished);
-        result.Set("decodeTokens", decodeTokens_);
-        result.Set("decodeSequences", decodeSequences_);
+        Napi::Object result = finishedToJs(env, finished_, steps_);
         result.Set("active", (double)engine_->state.active.size());
         deferred_.Resolve(result);
     }
@@ -404,19 +479,25 @@ private:
         b.n_tokens = i + 1;
     }
 
-    // Decodes the batch and returns each output's next token (outputs: batch indices with logits).
-    void decode(const std::vector<int32_t>& outputIndices, std::vector<llama_token>& next) {
+    // Decodes the batch and waits for it (timed as decode), then returns each output's next token (timed as sample;
+    // outputs: batch indices with logits).
+    void decode(const std::vector<int32_t>& outputIndices, std::vector<llama_token>& next, StepStat& stat) {
         EngineState& s = engine_->state;
+        const Clock::time_point start = Clock::now();
         const int32_t rc = llama_decode(s.ctx, s.batch);
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
         }
+        // reading any output synchronizes anyway; doing it here puts the device's time under decode
+        llama_synchronize(s.ctx);
+        const Clock::time_point decoded = Clock::now();
+        stat.decodeMs = msBetween(start, decoded);
         next.assign(outputIndices.size(), -1);
         const int32_t count = (int32_t)outputIndices.size();
         // below ~1M logits one thread is faster than starting more
         const int32_t threads = (int64_t)count * s.nVocab >= (1 << 20) ? s.argmaxThreads : 1;
         if (s.backendSampling) {
-            // each call synchronizes and applies any pending output reorder first, all on this thread
+            // each call applies any pending output reorder first, all on this thread
             for (int32_t k = 0; k < count; ++k) {
                 next[k] = llama_get_sampled_token_ith(s.ctx, outputIndices[k]);
                 if (next[k] == LLAMA_TOKEN_NULL) throw std::runtime_error("llama.cpp returned no sampled token: " + takeLoggedErrors());
@@ -449,24 +530,13 @@ private:
             }
             parallelFor(count, threads, [&](int32_t k) { next[k] = argmax(rows[k], s.nVocab); });
         }
+        stat.sampleMs = msBetween(decoded, Clock::now());
     }
 
-    void run() {
+    // One decode step for everything in flight; moves finished requests to `finished`.
+    void step(Clock::time_point hostSince, std::vector<DraftItem>& finished, std::vector<StepStat>& steps) {
         EngineState& s = engine_->state;
         std::vector<DraftItem>& active = s.active;
-        for (int32_t id : cancels_) {
-            for (DraftItem& it : active) {
-                if (it.id == id) it.done = true;
-            }
-        }
-        llama_memory_t mem = llama_get_memory(s.ctx);
-        for (DraftItem& it : arrivals_) {
-            if (!llama_memory_seq_rm(mem, it.slot, it.keep, -1)) {
-                throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
-            }
-            it.cached = it.keep;
-            active.push_back(std::move(it));
-        }
 
         // batch in slot order: with per-sequence KV llama.cpp splits a batch into ubatches of consecutive sequence ids
         std::vector<DraftItem*> order;
@@ -491,22 +561,22 @@ private:
         }
 
         s.batch.n_tokens = 0;
-        std::vector<int32_t> outputIndices;
-        std::vector<DraftItem*> outputItems;
+        outputIndices_.clear();
+        outputItems_.clear();
         int32_t sequences = 0;
         for (DraftItem* it : order) {
             if (it->take == 0) continue;
             ++sequences;
             if (it->offset == it->tokens.size()) {
-                outputIndices.push_back(s.batch.n_tokens);
-                outputItems.push_back(it);
+                outputIndices_.push_back(s.batch.n_tokens);
+                outputItems_.push_back(it);
                 addToken(it->draft.back(), it->cached, it->slot, true);
             } else {
                 for (int32_t j = 0; j < it->take; ++j) {
                     const bool last = it->offset + j + 1 == it->tokens.size();
                     if (last) {
-                        outputIndices.push_back(s.batch.n_tokens);
-                        outputItems.push_back(it);
+                        outputIndices_.push_back(s.batch.n_tokens);
+                        outputItems_.push_back(it);
                     }
                     addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last);
                 }
@@ -517,45 +587,92 @@ private:
         }
 
         if (s.batch.n_tokens > 0) {
-            std::vector<llama_token> next;
-            decode(outputIndices, next);
-            decodeTokens_ = s.batch.n_tokens;
-            decodeSequences_ = sequences;
-            for (size_t o = 0; o < outputItems.size(); ++o) {
-                DraftItem* it = outputItems[o];
-                it->draft.push_back(next[o]);
-                if ((int32_t)it->draft.size() >= it->n || next[o] == it->endId) it->done = true;
+            StepStat stat;
+            stat.hostMs = msBetween(hostSince, Clock::now());
+            stat.tokens = s.batch.n_tokens;
+            stat.sequences = sequences;
+            decode(outputIndices_, next_, stat);
+            steps.push_back(stat);
+            for (size_t o = 0; o < outputItems_.size(); ++o) {
+                DraftItem* it = outputItems_[o];
+                it->draft.push_back(next_[o]);
+                if ((int32_t)it->draft.size() >= it->n || next_[o] == it->endId) it->done = true;
             }
         }
 
         for (auto it = active.begin(); it != active.end();) {
             if (it->done) {
-                finished_.push_back(std::move(*it));
+                finished.push_back(std::move(*it));
                 it = active.erase(it);
             } else {
                 ++it;
             }
         }
+        s.lastStepEnd = Clock::now();
+        s.lastLeftActive = !active.empty();
+    }
+
+    void run(const ExecutionProgress& progress) {
+        EngineState& s = engine_->state;
+        // the JS round trip counts as host time only when the last step left requests in flight (else: idle)
+        const Clock::time_point callStart = Clock::now();
+        Clock::time_point hostSince = s.lastLeftActive ? s.lastStepEnd : callStart;
+        for (int32_t id : cancels_) {
+            for (DraftItem& it : s.active) {
+                if (it.id == id) it.done = true;
+            }
+        }
+        llama_memory_t mem = llama_get_memory(s.ctx);
+        for (DraftItem& it : arrivals_) {
+            if (!llama_memory_seq_rm(mem, it.slot, it.keep, -1)) {
+                throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
+            }
+            it.cached = it.keep;
+            s.active.push_back(std::move(it));
+        }
+        arrivals_.clear();
+
+        RunProgress pending;
+        for (int32_t n = 0;; ++n) {
+            step(hostSince, pending.finished, pending.steps);
+            hostSince = s.lastStepEnd;
+            const bool stop = s.active.empty() || (maxSteps_ > 0 && n + 1 >= maxSteps_) ||
+                              engine_->interruptRequested.load(std::memory_order_acquire);
+            if (stop) break;
+            if (!pending.finished.empty()) {
+                // finished drafts go to JS now; the next step does not wait for JS
+                progress.Send(&pending, 1);
+                pending.finished.clear();
+                pending.steps.clear();
+            }
+        }
+        finished_ = std::move(pending.finished);
+        steps_ = std::move(pending.steps);
     }
 
     Engine* engine_;
     std::vector<DraftItem> arrivals_;
     std::vector<int32_t> cancels_;
+    int32_t maxSteps_;
     std::vector<DraftItem> finished_;
-    int32_t decodeTokens_ = 0;
-    int32_t decodeSequences_ = 0;
+    std::vector<StepStat> steps_;
+    std::vector<int32_t> outputIndices_;
+    std::vector<DraftItem*> outputItems_;
+    std::vector<llama_token> next_;
     Napi::Promise::Deferred deferred_;
     Napi::ObjectReference engineRef_;
+    Napi::FunctionReference onProgress_;
 };
 
-Napi::Value Engine::Step(const Napi::CallbackInfo& info) {
+Napi::Value Engine::Run(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!loaded) throw Napi::Error::New(env, "engine not loaded");
-    if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsTypedArray()) {
-        throw Napi::TypeError::New(env, "step(arrivals, cancelIds: Int32Array) expected");
+    if (info.Length() < 4 || !info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsNumber() || !info[3].IsFunction()) {
+        throw Napi::TypeError::New(env, "run(arrivals, cancelIds: Int32Array, maxSteps: number, onProgress: function) expected");
     }
     Napi::Array arr = info[0].As<Napi::Array>();
     Napi::Int32Array cancelArray = info[1].As<Napi::Int32Array>();
+    const int32_t maxSteps = info[2].As<Napi::Number>().Int32Value();
     std::vector<int32_t> cancels(cancelArray.Data(), cancelArray.Data() + cancelArray.ElementLength());
     std::vector<bool> slotUsed(state.streams, false);
     for (const DraftItem& it : state.active) slotUsed[it.slot] = true;
@@ -571,30 +688,37 @@ Napi::Value Engine::Step(const Napi::CallbackInfo& info) {
         it.endId = getInt(o, "endId", -1);
         Napi::Value tv = o.Get("tokens");
         if (!tv.IsTypedArray() || tv.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-            throw Napi::TypeError::New(env, "step: item.tokens must be an Int32Array");
+            throw Napi::TypeError::New(env, "run: item.tokens must be an Int32Array");
         }
         Napi::Int32Array t = tv.As<Napi::Int32Array>();
         it.tokens.assign(t.Data(), t.Data() + t.ElementLength());
         if (it.slot < 0 || it.slot >= state.streams || slotUsed[it.slot]) {
-            throw Napi::RangeError::New(env, "step: slot out of range or already in use");
+            throw Napi::RangeError::New(env, "run: slot out of range or already in use");
         }
         slotUsed[it.slot] = true;
-        if (it.keep < 0 || it.tokens.empty() || it.n < 1) throw Napi::RangeError::New(env, "step: keep < 0, no new tokens or n < 1");
+        if (it.keep < 0 || it.tokens.empty() || it.n < 1) throw Napi::RangeError::New(env, "run: keep < 0, no new tokens or n < 1");
         for (llama_token tok : it.tokens) {
-            if (tok < 0 || tok >= state.nVocab) throw Napi::RangeError::New(env, "step: token id out of range");
+            if (tok < 0 || tok >= state.nVocab) throw Napi::RangeError::New(env, "run: token id out of range");
         }
-        if ((int64_t)it.keep + (int64_t)it.tokens.size() + it.n - 1 > nCtxSeq) throw Napi::RangeError::New(env, "step: context overflow");
+        if ((int64_t)it.keep + (int64_t)it.tokens.size() + it.n - 1 > nCtxSeq) throw Napi::RangeError::New(env, "run: context overflow");
     }
     bool expected = false;
-    if (!busy.compare_exchange_strong(expected, true)) throw Napi::Error::New(env, "a step is already running");
-    auto* worker = new StepWorker(env, this, std::move(items), std::move(cancels));
+    if (!busy.compare_exchange_strong(expected, true)) throw Napi::Error::New(env, "a run is already in flight");
+    // interrupts meant for the previous run are answered by this one (it carries the arrivals and cancels)
+    interruptRequested.store(false, std::memory_order_release);
+    auto* worker = new RunWorker(env, this, std::move(items), std::move(cancels), maxSteps, info[3].As<Napi::Function>());
     Napi::Promise promise = worker->Promise();
     worker->Queue();
     return promise;
 }
 
+Napi::Value Engine::Interrupt(const Napi::CallbackInfo& info) {
+    interruptRequested.store(true, std::memory_order_release);
+    return info.Env().Undefined();
+}
+
 Napi::Value Engine::Dispose(const Napi::CallbackInfo& info) {
-    if (busy.load()) throw Napi::Error::New(info.Env(), "cannot dispose while a step is running");
+    if (busy.load()) throw Napi::Error::New(info.Env(), "cannot dispose while a run is in flight");
     state.active.clear();
     freeState();
     loaded = false;
@@ -604,7 +728,8 @@ Napi::Value Engine::Dispose(const Napi::CallbackInfo& info) {
 Napi::Object Engine::Init(Napi::Env env, Napi::Object exports) {
     Napi::Function cls = DefineClass(env, "Engine",
                                      {InstanceMethod("load", &Engine::Load), InstanceMethod("info", &Engine::Info),
-                                      InstanceMethod("step", &Engine::Step), InstanceMethod("dispose", &Engine::Dispose)});
+                                      InstanceMethod("run", &Engine::Run), InstanceMethod("interrupt", &Engine::Interrupt),
+                                      InstanceMethod("dispose", &Engine::Dispose)});
     exports.Set("Engine", cls);
     return exports;
 }

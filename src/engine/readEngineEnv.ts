@@ -1,0 +1,61 @@
+/**
+ * Engine settings from environment variables, so a benchmark run can flip them without new CLI flags (e.g. on the
+ * GPU machine: `SPECDRAFT_KV_TYPE=q8_0 specdraft serve …`). An option passed to loadEngine wins over its variable.
+ *
+ *   SPECDRAFT_KV_TYPE=f16|q8_0|bf16|f32     KV cache element type (q8_0 halves the attention reads of long contexts)
+ *   SPECDRAFT_BACKEND_SAMPLING=0|1         greedy sampling inside llama.cpp's graph
+ *   SPECDRAFT_FLASH_ATTENTION=0|1          flash attention
+ *   SPECDRAFT_UBATCH=<tokens>              tokens computed at once inside a decode
+ *   SPECDRAFT_BATCH=<tokens>               tokens per llama_decode call
+ *   SPECDRAFT_THREADS=<n>                  llama.cpp CPU threads
+ *   SPECDRAFT_MAX_STEPS_PER_RUN=<n>        decode steps per native run (1: a JS round trip per step; 0: no limit)
+ */
+
+/** The KV cache element types llama.cpp takes for both K and V here. */
+export const kvTypes = ["f16", "q8_0", "bf16", "f32"] as const;
+export type KvType = (typeof kvTypes)[number];
+
+export interface EngineEnvSettings {
+    kvType?: KvType;
+    backendSampling?: boolean;
+    flashAttention?: boolean;
+    ubatchSize?: number;
+    batchSize?: number;
+    threads?: number;
+    maxStepsPerRun?: number;
+}
+
+/** Reads the SPECDRAFT_* engine variables; throws a RangeError naming the variable for a value it cannot use. */
+export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSettings {
+    const settings: EngineEnvSettings = {};
+    const kvType = env.SPECDRAFT_KV_TYPE;
+    if (kvType !== undefined && kvType !== "") {
+        if (!(kvTypes as readonly string[]).includes(kvType)) {
+            throw new RangeError(`SPECDRAFT_KV_TYPE must be one of ${kvTypes.join(", ")}, got ${JSON.stringify(kvType)}.`);
+        }
+        settings.kvType = kvType as KvType;
+    }
+    const flag = (name: string): boolean | undefined => {
+        const value = env[name];
+        if (value === undefined || value === "") return undefined;
+        if (value !== "0" && value !== "1") throw new RangeError(`${name} must be 0 or 1, got ${JSON.stringify(value)}.`);
+        return value === "1";
+    };
+    const integer = (name: string, min: number): number | undefined => {
+        const value = env[name];
+        if (value === undefined || value === "") return undefined;
+        const parsed = Number(value);
+        if (!/^\d+$/.test(value) || parsed < min) throw new RangeError(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(value)}.`);
+        return parsed;
+    };
+    const assign = <K extends keyof EngineEnvSettings>(key: K, value: EngineEnvSettings[K] | undefined) => {
+        if (value !== undefined) settings[key] = value;
+    };
+    assign("backendSampling", flag("SPECDRAFT_BACKEND_SAMPLING"));
+    assign("flashAttention", flag("SPECDRAFT_FLASH_ATTENTION"));
+    assign("ubatchSize", integer("SPECDRAFT_UBATCH", 1));
+    assign("batchSize", integer("SPECDRAFT_BATCH", 1));
+    assign("threads", integer("SPECDRAFT_THREADS", 1));
+    assign("maxStepsPerRun", integer("SPECDRAFT_MAX_STEPS_PER_RUN", 0));
+    return settings;
+}
