@@ -2,15 +2,19 @@
  * engineBench — the draft engine's own throughput, without HTTP: the same walk as serveBench (`--streams`
  * conversations from `--start-context` random ids, each step drafting `--draft-len` tokens and growing by `--accepted`
  * drafted tokens + 1), run twice on one loaded engine: one request at a time (round-robin over the conversations),
- * then all conversations at once (each sends its next request as soon as its draft returns). Prints one JSON object.
+ * then all conversations at once (each sends its next request as soon as its draft returns). Prints one JSON object
+ * with one entry in `runs` per `--max-steps-per-run` value (each loads the engine afresh), so the native loop's
+ * multi-step runs (0) and the old JS round trip per step (1) are compared in one process. Each phase reports the mean
+ * ms per decode step in llama_decode, in fetching results and outside llama.cpp (`step_ms`: decode, sample, host).
  *
- *   node --import tsx bench/engineBench.ts --model test/fixtures/tiny-qwen3.gguf --gpu cpu --streams 32
+ *   node --import tsx bench/engineBench.ts --model test/fixtures/tiny-qwen3.gguf --gpu cpu --streams 32 --max-steps-per-run 1,0
  *   node --import tsx bench/engineBench.ts --model drafter.gguf --gpu cuda --streams 32 --start-context 512
  */
 
 import cliProgress from "cli-progress";
-import { Command, InvalidArgumentError } from "commander";
-import { type GpuChoice, loadEngine } from "../src/engine/loadEngine.js";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { type GpuChoice, type KvType, loadEngine } from "../src/engine/loadEngine.js";
+import { kvTypes } from "../src/engine/readEngineEnv.js";
 import type { DraftEngine } from "../src/engine/types.js";
 import { percentile } from "../src/validate/percentile.js";
 
@@ -27,6 +31,8 @@ interface BenchFlags {
     kvUnified: boolean;
     flashAttention?: boolean;
     backendSampling?: boolean;
+    kvType?: KvType;
+    maxStepsPerRun: number[];
     seed: number;
     progress: boolean;
 }
@@ -40,6 +46,8 @@ interface PhaseResult {
     tokens_reused_per_request: number;
     decodes_per_request: number;
     decode_batch_mean: number;
+    /** Mean ms per decode step: in llama_decode + sync, fetching results, outside llama.cpp. */
+    step_ms: { decode: number; sample: number; host: number };
 }
 
 function integer(value: string): number {
@@ -60,7 +68,7 @@ function seededRandom(seed: number): (max: number) => number {
     };
 }
 
-const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0 };
+const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0, decodeMs: 0, sampleMs: 0, hostMs: 0, steps: 0 };
 
 async function runPhase(
     engine: DraftEngine,
@@ -115,14 +123,19 @@ async function runPhase(
         tokens_reused_per_request: round((counters.reused - before.reused) / requests),
         decodes_per_request: round(decodes / requests),
         decode_batch_mean: round((counters.decodeSequences - before.decodeSequences) / decodes),
+        step_ms: {
+            decode: round((counters.decodeMs - before.decodeMs) / (counters.steps - before.steps), 3),
+            sample: round((counters.sampleMs - before.sampleMs) / (counters.steps - before.steps), 3),
+            host: round((counters.hostMs - before.hostMs) / (counters.steps - before.steps), 3),
+        },
     };
 }
 
-function round(x: number): number {
-    return Math.round(x * 100) / 100;
+function round(x: number, digits = 2): number {
+    return Number(x.toFixed(digits));
 }
 
-async function main(flags: BenchFlags): Promise<void> {
+async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
     const engine = await loadEngine({
         modelPath: flags.model,
         gpu: flags.gpu,
@@ -132,6 +145,8 @@ async function main(flags: BenchFlags): Promise<void> {
         kvUnified: flags.kvUnified,
         flashAttention: flags.flashAttention,
         backendSampling: flags.backendSampling,
+        kvType: flags.kvType,
+        maxStepsPerRun,
         observer: {
             onPrefix: (evaluated, reused) => {
                 counters.evaluated += evaluated;
@@ -140,6 +155,12 @@ async function main(flags: BenchFlags): Promise<void> {
             onDecode: (_tokens, sequences) => {
                 counters.decodes++;
                 counters.decodeSequences += sequences;
+            },
+            onStep: (_sequences, decodeMs, sampleMs, hostMs) => {
+                counters.steps++;
+                counters.decodeMs += decodeMs;
+                counters.sampleMs += sampleMs;
+                counters.hostMs += hostMs;
             },
         },
     });
@@ -152,33 +173,55 @@ async function main(flags: BenchFlags): Promise<void> {
         await runPhase(engine, { ...flags, steps: 1, progress: false }, contexts, true, random, "warm-up");
         const sequential = await runPhase(engine, flags, contexts, false, random, "one at a time");
         const concurrent = await runPhase(engine, flags, contexts, true, random, `${flags.streams} at once`);
-        const { modelName, quantization, backend, flashAttention, streams, contextSize } = engine.info;
-        console.log(
-            JSON.stringify(
-                {
-                    date: new Date().toISOString(),
-                    model: modelName,
-                    quantization,
-                    backend,
-                    flash_attention: flashAttention,
-                    kv_unified: flags.kvUnified,
-                    backend_sampling: flags.backendSampling ?? "default",
-                    streams,
-                    context_size: contextSize,
-                    start_context: flags.startContext,
-                    draft_len: flags.draftLen,
-                    accepted: flags.accepted,
-                    one_at_a_time: sequential,
-                    concurrent,
-                    concurrent_over_one_at_a_time: round(concurrent.requests_per_s / sequential.requests_per_s),
-                },
-                null,
-                2,
-            ),
-        );
+        return {
+            info: engine.info,
+            result: {
+                max_steps_per_run: maxStepsPerRun,
+                one_at_a_time: sequential,
+                concurrent,
+                concurrent_over_one_at_a_time: round(concurrent.requests_per_s / sequential.requests_per_s),
+            },
+        };
     } finally {
         await engine.close();
     }
+}
+
+async function main(flags: BenchFlags): Promise<void> {
+    const runs = [];
+    let info;
+    for (const maxStepsPerRun of flags.maxStepsPerRun) {
+        const run = await runEngine(flags, maxStepsPerRun);
+        info = run.info;
+        runs.push(run.result);
+    }
+    const { modelName, quantization, backend, flashAttention, streams, contextSize } = info!;
+    console.log(
+        JSON.stringify(
+            {
+                date: new Date().toISOString(),
+                model: modelName,
+                quantization,
+                backend,
+                flash_attention: flashAttention,
+                kv_unified: flags.kvUnified,
+                kv_type: flags.kvType ?? "default",
+                backend_sampling: flags.backendSampling ?? "default",
+                streams,
+                context_size: contextSize,
+                start_context: flags.startContext,
+                draft_len: flags.draftLen,
+                accepted: flags.accepted,
+                runs,
+            },
+            null,
+            2,
+        ),
+    );
+}
+
+function integerList(value: string): number[] {
+    return value.split(",").map((part) => integer(part.trim()));
 }
 
 const program = new Command("engineBench")
@@ -197,6 +240,8 @@ const program = new Command("engineBench")
     .option("--no-flash-attention", "force flash attention off")
     .option("--backend-sampling", "force greedy sampling inside llama.cpp's graph on")
     .option("--no-backend-sampling", "force it off (argmax over host logits)")
+    .addOption(new Option("--kv-type <type>", "KV cache element type (default: llama.cpp's f16)").choices(kvTypes))
+    .option("--max-steps-per-run <list>", "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)", integerList, [0])
     .option("--seed <n>", "random seed", integer, 1)
     .option("--no-progress", "no progress bars");
 

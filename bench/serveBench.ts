@@ -8,7 +8,8 @@
  *   npm run bench:serve -- --url http://127.0.0.1:8000 --streams 32
  *   npm run bench:serve -- --url llama-server+http://127.0.0.1:8080 --streams 32 --vocab-size 151936
  * Prints one JSON object: requests/s, p50/p95 latency, and for a specdraft server the tokens evaluated and reused per
- * request and the mean decode batch (from its /metrics, before vs after the measured steps).
+ * request, the mean decode batch and the mean ms per decode step in llama_decode, in fetching results and outside
+ * llama.cpp (`step_ms`; from its /metrics, before vs after the measured steps).
  */
 
 import cliProgress from "cli-progress";
@@ -53,6 +54,11 @@ interface ServerCounters {
     drafts: number;
     decodeSequencesSum: number;
     decodeCount: number;
+    /** Sums (s) and count of the per-step time histograms. */
+    stepDecodeSum: number;
+    stepSampleSum: number;
+    stepHostSum: number;
+    stepCount: number;
 }
 
 const program = new Command("serveBench")
@@ -154,6 +160,16 @@ async function runBench(options: BenchOptions) {
         tokens_evaluated_per_request: delta && delta.drafts > 0 ? round(delta.evaluated / delta.drafts) : null,
         tokens_reused_per_request: delta && delta.drafts > 0 ? round(delta.reused / delta.drafts) : null,
         decode_batch_mean: delta && delta.decodeCount > 0 ? round(delta.decodeSequencesSum / delta.decodeCount) : null,
+        // mean ms per decode step: in llama_decode + sync, fetching results, and outside llama.cpp (JS, batch building)
+        step_ms:
+            delta && delta.stepCount > 0
+                ? {
+                      decode: round((1000 * delta.stepDecodeSum) / delta.stepCount, 3),
+                      sample: round((1000 * delta.stepSampleSum) / delta.stepCount, 3),
+                      host: round((1000 * delta.stepHostSum) / delta.stepCount, 3),
+                      steps: delta.stepCount,
+                  }
+                : null,
     };
 }
 
@@ -179,6 +195,10 @@ async function readCounters(baseUrl: string): Promise<ServerCounters | undefined
         drafts: value("specdraft_http_requests_total", '{route="/draft",method="POST",status="200"}') ?? 0,
         decodeSequencesSum: value("specdraft_decode_batch_sequences_sum") ?? 0,
         decodeCount: value("specdraft_decode_batch_sequences_count") ?? 0,
+        stepDecodeSum: value("specdraft_step_decode_seconds_sum") ?? 0,
+        stepSampleSum: value("specdraft_step_sample_seconds_sum") ?? 0,
+        stepHostSum: value("specdraft_step_host_seconds_sum") ?? 0,
+        stepCount: value("specdraft_step_decode_seconds_count") ?? 0,
     };
 }
 
@@ -189,6 +209,10 @@ function diff(after: ServerCounters, before: ServerCounters): ServerCounters {
         drafts: after.drafts - before.drafts,
         decodeSequencesSum: after.decodeSequencesSum - before.decodeSequencesSum,
         decodeCount: after.decodeCount - before.decodeCount,
+        stepDecodeSum: after.stepDecodeSum - before.stepDecodeSum,
+        stepSampleSum: after.stepSampleSum - before.stepSampleSum,
+        stepHostSum: after.stepHostSum - before.stepHostSum,
+        stepCount: after.stepCount - before.stepCount,
     };
 }
 

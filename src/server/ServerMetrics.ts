@@ -9,6 +9,8 @@ import type { EngineObserver } from "../engine/types.js";
 
 /** Latency buckets in seconds: drafts take milliseconds on a GPU and up to seconds on a small CPU. */
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/** Per-step times in seconds: a decode step takes ~0.1–10 ms on a GPU, up to ~100 ms on a small CPU. */
+const stepBuckets = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25];
 /** Sequences per llama_decode: powers of two up to the largest stream counts we run. */
 const batchBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -43,6 +45,27 @@ export class ServerMetrics {
         registers: [this.registry],
     });
 
+    private readonly stepDecode = new Histogram({
+        name: "specdraft_step_decode_seconds",
+        help: "Time per decode step in llama_decode and the wait for its result (the device's work).",
+        buckets: stepBuckets,
+        registers: [this.registry],
+    });
+
+    private readonly stepSample = new Histogram({
+        name: "specdraft_step_sample_seconds",
+        help: "Time per decode step fetching the outputs and taking their argmax (or the sampled ids).",
+        buckets: stepBuckets,
+        registers: [this.registry],
+    });
+
+    private readonly stepHost = new Histogram({
+        name: "specdraft_step_host_seconds",
+        help: "Time per decode step since the previous step ended, outside llama.cpp: batch building and JS round trips while requests were in flight.",
+        buckets: stepBuckets,
+        registers: [this.registry],
+    });
+
     private readonly prefixEvaluated = new Counter({
         name: "specdraft_prefix_tokens_evaluated_total",
         help: "Request context tokens that had to be evaluated (not found in a sequence's KV cache).",
@@ -66,6 +89,11 @@ export class ServerMetrics {
         onDecode: (tokens, sequences) => {
             this.decodeTokens.inc(tokens);
             this.decodeSequences.observe(sequences);
+        },
+        onStep: (_sequences, decodeMs, sampleMs, hostMs) => {
+            this.stepDecode.observe(decodeMs / 1000);
+            this.stepSample.observe(sampleMs / 1000);
+            this.stepHost.observe(hostMs / 1000);
         },
         onPrefix: (evaluated, reused) => {
             this.prefixEvaluated.inc(evaluated);
