@@ -2,12 +2,14 @@
  * The DraftEngine over the native draft loop: continuous batching with KV prefix reuse. Every llama_decode step
  * carries one token for each request still drafting plus the new tokens of requests that just arrived (see
  * native/specdraft_engine.cpp), so requests join and leave at any step instead of waiting for others to finish.
- * One native run does steps back to back; when a request could join (or one is aborted) the run is interrupted and
- * returns after its current step, so JS is visited only when something changes, not at every step.
+ * One native run does steps back to back until nothing is in flight: new requests and aborts are handed to the run
+ * in flight (native `submit`, taken before its next step), finished drafts come back mid-run, so the steps never wait
+ * for the JS thread.
  *
- * A request's path: draft() validates it and queues it → the run loop leases it a KV slot (longest cached prefix,
- * KvSlotPool) as soon as a slot is free and hands it to the next native run → steps run until its draft is complete
- * → it resolves (mid-run, through the run's progress callback), and the pool records what the slot's cache now holds.
+ * A request's path: draft() validates it and queues it → as soon as a stream is free it is leased a KV slot (longest
+ * cached prefix, KvSlotPool) and handed to the native run in flight (or the next one) → steps run until its draft is
+ * complete → it resolves (mid-run, through the run's progress callback), and the pool records what the slot's cache
+ * now holds.
  */
 
 import { EngineError } from "./errors.js";
@@ -55,8 +57,11 @@ export class NativeEngine implements DraftEngine {
     private readonly maxQueue: number;
     private readonly observer: EngineObserver;
     private readonly maxStepsPerRun: number;
-    /** A native run is in flight (interrupt() then makes it return after its current step). */
+    /** A native run is in flight (submit() may hand it requests and cancels). */
     private nativeRunning = false;
+    /** Requests leased a slot but not yet handed to the native side (they go with the next run). */
+    private readonly pendingArrivals: NativeArrival[] = [];
+    private admitScheduled = false;
     /** Requests waiting for a free stream, in arrival order. */
     private readonly queue: PendingDraft[] = [];
     private readonly inFlight = new Map<number, InFlight>();
@@ -106,7 +111,7 @@ export class NativeEngine implements DraftEngine {
             this.queue.push(request);
             this.reportQueueDepth();
             this.schedule();
-            this.interruptIfJoinable();
+            this.scheduleAdmit();
         });
     }
 
@@ -154,11 +159,7 @@ export class NativeEngine implements DraftEngine {
         if (request.settled) return;
         const index = this.queue.indexOf(request);
         if (index >= 0) this.queue.splice(index, 1);
-        if (request.cancel) {
-            request.cancel();
-            // the run in flight returns after its current step, and the next one drops the request
-            if (this.nativeRunning) this.native.interrupt();
-        }
+        request.cancel?.();
         this.settle(request, new EngineError("aborted", "The draft request was aborted."));
         this.reportQueueDepth();
     }
@@ -175,9 +176,46 @@ export class NativeEngine implements DraftEngine {
         this.observer.onQueueDepth?.(this.queue.length + this.inFlight.size);
     }
 
-    /** Interrupts the native run in flight when a queued request could join it (a stream is free). */
-    private interruptIfJoinable(): void {
-        if (this.nativeRunning && this.queue.length > 0 && this.inFlight.size < this.info.streams) this.native.interrupt();
+    /**
+     * Admits queued requests into the native run in flight on the next turn of the event loop (requests arriving in
+     * one turn join the same step). Without a run in flight, the run loop admits them when it starts one.
+     */
+    private scheduleAdmit(): void {
+        if (!this.nativeRunning || this.admitScheduled) return;
+        this.admitScheduled = true;
+        setImmediate(() => {
+            this.admitScheduled = false;
+            this.admit();
+        });
+    }
+
+    /** Leases slots to queued requests while streams are free; hands them to the run in flight, else keeps them for the next. */
+    private admit(): void {
+        const arrivals: NativeArrival[] = [];
+        while (this.queue.length > 0 && this.inFlight.size < this.info.streams) {
+            const request = this.queue.shift()!;
+            const lease = this.pool.acquire(request.tokens)!;
+            const id = this.nextId++;
+            this.inFlight.set(id, { request, slot: lease.slot });
+            const arrival: NativeArrival = {
+                id,
+                slot: lease.slot,
+                keep: lease.reuse,
+                tokens: Int32Array.from(request.tokens.slice(lease.reuse)),
+                n: request.n,
+                endId: request.endId,
+            };
+            request.cancel = () => {
+                // a request the native side has not seen yet is cancelled by the run it goes to (arrivals come first)
+                const seen = !this.pendingArrivals.includes(arrival);
+                if (!(seen && this.nativeRunning && this.native.submit([], Int32Array.of(id)))) this.cancelledIds.push(id);
+            };
+            arrivals.push(arrival);
+            this.observer.onPrefix?.(request.tokens.length - lease.reuse, lease.reuse);
+        }
+        if (arrivals.length === 0) return;
+        this.reportQueueDepth();
+        if (!(this.nativeRunning && this.native.submit(arrivals, new Int32Array(0)))) this.pendingArrivals.push(...arrivals);
     }
 
     /** Starts the step loop on the next turn of the event loop, so requests arriving together share the first step. */
@@ -200,31 +238,16 @@ export class NativeEngine implements DraftEngine {
     }
 
     private async runStep(): Promise<void> {
-        const arrivals: NativeArrival[] = [];
-        while (this.queue.length > 0 && this.inFlight.size < this.info.streams) {
-            const request = this.queue.shift()!;
-            const lease = this.pool.acquire(request.tokens)!;
-            const id = this.nextId++;
-            this.inFlight.set(id, { request, slot: lease.slot });
-            request.cancel = () => this.cancelledIds.push(id);
-            arrivals.push({
-                id,
-                slot: lease.slot,
-                keep: lease.reuse,
-                tokens: Int32Array.from(request.tokens.slice(lease.reuse)),
-                n: request.n,
-                endId: request.endId,
-            });
-            this.observer.onPrefix?.(request.tokens.length - lease.reuse, lease.reuse);
-        }
-        if (arrivals.length > 0) this.reportQueueDepth();
-
+        this.admit();
+        const arrivals = this.pendingArrivals.splice(0);
+        const cancels = Int32Array.from(this.cancelledIds.splice(0));
         this.nativeRunning = true;
         try {
-            const cancels = Int32Array.from(this.cancelledIds.splice(0));
             const result = await this.native.run(arrivals, cancels, this.maxStepsPerRun, (progress) => this.take(progress));
+            this.nativeRunning = false;
             this.take(result);
         } catch (error) {
+            this.nativeRunning = false;
             // the native side dropped every request in flight; their caches are in an unknown state
             const reason = error instanceof Error ? error.message : String(error);
             for (const { request, slot } of this.inFlight.values()) {
@@ -232,9 +255,9 @@ export class NativeEngine implements DraftEngine {
                 this.settle(request, new Error(`Draft engine failure: ${reason}`));
             }
             this.inFlight.clear();
+            this.pendingArrivals.length = 0;
+            this.cancelledIds.length = 0;
             this.reportQueueDepth();
-        } finally {
-            this.nativeRunning = false;
         }
     }
 
@@ -255,7 +278,8 @@ export class NativeEngine implements DraftEngine {
         }
         if (progress.finished.length > 0) {
             this.reportQueueDepth();
-            this.interruptIfJoinable();
+            // freed streams take waiting requests at once (into the run in flight, or the next run)
+            if (this.nativeRunning) this.admit();
         }
     }
 }

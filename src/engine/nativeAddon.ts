@@ -96,12 +96,16 @@ export interface NativeEngineHandle {
     info(): { vocabSize: number; contextSizePerSequence: number; gpuDevice: string };
     /**
      * Adds `arrivals`, drops the requests in `cancelIds`, then runs decode steps (one llama_decode for everything in
-     * flight each) until nothing is in flight, `maxSteps` steps ran (0: no limit) or interrupt() was called. Drafts that
-     * finish before the end come through `onProgress`; the rest, and the last steps' counters, in the result.
+     * flight each), taking what submit() hands it before each step, until nothing is in flight or `maxSteps` steps ran
+     * (0: no limit). Drafts that finish before the end come through `onProgress`; the rest, and the last steps'
+     * counters, in the result.
      */
     run(arrivals: NativeArrival[], cancelIds: Int32Array, maxSteps: number, onProgress: (progress: NativeRunProgress) => void): Promise<NativeRunResult>;
-    /** Makes the run in flight return after its current step (callable while it runs; no effect otherwise). */
-    interrupt(): void;
+    /**
+     * Hands arrivals and cancels to the run in flight (taken before its next step; arrivals before cancels). Returns
+     * false, taking nothing, when no run is live (none started, or it is ending): pass them to the next run() then.
+     */
+    submit(arrivals: NativeArrival[], cancelIds: Int32Array): boolean;
     /** Frees the model; no step may be running. */
     dispose(): void;
 }

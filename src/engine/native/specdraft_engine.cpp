@@ -1,10 +1,9 @@
 // specdraft's native draft loop: one llama.cpp context holding many sequences, driven in decode STEPS.
 //
 // Requests in flight live here (slot, new tokens, n, endId, draft so far). One native call (`run`) runs steps back to
-// back off the JS thread until nothing is left in flight, or the JS side calls `interrupt()` (requests are waiting for
-// a free stream, or one was aborted): then it returns after the current step, and JS admits the newcomers / passes the
-// cancels at the next call, so requests still join at step granularity without a JS round trip per step. Drafts that
-// finish mid-call reach JS at once through a progress callback. Each step, off the JS thread: requests
+// back off the JS thread until nothing is left in flight. While it runs, JS hands it new requests and cancels through
+// `submit` (an inbox under a mutex, drained before every step), so requests join at step granularity and the steps
+// never wait for the JS thread; drafts that finish reach JS at once through a progress callback. Each step: requests
 // that just arrived get their slot's KV cache trimmed to the kept prefix; then ONE llama_decode evaluates the last
 // draft token of every drafting request plus the new tokens of arriving ones (prefill, logits only on their last
 // token). The next token of every sequence is the argmax of its logits, computed here, or with `backendSampling` by a
@@ -25,11 +24,13 @@
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
 //       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
+//       (maxSteps > 0 ends the run after that many steps even with requests in flight: the old loop, for comparison)
 //       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 5 numbers per decode
 //       step: tokens, sequences, decode ms (llama_decode + llama_synchronize), sample ms (fetching the outputs +
 //       argmax), host ms (time since the previous step ended: batch building, and for a call's first step the JS
 //       round trip when requests were left in flight; idle time without requests is not counted)
-//   engine.interrupt()   (callable while run() is in flight: return after the current step)
+//   engine.submit(arrivals, cancelIds) -> true when the run in flight took them (at its next step); false when no run is
+//       live (none started, or it is ending): pass them to the next run() instead
 //   engine.dispose()
 
 #include <napi.h>
@@ -189,7 +190,12 @@ public:
 
     EngineState state;
     std::atomic<bool> busy{false};
-    std::atomic<bool> interruptRequested{false};
+    // the inbox of the run in flight: arrivals and cancels handed over by submit(), taken before each step
+    std::mutex inboxMutex;
+    std::vector<DraftItem> inboxArrivals;
+    std::vector<int32_t> inboxCancels;
+    bool live = false;              // a run takes from the inbox (set by run(), cleared by the run as it ends)
+    std::vector<bool> slotBusy;     // slots of the requests accepted and not yet finished (guarded by inboxMutex)
     bool loaded = false;
 
     void freeState() {
@@ -208,7 +214,9 @@ private:
     Napi::Value Load(const Napi::CallbackInfo& info);
     Napi::Value Info(const Napi::CallbackInfo& info);
     Napi::Value Run(const Napi::CallbackInfo& info);
-    Napi::Value Interrupt(const Napi::CallbackInfo& info);
+    Napi::Value Submit(const Napi::CallbackInfo& info);
+    std::vector<DraftItem> parseArrivals(Napi::Env env, const Napi::Value& value, const char* method);
+    void markSlots(Napi::Env env, const std::vector<DraftItem>& items, const char* method);
     Napi::Value Dispose(const Napi::CallbackInfo& info);
 };
 
@@ -299,6 +307,7 @@ public:
             s.batch = llama_batch_init(s.batchCapacity, 0, 1);
             s.nVocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model));
             s.streams = options_.streams;
+            engine_->slotBusy.assign(options_.streams, false);
             s.unguardedLogits = options_.unguardedLogits;
             s.arrivalOrder = options_.arrivalOrder;
             const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
@@ -390,9 +399,8 @@ Napi::Value Engine::Info(const Napi::CallbackInfo& info) {
 // ---- run: decode steps back to back ----
 //
 // One step = one llama_decode: every drafting request adds its last draft token, requests that just arrived add their
-// new tokens (prefill; as many as the batch holds, the rest next step). A run repeats steps until nothing is in flight,
-// `maxSteps` steps ran, or JS called interrupt() (then JS admits new requests / passes cancels at the next run), so
-// requests join at step granularity without a JS round trip per step.
+// new tokens (prefill; as many as the batch holds, the rest next step). A run repeats steps, taking what submit() put
+// in its inbox before each, until nothing is in flight (or `maxSteps` steps ran).
 
 Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished, const std::vector<StepStat>& steps) {
     Napi::Object result = Napi::Object::New(env);
@@ -442,6 +450,13 @@ public:
             run(progress);
         } catch (const std::exception& e) {
             // the caches of the requests in flight are in an unknown state: drop them all (the JS side forgets them)
+            {
+                std::lock_guard<std::mutex> lock(engine_->inboxMutex);
+                engine_->live = false;
+                engine_->inboxArrivals.clear();
+                engine_->inboxCancels.clear();
+                std::fill(engine_->slotBusy.begin(), engine_->slotBusy.end(), false);
+            }
             engine_->state.active.clear();
             engine_->state.lastLeftActive = false;
             SetError(e.what());
@@ -600,16 +615,63 @@ private:
             }
         }
 
+        collectFinished(finished);
+        s.lastStepEnd = Clock::now();
+        s.lastLeftActive = !active.empty();
+    }
+
+    // Moves finished requests out of the active list; their slots may be given to new requests from now on.
+    void collectFinished(std::vector<DraftItem>& finished) {
+        std::vector<DraftItem>& active = engine_->state.active;
+        bool any = false;
         for (auto it = active.begin(); it != active.end();) {
             if (it->done) {
                 finished.push_back(std::move(*it));
                 it = active.erase(it);
+                any = true;
             } else {
                 ++it;
             }
         }
-        s.lastStepEnd = Clock::now();
-        s.lastLeftActive = !active.empty();
+        if (!any) return;
+        std::lock_guard<std::mutex> lock(engine_->inboxMutex);
+        for (const DraftItem& it : finished) engine_->slotBusy[it.slot] = false;
+    }
+
+    // Adds arrivals (their slots' caches trimmed to the kept prefix) and then applies cancels (which may name them).
+    void admit(std::vector<DraftItem>& arrivals, const std::vector<int32_t>& cancels) {
+        EngineState& s = engine_->state;
+        llama_memory_t mem = llama_get_memory(s.ctx);
+        for (DraftItem& it : arrivals) {
+            if (!llama_memory_seq_rm(mem, it.slot, it.keep, -1)) {
+                throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
+            }
+            it.cached = it.keep;
+            s.active.push_back(std::move(it));
+        }
+        arrivals.clear();
+        for (int32_t id : cancels) {
+            for (DraftItem& it : s.active) {
+                if (it.id == id) it.done = true;
+            }
+        }
+    }
+
+    // Takes the inbox; when nothing is in flight and the inbox is empty (or `ending`), the run stops being live, so
+    // later submits go to the next run. Returns whether the run goes on.
+    bool takeInbox(bool ending) {
+        std::vector<DraftItem> arrivals;
+        std::vector<int32_t> cancels;
+        bool goOn;
+        {
+            std::lock_guard<std::mutex> lock(engine_->inboxMutex);
+            arrivals.swap(engine_->inboxArrivals);
+            cancels.swap(engine_->inboxCancels);
+            goOn = !ending && !(engine_->state.active.empty() && arrivals.empty());
+            if (!goOn) engine_->live = false;
+        }
+        admit(arrivals, cancels);
+        return goOn;
     }
 
     void run(const ExecutionProgress& progress) {
@@ -617,28 +679,12 @@ private:
         // the JS round trip counts as host time only when the last step left requests in flight (else: idle)
         const Clock::time_point callStart = Clock::now();
         Clock::time_point hostSince = s.lastLeftActive ? s.lastStepEnd : callStart;
-        for (int32_t id : cancels_) {
-            for (DraftItem& it : s.active) {
-                if (it.id == id) it.done = true;
-            }
-        }
-        llama_memory_t mem = llama_get_memory(s.ctx);
-        for (DraftItem& it : arrivals_) {
-            if (!llama_memory_seq_rm(mem, it.slot, it.keep, -1)) {
-                throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
-            }
-            it.cached = it.keep;
-            s.active.push_back(std::move(it));
-        }
-        arrivals_.clear();
+        admit(arrivals_, cancels_);
 
         RunProgress pending;
-        for (int32_t n = 0;; ++n) {
+        for (int32_t n = 0; takeInbox(maxSteps_ > 0 && n >= maxSteps_); ++n) {
             step(hostSince, pending.finished, pending.steps);
             hostSince = s.lastStepEnd;
-            const bool stop = s.active.empty() || (maxSteps_ > 0 && n + 1 >= maxSteps_) ||
-                              engine_->interruptRequested.load(std::memory_order_acquire);
-            if (stop) break;
             if (!pending.finished.empty()) {
                 // finished drafts go to JS now; the next step does not wait for JS
                 progress.Send(&pending, 1);
@@ -646,6 +692,8 @@ private:
                 pending.steps.clear();
             }
         }
+        // requests cancelled in the last inbox and never stepped
+        collectFinished(pending.finished);
         finished_ = std::move(pending.finished);
         steps_ = std::move(pending.steps);
     }
@@ -664,18 +712,9 @@ private:
     Napi::FunctionReference onProgress_;
 };
 
-Napi::Value Engine::Run(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    if (!loaded) throw Napi::Error::New(env, "engine not loaded");
-    if (info.Length() < 4 || !info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsNumber() || !info[3].IsFunction()) {
-        throw Napi::TypeError::New(env, "run(arrivals, cancelIds: Int32Array, maxSteps: number, onProgress: function) expected");
-    }
-    Napi::Array arr = info[0].As<Napi::Array>();
-    Napi::Int32Array cancelArray = info[1].As<Napi::Int32Array>();
-    const int32_t maxSteps = info[2].As<Napi::Number>().Int32Value();
-    std::vector<int32_t> cancels(cancelArray.Data(), cancelArray.Data() + cancelArray.ElementLength());
-    std::vector<bool> slotUsed(state.streams, false);
-    for (const DraftItem& it : state.active) slotUsed[it.slot] = true;
+std::vector<DraftItem> Engine::parseArrivals(Napi::Env env, const Napi::Value& value, const char* method) {
+    const std::string m(method);
+    Napi::Array arr = value.As<Napi::Array>();
     std::vector<DraftItem> items(arr.Length());
     const int64_t nCtxSeq = (int64_t)llama_n_ctx_seq(state.ctx);
     for (uint32_t i = 0; i < arr.Length(); ++i) {
@@ -688,38 +727,73 @@ Napi::Value Engine::Run(const Napi::CallbackInfo& info) {
         it.endId = getInt(o, "endId", -1);
         Napi::Value tv = o.Get("tokens");
         if (!tv.IsTypedArray() || tv.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-            throw Napi::TypeError::New(env, "run: item.tokens must be an Int32Array");
+            throw Napi::TypeError::New(env, m + ": item.tokens must be an Int32Array");
         }
         Napi::Int32Array t = tv.As<Napi::Int32Array>();
         it.tokens.assign(t.Data(), t.Data() + t.ElementLength());
-        if (it.slot < 0 || it.slot >= state.streams || slotUsed[it.slot]) {
-            throw Napi::RangeError::New(env, "run: slot out of range or already in use");
-        }
-        slotUsed[it.slot] = true;
-        if (it.keep < 0 || it.tokens.empty() || it.n < 1) throw Napi::RangeError::New(env, "run: keep < 0, no new tokens or n < 1");
+        if (it.slot < 0 || it.slot >= state.streams) throw Napi::RangeError::New(env, m + ": slot out of range");
+        if (it.keep < 0 || it.tokens.empty() || it.n < 1) throw Napi::RangeError::New(env, m + ": keep < 0, no new tokens or n < 1");
         for (llama_token tok : it.tokens) {
-            if (tok < 0 || tok >= state.nVocab) throw Napi::RangeError::New(env, "run: token id out of range");
+            if (tok < 0 || tok >= state.nVocab) throw Napi::RangeError::New(env, m + ": token id out of range");
         }
-        if ((int64_t)it.keep + (int64_t)it.tokens.size() + it.n - 1 > nCtxSeq) throw Napi::RangeError::New(env, "run: context overflow");
+        if ((int64_t)it.keep + (int64_t)it.tokens.size() + it.n - 1 > nCtxSeq) throw Napi::RangeError::New(env, m + ": context overflow");
     }
-    bool expected = false;
-    if (!busy.compare_exchange_strong(expected, true)) throw Napi::Error::New(env, "a run is already in flight");
-    // interrupts meant for the previous run are answered by this one (it carries the arrivals and cancels)
-    interruptRequested.store(false, std::memory_order_release);
+    return items;
+}
+
+// Marks the items' slots busy; throws when one is taken by a request in flight. Call with inboxMutex held.
+void Engine::markSlots(Napi::Env env, const std::vector<DraftItem>& items, const char* method) {
+    for (size_t i = 0; i < items.size(); ++i) {
+        bool clash = slotBusy[items[i].slot];
+        for (size_t j = 0; j < i; ++j) clash = clash || items[j].slot == items[i].slot;
+        if (clash) throw Napi::RangeError::New(env, std::string(method) + ": slot already in use");
+    }
+    for (const DraftItem& it : items) slotBusy[it.slot] = true;
+}
+
+Napi::Value Engine::Run(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "engine not loaded");
+    if (info.Length() < 4 || !info[0].IsArray() || !info[1].IsTypedArray() || !info[2].IsNumber() || !info[3].IsFunction()) {
+        throw Napi::TypeError::New(env, "run(arrivals, cancelIds: Int32Array, maxSteps: number, onProgress: function) expected");
+    }
+    Napi::Int32Array cancelArray = info[1].As<Napi::Int32Array>();
+    const int32_t maxSteps = info[2].As<Napi::Number>().Int32Value();
+    std::vector<int32_t> cancels(cancelArray.Data(), cancelArray.Data() + cancelArray.ElementLength());
+    std::vector<DraftItem> items = parseArrivals(env, info[0], "run");
+    if (busy.load()) throw Napi::Error::New(env, "a run is already in flight");
+    {
+        std::lock_guard<std::mutex> lock(inboxMutex);
+        markSlots(env, items, "run");
+        live = true;
+    }
+    busy.store(true);
     auto* worker = new RunWorker(env, this, std::move(items), std::move(cancels), maxSteps, info[3].As<Napi::Function>());
     Napi::Promise promise = worker->Promise();
     worker->Queue();
     return promise;
 }
 
-Napi::Value Engine::Interrupt(const Napi::CallbackInfo& info) {
-    interruptRequested.store(true, std::memory_order_release);
-    return info.Env().Undefined();
+Napi::Value Engine::Submit(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "engine not loaded");
+    if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsTypedArray()) {
+        throw Napi::TypeError::New(env, "submit(arrivals, cancelIds: Int32Array) expected");
+    }
+    std::vector<DraftItem> items = parseArrivals(env, info[0], "submit");
+    Napi::Int32Array cancelArray = info[1].As<Napi::Int32Array>();
+    std::lock_guard<std::mutex> lock(inboxMutex);
+    if (!live) return Napi::Boolean::New(env, false);
+    markSlots(env, items, "submit");
+    for (DraftItem& it : items) inboxArrivals.push_back(std::move(it));
+    inboxCancels.insert(inboxCancels.end(), cancelArray.Data(), cancelArray.Data() + cancelArray.ElementLength());
+    return Napi::Boolean::New(env, true);
 }
 
 Napi::Value Engine::Dispose(const Napi::CallbackInfo& info) {
     if (busy.load()) throw Napi::Error::New(info.Env(), "cannot dispose while a run is in flight");
     state.active.clear();
+    slotBusy.assign(slotBusy.size(), false);
     freeState();
     loaded = false;
     return info.Env().Undefined();
@@ -728,7 +802,7 @@ Napi::Value Engine::Dispose(const Napi::CallbackInfo& info) {
 Napi::Object Engine::Init(Napi::Env env, Napi::Object exports) {
     Napi::Function cls = DefineClass(env, "Engine",
                                      {InstanceMethod("load", &Engine::Load), InstanceMethod("info", &Engine::Info),
-                                      InstanceMethod("run", &Engine::Run), InstanceMethod("interrupt", &Engine::Interrupt),
+                                      InstanceMethod("run", &Engine::Run), InstanceMethod("submit", &Engine::Submit),
                                       InstanceMethod("dispose", &Engine::Dispose)});
     exports.Set("Engine", cls);
     return exports;
