@@ -134,7 +134,7 @@ MICRO = LabPreset(
         intermediate_size=192, max_position_embeddings=512,
     ),
     pretrain_target=PretrainConfig(
-        seq_len=128, batch_size=16, max_steps=240, lr=3e-3, warmup_steps=20, ckpt_every=80, eval_batches=4,
+        seq_len=128, batch_size=16, max_steps=200, lr=3e-3, warmup_steps=20, ckpt_every=100, eval_batches=4,
     ),
     pretrain_drafter=PretrainConfig(
         seq_len=128, batch_size=16, max_steps=120, lr=3e-3, warmup_steps=10, ckpt_every=60, eval_batches=4, seed=1,

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from specdraft_train import distill
 from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.config import DistillConfig
+from specdraft_train.config import MICRO, DistillConfig
 from specdraft_train.distill import QAT_STATE_FILE, distill_loss_sum
 from specdraft_train.evaluate import drafter_tau
 from specdraft_train.tau import read_conversations
@@ -20,6 +21,13 @@ from specdraft_train.tau import read_conversations
 from conftest import run_cli
 
 FLAGS = ("--preset", "micro", "--device", "cpu", "--epochs", "2", "--batch-size", "8", "--ckpt-every", "2")
+CONFIG = DistillConfig(**{**MICRO.distill.__dict__, "batch_size": 8, "ckpt_every": 2})  # what FLAGS says
+
+
+def _distill_here(tiny: dict[str, Path], out: Path, drafter: Path | None = None, qat: bool = False):
+    """The same run in this process (CLI start-up costs seconds; one torch thread either way, so results agree)."""
+    return distill.run(drafter or tiny["base"], tiny["reference"], out, CONFIG, qat=qat, device_name="cpu",
+                       epochs=2 if not qat else None)
 
 
 def _distill(tiny: dict[str, Path], out: Path, *extra: str, drafter: Path | None = None, check: bool = True,
@@ -65,7 +73,7 @@ def test_loss_is_kl_to_renormalized_topk_plus_ce_on_the_greedy_token():
 @pytest.fixture(scope="module")
 def straight(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("distill") / "distilled"
-    _distill(tiny, out)
+    _distill_here(tiny, out)
     return out
 
 
@@ -76,8 +84,8 @@ def test_killed_distill_resumes_to_identical_weights_and_history(tiny: dict[str,
     halt = 2 if steps_per_epoch % 2 else 4
     killed = _distill(tiny, out, "--halt-after-steps", str(halt), check=False)
     assert killed.returncode == -9
-    resumed = _distill(tiny, out)
-    assert f"resuming at step {halt}" in resumed.stderr
+    assert (out / "resume" / "state.pt").is_file()
+    _distill_here(tiny, out)
     a, b = _weights(straight), _weights(out)
     for name in a:
         assert torch.equal(a[name], b[name]), name
@@ -110,7 +118,7 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
 def test_qat_distill_writes_a_qat_state_that_evaluation_uses(tiny: dict[str, Path], straight: Path, tmp_path: Path):
     pytest.importorskip("gguf", reason="quant.py needs the gguf package")
     out = tmp_path / "qat"
-    _distill(tiny, out, "--qat", drafter=straight)
+    _distill_here(tiny, out, drafter=straight, qat=True)
     manifest = verify_stage_dir(out, "distill")
     assert QAT_STATE_FILE in manifest["outputs"] and manifest["params"]["qat"] is True
     weights = _weights(out)
@@ -133,5 +141,5 @@ def test_distill_refuses_a_drafter_with_another_tokenizer(tiny: dict[str, Path],
     save_tokenizer_files(train_tokenizer(["a b c " * 50, "x = y + z\n" * 40], TokenizerConfig(vocab_size=300)), other)
     manifest = verify_stage_dir(tiny["base"])
     write_manifest(other, "pretrain", outputs=list(manifest["outputs"]))
-    result = _distill(tiny, tmp_path / "out", drafter=other, check=False)
-    assert result.returncode == 2 and "another tokenizer.json" in result.stderr
+    with pytest.raises(ValueError, match="another tokenizer.json"):
+        _distill_here(tiny, tmp_path / "out", drafter=other)

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import torch
 
+from specdraft_train import reference
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.reference import Prompt, generate_continuations, read_train_examples
 
-from conftest import REFERENCE_FLAGS, run_cli
+from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli
 
 CPU = torch.device("cpu")
 
@@ -66,7 +67,7 @@ def test_reference_killed_between_shards_resumes_to_the_same_files(tiny: dict[st
     assert killed.returncode == -9
     assert sorted(p.name for p in out.glob("train-*")) == ["train-00000.safetensors"]
     first_shard = (out / "train-00000.safetensors").stat().st_mtime_ns
-    run_cli(*args)
+    reference.run(tiny["target"], out, TINY_REFERENCE, corpus_dir=tiny["corpus"], device_name="cpu")  # as the CLI would
     assert (out / "train-00000.safetensors").stat().st_mtime_ns == first_shard  # not regenerated
     ours = verify_stage_dir(out, "reference")["outputs"]
     straight = verify_stage_dir(tiny["reference"], "reference")["outputs"]

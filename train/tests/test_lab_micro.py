@@ -1,0 +1,70 @@
+"""The micro lab end to end on CPU (CI's check that distillation + QAT beat the base drafter at Q4_0), then a rerun
+that skips every finished stage."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from specdraft_train.artifacts import verify_stage_dir
+from specdraft_train.lab import run_lab
+
+from conftest import run_cli
+
+STAGES = ("corpus", "tokenizer", "pretrain target", "pretrain base", "reference", "distill", "distill --qat", "evaluate")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("lab") / "micro"
+    run_cli("lab", "--preset", "micro", "--out", str(out), "--device", "cpu")
+    return out
+
+
+def test_micro_lab_distilled_qat_beats_base_ptq(lab: Path):
+    report = json.loads((lab / "lab_report.json").read_text())
+    tau = report["evaluation"]["tau"]
+    assert tau["distilled_q4_0_qat"]["tau"] > tau["base_q4_0_ptq"]["tau"]
+    assert tau["distilled_q4_0_qat"]["weights"] == "q4_0-qat" and tau["base_q4_0_ptq"]["weights"] == "q4_0-ptq"
+    # Sanity: the target drafting for itself accepts (nearly) everything: τ ≈ k + 1 (48-token continuations: ≤ 16).
+    assert tau["target_as_drafter"]["tau"] > 15
+    assert report["goals"]["qat_beats_base_ptq"] is True
+    for entry in tau.values():
+        assert sum(c["conversations"] for c in entry["by_category"].values()) == report["evaluation"]["heldout"]["conversations"]
+    assert 0 < report["evaluation"]["repeated_4gram_share"] < 1
+    assert set(report["stage_seconds"]) >= set(STAGES)
+    markdown = (lab / "lab_report.md").read_text()
+    assert "τ Q4_0 QAT" in markdown and "repeated-4-gram share" in markdown
+
+
+def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):
+    data = json.loads((lab / "data_manifest.json").read_text())
+    sources = json.loads((lab / "corpus" / "sources.json").read_text())
+    assert len(data["files"]) == len(sources["files"]) > 1000  # every stdlib file seen, with its hash and split
+    splits = {f["split"] for f in data["files"]}
+    assert {"train", "dev", "heldout"} <= splits and all(len(f["sha256"]) == 64 for f in data["files"])
+    assert data["artifacts"]["reference"]["heldout.jsonl"] == verify_stage_dir(lab / "reference")["outputs"]["heldout.jsonl"]["sha256"]
+    architecture = json.loads((lab / "architecture.json").read_text())
+    assert architecture["model_type"] == "qwen3" and architecture["parameters"] > 0
+    report = json.loads((lab / "lab_report.json").read_text())
+    if importlib.util.find_spec("gguf") is None:
+        assert "skipped" in report["export"]
+    else:
+        gguf_path = lab / "export" / "drafter-q4_0.gguf"
+        assert gguf_path.is_file() and report["export"]["bytes"] == gguf_path.stat().st_size
+        assert architecture["q4_0_gguf_tensor_types"]["model.layers.0.mlp.down_proj.weight"] == "Q4_0"
+
+
+def test_micro_lab_rerun_skips_finished_stages(lab: Path, capsys: pytest.CaptureFixture[str]):
+    before = json.loads((lab / "lab_report.json").read_text())
+    run_lab(lab, "micro", [], "cpu")  # what rerunning the CLI command does, in this process
+    stderr = capsys.readouterr().err
+    for stage in STAGES:
+        assert f"lab: {stage}: complete" in stderr, stage
+    after = json.loads((lab / "lab_report.json").read_text())
+    assert after["evaluation"] == before["evaluation"] and after["stage_seconds"] == before["stage_seconds"]
+    with pytest.raises(ValueError, match="preset 'micro'"):
+        run_lab(lab, "lab", [], "cpu")
