@@ -32,6 +32,7 @@ interface BenchFlags {
     flashAttention?: boolean;
     backendSampling?: boolean;
     kvType?: KvType;
+    padBatch: number;
     maxStepsPerRun: number[];
     seed: number;
     progress: boolean;
@@ -146,6 +147,7 @@ async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
         flashAttention: flags.flashAttention,
         backendSampling: flags.backendSampling,
         kvType: flags.kvType,
+        padBatch: flags.padBatch,
         maxStepsPerRun,
         observer: {
             onPrefix: (evaluated, reused) => {
@@ -206,6 +208,7 @@ async function main(flags: BenchFlags): Promise<void> {
                 flash_attention: flashAttention,
                 kv_unified: flags.kvUnified,
                 kv_type: flags.kvType ?? "default",
+                pad_batch: flags.padBatch,
                 backend_sampling: flags.backendSampling ?? "default",
                 streams,
                 context_size: contextSize,
@@ -241,6 +244,7 @@ const program = new Command("engineBench")
     .option("--backend-sampling", "force greedy sampling inside llama.cpp's graph on")
     .option("--no-backend-sampling", "force it off (argmax over host logits)")
     .addOption(new Option("--kv-type <type>", "KV cache element type (default: llama.cpp's f16)").choices(kvTypes))
+    .option("--pad-batch <fraction>", "pad decode steps to all streams when this fraction drafts (0: never)", Number, 0)
     .option("--max-steps-per-run <list>", "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)", integerList, [0])
     .option("--seed <n>", "random seed", integer, 1)
     .option("--no-progress", "no progress bars");

@@ -64,6 +64,14 @@ export interface LoadEngineOptions {
      */
     kvType?: KvType;
     /**
+     * Pad decode steps to all streams when at least this fraction of them drafts (0: never): idle streams get a
+     * throwaway token past their cached prefix, so every step has the same shape and sequence set. llama.cpp reuses its
+     * compute graph only for the same sequences (with per-sequence KV), and ggml-cuda replays a CUDA graph only after
+     * two calls with the same graph, so with requests joining and leaving at every few steps most steps run without
+     * a CUDA graph. Costs the idle streams' attention; for GPUs, to be measured. Defaults to `0`.
+     */
+    padBatch?: number;
+    /**
      * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or a request could
      * join). 1 is the old one-round-trip-per-step loop, kept for comparison. Defaults to `0`.
      */
@@ -118,6 +126,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
                 backendSampling: options.backendSampling ?? onGpu,
                 kvUnified: options.kvUnified ?? false,
                 kvType: options.kvType ?? "",
+                padBatch: options.padBatch ?? 0,
                 threads: options.threads ?? defaultThreads(),
                 unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
                 arrivalOrder: options.testing?.arrivalOrder ?? false,

@@ -35,6 +35,11 @@ export interface NativeLoadOptions {
     backendSampling: boolean;
     /** KV cache element type (`f16`, `q8_0`, `bf16`, `f32`); empty: llama.cpp's default (f16). */
     kvType: string;
+    /**
+     * Pad decode steps to all streams (idle ones get a throwaway token) when at least this fraction of the streams
+     * drafts, so the batch's shape and sequence set stay the same from step to step; 0: never.
+     */
+    padBatch: number;
     /** CPU threads for llama.cpp; 0: its default. */
     threads: number;
     /** Tests only: read logits from many threads at once, without the reorder guard. */

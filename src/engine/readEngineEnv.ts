@@ -9,6 +9,7 @@
  *   SPECDRAFT_BATCH=<tokens>               tokens per llama_decode call
  *   SPECDRAFT_THREADS=<n>                  llama.cpp CPU threads
  *   SPECDRAFT_MAX_STEPS_PER_RUN=<n>        decode steps per native run (1: a JS round trip per step; 0: no limit)
+ *   SPECDRAFT_PAD_BATCH=<fraction>         pad steps to all streams when this fraction drafts (0: never; e.g. 0.5)
  */
 
 /** The KV cache element types llama.cpp takes for both K and V here. */
@@ -23,6 +24,7 @@ export interface EngineEnvSettings {
     batchSize?: number;
     threads?: number;
     maxStepsPerRun?: number;
+    padBatch?: number;
 }
 
 /** Reads the SPECDRAFT_* engine variables; throws a RangeError naming the variable for a value it cannot use. */
@@ -57,5 +59,11 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     assign("batchSize", integer("SPECDRAFT_BATCH", 1));
     assign("threads", integer("SPECDRAFT_THREADS", 1));
     assign("maxStepsPerRun", integer("SPECDRAFT_MAX_STEPS_PER_RUN", 0));
+    const pad = env.SPECDRAFT_PAD_BATCH;
+    if (pad !== undefined && pad !== "") {
+        const fraction = Number(pad);
+        if (!/^\d*\.?\d+$/.test(pad) || fraction > 1) throw new RangeError(`SPECDRAFT_PAD_BATCH must be a fraction 0–1, got ${JSON.stringify(pad)}.`);
+        settings.padBatch = fraction;
+    }
     return settings;
 }

@@ -8,8 +8,8 @@ import { test } from "node:test";
 import { EngineError } from "../../src/engine/errors.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
-import { draftConversationsAlone } from "./helpers/conversations.js";
-import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { draftConversationsAlone, nextRequest } from "./helpers/conversations.js";
+import { randomPrompts, seededRandom, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
 const contextSize = 512;
 
@@ -275,4 +275,30 @@ test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of 
     const single = await openEngine(t, { streams: 8, maxStepsPerRun: 1 });
     const expected = await Promise.all(prompts.map((prompt) => many.engine.draft(prompt, 12)));
     assert.deepEqual(await Promise.all(prompts.map((prompt) => single.engine.draft(prompt, 12))), expected);
+});
+
+test("padding steps to all streams (padBatch) drafts the same, keeps each slot's cached prefix usable, and pads only decode steps", async (t) => {
+    const prompts = randomPrompts(6, 4000, 53);
+    const n = 12;
+    const plain = await openEngine(t, { streams: 8 });
+    const padded = await openEngine(t, { streams: 8, padBatch: 0.5 });
+    const random = seededRandom(9);
+    let requests = prompts;
+    for (let round = 0; round < 3; round++) {
+        const expected = await Promise.all(requests.map((request) => plain.engine.draft(request, n)));
+        // the later rounds reuse the prefix each slot cached, with throwaway tokens written past it meanwhile
+        assert.deepEqual(await Promise.all(requests.map((request) => padded.engine.draft(request, n))), expected, `round ${round}`);
+        requests = requests.map((request, i) => nextRequest(request, expected[i]!, random, 4000));
+    }
+    assert.ok(padded.counters.reused > 0);
+    // decode steps of 4–7 drafting sequences carry 8 tokens; prefill steps are never padded
+    const steps = padded.counters.decodes.filter(([, sequences]) => sequences >= 4 && sequences < 8);
+    assert.ok(steps.length >= 2 * (n - 1), JSON.stringify(padded.counters.decodes.slice(0, 30)));
+    for (const [tokens, sequences] of steps) {
+        // a step with a prefill (more tokens than sequences, short of padding) is left as it is
+        assert.ok(tokens === 8 || tokens > sequences, `a step of ${sequences} sequences carried ${tokens} tokens`);
+    }
+    assert.ok(steps.filter(([tokens]) => tokens === 8).length >= 2 * (n - 1));
+    // without padding, the same drafting steps carry one token per sequence
+    assert.ok(plain.counters.decodes.some(([tokens, sequences]) => sequences === 6 && tokens === 6));
 });

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -159,6 +160,12 @@ struct EngineState {
     std::vector<llama_sampler*> samplers;
     std::vector<llama_sampler_seq_config> samplerConfigs;
     bool arrivalOrder = false;  // tests only: batch in request order (llama.cpp then reorders outputs) instead of slot order
+    // Pad decode steps to every stream when at least this many streams draft (0: never). Idle streams then get a
+    // throwaway token past their cached prefix (removed again before the next step), so the batch keeps the same
+    // shape and sequence set from step to step: llama.cpp reuses its graph only for the same sequences (per-sequence
+    // KV), and ggml-cuda captures a CUDA graph only after two calls of the same graph.
+    int32_t padMinSequences = 0;
+    std::vector<int32_t> slotLength;  // positions [0, slotLength) of each slot's KV cache are valid
     std::string gpuDevice;  // empty: CPU only
     std::vector<DraftItem> active;  // requests in flight, in arrival order
     // end of the last native step, and whether it left requests in flight (then the time until the next step is host
@@ -236,6 +243,7 @@ struct LoadOptions {
     bool unguardedLogits = false;
     bool arrivalOrder = false;
     bool backendSampling = false;
+    double padBatch = 0;  // fraction of the streams that must draft for a step to be padded to all; 0: off
     std::string kvType;  // KV cache element type: f16 (llama.cpp's default), q8_0, f32; empty: default
 };
 
@@ -310,6 +318,10 @@ public:
             engine_->slotBusy.assign(options_.streams, false);
             s.unguardedLogits = options_.unguardedLogits;
             s.arrivalOrder = options_.arrivalOrder;
+            s.slotLength.assign(options_.streams, 0);
+            s.padMinSequences = options_.padBatch > 0
+                ? std::max(1, (int32_t)std::ceil(options_.padBatch * options_.streams))
+                : 0;
             const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
             s.argmaxThreads = (int32_t)std::min(8u, hw);
 
@@ -376,6 +388,10 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.arrivalOrder = getBool(o, "arrivalOrder", false);
     opt.backendSampling = getBool(o, "backendSampling", false);
     opt.kvType = getString(o, "kvType");
+    {
+        Napi::Value v = o.Get("padBatch");
+        opt.padBatch = v.IsNumber() ? std::min(1.0, std::max(0.0, v.As<Napi::Number>().DoubleValue())) : 0;
+    }
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
         g_log_verbose = getBool(o, "verbose", false);
@@ -457,6 +473,8 @@ public:
                 engine_->inboxCancels.clear();
                 std::fill(engine_->slotBusy.begin(), engine_->slotBusy.end(), false);
             }
+            // the JS side forgets what these slots held; padding must not rely on it either
+            std::fill(engine_->state.slotLength.begin(), engine_->state.slotLength.end(), 0);
             engine_->state.active.clear();
             engine_->state.lastLeftActive = false;
             SetError(e.what());
@@ -579,7 +597,31 @@ private:
         outputIndices_.clear();
         outputItems_.clear();
         int32_t sequences = 0;
+        // padding: only steps of one token per drafting sequence (no prefill) with enough sequences drafting
+        bool pad = s.padMinSequences > 0 && !s.arrivalOrder && (int32_t)order.size() >= s.padMinSequences &&
+                   (int32_t)order.size() < s.streams;
+        for (DraftItem* it : order) pad = pad && it->take == 1 && it->tokens.size() - it->offset <= 1;
+        size_t nextReal = 0;
+        const int32_t nCtxSeq = (int32_t)llama_n_ctx_seq(s.ctx);
+        llama_memory_t mem = llama_get_memory(s.ctx);
+        for (int32_t slot = 0; pad && slot < s.streams; ++slot) {
+            if (nextReal < order.size() && order[nextReal]->slot == slot) {
+                ++nextReal;
+                continue;
+            }
+            // an idle slot: a throwaway token right after its valid prefix (what a previous padding left is removed)
+            const int32_t pos = s.slotLength[slot];
+            if (pos >= nCtxSeq) continue;
+            llama_memory_seq_rm(mem, slot, pos, -1);
+            padSlots_.push_back(slot);
+        }
+        size_t nextPad = 0;
         for (DraftItem* it : order) {
+            // throwaway tokens of idle slots below this item's slot come first (the batch stays in slot order)
+            while (nextPad < padSlots_.size() && padSlots_[nextPad] < it->slot) {
+                addToken(0, s.slotLength[padSlots_[nextPad]], padSlots_[nextPad], true);
+                ++nextPad;
+            }
             if (it->take == 0) continue;
             ++sequences;
             if (it->offset == it->tokens.size()) {
@@ -599,7 +641,10 @@ private:
             }
             it->cached += it->take;
             it->evaluated += it->take;
+            s.slotLength[it->slot] = it->cached;
         }
+        for (; nextPad < padSlots_.size(); ++nextPad) addToken(0, s.slotLength[padSlots_[nextPad]], padSlots_[nextPad], true);
+        padSlots_.clear();
 
         if (s.batch.n_tokens > 0) {
             StepStat stat;
@@ -647,6 +692,7 @@ private:
                 throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
             }
             it.cached = it.keep;
+            s.slotLength[it.slot] = it.keep;
             s.active.push_back(std::move(it));
         }
         arrivals.clear();
@@ -706,6 +752,7 @@ private:
     std::vector<StepStat> steps_;
     std::vector<int32_t> outputIndices_;
     std::vector<DraftItem*> outputItems_;
+    std::vector<int32_t> padSlots_;
     std::vector<llama_token> next_;
     Napi::Promise::Deferred deferred_;
     Napi::ObjectReference engineRef_;
