@@ -48,7 +48,7 @@ interface PhaseResult {
     decodes_per_request: number;
     decode_batch_mean: number;
     /** Mean ms per decode step: in llama_decode + sync, fetching results, outside llama.cpp. */
-    step_ms: { decode: number; sample: number; host: number };
+    step_ms: { decode: number; sample: number; host: number; graph_reused: number };
 }
 
 function integer(value: string): number {
@@ -69,7 +69,7 @@ function seededRandom(seed: number): (max: number) => number {
     };
 }
 
-const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0, decodeMs: 0, sampleMs: 0, hostMs: 0, steps: 0 };
+const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0, decodeMs: 0, sampleMs: 0, hostMs: 0, steps: 0, graphReused: 0 };
 
 async function runPhase(
     engine: DraftEngine,
@@ -128,6 +128,7 @@ async function runPhase(
             decode: round((counters.decodeMs - before.decodeMs) / (counters.steps - before.steps), 3),
             sample: round((counters.sampleMs - before.sampleMs) / (counters.steps - before.steps), 3),
             host: round((counters.hostMs - before.hostMs) / (counters.steps - before.steps), 3),
+            graph_reused: round((counters.graphReused - before.graphReused) / (counters.steps - before.steps), 3),
         },
     };
 }
@@ -158,8 +159,9 @@ async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
                 counters.decodes++;
                 counters.decodeSequences += sequences;
             },
-            onStep: (_sequences, decodeMs, sampleMs, hostMs) => {
+            onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused) => {
                 counters.steps++;
+                if (graphReused) counters.graphReused++;
                 counters.decodeMs += decodeMs;
                 counters.sampleMs += sampleMs;
                 counters.hostMs += hostMs;

@@ -59,6 +59,7 @@ interface ServerCounters {
     stepSampleSum: number;
     stepHostSum: number;
     stepCount: number;
+    stepGraphReused: number;
 }
 
 const program = new Command("serveBench")
@@ -168,6 +169,8 @@ async function runBench(options: BenchOptions) {
                       sample: round((1000 * delta.stepSampleSum) / delta.stepCount, 3),
                       host: round((1000 * delta.stepHostSum) / delta.stepCount, 3),
                       steps: delta.stepCount,
+                      // share of steps whose compute graph llama.cpp reused (the only ones that can replay a CUDA graph)
+                      graph_reused: round(delta.stepGraphReused / delta.stepCount, 3),
                   }
                 : null,
     };
@@ -199,6 +202,7 @@ async function readCounters(baseUrl: string): Promise<ServerCounters | undefined
         stepSampleSum: value("specdraft_step_sample_seconds_sum") ?? 0,
         stepHostSum: value("specdraft_step_host_seconds_sum") ?? 0,
         stepCount: value("specdraft_step_decode_seconds_count") ?? 0,
+        stepGraphReused: value("specdraft_step_graph_reused_total") ?? 0,
     };
 }
 
@@ -213,6 +217,7 @@ function diff(after: ServerCounters, before: ServerCounters): ServerCounters {
         stepSampleSum: after.stepSampleSum - before.stepSampleSum,
         stepHostSum: after.stepHostSum - before.stepHostSum,
         stepCount: after.stepCount - before.stepCount,
+        stepGraphReused: after.stepGraphReused - before.stepGraphReused,
     };
 }
 

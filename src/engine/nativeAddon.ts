@@ -75,8 +75,8 @@ export interface NativeFinishedDraft {
     evaluated: number;
 }
 
-/** Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms. */
-export const nativeStepFields = 5;
+/** Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused. */
+export const nativeStepFields = 6;
 
 /** What a run reports mid-call (drafts that finished while later steps go on) and at its end. */
 export interface NativeRunProgress {
@@ -86,7 +86,8 @@ export interface NativeRunProgress {
      * `nativeStepFields` numbers per decode step since the last report: tokens and sequences of its llama_decode; ms in
      * llama_decode + llama_synchronize (the device's work); ms fetching outputs and taking their argmax; ms since the
      * previous step ended (batch building, plus the JS round trip before a run's first step when requests were left in
-     * flight; time with nothing to do is not counted).
+     * flight; time with nothing to do is not counted); compute graphs llama.cpp reused instead of rebuilding (one per
+     * ubatch; ggml-cuda replays a CUDA graph only for a reused graph).
      */
     steps: Float64Array;
 }

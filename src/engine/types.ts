@@ -46,9 +46,11 @@ export interface EngineObserver {
     /**
      * Where one decode step's time went, in ms: `decodeMs` in llama_decode and the wait for its result (the device's
      * work), `sampleMs` fetching outputs and taking the argmax, `hostMs` since the previous step ended (batch building,
-     * and JS round trips while requests were in flight; idle time is not counted). Called right after `onDecode`.
+     * and JS round trips while requests were in flight; idle time is not counted). `graphReused`: llama.cpp reused its
+     * compute graph instead of rebuilding it (needs the same batch shape and, with per-sequence KV, the same sequences;
+     * ggml-cuda replays a CUDA graph only then). Called right after `onDecode`.
      */
-    onStep?(sequences: number, decodeMs: number, sampleMs: number, hostMs: number): void;
+    onStep?(sequences: number, decodeMs: number, sampleMs: number, hostMs: number, graphReused: boolean): void;
     /** A request's prefix handling: tokens it had to evaluate and tokens reused from the KV cache. */
     onPrefix?(evaluated: number, reused: number): void;
     /** Requests waiting for or in a batch. */

@@ -66,6 +66,12 @@ export class ServerMetrics {
         registers: [this.registry],
     });
 
+    private readonly stepGraphReused = new Counter({
+        name: "specdraft_step_graph_reused_total",
+        help: "Decode steps for which llama.cpp reused its compute graph (same batch shape and sequences) instead of rebuilding it; only these can replay a CUDA graph.",
+        registers: [this.registry],
+    });
+
     private readonly prefixEvaluated = new Counter({
         name: "specdraft_prefix_tokens_evaluated_total",
         help: "Request context tokens that had to be evaluated (not found in a sequence's KV cache).",
@@ -90,7 +96,8 @@ export class ServerMetrics {
             this.decodeTokens.inc(tokens);
             this.decodeSequences.observe(sequences);
         },
-        onStep: (_sequences, decodeMs, sampleMs, hostMs) => {
+        onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused) => {
+            if (graphReused) this.stepGraphReused.inc();
             this.stepDecode.observe(decodeMs / 1000);
             this.stepSample.observe(sampleMs / 1000);
             this.stepHost.observe(hostMs / 1000);

@@ -228,13 +228,13 @@ test("close finishes in-flight drafts, then refuses new ones", async (t) => {
 });
 
 test("a request arriving mid-draft joins the running batch at the next steps, not after the draft in flight", async (t) => {
-    const steps: [sequences: number, decodeMs: number, sampleMs: number, hostMs: number][] = [];
+    const steps: [sequences: number, decodeMs: number, sampleMs: number, hostMs: number, graphReused: boolean][] = [];
     const { engine, counters } = await openEngine(t, {
         streams: 4,
         observer: {
             onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => counters.depths.push(depth),
-            onStep: (sequences, decodeMs, sampleMs, hostMs) => steps.push([sequences, decodeMs, sampleMs, hostMs]),
+            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) => steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
         },
     });
     const [long, short] = randomPrompts(2, 4000, 43);
@@ -267,6 +267,11 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
         assert.ok(s === 1 || s === 2);
         assert.ok(decodeMs > 0 && sampleMs >= 0 && hostMs >= 0, JSON.stringify([decodeMs, sampleMs, hostMs]));
     }
+    // llama.cpp rebuilds its graph when the batch's sequences change (the short request joining and leaving) and
+    // reuses it for the long runs of identical steps in between
+    const reused = steps.map(([, , , , graphReused]) => graphReused);
+    assert.equal(reused[firstJoint], false, "the graph was reused although a sequence joined");
+    assert.ok(reused.filter(Boolean).length > 250, `graph reused in only ${reused.filter(Boolean).length} of 300 steps`);
 });
 
 test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of many steps", async (t) => {

@@ -25,10 +25,11 @@
 //   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
 //       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
 //       (maxSteps > 0 ends the run after that many steps even with requests in flight: the old loop, for comparison)
-//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 5 numbers per decode
+//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 6 numbers per decode
 //       step: tokens, sequences, decode ms (llama_decode + llama_synchronize), sample ms (fetching the outputs +
 //       argmax), host ms (time since the previous step ended: batch building, and for a call's first step the JS
-//       round trip when requests were left in flight; idle time without requests is not counted)
+//       round trip when requests were left in flight; idle time without requests is not counted), compute graphs
+//       llama.cpp reused (not rebuilt; a CUDA graph can only be replayed for a reused graph)
 //   engine.submit(arrivals, cancelIds) -> true when the run in flight took them (at its next step); false when no run is
 //       live (none started, or it is ending): pass them to the next run() instead
 //   engine.dispose()
@@ -181,6 +182,7 @@ struct StepStat {
     double decodeMs = 0;
     double sampleMs = 0;
     double hostMs = 0;
+    int32_t graphsReused = 0;  // compute graphs llama.cpp reused instead of rebuilding (one per ubatch)
 };
 
 // What a run sends to JS mid-call: drafts that finished, and the counters of the steps since the last message.
@@ -432,14 +434,15 @@ Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished,
         f.Set("evaluated", it.evaluated);
         list.Set((uint32_t)i, f);
     }
-    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 5);
+    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 6);
     for (size_t i = 0; i < steps.size(); ++i) {
-        double* row = stats.Data() + i * 5;
+        double* row = stats.Data() + i * 6;
         row[0] = steps[i].tokens;
         row[1] = steps[i].sequences;
         row[2] = steps[i].decodeMs;
         row[3] = steps[i].sampleMs;
         row[4] = steps[i].hostMs;
+        row[5] = steps[i].graphsReused;
     }
     result.Set("finished", list);
     result.Set("steps", stats);
@@ -516,6 +519,7 @@ private:
     // outputs: batch indices with logits).
     void decode(const std::vector<int32_t>& outputIndices, std::vector<llama_token>& next, StepStat& stat) {
         EngineState& s = engine_->state;
+        const int32_t reusedBefore = llama_perf_context(s.ctx).n_reused;
         const Clock::time_point start = Clock::now();
         const int32_t rc = llama_decode(s.ctx, s.batch);
         if (rc != 0) {
@@ -525,6 +529,7 @@ private:
         llama_synchronize(s.ctx);
         const Clock::time_point decoded = Clock::now();
         stat.decodeMs = msBetween(start, decoded);
+        stat.graphsReused = llama_perf_context(s.ctx).n_reused - reusedBefore;
         next.assign(outputIndices.size(), -1);
         const int32_t count = (int32_t)outputIndices.size();
         // below ~1M logits one thread is faster than starting more
