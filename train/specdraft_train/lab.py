@@ -15,6 +15,7 @@ and ``export/drafter-q4_0.gguf`` (the QAT drafter) when the GGUF exporter is ava
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import sys
@@ -252,6 +253,8 @@ def markdown_report(report: dict[str, Any]) -> str:
 def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = "auto",
             stdlib: Path | None = None) -> dict[str, Any]:
     preset = get_preset(preset_name)
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError("the lab needs the `gguf` package (Q4_0 QAT and GGUF export): pip install gguf==0.19.0")
     out.mkdir(parents=True, exist_ok=True)
     state = LabState(out, preset, extras)
     device = resolve_device(device_name)

@@ -1,7 +1,7 @@
 """Stage `pretrain`: train a Qwen3-architecture model from scratch on the corpus's train split.
 
-`--role target` builds the lab target, `--role drafter` the base drafter (sizes from the preset). Documents are
-tokenized, each followed by <|endoftext|>, concatenated, and cut into `seq_len + 1`-token chunks; every epoch visits
+`--role target` builds the lab target, `--role drafter` the base drafter (sizes from the preset). The train split as
+the tokenizer stage tokenized it (each document followed by <|endoftext|>) is cut into `seq_len + 1`-token chunks; every epoch visits
 the chunks in a permutation seeded by (seed, epoch), so the data order depends only on the step — which is what lets a
 killed run resume to the same weights. Resumable state goes to ``OUT/resume/state.pt`` every `ckpt_every` steps; the
 finished model is an HF checkpoint in OUT with tokenizer files and a manifest. Runs under torchrun for DDP:
@@ -28,30 +28,17 @@ from torch import nn
 
 from .artifacts import input_record, verify_stage_dir, write_manifest
 from .config import PretrainConfig, get_preset, override
-from .corpus import read_documents
 from .models import (
     architecture_summary, autocast_context, new_model, qwen3_config, save_checkpoint, lab_generation_config,
     load_tokenizer as load_hf_tokenizer,
 )
-from .tokenizer import END_OF_TEXT, load_tokenizer
+from .tokenizer import END_OF_TEXT, load_token_stream
 from .training import (
     DistributedContext, ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
     rank_slice, set_lr, unwrap, wrap_ddp,
 )
 
 LOG_EVERY_STEPS = 50
-
-
-def token_stream(corpus_dir: Path, tokenizer_dir: Path, split: str) -> np.ndarray:
-    """All documents of a split as one token array, each document followed by <|endoftext|>."""
-    tokenizer = load_tokenizer(tokenizer_dir)
-    eot = tokenizer.token_to_id(END_OF_TEXT)
-    texts = [d.text for d in read_documents(corpus_dir, split)]
-    parts = []
-    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
-        parts.append(np.asarray(encoding.ids, dtype=np.int32))
-        parts.append(np.asarray([eot], dtype=np.int32))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
 class ChunkSampler:
@@ -125,8 +112,8 @@ def run(
     model_config = {"target": preset.target, "drafter": preset.drafter}[role]
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
     tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
-    train_tokens = token_stream(corpus_dir, tokenizer_dir, "train")
-    dev_tokens = token_stream(corpus_dir, tokenizer_dir, "dev")
+    train_tokens = load_token_stream(tokenizer_dir, "train")  # tokenized once by the tokenizer stage
+    dev_tokens = load_token_stream(tokenizer_dir, "dev")
     hf_tokenizer = load_hf_tokenizer(tokenizer_dir)
     eot = hf_tokenizer.convert_tokens_to_ids(END_OF_TEXT)
     hf_config = qwen3_config(model_config, vocab_size=len(hf_tokenizer), eos_token_id=eot, pad_token_id=eot)

@@ -71,6 +71,10 @@ class TrainExample:
 # Prompts
 
 
+PROMPT_SOURCE_CHARS = 32_768  # prompts come from each file's first 32k characters: bounds the tokenizing cost
+ENCODE_BATCH_DOCUMENTS = 1024
+
+
 def corpus_prompts(
     corpus_dir: Path, tokenizer: PreTrainedTokenizerBase, split: str, count: int, lengths: Sequence[int],
     windows_per_doc: int, seed: int,
@@ -78,23 +82,33 @@ def corpus_prompts(
     """Up to ``count`` prompts from one split: every file's opening first, then inner windows, files in seeded order.
 
     Lengths cycle through ``lengths`` so the categories stay balanced; a file too short for the next length is passed
-    over for that prompt.
+    over for that prompt. Files are tokenized lazily, in batches, only as far as the prompts need.
     """
     documents = sorted(read_documents(corpus_dir, split), key=lambda d: d.sha256)
-    encoded = tokenizer([d.text for d in documents], add_special_tokens=False)["input_ids"] if documents else []
     rng = np.random.default_rng([seed, SPLIT_SEED_OFFSETS[split]])
     order = rng.permutation(len(documents))
+    encoded: dict[int, list[int]] = {}
+
+    def tokens_of(position: int) -> list[int]:
+        if order[position] not in encoded:
+            batch = [int(i) for i in order[position : position + ENCODE_BATCH_DOCUMENTS]]
+            texts = [documents[i].text[:PROMPT_SOURCE_CHARS] for i in batch]
+            for i, text, ids in zip(batch, texts, tokenizer(texts, add_special_tokens=False)["input_ids"]):
+                # A cut text's last few tokens may differ from the whole file's tokenization: drop them.
+                encoded[i] = ids[:-8] if len(documents[i].text) > PROMPT_SOURCE_CHARS else ids
+        return encoded[order[position]]
+
     prompts: list[Prompt] = []
     for window in range(windows_per_doc + 1):
-        for index in order:
+        for position in range(len(order)):
             if len(prompts) >= count:
                 return prompts
-            tokens = encoded[index]
+            tokens = tokens_of(position)
             length = lengths[len(prompts) % len(lengths)]
             if len(tokens) < length + (1 if window else 0):
                 continue
             start = 0 if window == 0 else int(rng.integers(1, len(tokens) - length + 1))
-            prompts.append(Prompt(f"{split}/{documents[index].sha256[:12]}/{start}", f"prompt-{length}",
+            prompts.append(Prompt(f"{split}/{documents[order[position]].sha256[:12]}/{start}", f"prompt-{length}",
                                   tokens[start : start + length]))
     return prompts
 

@@ -4,7 +4,9 @@ Same normalizer (NFC), pre-tokenizer (Qwen2's split regex, then byte-level), pos
 tokenizer.json, so the GGUF exporter maps it as ``tokenizer.ggml.model = "gpt2"`` with llama.cpp's ``qwen2``
 pre-tokenizer. Special tokens: ``<|endoftext|>`` (document end, padding), ``<|im_start|>``/``<|im_end|>`` (chat
 turns), ``<think>``/``</think>`` (so Qwen3-style chat templates with thinking off render). Trained on the train split
-only. Outputs ``tokenizer.json`` and ``tokenizer_config.json`` (with a ChatML chat template), ``manifest.json``.
+only. Outputs ``tokenizer.json`` and ``tokenizer_config.json`` (with a ChatML chat template), the train and dev splits
+tokenized once for pretraining (``train.tokens.npy``, ``dev.tokens.npy``: each document followed by <|endoftext|>),
+and ``manifest.json``.
 
     python -m specdraft_train tokenizer --corpus runs/lab/corpus --out runs/lab/tokenizer --preset micro
 """
@@ -17,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from .artifacts import atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
+from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import TokenizerConfig, get_preset, override
 from .corpus import read_documents
 
@@ -128,26 +131,61 @@ def special_ids(tokenizer: Tokenizer) -> dict[str, int]:
     return ids
 
 
+def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
+    """The documents as one token array, each followed by <|endoftext|> (how pretraining sees the corpus)."""
+    eot = tokenizer.token_to_id(END_OF_TEXT)
+    parts = []
+    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
+        parts.append(np.asarray(encoding.ids, dtype=np.int32))
+        parts.append(np.asarray([eot], dtype=np.int32))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def token_file(split: str) -> str:
+    return f"{split}.tokens.npy"
+
+
+def save_token_stream(path: Path, tokens: np.ndarray) -> None:
+    with AtomicFile(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, tokens.astype(np.uint16 if tokens.max(initial=0) < 2**16 else np.int32))
+
+
+def load_token_stream(tokenizer_dir: str | Path, split: str) -> np.ndarray:
+    return np.load(Path(tokenizer_dir) / token_file(split)).astype(np.int32)
+
+
 def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) -> dict[str, Any]:
     start = time.time()
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
     texts = [d.text for d in read_documents(corpus_dir, "train")]
-    tokenizer = train_tokenizer(texts, config)
+    training_texts = texts
+    if config.max_train_bytes > 0:
+        training_texts, total = [], 0
+        for text in texts:  # the split's file order: deterministic
+            total += len(text.encode("utf-8"))
+            if total > config.max_train_bytes:
+                break
+            training_texts.append(text)
+    tokenizer = train_tokenizer(training_texts, config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_tokenizer_files(tokenizer, out)
-    sample = texts[: min(len(texts), 200)]
-    tokens = sum(len(e.ids) for e in tokenizer.encode_batch(sample, add_special_tokens=False))
-    bytes_per_token = sum(len(t.encode("utf-8")) for t in sample) / max(tokens, 1)
+    streams = {"train": token_stream(tokenizer, texts),
+               "dev": token_stream(tokenizer, [d.text for d in read_documents(corpus_dir, "dev")])}
+    for split, tokens in streams.items():
+        save_token_stream(out / token_file(split), tokens)
+    bytes_per_token = sum(len(t.encode("utf-8")) for t in texts) / max(len(streams["train"]) - len(texts), 1)
     return write_manifest(
         out,
         "tokenizer",
-        outputs=TOKENIZER_FILES,
+        outputs=[*TOKENIZER_FILES, *(token_file(split) for split in streams)],
         params={"config": config.__dict__},
         inputs={"corpus": input_record(corpus_dir, corpus_manifest)},
         extra={
             "vocab_size": tokenizer.get_vocab_size(),
             "bytes_per_token": round(bytes_per_token, 3),
+            "tokens": {split: int(len(tokens)) for split, tokens in streams.items()},
+            "training_documents": len(training_texts),
             "special_ids": special_ids(tokenizer),
             "seconds": time.time() - start,
         },

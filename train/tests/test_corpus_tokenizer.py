@@ -80,6 +80,9 @@ def test_tokenizer_is_byte_level_qwen2_style_with_chat_specials(tiny: dict[str, 
         assert tk.encode(special).ids == [tk.token_to_id(special)]
     config = json.loads((tiny["tokenizer"] / "tokenizer.json").read_text())
     assert config["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == tokenizer.QWEN2_SPLIT_REGEX
+    dev_docs = corpus.read_documents(tiny["corpus"], "dev")
+    stream = tokenizer.load_token_stream(tiny["tokenizer"], "dev")  # what pretraining reads
+    assert tk.decode(stream.tolist(), skip_special_tokens=False) == "".join(d.text + "<|endoftext|>" for d in dev_docs)
     hf = load_tokenizer(tiny["tokenizer"])
     assert hf.eos_token == "<|endoftext|>" and hf.pad_token_id == tk.token_to_id("<|endoftext|>")
     rendered = hf.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
