@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .artifacts import atomic_write_json, sha256_file
+from .artifacts import atomic_write_json, read_manifest, sha256_file, verify_stage_dir
 from .config import EvalConfig
 from .models import checkpoint_info, is_local_checkpoint, load_causal_lm, parameter_count, resolve_device, verify_checkpoint
 from .tau import Conversation, TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
@@ -54,8 +54,16 @@ def drafter_tau(checkpoint: str | Path, conversations: list[Conversation], k: in
     return model_tau(model, conversations, k, device, batch_size), mode
 
 
+def verify_heldout(heldout: Path) -> None:
+    """A held-out file inside a stage directory (reference's heldout.jsonl) must match that stage's manifest."""
+    manifest = read_manifest(heldout.parent)
+    if manifest is not None and heldout.name in manifest.get("outputs", {}):
+        verify_stage_dir(heldout.parent)
+
+
 def evaluate(heldout: Path, drafters: list[str], k: int, device: torch.device, q4: bool, ngram: bool,
              target: str | None, config: EvalConfig = EvalConfig()) -> dict[str, Any]:
+    verify_heldout(heldout)
     conversations = read_conversations(heldout)
     report: dict[str, Any] = {
         "heldout": {"path": str(heldout), "sha256": sha256_file(heldout), "conversations": len(conversations),

@@ -28,7 +28,7 @@ import torch
 from . import corpus, distill, pretrain, reference, tokenizer
 from .artifacts import atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, write_manifest
 from .config import LabPreset, get_preset
-from .evaluate import drafter_tau
+from .evaluate import drafter_tau, verify_heldout
 from .models import architecture_summary, load_causal_lm, resolve_device
 from .tau import TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
 
@@ -95,6 +95,7 @@ def tau_entry(result: TauResult, **extra: Any) -> dict[str, Any]:
 def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str, Any]:
     """All of the lab's τ figures on the held-out split, as one JSON-able dict."""
     heldout_path = out / "reference" / "heldout.jsonl"
+    verify_heldout(heldout_path)
     conversations = read_conversations(heldout_path)
     k, batch = preset.evaluate.k, preset.evaluate.batch_size
     results: dict[str, Any] = {

@@ -77,3 +77,16 @@ def test_distill_and_evaluate_take_models_by_path(tiny: dict[str, Path], chat_re
 def test_reference_needs_some_prompts(tiny: dict[str, Path], tmp_path: Path):
     with pytest.raises(ValueError, match="--corpus, --chat"):
         reference.run(tiny["target"], tmp_path / "r", MICRO.reference)
+
+
+def test_evaluate_refuses_a_heldout_file_that_does_not_match_its_manifest(tiny: dict[str, Path], tmp_path: Path):
+    import shutil
+
+    from specdraft_train.artifacts import ArtifactError
+    from specdraft_train.evaluate import evaluate
+
+    shutil.copytree(tiny["reference"], tmp_path / "reference")
+    held = tmp_path / "reference" / "heldout.jsonl"
+    held.write_text(held.read_text().replace('"prompt-32"', '"prompt-33"', 1))
+    with pytest.raises(ArtifactError, match="heldout.jsonl: sha256"):
+        evaluate(held, [], 16, __import__("torch").device("cpu"), q4=False, ngram=True, target=None)
