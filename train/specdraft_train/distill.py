@@ -40,8 +40,8 @@ from .models import (
 from .reference import TrainExample, read_train_examples
 from .tau import model_tau, read_conversations
 from .training import (
-    DistributedContext, ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
-    rank_slice, set_lr, unwrap, wrap_ddp,
+    ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
+    rank_slice, set_lr, stop_by_budget, unwrap, wrap_ddp,
 )
 
 QAT_STATE_FILE = "qat_state.safetensors"
@@ -171,11 +171,9 @@ def run(
 
     while step < max_steps:
         elapsed = extra["train_seconds"] + time.time() - segment_start
-        if config.time_budget_s > 0:
-            flag = ctx.all_reduce_sum(torch.tensor([float(elapsed >= config.time_budget_s)], device=ctx.device))
-            if flag.item() > 0:
-                stopped_early = True
-                break
+        if stop_by_budget(ctx, elapsed, config.time_budget_s):
+            stopped_early = True
+            break
         epoch, within = divmod(step, steps_per_epoch)
         if within == 0 and qat_state is not None and clip_search:
             qat_state.refresh_clip()

@@ -34,8 +34,8 @@ from .models import (
 )
 from .tokenizer import END_OF_TEXT, load_token_stream
 from .training import (
-    DistributedContext, ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
-    rank_slice, set_lr, unwrap, wrap_ddp,
+    ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
+    rank_slice, set_lr, stop_by_budget, unwrap, wrap_ddp,
 )
 
 LOG_EVERY_STEPS = 50
@@ -90,13 +90,6 @@ def dev_loss(model: nn.Module, tokens: np.ndarray, config: PretrainConfig, devic
     return sum(losses) / len(indices)
 
 
-def stop_by_budget(ctx: DistributedContext, elapsed_s: float, budget_s: float) -> bool:
-    if budget_s <= 0:
-        return False
-    flag = torch.tensor([1.0 if elapsed_s >= budget_s else 0.0], device=ctx.device)
-    return bool(ctx.all_reduce_sum(flag).item() > 0)  # any rank over budget stops all, at the same step
-
-
 def run(
     corpus_dir: Path,
     tokenizer_dir: Path,
@@ -132,6 +125,7 @@ def run(
     my_rows = rank_slice(config.batch_size, ctx)
     tokens_per_step = config.batch_size * config.seq_len
     segment_start, segment_start_step = time.time(), step
+    last_loss: torch.Tensor | None = None
     while step < config.max_steps:
         elapsed = extra["train_seconds"] + time.time() - segment_start
         if stop_by_budget(ctx, elapsed, config.time_budget_s):
@@ -147,7 +141,9 @@ def run(
         nn.utils.clip_grad_norm_(ddp_model.parameters(), config.grad_clip)
         optimizer.step()
         step += 1
-        extra["last_loss"] = loss.item()
+        last_loss = loss.detach()  # .item() only when logging or saving: a per-step sync would stall the GPU queue
+        if step % LOG_EVERY_STEPS == 0 or step % config.ckpt_every == 0 or step == config.max_steps:
+            extra["last_loss"] = last_loss.item()
         if ctx.is_main and (step % LOG_EVERY_STEPS == 0 or step == config.max_steps):
             seconds = time.time() - segment_start
             rate = (step - segment_start_step) * tokens_per_step / max(seconds, 1e-9)
@@ -160,6 +156,8 @@ def run(
             ctx.barrier()
             halt_for_test(step, halt_after_steps)
     train_seconds = extra["train_seconds"] + time.time() - segment_start
+    if last_loss is not None:
+        extra["last_loss"] = last_loss.item()
     manifest = None
     if ctx.is_main:
         final_dev_loss = dev_loss(unwrap(ddp_model), dev_tokens, config, ctx.device)

@@ -171,6 +171,15 @@ class ResumeState:
         unwrap(model).load_state_dict(torch.load(self.best_path, map_location="cpu", weights_only=True))
 
 
+def stop_by_budget(ctx: DistributedContext, elapsed_s: float, budget_s: float) -> bool:
+    if budget_s <= 0:
+        return False
+    if not ctx.distributed:
+        return elapsed_s >= budget_s
+    flag = torch.tensor([1.0 if elapsed_s >= budget_s else 0.0], device=ctx.device)
+    return bool(ctx.all_reduce_sum(flag).item() > 0)  # any rank over budget stops all, at the same step
+
+
 def halt_for_test(step: int, halt_after: int | None) -> None:
     """Hard-kill this process (SIGKILL, no cleanup) after ``halt_after`` steps: how the resume tests simulate a crash."""
     if halt_after is not None and step >= halt_after:
