@@ -37,6 +37,7 @@ SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
 # Not special in Qwen3 either (ordinary added tokens): the chat template writes them as text when thinking is off.
 THINK_TOKENS = ("<think>", "</think>")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+ENCODE_BATCH_DOCUMENTS = 2048
 
 # Qwen3's template reduced to what the lab uses: system/user/assistant turns, generation prompt, thinking switch.
 CHAT_TEMPLATE = (
@@ -135,9 +136,10 @@ def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
     """The documents as one token array, each followed by <|endoftext|> (how pretraining sees the corpus)."""
     eot = tokenizer.token_to_id(END_OF_TEXT)
     parts = []
-    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
-        parts.append(np.asarray(encoding.ids, dtype=np.int32))
-        parts.append(np.asarray([eot], dtype=np.int32))
+    for start in range(0, len(texts), ENCODE_BATCH_DOCUMENTS):  # batches: Encoding objects are heavy (offsets etc.)
+        for encoding in tokenizer.encode_batch(texts[start : start + ENCODE_BATCH_DOCUMENTS], add_special_tokens=False):
+            parts.append(np.asarray(encoding.ids, dtype=np.int32))
+            parts.append(np.asarray([eot], dtype=np.int32))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
 
