@@ -9,6 +9,7 @@ to override them. Print a preset with:
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +152,9 @@ MICRO = LabPreset(
 LAB = LabPreset(
     name="lab",
     # The whole stdlib (plus any --extra DIRs the coordinator passes, e.g. site-packages) on one H200.
-    corpus=CorpusConfig(),
+    # The machine's site-packages alone is far more source than 4 minutes of pretraining reads (NOTES: 300 MB ≈ 82M
+    # tokens); a hash-ordered 400 MB subset keeps corpus and tokenization under a minute.
+    corpus=CorpusConfig(max_total_bytes=400_000_000),
     tokenizer=TokenizerConfig(vocab_size=16_384, max_train_bytes=64_000_000),
     # ~57M parameters: NOTES' 33.6M target gave τ(base) ≈ 7.9 because its greedy text repeats itself; a bigger,
     # longer-trained target writes less repetitive continuations, which is the harder and more telling lab.
@@ -166,17 +169,17 @@ LAB = LabPreset(
     ),
     # NOTES: 33.6M at 483k tok/s, 95M at 244k tok/s → ~57M at ~350k tok/s; 2,400 steps × 32k tokens ≈ 225 s.
     pretrain_target=PretrainConfig(
-        seq_len=512, batch_size=64, max_steps=2400, lr=1.5e-3, warmup_steps=100, ckpt_every=400, time_budget_s=300,
+        seq_len=512, batch_size=64, max_steps=2400, lr=1.5e-3, warmup_steps=100, ckpt_every=400, time_budget_s=240,
     ),
     # NOTES: 7.3M at 1.2M tok/s → 60 s is ~2,200 steps of 32k tokens; fewer steps keep the base honest-but-weak.
     pretrain_drafter=PretrainConfig(
         seq_len=512, batch_size=64, max_steps=1600, lr=2e-3, warmup_steps=50, ckpt_every=400, time_budget_s=75,
         seed=1,
     ),
-    # 12,288 continuations of ≤256 tokens (NOTES: 4,096 × 128 took ~25 s with HF generate; batch 512 keeps the
-    # number of sequential decode steps at ~24 × 256).
+    # 8,192 continuations of ≤256 tokens (NOTES: 4,096 × 128 took ~25 s with HF generate; batch 512 keeps the
+    # number of sequential decode steps at 16 × 256). The whole lab must fit ~12 minutes of one H200.
     reference=ReferenceConfig(
-        prompt_lengths=(64, 96, 128, 192), max_new_tokens=256, train_prompts=12_288, train_windows_per_doc=8,
+        prompt_lengths=(64, 96, 128, 192), max_new_tokens=256, train_prompts=8_192, train_windows_per_doc=8,
         dev_prompts=96, heldout_prompts=160, eval_windows_per_doc=4, batch_size=512, shard_prompts=2048,
     ),
     # A 7.4M drafter on 12k × ~400-token sequences: ~190 steps per epoch at well over 1M tok/s, so epochs are cheap;
@@ -200,3 +203,31 @@ def get_preset(name: str) -> LabPreset:
 def override(config: Any, **changes: Any) -> Any:
     """A copy of a frozen config with the given fields replaced; ``None`` values mean 'keep the preset's'."""
     return dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
+
+
+def apply_settings(preset: LabPreset, settings: list[str]) -> LabPreset:
+    """``["section.field=value", …]`` applied to a preset, e.g. ``reference.train_prompts=16384``.
+
+    Values are JSON (numbers, lists for tuples, quoted strings) or bare strings; unknown names are refused.
+    """
+    for setting in settings:
+        name, sep, raw = setting.partition("=")
+        section, dot, field_name = name.strip().partition(".")
+        if not sep or not dot:
+            raise ValueError(f"--set {setting!r}: expected section.field=value, e.g. reference.train_prompts=16384")
+        sub = getattr(preset, section, None)
+        if not dataclasses.is_dataclass(sub) or field_name not in {f.name for f in dataclasses.fields(sub)}:
+            raise ValueError(f"--set {setting!r}: no setting {name!r} in the preset")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        current = getattr(sub, field_name)
+        if isinstance(current, tuple):
+            value = tuple(value)
+        elif isinstance(current, float) and isinstance(value, int):
+            value = float(value)
+        if type(value) is not type(current):
+            raise ValueError(f"--set {setting!r}: {name} is a {type(current).__name__}, got {value!r}")
+        preset = dataclasses.replace(preset, **{section: dataclasses.replace(sub, **{field_name: value})})
+    return preset

@@ -27,7 +27,7 @@ import torch
 
 from . import corpus, distill, pretrain, reference, tokenizer
 from .artifacts import atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, write_manifest
-from .config import LabPreset, get_preset
+from .config import LabPreset, apply_settings, get_preset
 from .evaluate import drafter_tau, verify_heldout
 from .models import architecture_summary, load_causal_lm, resolve_device
 from .tau import TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
@@ -42,13 +42,17 @@ GOAL_QAT_OVER_DISTILLED = 0.98
 class LabState:
     """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran."""
 
-    def __init__(self, out: Path, preset: LabPreset, extras: list[Path]):
+    def __init__(self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str]):
         self.path = out / STATE_FILE
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if self.data and self.data.get("preset") != preset.name:
             raise ValueError(f"{out} holds a lab of preset {self.data.get('preset')!r}, not {preset.name!r}: "
                              "use another --out")
+        if self.data and self.data.get("settings", []) != settings:
+            raise ValueError(f"{out} was run with --set {self.data.get('settings', [])}, not {settings}: finished "
+                             "stages would not match; use another --out")
         self.data.setdefault("preset", preset.name)
+        self.data.setdefault("settings", settings)
         self.data.setdefault("extras", [str(e) for e in extras])
         self.data.setdefault("stage_seconds", {})
         self.save()
@@ -252,12 +256,13 @@ def markdown_report(report: dict[str, Any]) -> str:
 
 
 def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = "auto",
-            stdlib: Path | None = None) -> dict[str, Any]:
-    preset = get_preset(preset_name)
+            stdlib: Path | None = None, settings: list[str] | None = None) -> dict[str, Any]:
+    settings = settings or []
+    preset = apply_settings(get_preset(preset_name), settings)
     if importlib.util.find_spec("gguf") is None:
         raise ValueError("the lab needs the `gguf` package (Q4_0 QAT and GGUF export): pip install gguf==0.19.0")
     out.mkdir(parents=True, exist_ok=True)
-    state = LabState(out, preset, extras)
+    state = LabState(out, preset, extras, settings)
     device = resolve_device(device_name)
     d = {name: out / name for name in ("corpus", "tokenizer", "target", "base", "reference", "distilled",
                                        "distilled-qat", "eval", "export")}
@@ -267,10 +272,12 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
     run_stage(state, "tokenizer", d["tokenizer"],
               lambda: tokenizer.build(d["corpus"], d["tokenizer"], preset.tokenizer),
               lambda: stage_complete(d["tokenizer"], "tokenizer"))
-    for role, name, config in (("target", "target", preset.pretrain_target), ("drafter", "base", preset.pretrain_drafter)):
+    for role, name, config, model in (("target", "target", preset.pretrain_target, preset.target),
+                                      ("drafter", "base", preset.pretrain_drafter, preset.drafter)):
         run_stage(state, f"pretrain {name}", d[name],
-                  lambda role=role, name=name, config=config: pretrain.run(
-                      d["corpus"], d["tokenizer"], d[name], role, preset.name, config, device_name),
+                  lambda role=role, name=name, config=config, model=model: pretrain.run(
+                      d["corpus"], d["tokenizer"], d[name], role, preset.name, config, device_name,
+                      model_config=model),
                   lambda name=name: stage_complete(d[name], "pretrain"))
     run_stage(state, "reference", d["reference"],
               lambda: reference.run(d["target"], d["reference"], preset.reference, corpus_dir=d["corpus"],
@@ -313,6 +320,7 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
     distill_metrics = {name: (read_manifest(d[name]) or {}).get("metrics") for name in ("distilled", "distilled-qat")}
     report = {
         "preset": preset.name,
+        "settings": settings,
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.node()} ({platform.machine()}, {torch.get_num_threads()} torch threads"
                    + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "") + ")",
@@ -341,11 +349,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--extra", action="append", default=[], type=Path, help="more source trees for the corpus (repeatable)")
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a preset value, e.g. --set reference.train_prompts=16384 "
+                        "--set pretrain_target.time_budget_s=240 (repeatable; sections as in config.py)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib)
+    report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib, args.settings)
     tau = report["evaluation"]["tau"]
     print(json.dumps({k: round(v["tau"], 3) for k, v in tau.items()}))
     print(f"report: {args.out / 'lab_report.md'}")

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .artifacts import input_record, verify_stage_dir, write_manifest
-from .config import PretrainConfig, get_preset, override
+from .config import ModelConfig, PretrainConfig, get_preset, override
 from .models import (
     architecture_summary, autocast_context, new_model, qwen3_config, save_checkpoint, lab_generation_config,
     load_tokenizer as load_hf_tokenizer,
@@ -99,10 +99,13 @@ def run(
     config: PretrainConfig,
     device_name: str = "auto",
     halt_after_steps: int | None = None,
+    model_config: ModelConfig | None = None,
 ) -> dict[str, Any] | None:
+    """Train one model; ``model_config`` defaults to the preset's model for ``role``. Returns the manifest (rank 0)."""
     ctx = init_distributed(device_name)
-    preset = get_preset(preset_name)
-    model_config = {"target": preset.target, "drafter": preset.drafter}[role]
+    if model_config is None:
+        preset = get_preset(preset_name)
+        model_config = {"target": preset.target, "drafter": preset.drafter}[role]
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
     tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
     train_tokens = load_token_stream(tokenizer_dir, "train")  # tokenized once by the tokenizer stage
@@ -166,7 +169,8 @@ def run(
             out_dir,
             "pretrain",
             outputs=files,
-            params={"role": role, "preset": preset_name, "config": config.__dict__, "world_size": ctx.world_size},
+            params={"role": role, "preset": preset_name, "config": config.__dict__, "model": model_config.__dict__,
+                    "world_size": ctx.world_size},
             inputs={
                 "corpus": input_record(corpus_dir, corpus_manifest),
                 "tokenizer": input_record(tokenizer_dir, tokenizer_manifest),

@@ -117,3 +117,17 @@ def test_tokenizer_vocab_cap(tmp_path: Path, tiny: dict[str, Path]):
                                       "out": tmp_path})())
     manifest = tokenizer.build(tiny["corpus"], tmp_path / "t", TokenizerConfig(vocab_size=300))
     assert manifest["vocab_size"] == 300
+
+
+def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
+    from specdraft_train.config import MICRO, apply_settings
+
+    preset = apply_settings(MICRO, ["reference.train_prompts=1000", "reference.prompt_lengths=[16, 24]",
+                                    "distill.lr=1e-4", "pretrain_target.time_budget_s=30"])
+    assert preset.reference.train_prompts == 1000 and preset.reference.prompt_lengths == (16, 24)
+    assert preset.distill.lr == 1e-4 and preset.pretrain_target.time_budget_s == 30.0
+    assert MICRO.reference.train_prompts == 384  # the preset itself is untouched
+    for bad, message in (("reference.nope=1", "no setting"), ("reference.train_prompts=many", "is a int"),
+                         ("train_prompts=1", "section.field=value")):
+        with pytest.raises(ValueError, match=message):
+            apply_settings(MICRO, [bad])
