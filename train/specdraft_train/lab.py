@@ -60,8 +60,14 @@ class LabState:
     def save(self) -> None:
         atomic_write_json(self.path, self.data)
 
-    def record(self, stage: str, seconds: float) -> None:
-        self.data["stage_seconds"][stage] = round(seconds, 2)
+    def record(self, stage: str, seconds: float, finished: bool) -> None:
+        """Add a run's seconds to the stage's earlier interrupted runs; the total counts once the stage finishes."""
+        interrupted = self.data.setdefault("interrupted_seconds", {})
+        total = interrupted.pop(stage, 0.0) + seconds
+        if finished:
+            self.data["stage_seconds"][stage] = round(total, 2)
+        else:
+            interrupted[stage] = total
         self.save()
 
 
@@ -71,8 +77,12 @@ def run_stage(state: LabState, name: str, stage_dir: Path, fn: Callable[[], Any]
         return
     print(f"lab: {name} …", file=sys.stderr)
     start = time.time()
-    fn()
-    state.record(name, time.time() - start)
+    try:
+        fn()
+    except BaseException:  # e.g. SIGINT from `timeout`: keep the time spent so the resumed run's total includes it
+        state.record(name, time.time() - start, finished=False)
+        raise
+    state.record(name, time.time() - start, finished=True)
     print(f"lab: {name} done in {time.time() - start:.1f}s", file=sys.stderr)
 
 

@@ -68,3 +68,22 @@ def test_micro_lab_rerun_skips_finished_stages(lab: Path, capsys: pytest.Capture
     assert after["evaluation"] == before["evaluation"] and after["stage_seconds"] == before["stage_seconds"]
     with pytest.raises(ValueError, match="preset 'micro'"):
         run_lab(lab, "lab", [], "cpu")
+
+
+def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
+    from specdraft_train.config import MICRO
+    from specdraft_train.lab import LabState, run_stage
+
+    state = LabState(tmp_path, MICRO, [], [])
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt  # what `timeout --signal=INT` delivers
+
+    with pytest.raises(KeyboardInterrupt):
+        run_stage(state, "distill", tmp_path, interrupted, lambda: False)
+    assert state.data["interrupted_seconds"]["distill"] >= 0 and "distill" not in state.data["stage_seconds"]
+    state.data["interrupted_seconds"]["distill"] = 5.0
+    run_stage(state, "distill", tmp_path, lambda: None, lambda: False)
+    assert 5.0 <= state.data["stage_seconds"]["distill"] < 6.0
+    assert "distill" not in state.data["interrupted_seconds"]
+    assert json.loads((tmp_path / "lab_state.json").read_text())["stage_seconds"]["distill"] >= 5.0
