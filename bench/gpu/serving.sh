@@ -13,30 +13,22 @@ set -uo pipefail
 results=${1:?results dir}
 peers=${2:-specdraft hf-seed llama-server}
 want() { [[ " $peers " == *" $1 "* ]]; }
+steps=${STEPS:-20}; seed_steps=${SEED_STEPS:-8}  # measured steps per stream: ours and llama-server / the slow seed peer
 mkdir -p "$results"
 log() { echo "[$(date +%T)] $*"; }
 source .gpu/unpack.sh
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
 nproc_all=$(nproc)
 
-# llama-server builds on the CPU cores while the rest runs.
-if want llama-server && [ ! -x /tmp/llama-build/bin/llama-server ]; then
-  ( mkdir -p /tmp/llama-src && tar xJf .gpu-extra/llama-src.tar.xz -C /tmp/llama-src &&
-    cmake -S /tmp/llama-src -B /tmp/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_UI=OFF \
-      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real &&
-    cmake --build /tmp/llama-build --target llama-server -j "$nproc_all" ) > "$results/llama-server-build.log" 2>&1 &
-  build_pid=$!
-fi
-
+# llama-server builds on the CPU cores while the rest runs (prepare.sh is idempotent: a job may have run it already).
+if want llama-server; then bash bench/gpu/prepare.sh "$results" > "$results/prepare.log" 2>&1 & build_pid=$!; fi
 log "native engine, CUDA variant"
 node scripts/build-native.mjs --gpu cuda 2>&1 | tail -2
 model=/tmp/qwen3-1.7b-random-q4_0.gguf
-if [ ! -f "$model" ]; then
-  log "making the random 1.7B-shaped drafter"
-  xz -dc .gpu-extra/qwen3-tokenizer.json.xz > /tmp/qwen3-tokenizer.json
-  python3 bench/models/make_random_drafter.py --tokenizer /tmp/qwen3-tokenizer.json --out "$model" 2>&1 | tail -1
-fi
+until [ -f "$model" ]; do
+  if ! want llama-server; then bash bench/gpu/prepare.sh "$results" > /dev/null 2>&1 || true; break; fi
+  sleep 1
+done
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 
 wait_health() { # url timeout_s → prints seconds until GET /health answered 200, or fails
@@ -69,8 +61,8 @@ t=$(wait_health http://127.0.0.1:8000 120) && echo "{\"startup_to_health_s\": $t
 log "specdraft healthy after ${t:-never} s"; python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8000/info').read().decode())" > "$results/specdraft-info.json"
 node .gpu-extra/batchConsistency.mjs --url http://127.0.0.1:8000 --streams 32 --context 512 > "$results/specdraft-consistency.json"
 grep differing "$results/specdraft-consistency.json" | head -2
-for c in 512 2048 8192; do bench specdraft http://127.0.0.1:8000 32 $c 20; done
-bench specdraft http://127.0.0.1:8000 1 512 20
+for c in 512 2048 8192; do bench specdraft http://127.0.0.1:8000 32 $c $steps; done
+bench specdraft http://127.0.0.1:8000 1 512 $steps
 kill -TERM $pid; wait $pid
 fi
 
@@ -79,23 +71,23 @@ log "2. seed-style HF transformers bf16 peer"
 python3 bench/peers/hf_seed_server.py --port 8001 > "$results/hf-seed.log" 2>&1 &
 pid=$!
 wait_health http://127.0.0.1:8001 300 >/dev/null
-bench hf-seed http://127.0.0.1:8001 32 512 8
-bench hf-seed http://127.0.0.1:8001 32 2048 8
-bench hf-seed http://127.0.0.1:8001 1 512 8
+bench hf-seed http://127.0.0.1:8001 32 512 $seed_steps
+bench hf-seed http://127.0.0.1:8001 32 2048 $seed_steps
+bench hf-seed http://127.0.0.1:8001 1 512 $seed_steps
 kill $pid; wait $pid 2>/dev/null
 fi
 
 want llama-server || { log "done"; exit 0; }
 log "3. llama-server (waiting for its build)"
-[ -n "${build_pid:-}" ] && wait $build_pid
+[ -n "${build_pid:-}" ] && wait $build_pid; cat "$results/prepare.log"
 if [ -x /tmp/llama-build/bin/llama-server ]; then
   /tmp/llama-build/bin/llama-server -m "$model" --port 8002 -np 32 -c $((32 * ctx_size)) -ngl 99 -fa on \
     --no-webui > "$results/llama-server.log" 2>&1 &
   pid=$!
   wait_health http://127.0.0.1:8002 120 >/dev/null
   node .gpu-extra/batchConsistency.mjs --url llama-server+http://127.0.0.1:8002 --streams 32 --context 512 > "$results/llama-server-consistency.json"
-  for c in 512 2048 8192; do bench llama-server llama-server+http://127.0.0.1:8002 32 $c 20; done
-  bench llama-server llama-server+http://127.0.0.1:8002 1 512 20
+  for c in 512 2048 8192; do bench llama-server llama-server+http://127.0.0.1:8002 32 $c $steps; done
+  bench llama-server llama-server+http://127.0.0.1:8002 1 512 $steps
   kill $pid; wait $pid 2>/dev/null
 else
   log "llama-server did not build: $(tail -5 "$results/llama-server-build.log")"

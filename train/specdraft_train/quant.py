@@ -117,7 +117,11 @@ def q4_0_dequantize_blocks(d: Tensor, q: Tensor) -> Tensor:
 def q8_0_quantize_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
     """Q8_0 blocks of ``w`` as ggml computes them: ``(d, q)``, d fp32 ``(n_blocks, 1)``, q int8 ``(n_blocks, 32)``."""
     blocks = _blocks(w)  # (n_blocks, 32)
-    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
+    amax = blocks.abs().amax(dim=-1, keepdim=True)  # (n_blocks, 1)
+    # A tensor divisor, not the Python scalar 127: on CUDA, PyTorch divides by a CPU scalar as a multiplication by its
+    # reciprocal, which rounds differently from ggml's true division. The first H200 lab's QAT embedding (the only
+    # Q8_0 tensor) failed export's fingerprint check that way while every Q4_0 tensor (d = max / −8, exact) matched.
+    d = amax / torch.full_like(amax, 127.0)
     inv_d = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
     scaled = blocks * inv_d
     # roundf (half away from zero) exactly as gguf-py's np_roundf writes it
