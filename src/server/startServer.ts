@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import type { GpuChoice, LoadEngineOptions } from "../engine/loadEngine.js";
 import type { DraftEngine } from "../engine/types.js";
 import { buildApp, type App } from "./buildApp.js";
-import { checkModelFile } from "./checkModelFile.js";
+import { readModelFileInfo } from "../engine/readModelFileInfo.js";
 
 /** src/engine/loadEngine.ts's loadEngine, or a stand-in for tests. */
 export type EngineLoader = (options: LoadEngineOptions) => Promise<DraftEngine>;
@@ -56,7 +56,8 @@ export interface RunningServer extends App {
 const warmUpContext = [0];
 
 export async function startServer(options: ServeOptions, loadEngine: EngineLoader, io: ServerIo): Promise<RunningServer> {
-    const model = await checkModelFile(options.modelPath);
+    // a missing, corrupt or truncated model ends serve here, in one line, before the port opens
+    const model = await readModelFileInfo(options.modelPath);
 
     const built = buildApp({
         draftLength: options.draftLength,
