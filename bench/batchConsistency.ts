@@ -1,13 +1,16 @@
 /**
- * Does a draft depend on what else is in the batch? Asks a draft server for the drafts of `--streams` distinct random
- * contexts one at a time, then for the same contexts all at once, and counts the drafts that differ.
+ * Does a draft depend on what else is in the batch? Asks a draft server for the drafts of `--streams` distinct
+ * contexts one at a time, then for the same contexts all at once, and counts the drafts that differ. The contexts are
+ * seeded random ids, or with `--data` real text: the first `--context` tokens (prompt then continuation) of the first
+ * `--streams` conversations of a held-out JSONL file.
  *
- *   node --import tsx bench/batchConsistency.ts --url http://127.0.0.1:8000 --streams 32 --context 512
+ *   node --import tsx bench/batchConsistency.ts --url http://127.0.0.1:8000 --streams 32 --context 512 [--data FILE]
  *
  * Prints JSON: { requests, differing, differing_rate, first_difference }.
  */
 import { Command, InvalidArgumentError } from "commander";
 import { createDraftClient } from "../src/validate/createDraftClient.js";
+import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
 
 function integer(min: number) {
     return (value: string): number => {
@@ -25,7 +28,8 @@ const program = new Command("batchConsistency")
     .option("--draft-len <k>", "tokens per draft", integer(1), 16)
     .option("--vocab-size <n>", "ids are drawn below this", integer(2), 151_936)
     .option("--seed <n>", "seed of the random contexts", integer(0), 7)
-    .action(async (options: { url: string; streams: number; context: number; draftLen: number; vocabSize: number; seed: number }) => {
+    .option("--data <file>", "take the contexts from this held-out JSONL file instead of random ids")
+    .action(async (options: { url: string; streams: number; context: number; draftLen: number; vocabSize: number; seed: number; data?: string }) => {
         const client = createDraftClient(options.url, 120_000);
         let state = options.seed >>> 0;
         const random = () => {
@@ -36,8 +40,11 @@ const program = new Command("batchConsistency")
             t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
             return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
         };
-        const contexts = Array.from({ length: options.streams }, () =>
-            Array.from({ length: options.context }, () => Math.floor(random() * options.vocabSize)));
+        const contexts = options.data === undefined
+            ? Array.from({ length: options.streams }, () => Array.from({ length: options.context }, () => Math.floor(random() * options.vocabSize)))
+            : (await readHeldOutFile(options.data, { limit: options.streams })).conversations
+                .map((c) => [...c.promptTokens, ...c.continuationTokens].slice(0, options.context));
+        if (contexts.length < options.streams) throw new Error(`${options.data}: ${contexts.length} conversations, --streams ${options.streams}`);
         const draftOf = async (context: number[]): Promise<number[] | undefined> => {
             const outcome = await client.draft(context, options.draftLen);
             return outcome.ok ? outcome.draft : undefined;
@@ -54,7 +61,7 @@ const program = new Command("batchConsistency")
             }
         }
         process.stdout.write(`${JSON.stringify({
-            url: options.url, requests: contexts.length, context: options.context, differing,
+            url: options.url, contexts: options.data ?? `random (seed ${options.seed})`, requests: contexts.length, context: options.context, differing,
             differing_rate: differing / contexts.length, first_difference: firstDifference ?? null,
         }, null, 2)}\n`);
     });

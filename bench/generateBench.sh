@@ -7,6 +7,7 @@
 # `specdraft generate` with --drafter (that server), --draft-model DRAFTER and --draft ngram, each with
 # --verifier node-llama-cpp and --verifier exact, writing OUT_DIR/<source>-<verifier>.json and the tables to
 # OUT_DIR/tables.txt. Extra flags (e.g. --max-tokens 128 --draft-len 8 --runs 3 --gpu cpu --threads 1) go to every run.
+# VERIFIERS="exact" runs one verifier only (default: "node-llama-cpp exact").
 set -euo pipefail
 if [ $# -lt 4 ]; then sed -n 2,10p "$0"; exit 2; fi
 target=$1; drafter=$2; data=$3; out=$4; shift 4
@@ -28,7 +29,7 @@ for _ in $(seq 1 600); do
 done
 
 : >"$out/tables.txt"
-for verifier in node-llama-cpp exact; do
+for verifier in ${VERIFIERS:-node-llama-cpp exact}; do
     for source in http model ngram; do
         case $source in
             http) draft=(--drafter "http://127.0.0.1:$port") ;;

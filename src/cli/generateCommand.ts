@@ -177,7 +177,7 @@ export function generateCommand(): Command {
                 .choices(["node-llama-cpp", "exact"])
                 .default(defaultVerifier)
         )
-        .option("--threads <n>", "CPU threads per llama.cpp context (default: node-llama-cpp's choice)", parseIntegerOption(1))
+        .option("--threads <n>", "CPU threads per llama.cpp context (default: the CPUs less one, 1 to 8)", parseIntegerOption(1))
         .option("--context-size <n>", "target context size (default: longest prompt + max tokens + draft length + 8)", parseIntegerOption(2))
         .option("--timeout-ms <ms>", "per-request timeout of the drafter server", parseIntegerOption(1), defaultDraftTimeoutMs)
         .option("--no-progress", "no progress bar")

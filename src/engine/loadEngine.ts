@@ -3,7 +3,7 @@
  * file), loads the native draft loop built for the chosen backend, and wraps it in the batching NativeEngine.
  */
 
-import { availableParallelism } from "node:os";
+import { defaultThreads } from "./defaultThreads.js";
 import { EngineLoadError } from "./errors.js";
 import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
@@ -180,9 +180,6 @@ function definedOnly(options: LoadEngineOptions): LoadEngineOptions {
     return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as unknown as LoadEngineOptions;
 }
 
-function defaultThreads(): number {
-    return Math.max(1, Math.min(availableParallelism() - 1, 8));
-}
 
 /** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */
 function backendOf(gpuDevice: string): ComputeBackend {

@@ -4,6 +4,7 @@
  * order so neither mode always runs warm. Returns the side-by-side summary; equality of outputs is checked here.
  */
 import type { Llama, LlamaContext, LlamaModel } from "node-llama-cpp";
+import { defaultThreads } from "../engine/defaultThreads.js";
 import { GenerateError } from "./errors.js";
 import { comparePromptRuns } from "./comparePromptRuns.js";
 import { generateAlone } from "./generateAlone.js";
@@ -47,9 +48,9 @@ export interface RunGenerateOptions {
     runs?: number;
     /** Defaults to `"auto"`. */
     gpu?: GpuChoice;
-    /** Defaults to `"node-llama-cpp"`. */
+    /** Defaults to `"exact"` (defaultVerifier). */
     verifier?: VerifierKind;
-    /** Threads per llama.cpp context. Defaults to node-llama-cpp's choice. */
+    /** CPU threads per llama.cpp context. Defaults to the CPUs less one, 1 to 8 (defaultThreads). */
     threads?: number;
     /** Context size of the target (and draft model). Defaults to the longest prompt + maxTokens + draftLength + 8. */
     contextSize?: number;
@@ -70,6 +71,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
     const runs = options.runs ?? defaultRuns;
     const gpu = options.gpu ?? defaultGpu;
     const verifier = options.verifier ?? defaultVerifier;
+    const threads = options.threads ?? defaultThreads();
     const warnings: string[] = [];
     const warn = (message: string): void => {
         warnings.push(message);
@@ -97,7 +99,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             target: { label: options.target, fingerprint: targetVocabulary.fingerprint, size: targetVocabulary.size },
             llama,
             contextSize,
-            threads: options.threads,
+            threads,
             timeoutMs: options.timeoutMs,
             warn
         });
@@ -105,9 +107,9 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
 
         // one sequence per context, and never two evaluations at once: node-llama-cpp's sampling of several sequences
         // in one context can race on llama.cpp's logits buffer
-        const aloneContext = await model.createContext({ contextSize, sequences: 1, threads: options.threads });
+        const aloneContext = await model.createContext({ contextSize, sequences: 1, threads });
         contexts.push(aloneContext);
-        const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads: options.threads });
+        const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads });
         contexts.push(speculativeContext);
         const aloneSequence = aloneContext.getSequence();
         const speculativeSequence =
@@ -145,7 +147,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             target: { path: options.target, vocabFingerprint: targetVocabulary.fingerprint },
             draft: { kind: source.kind, source: source.label, vocabFingerprint: source.vocabFingerprint },
             verifier,
-            settings: { maxTokens, draftLength, runs, gpu: llama.gpu === false ? "cpu" : llama.gpu, contextSize, threads: options.threads },
+            settings: { maxTokens, draftLength, runs, gpu: llama.gpu === false ? "cpu" : llama.gpu, contextSize, threads },
             warnings
         });
     } finally {

@@ -4,6 +4,7 @@
  * acceptance paths run, not only rejections.
  */
 import assert from "node:assert/strict";
+import { availableParallelism } from "node:os";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
 import { GenerateError } from "../../src/generate/errors.js";
@@ -64,6 +65,12 @@ for (const verifier of ["exact", "node-llama-cpp"] as const satisfies readonly V
         assert.ok(summary.speculative.drafted > 0, "the prompts repeat themselves, so lookup finds drafts");
     });
 }
+
+test("without threads given, every context gets the CPUs less one, not node-llama-cpp's oversubscribing default", async () => {
+    const summary = await runGenerate({ target: targetModel, prompts: testPrompts.slice(0, 1), maxTokens: 8, draftLength, gpu: "cpu", llama, draft: { kind: "ngram" } });
+    assert.equal(summary.settings.threads, Math.max(1, Math.min(availableParallelism() - 1, 8)));
+    assertLossless(summary);
+});
 
 test("a draft model with another vocabulary is refused before generating", async () => {
     await assert.rejects(generate({ draft: { kind: "model", path: otherVocabModel } }), (error: unknown) => {
