@@ -14,7 +14,7 @@ if [ ! -f "$model" ]; then
   python3 bench/models/make_random_drafter.py --tokenizer /tmp/qwen3-tokenizer.json --out "$model" 2>&1 | tail -1
 fi
 if [ ! -x /tmp/llama-build/bin/llama-server ]; then
-  mkdir -p /tmp/llama-src && tar xJf .gpu-extra/llama-src.tar.xz -C /tmp/llama-src &&
+  mkdir -p /tmp/llama-src && tar xJf .gpu-llama/llama-src.tar.xz -C /tmp/llama-src &&
   cmake -S /tmp/llama-src -B /tmp/llama-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real > "$logs/llama-server-build.log" 2>&1 &&

@@ -5,10 +5,12 @@
 #   3. llama.cpp's own llama-server, built here from the llama.cpp source node-llama-cpp bundles.
 # The drafter is Qwen3-1.7B-shaped with random weights in Q4_0 (bench/models/make_random_drafter.py).
 #
-# From the checkout on the GPU machine, with .gpu (../shared/gpu/stage.sh), .gpu-extra (llama-src.tar.xz,
-# qwen3-tokenizer.json.xz, serveBench.mjs and batchConsistency.mjs bundled by bench/gpu/stage.sh), .whl (gguf wheel), dist and
-# build/llama-headers brought along:
+# From the checkout on the GPU machine, with .gpu (../shared/gpu/stage.sh), .gpu-extra (qwen3-tokenizer.json.xz and the
+# bench clients bundled by bench/gpu/stage.sh), .gpu-llama (llama-src.tar.xz; only for the llama-server peer), .whl (gguf
+# wheel), dist and build/llama-headers brought along:
 #   bash bench/gpu/serving.sh RESULTS_DIR [PEERS]      PEERS: any of "specdraft hf-seed llama-server" (default: all)
+# bench/gpu/stage.sh prints what each job brings: with .gpu-llama this one is now over the device tool's 64 MiB (the
+# committed default drafter grew the checkout), so run the llama-server peer in a job of its own or carry less.
 set -uo pipefail
 results=${1:?results dir}
 peers=${2:-specdraft hf-seed llama-server}
