@@ -13,22 +13,20 @@
  *
  *   node --import tsx bench/generateCosts.ts --target T.gguf [--drafter http://127.0.0.1:8000] [--gpu cuda] > costs.json
  */
-import { Command, InvalidArgumentError } from "commander";
+import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
 import { createSpecdraftClient } from "../src/validate/createSpecdraftClient.js";
+import { parseIntegerOption } from "../src/validate/parseIntegerOption.js";
 
 const program = new Command("generateCosts")
     .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")
     .requiredOption("--target <gguf>", "target model")
     .option("--drafter <url>", "a specdraft server to time /draft against")
-    .option("--gpu <choice>", `one of ${gpuChoices.join(", ")}`, (value: string) => {
-        if (!(gpuChoices as readonly string[]).includes(value)) throw new InvalidArgumentError(`expected one of ${gpuChoices.join(", ")}`);
-        return value as GpuChoice;
-    }, "auto" as GpuChoice)
-    .option("--repeats <n>", "measurements per figure", (value: string) => Number(value), 40)
+    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
+    .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
     .action(async (options: { target: string; drafter?: string; gpu: GpuChoice; repeats: number }) => {
         const llama = await loadLlama(options.gpu);
         const model = await llama.loadModel({ modelPath: options.target });

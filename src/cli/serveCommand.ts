@@ -61,7 +61,7 @@ export function serveCommand(): Command {
         .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
         .option("--max-queue <n>", "draft requests that may wait before new ones get 503 queue_full", integerIn(1, 1 << 20), defaultMaxQueue)
         .option("--body-limit <bytes>", "largest request body; larger ones get 413", integerIn(64, 1 << 30), defaultBodyLimit)
-        .option("--threads <n>", "CPU threads for llama.cpp (default: the number of CPUs)", integerIn(1, 1024))
+        .option("--threads <n>", "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)", integerIn(1, 1024))
         .option("--log", "log every request to stderr", false)
         .action(async (flags: ServeFlags) => {
             const options: ServeOptions = {

@@ -180,7 +180,6 @@ function definedOnly(options: LoadEngineOptions): LoadEngineOptions {
     return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as unknown as LoadEngineOptions;
 }
 
-
 /** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */
 function backendOf(gpuDevice: string): ComputeBackend {
     const registry = gpuDevice.split(":")[0]!.toLowerCase();

@@ -33,7 +33,7 @@ export interface ServeOptions {
     bodyLimit: number;
     /** Log every request to stderr. Defaults (in the CLI) to `false`. */
     logRequests: boolean;
-    /** CPU threads for llama.cpp. Defaults to the engine's choice (the number of CPUs). */
+    /** CPU threads for llama.cpp. Defaults to the engine's choice (the CPUs less one, 1 to 8). */
     threads?: number;
 }
 

@@ -13,9 +13,9 @@ import type { DraftOutcome } from "./types.js";
 /** Pulls the draft out of a 2xx JSON answer, or says why it cannot. */
 export type DraftExtractor = (answer: unknown, n: number) => number[] | string;
 
-const agents = {
-    "http:": new http.Agent({ keepAlive: true }),
-    "https:": new https.Agent({ keepAlive: true }),
+const transports = {
+    http: { request: http.request, agent: new http.Agent({ keepAlive: true }) },
+    https: { request: https.request, agent: new https.Agent({ keepAlive: true }) },
 };
 
 export async function requestDraft(url: string, body: unknown, n: number, timeoutMs: number, extract: DraftExtractor): Promise<DraftOutcome> {
@@ -46,12 +46,11 @@ export async function requestDraft(url: string, body: unknown, n: number, timeou
 
 /** POSTs `json` and resolves with the status and the whole body; rejects on a socket error or when `signal` aborts. */
 function post(url: URL, json: string, signal: AbortSignal): Promise<{ status: number; text: string }> {
-    const client = url.protocol === "https:" ? https : http;
-    const agent = url.protocol === "https:" ? agents["https:"] : agents["http:"];
+    const transport = url.protocol === "https:" ? transports.https : transports.http;
     return new Promise((resolve, reject) => {
-        const request = client.request(url, {
+        const request = transport.request(url, {
             method: "POST",
-            agent,
+            agent: transport.agent,
             signal,
             headers: { "content-type": "application/json", "content-length": Buffer.byteLength(json) },
         }, (response) => {
