@@ -7,9 +7,12 @@
 // request: {"prompts": [[ids], ...], "n": 16, "probabilities": true, "kvCacheType": "F32"?, "threads": 1?}
 //            → {"drafts": [[ids]], "firstProbabilities": [[[id, p], ...]]}   (KV cache type defaults to llama.cpp's F16)
 //          {"texts": ["...", ...], "specialTokens": false}              → {"tokens": [[ids], ...]}
+// Every answer also says which CPU path ran: {"cpuBackend": ".../libggml-cpu-haswell.so", "systemInfo": "CPU : …"}
+// (ggml loads the best libggml-cpu-<variant>.so this CPU runs; scripts/ggml_cpu_variant.c can pin another).
 // Prompts run one at a time on one sequence whose history is cleared in between (UV_THREADPOOL_SIZE=1 avoids a known
 // race between concurrent evaluations' logits in the addon). Greedy = temperature 0: ties go to the lowest id.
 
+import { readFileSync } from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 const defaultDraftLength = 16;
@@ -39,6 +42,14 @@ async function greedy(sequence, prompt, n, withProbabilities) {
     return { draft, probabilities };
 }
 
+/** The libggml-cpu-<variant>.so mapped into this process: the CPU backend ggml chose (or was pinned to). */
+function loadedCpuBackend() {
+    const line = readFileSync("/proc/self/maps", "utf8")
+        .split("\n")
+        .find((l) => /libggml-cpu-[^/]*\.so/.test(l));
+    return line ? line.slice(line.indexOf("/")) : null;
+}
+
 async function main() {
     const modelPath = process.argv[2];
     if (!modelPath) {
@@ -48,10 +59,11 @@ async function main() {
     const request = await readStdin();
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
     const model = await llama.loadModel({ modelPath });
+    const cpu = { cpuBackend: loadedCpuBackend(), systemInfo: llama.systemInfo };
     try {
         if (request.texts) {
             const tokens = request.texts.map((text) => model.tokenize(text, request.specialTokens ?? false));
-            process.stdout.write(JSON.stringify({ tokens }));
+            process.stdout.write(JSON.stringify({ tokens, ...cpu }));
             return;
         }
         const n = request.n ?? defaultDraftLength;
@@ -74,7 +86,7 @@ async function main() {
                 drafts.push(draft);
                 if (probabilities) firstProbabilities.push(probabilities);
             }
-            process.stdout.write(JSON.stringify({ drafts, firstProbabilities }));
+            process.stdout.write(JSON.stringify({ drafts, firstProbabilities, ...cpu }));
         } finally {
             await context.dispose();
         }

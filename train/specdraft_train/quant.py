@@ -36,7 +36,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -116,19 +116,16 @@ def q4_0_dequantize_blocks(d: Tensor, q: Tensor) -> Tensor:
 
 def q8_0_quantize_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
     """Q8_0 blocks of ``w`` as ggml computes them: ``(d, q)``, d fp32 ``(n_blocks, 1)``, q int8 ``(n_blocks, 32)``."""
-    blocks = _blocks(w)  # (n_blocks, 32)
-    amax = blocks.abs().amax(dim=-1, keepdim=True)  # (n_blocks, 1)
-    # A tensor divisor, not the Python scalar 127: on CUDA, PyTorch divides by a CPU scalar as a multiplication by its
-    # reciprocal, which rounds differently from ggml's true division. The first H200 lab's QAT embedding (the only
-    # Q8_0 tensor) failed export's fingerprint check that way while every Q4_0 tensor (d = max / −8, exact) matched.
-    d = amax / torch.full_like(amax, 127.0)
-    inv_d = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
-    scaled = blocks * inv_d
-    # roundf (half away from zero) exactly as gguf-py's np_roundf writes it
-    a = scaled.abs()
+    # ggml's reference quantizer, the one gguf-py reproduces: the "reference" rule of the activation rounding below.
+    scaled, d = q8_0_activation_terms(_blocks(w), "reference")
+    return d, _roundf(scaled).to(torch.int8)
+
+
+def _roundf(x: Tensor) -> Tensor:
+    """C's ``roundf`` (half away from zero) exactly as gguf-py's ``np_roundf`` writes it: no ``x + 0.5`` rounding."""
+    a = x.abs()
     floored = torch.floor(a)
-    q = torch.sign(scaled) * (floored + torch.floor(2 * (a - floored)))
-    return d, q.to(torch.int8)
+    return torch.sign(x) * (floored + torch.floor(2 * (a - floored)))
 
 
 def q8_0_dequantize_blocks(d: Tensor, q: Tensor) -> Tensor:
@@ -389,29 +386,66 @@ def prepare_qat(model: nn.Module, clip_search: bool = False, out_type: str = "Q4
     return state
 
 
-def round_activations_q8_0(x: Tensor) -> Tensor:
-    """``x`` as ggml's CPU matmul sees it against a Q4_0/Q8_0 weight: rows quantized to Q8_0 by the SIMD
-    ``quantize_row_q8_0`` (``id = 127 / amax``, round half to even, fp16 d), not by the reference quantizer."""
+# How ggml's CPU backend quantizes a matmul's activations to Q8_0 against a Q4_0/Q8_0 weight. Every x86 build with AVX
+# (node-llama-cpp's prebuilt variants sandybridge … sapphirerapids, zen4) uses the SIMD ``quantize_row_q8_0`` of
+# ggml-cpu/arch/x86/quants.c, and the repacked Q4_0 (``ggml_quantize_mat_q8_0_4x8``) and AMX paths call the same rule:
+# ``id = 127 / amax``, round half to even (``_mm256_round_ps``), scale ``fp16(amax / 127)``. The variants without AVX
+# (x64, sse42) fall back to ``quantize_row_q8_0_ref``: ``id = 1 / d`` and ``roundf`` (half away from zero). The two
+# rules differ only for values within an ulp or so of a rounding boundary.
+ACTIVATION_RULES = ("simd", "reference")
+GGML_CPU_VARIANTS_WITHOUT_AVX = frozenset({"x64", "sse42"})
+
+
+def ggml_activation_rule(cpu_variant: str) -> str:
+    """The activation rounding rule of one of ggml's x86 CPU backend variants (``libggml-cpu-<variant>.so``)."""
+    return "reference" if cpu_variant in GGML_CPU_VARIANTS_WITHOUT_AVX else "simd"
+
+
+def q8_0_activation_terms(x: Tensor, rule: str = "simd") -> tuple[Tensor, Tensor]:
+    """What ggml rounds when it quantizes ``x``'s rows to Q8_0: ``(scaled, d)``, ``scaled = x * id`` per element
+    ``(n_blocks, 32)`` before rounding and the fp32 scale ``d = amax / 127`` ``(n_blocks, 1)`` before its fp16 rounding."""
+    if rule not in ACTIVATION_RULES:
+        raise ValueError(f"Unknown activation rounding rule {rule!r}: expected one of {', '.join(ACTIVATION_RULES)}.")
     blocks = x.to(torch.float32).reshape(-1, QK)  # (n_blocks, 32)
-    amax = blocks.abs().amax(dim=-1, keepdim=True)
-    d = amax / 127
-    inv_d = torch.where(amax == 0, torch.zeros_like(amax), 127 / amax)
-    q = torch.round(blocks * inv_d)
+    amax = blocks.abs().amax(dim=-1, keepdim=True)  # (n_blocks, 1)
+    # A tensor divisor, not the Python scalar 127: on CUDA, PyTorch divides by a CPU scalar as a multiplication by its
+    # reciprocal, which rounds differently from ggml's true division. The first H200 lab's QAT embedding (the only
+    # Q8_0 tensor) failed export's fingerprint check that way while every Q4_0 tensor (d = max / −8, exact) matched.
+    full_127 = torch.full_like(amax, 127.0)
+    d = amax / full_127
+    if rule == "simd":
+        inv_d = torch.where(amax == 0, torch.zeros_like(amax), full_127 / amax)
+    else:
+        inv_d = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
+    return blocks * inv_d, d
+
+
+def round_activations_q8_0(x: Tensor, rule: str = "simd") -> Tensor:
+    """``x`` as ggml's CPU matmul sees it against a Q4_0/Q8_0 weight: rows quantized to Q8_0 by ``rule``
+    (:data:`ACTIVATION_RULES`; ``simd`` on every x86 build with AVX), then dequantized."""
+    scaled, d = q8_0_activation_terms(x, rule)
+    q = torch.round(scaled) if rule == "simd" else _roundf(scaled)  # torch.round is half to even
     return (q * d.to(torch.float16).to(torch.float32)).reshape(x.shape).to(x.dtype)
 
 
 @contextlib.contextmanager
-def ggml_activation_rounding(state: QatState) -> Iterator[None]:
+def ggml_activation_rounding(state: QatState,
+                             rounding: Callable[[Tensor], Tensor] = round_activations_q8_0) -> Iterator[None]:
     """Within the block, every ``nn.Linear`` whose weight the GGUF quantizes rounds its input as ggml's CPU backend
     does, so a QAT model's logits match llama.cpp's to float32 summation order (a check and an eval aid; training
-    without it is the usual QAT, since the GPU backends round activations differently or not at all)."""
+    without it is the usual QAT, since the GPU backends round activations differently or not at all).
+
+    ``rounding`` replaces the rule, e.g. ``functools.partial(round_activations_q8_0, rule="reference")``. Each
+    module's input goes through it once per call, so modules that share an input (q/k/v, gate/up) see the same
+    tensor object in a row: a stateful ``rounding`` can recognise that, as ggml quantizes each matmul's input alike.
+    """
     handles = []
     for target in state.targets.values():
         if target.qtype not in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q8_0):
             continue
         for module in target.modules:
             if isinstance(module, nn.Linear):
-                handles.append(module.register_forward_pre_hook(lambda _m, args: (round_activations_q8_0(args[0]),)))
+                handles.append(module.register_forward_pre_hook(lambda _m, args: (rounding(args[0]),)))
     try:
         yield
     finally:

@@ -116,7 +116,6 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
 
 
 def test_qat_distill_writes_a_qat_state_that_evaluation_uses(tiny: dict[str, Path], straight: Path, tmp_path: Path):
-    pytest.importorskip("gguf", reason="quant.py needs the gguf package")
     out = tmp_path / "qat"
     _distill_here(tiny, out, drafter=straight, qat=True)
     manifest = verify_stage_dir(out, "distill")

@@ -76,9 +76,10 @@ def save_checkpoint(model: Qwen3ForCausalLM, tokenizer: Tokenizer, out_dir: Path
     return out_dir
 
 
-def run_gguf_greedy(gguf_path: Path, request: dict[str, Any]) -> dict[str, Any]:
-    """train/scripts/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker)."""
-    env = dict(os.environ, UV_THREADPOOL_SIZE="1")
+def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """train/scripts/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
+    variables, e.g. ``ggml_cpu.pinned_env`` to run one CPU backend variant."""
+    env = {**os.environ, "UV_THREADPOOL_SIZE": "1", **(env or {})}
     result = subprocess.run(["node", str(GGUF_GREEDY), str(gguf_path)], input=json.dumps(request), text=True,
                             capture_output=True, env=env, cwd=TRAIN_DIR.parent, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]

