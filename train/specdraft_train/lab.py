@@ -26,8 +26,11 @@ from typing import Any, Callable
 import torch
 
 from . import corpus, distill, pretrain, reference, tokenizer
-from .artifacts import atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, write_manifest
-from .config import LabPreset, apply_settings, get_preset
+from .artifacts import (
+    atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, verify_stage_dir, write_manifest,
+)
+from .config import LabPreset, apply_settings, check_preset, get_preset
+from .corpus import FETCH_PROSE, PROSE_CACHE
 from .evaluate import drafter_tau, verify_heldout
 from .models import architecture_summary, load_causal_lm, resolve_device
 from .tau import TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
@@ -42,7 +45,8 @@ GOAL_QAT_OVER_DISTILLED = 0.98
 class LabState:
     """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran."""
 
-    def __init__(self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str]):
+    def __init__(self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str],
+                 prose: list[Path] | None = None):
         self.path = out / STATE_FILE
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if self.data and self.data.get("preset") != preset.name:
@@ -54,6 +58,7 @@ class LabState:
         self.data.setdefault("preset", preset.name)
         self.data.setdefault("settings", settings)
         self.data.setdefault("extras", [str(e) for e in extras])
+        self.data.setdefault("prose", [str(p) for p in prose or []])
         self.data.setdefault("stage_seconds", {})
         self.save()
 
@@ -167,10 +172,12 @@ def model_sizes(out: Path, gguf_path: Path | None) -> dict[str, Any]:
 
 
 def data_manifest(out: Path) -> dict[str, Any]:
-    """Every source file (content hash, split it fed) and every stage artifact's hash."""
+    """Every source file (kind, content hash, split it fed) and every stage artifact's hash."""
     sources = json.loads((out / "corpus" / "sources.json").read_text())
+    prose_repeats = verify_stage_dir(out / "tokenizer", "tokenizer")["prose_repeats"]
     fed = {
-        "train": ["tokenizer", "pretrain target", "pretrain base", "reference train prompts → distill"],
+        "train": ["tokenizer", f"pretrain target and base (prose × {prose_repeats} in the token stream)",
+                  "reference train prompts → distill"],
         "dev": ["pretrain dev loss", "reference dev prompts → distill epoch selection (dev τ)"],
         "heldout": ["reference held-out prompts → evaluate (lab_report τ)"],
     }
@@ -180,7 +187,8 @@ def data_manifest(out: Path) -> dict[str, Any]:
         if manifest is not None:
             artifacts[stage_dir] = {rel: info["sha256"] for rel, info in manifest["outputs"].items()}
     return {"python_version": sources["python_version"], "roots": sources["roots"], "split_feeds": fed,
-            "summary": sources["summary"], "files": sources["files"], "artifacts": artifacts}
+            "prose_repeats": prose_repeats, "summary": sources["summary"], "files": sources["files"],
+            "artifacts": artifacts}
 
 
 def drafter_architecture(out: Path) -> dict[str, Any]:
@@ -265,19 +273,35 @@ def markdown_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def preset_prose(preset: LabPreset) -> list[Path]:
+    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
+    folders = [PROSE_CACHE / name for name in preset.prose_packages]
+    missing = [folder for folder in folders if not folder.is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
+            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR")
+    return folders
+
+
 def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = "auto",
-            stdlib: Path | None = None, settings: list[str] | None = None) -> dict[str, Any]:
+            stdlib: Path | None = None, settings: list[str] | None = None,
+            prose: list[Path] | None = None) -> dict[str, Any]:
+    """The whole lab in ``out``; ``prose`` defaults to the preset's packages in the prose cache (looked up only when
+    the corpus stage has to run)."""
     settings = settings or []
     preset = apply_settings(get_preset(preset_name), settings)
+    check_preset(preset)
     if importlib.util.find_spec("gguf") is None:
         raise ValueError("the lab needs the `gguf` package (Q4_0 QAT and GGUF export): pip install gguf==0.19.0")
     out.mkdir(parents=True, exist_ok=True)
-    state = LabState(out, preset, extras, settings)
+    state = LabState(out, preset, extras, settings, prose)
     device = resolve_device(device_name)
     d = {name: out / name for name in ("corpus", "tokenizer", "target", "base", "reference", "distilled",
                                        "distilled-qat", "eval", "export")}
     run_stage(state, "corpus", d["corpus"],
-              lambda: corpus.build_corpus(d["corpus"], preset.corpus, stdlib or corpus.stdlib_root(), extras),
+              lambda: corpus.build_corpus(d["corpus"], preset.corpus, stdlib or corpus.stdlib_root(), extras,
+                                          prose or preset_prose(preset)),
               lambda: stage_complete(d["corpus"], "corpus"))
     run_stage(state, "tokenizer", d["tokenizer"],
               lambda: tokenizer.build(d["corpus"], d["tokenizer"], preset.tokenizer),
@@ -338,6 +362,7 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
         "evaluation": evaluation,
         "goals": goals(evaluation["tau"]),
         "model_sizes": model_sizes(out, gguf_path if available else None),
+        "prompts": (read_manifest(d["reference"]) or {}).get("categories"),  # per split and category
         "pretrain": pretrain_metrics,
         "distill": distill_metrics,
         "stage_seconds": state.data["stage_seconds"],
@@ -356,7 +381,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="lab directory (rerun the same command to resume)")
     p.add_argument("--preset", default="micro", help="micro (CPU) | lab (one H200) (default: micro)")
-    p.add_argument("--extra", action="append", default=[], type=Path, help="more source trees for the corpus (repeatable)")
+    p.add_argument("--extra", action="append", default=[], type=Path,
+                   help="more code trees for the corpus (repeatable)")
+    p.add_argument("--prose", action="append", default=[], type=Path,
+                   help="prose trees for the corpus (repeatable; default: the preset's packages under "
+                        f"{PROSE_CACHE}, made by scripts/fetch_prose.sh)")
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -366,7 +395,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib, args.settings)
+    report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib, args.settings, args.prose)
     tau = report["evaluation"]["tau"]
     print(json.dumps({k: round(v["tau"], 3) for k, v in tau.items()}))
     print(f"report: {args.out / 'lab_report.md'}")

@@ -1,16 +1,20 @@
-"""The micro lab end to end on CPU (CI's check that distillation + QAT beat the base drafter at Q4_0), then a rerun
-that skips every finished stage."""
+"""The micro lab end to end on CPU (CI's check that distillation + QAT beat the base drafter at Q4_0, on a held-out
+set of every category), then a rerun that skips every finished stage."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from specdraft_train.artifacts import verify_stage_dir
+from specdraft_train.config import MICRO
 from specdraft_train.lab import run_lab
+from specdraft_train.reference import corpus_categories
+from specdraft_train.tau import read_conversations
 
 from conftest import run_cli
 
@@ -40,12 +44,26 @@ def test_micro_lab_distilled_qat_beats_base_ptq(lab: Path):
     assert "τ Q4_0 QAT" in markdown and "repeated-4-gram share" in markdown
 
 
+def test_micro_lab_heldout_has_every_category_with_its_count(lab: Path):
+    names = [c.name for c in corpus_categories(("code", "prose"), MICRO.reference.prompt_lengths)]
+    conversations = read_conversations(lab / "reference" / "heldout.jsonl")
+    assert Counter(c.category for c in conversations) == {name: MICRO.reference.heldout_per_category for name in names}
+    assert min(len(c.continuation_tokens) for c in conversations) >= MICRO.reference.min_continuation_tokens
+    report = json.loads((lab / "lab_report.json").read_text())
+    assert report["prompts"]["train"] == verify_stage_dir(lab / "reference")["categories"]["train"]
+    assert set(report["prompts"]["train"]) == set(names) and sum(report["prompts"]["train"].values()) == 384
+
+
 def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):
     data = json.loads((lab / "data_manifest.json").read_text())
     sources = json.loads((lab / "corpus" / "sources.json").read_text())
-    assert len(data["files"]) == len(sources["files"]) > 1000  # every stdlib file seen, with its hash and split
+    assert len(data["files"]) == len(sources["files"]) > 1000  # every file seen, with its kind, hash and split
     splits = {f["split"] for f in data["files"]}
     assert {"train", "dev", "heldout"} <= splits and all(len(f["sha256"]) == 64 for f in data["files"])
+    for kind in ("code", "prose"):
+        assert {f["split"] for f in data["files"] if f["kind"] == kind} >= {"train", "dev", "heldout"}, kind
+    assert [r["source"] for r in data["roots"] if r["kind"] == "prose"] == ["prose:git-doc"]
+    assert data["prose_repeats"] == MICRO.tokenizer.prose_repeats == 2
     assert data["artifacts"]["reference"]["heldout.jsonl"] == verify_stage_dir(lab / "reference")["outputs"]["heldout.jsonl"]["sha256"]
     architecture = json.loads((lab / "architecture.json").read_text())
     assert architecture["model_type"] == "qwen3" and architecture["parameters"] > 0
