@@ -14,7 +14,7 @@ from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO
 from specdraft_train.lab import run_lab
 from specdraft_train.reference import corpus_categories
-from specdraft_train.tau import read_conversations
+from specdraft_train.tau import gap_closed, read_conversations
 
 from conftest import run_cli
 
@@ -52,6 +52,30 @@ def test_micro_lab_heldout_has_every_category_with_its_count(lab: Path):
     report = json.loads((lab / "lab_report.json").read_text())
     assert report["prompts"]["train"] == verify_stage_dir(lab / "reference")["categories"]["train"]
     assert set(report["prompts"]["train"]) == set(names) and sum(report["prompts"]["train"].values()) == 384
+
+
+def test_micro_lab_report_has_macro_tau_gap_closed_and_repetition_by_category(lab: Path):
+    report = json.loads((lab / "lab_report.json").read_text())
+    evaluation, comparison = report["evaluation"], report["comparison"]
+    tau = evaluation["tau"]
+    base, target, qat = tau["base_q4_0_ptq"], tau["target_as_drafter"], tau["distilled_q4_0_qat"]
+    names = list(base["by_category"])
+    assert len(names) == 12 and set(evaluation["repeated_4gram_share_by_category"]) == set(names)
+    assert qat["macro_tau"] == pytest.approx(sum(qat["by_category"][n]["tau"] for n in names) / 12)
+    assert comparison["distilled_q4_0_qat"]["overall"]["gap_closed"] == report["goals"]["qat_gap_closed"] == (
+        gap_closed(qat["tau"], base["tau"], target["tau"]))
+    assert comparison["base_q4_0_ptq"]["overall"] == {"over_base_q4_0_ptq": 1.0, "gap_closed": 0.0}
+    for name in names:
+        cell = comparison["distilled_q4_0_qat"]["by_category"][name]
+        assert cell["over_base_q4_0_ptq"] == qat["by_category"][name]["tau"] / base["by_category"][name]["tau"]
+        assert cell["gap_closed"] == gap_closed(qat["by_category"][name]["tau"], base["by_category"][name]["tau"],
+                                                target["by_category"][name]["tau"])
+    assert comparison["distilled_q4_0_qat"]["macro"]["gap_closed"] == gap_closed(
+        qat["macro_tau"], base["macro_tau"], target["macro_tau"])
+    markdown = (lab / "lab_report.md").read_text()
+    assert "gap closed" in markdown and "| macro |" in markdown
+    for name in names:  # a row in the per-category τ table and one in the ratio · gap-closed table
+        assert markdown.count(f"| {name} |") == 2, name
 
 
 def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):
