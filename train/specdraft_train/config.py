@@ -73,7 +73,7 @@ class ReferenceConfig:
     """Prompts fall into categories ``<kind>/<position>/<length>`` (reference.py): kind code | prose, position open
     (a file's first tokens) | inner (a window at a seeded random start ≥ 1), and one of ``prompt_lengths``."""
 
-    # Short (a one-line question's worth), medium, long (half the lab's 1,024-token context): τ differs most by length.
+    # Short, medium, long (half the lab's 1,024-token context): NOTES saw τ(base) fall from 128- to 384-token prompts.
     prompt_lengths: tuple[int, ...] = (64, 192, 512)
     max_new_tokens: int = 256  # continuation cap; the longest prompt plus this must fit the pretraining seq_len
     # Held-out/dev continuations shorter than this (the target stopped at <|endoftext|>) are dropped, not forced on:
@@ -82,10 +82,10 @@ class ReferenceConfig:
     top_k: int = 20  # target log-probs kept per continuation position for distillation
     train_prompts: int = 8192  # KD continuations (NOTES: 4,096 gave +16 %; more data, more gain)
     train_prose_share: float = 0.5  # the held-out set has as many prose categories as code ones
-    # Openings are one window per file and the easier, more uniform part (licence headers, imports); NOTES found KD on
-    # openings alone made inner windows worse, so inner windows get twice the openings' data.
+    # A file has one opening but many inner windows, and NOTES found KD on openings alone made inner windows worse:
+    # inner windows get twice the openings' data.
     train_open_share: float = 1 / 3
-    heldout_per_category: int = 32  # ≥ 24 per category keeps a category's τ within a few % run to run
+    heldout_per_category: int = 32  # NOTES' calibration held out 32 per category (the issue asks ≥ 24)
     dev_per_category: int = 24  # dev τ picks the distillation epoch: smaller than held-out, same categories
     # Candidates generated per kept held-out/dev prompt in the first round (more rounds only for categories whose
     # continuations keep stopping early): each round costs max_new_tokens sequential decode steps.
