@@ -362,9 +362,10 @@ def corpus_eval_pools(documents: dict[str, list[Document]], tokenizer: PreTraine
         selected = select_prompts(documents[split], tokenizer, counts, split, config.seed)
         for category in categories:
             if len(selected[category]) < keep:
+                shortest = category.length + (1 if category.position == "inner" else 0)
                 raise ValueError(f"{split} category {category.name}: {len(selected[category])} candidate prompts for "
-                                 f"{keep}: the {split} split has too few {category.kind} files of more than "
-                                 f"{category.length} tokens (a larger corpus or a larger {split} share)")
+                                 f"{keep}: the {split} split has too few {category.kind} files of at least "
+                                 f"{shortest} tokens (a larger corpus or a larger {split} share)")
             pools.append(EvalPool(split, category.name, selected[category], keep, config.min_continuation_tokens))
     return pools
 

@@ -20,8 +20,8 @@ from specdraft_train.config import LAB
 from specdraft_train.corpus import Document
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.reference import (
-    Category, Continuation, EvalPool, Prompt, corpus_categories, generate_continuations, generate_eval_sets,
-    read_train_examples, select_prompts, train_category_counts,
+    Category, Continuation, EvalPool, Prompt, corpus_categories, corpus_eval_pools, generate_continuations,
+    generate_eval_sets, read_train_examples, select_prompts, train_category_counts,
 )
 
 from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli
@@ -200,3 +200,19 @@ def test_eval_sets_fail_clearly_when_the_candidates_run_out(monkeypatch: pytest.
     with pytest.raises(ValueError, match=r"heldout category prose/inner/512: only 0 of 4 .* reached 10 tokens, "
                                          r"from all 8 candidates"):
         generate_eval_sets(None, None, [pool], config, torch.device("cpu"))
+
+
+def test_eval_pools_draw_spare_candidates_and_refuse_a_split_too_small_for_a_category():
+    documents = {split: _synthetic_split(60, 40, seed=i) for i, split in enumerate(("train", "dev", "heldout"))}
+    config = replace(LAB.reference, prompt_lengths=(64, 512), heldout_per_category=8, dev_per_category=4)
+    categories = corpus_categories(("code", "prose"), config.prompt_lengths)
+    pools = corpus_eval_pools(documents, _CharTokenizer(), categories, config)
+    assert [(p.split, p.category, p.keep) for p in pools] == [(split, c.name, keep) for split, keep in
+                                                             (("dev", 4), ("heldout", 8)) for c in categories]
+    assert all(len(p.candidates) == p.keep * reference.MAX_CANDIDATES_PER_KEPT for p in pools if p.split == "dev")
+    with pytest.raises(ValueError, match=r"dev category code/open/2900: \d candidate prompts for 4: the dev split has "
+                                         r"too few code files of at least 2900 tokens"):
+        corpus_eval_pools(documents, _CharTokenizer(), corpus_categories(("code", "prose"), (2900,)), config)
+    with pytest.raises(ValueError, match=r"heldout category code/inner/2900: .* of at least 2901 tokens"):
+        corpus_eval_pools(documents, _CharTokenizer(), [Category("code", "inner", 2900)],
+                          replace(config, dev_per_category=1))
