@@ -129,3 +129,16 @@ def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
     assert 5.0 <= state.data["stage_seconds"]["distill"] < 6.0
     assert "distill" not in state.data["interrupted_seconds"]
     assert json.loads((tmp_path / "lab_state.json").read_text())["stage_seconds"]["distill"] >= 5.0
+
+
+def test_missing_prose_names_the_folder_and_the_fetch_command():
+    from dataclasses import replace
+
+    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE
+    from specdraft_train.lab import preset_prose
+
+    assert preset_prose(MICRO) == [PROSE_CACHE / "git-doc"]
+    with pytest.raises(FileNotFoundError) as error:
+        preset_prose(replace(MICRO, prose_packages=("git-doc", "no-such-doc")))
+    assert str(PROSE_CACHE / "no-such-doc") in str(error.value)
+    assert f"bash {FETCH_PROSE} {PROSE_CACHE} no-such-doc" in str(error.value)
