@@ -11,7 +11,7 @@ drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter) when the GGUF expor
 ``--prose DIR``s, or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/fetch_prose.sh``).
 
     python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes (prose: git-doc)
-    python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages \
+    python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages \\
         --prose P/linux-doc-6.1 --prose P/python3.11-doc --prose P/git-doc    # one H200
 """
 
