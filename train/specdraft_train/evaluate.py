@@ -5,7 +5,8 @@ and, with `--q4`, τ with every weight as a GGUF Q4_0 file stores it (quant.prep
 embedding). A checkpoint holding ``qat_state.safetensors`` (from `distill --qat`) is evaluated with its learned Q4_0
 blocks (fingerprints checked); any other is post-training quantized (PTQ). Also: the n-gram prompt-lookup peer, the
 target as its own drafter (`--target`, sanity: τ ≈ k + 1), and the share of continuation 4-grams already seen earlier
-in the same text. Overall and per category. Writes JSON to `--out` (stdout without):
+in the same text. Overall, per category and macro (the mean of the categories' τ). Writes JSON to `--out` (stdout
+without):
 
     python -m specdraft_train evaluate --heldout runs/lab/reference/heldout.jsonl --drafter runs/lab/base \\
         --drafter runs/lab/distilled-qat --q4 --ngram --target runs/lab/target --out runs/lab/eval.json
@@ -24,7 +25,10 @@ import torch
 from .artifacts import atomic_write_json, read_manifest, sha256_file, verify_stage_dir
 from .config import EvalConfig
 from .models import checkpoint_info, is_local_checkpoint, load_causal_lm, parameter_count, resolve_device, verify_checkpoint
-from .tau import Conversation, TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
+from .tau import (
+    Conversation, TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share,
+    repeated_ngram_share_by_category,
+)
 
 QAT_STATE_FILE = "qat_state.safetensors"
 
@@ -70,6 +74,7 @@ def evaluate(heldout: Path, drafters: list[str], k: int, device: torch.device, q
                     "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)},
         "k": k,
         "repeated_4gram_share": repeated_ngram_share(conversations, 4),
+        "repeated_4gram_share_by_category": repeated_ngram_share_by_category(conversations, 4),
         "drafters": [],
     }
     for drafter in drafters:

@@ -4,12 +4,15 @@ evaluate → GGUF export — into one directory, resumable, with a report.
 A stage whose outputs and manifest hashes are already in place is skipped, so rerunning the same command after a
 crash continues where it stopped (stages that train also resume mid-run from their own ``resume/`` state). Writes
 ``lab_report.json`` and ``lab_report.md`` (τ of base / distilled / QAT drafters as trained and as Q4_0, the n-gram peer,
-the target as its own drafter, per category; repeated-4-gram share; model sizes; stage times; the lab goals),
-``data_manifest.json`` (every source file with its hash and the split it fed), ``architecture.json`` (the drafter),
-and ``export/drafter-q4_0.gguf`` (the QAT drafter) when the GGUF exporter is available.
+the target as its own drafter, overall, macro and per category, each beside its ratio to the base Q4_0 PTQ drafter and
+the gap it closes toward the target; repeated-4-gram share; model sizes; stage times; the lab goals),
+``data_manifest.json`` (every source file with its kind, hash and the split it fed), ``architecture.json`` (the
+drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter) when the GGUF exporter is available. Prose comes from
+``--prose DIR``s, or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/fetch_prose.sh``).
 
-    python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes
-    python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages   # one H200
+    python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes (prose: git-doc)
+    python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages \\
+        --prose P/linux-doc-6.1 --prose P/python3.11-doc --prose P/git-doc    # one H200
 """
 
 from __future__ import annotations
@@ -26,23 +29,39 @@ from typing import Any, Callable
 import torch
 
 from . import corpus, distill, pretrain, reference, tokenizer
-from .artifacts import atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, write_manifest
-from .config import LabPreset, apply_settings, get_preset
+from .artifacts import (
+    atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, verify_stage_dir, write_manifest,
+)
+from .config import LabPreset, apply_settings, check_preset, get_preset
+from .corpus import FETCH_PROSE, PROSE_CACHE
 from .evaluate import drafter_tau, verify_heldout
 from .models import architecture_summary, load_causal_lm, resolve_device
-from .tau import TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share
+from .tau import (
+    TauResult, category_order, gap_closed, model_tau, ngram_tau, read_conversations, repeated_ngram_share,
+    repeated_ngram_share_by_category,
+)
 
 STATE_FILE = "lab_state.json"
 GGUF_NAME = "drafter-q4_0.gguf"
 # The issue's goals for the `lab` preset (reported for micro too, where only the first is asserted, by CI).
 GOAL_QAT_OVER_BASE_PTQ = 1.5
 GOAL_QAT_OVER_DISTILLED = 0.98
+# Every τ the lab reports, in report order, with its label. Gap closed runs from BASELINE to CEILING.
+VARIANTS = (
+    ("base", "base, as trained"), ("base_q4_0_ptq", "base, Q4_0 PTQ"),
+    ("distilled", "distilled, as trained"), ("distilled_q4_0_ptq", "distilled, Q4_0 PTQ"),
+    ("distilled_qat_latent", "distilled + QAT, latent fp32"), ("distilled_q4_0_qat", "distilled, Q4_0 QAT"),
+    ("ngram", "n-gram prompt lookup"), ("target_as_drafter", "target as its own drafter"),
+)
+BASELINE = "base_q4_0_ptq"
+CEILING = "target_as_drafter"
 
 
 class LabState:
     """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran."""
 
-    def __init__(self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str]):
+    def __init__(self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str],
+                 prose: list[Path] | None = None):
         self.path = out / STATE_FILE
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if self.data and self.data.get("preset") != preset.name:
@@ -54,6 +73,7 @@ class LabState:
         self.data.setdefault("preset", preset.name)
         self.data.setdefault("settings", settings)
         self.data.setdefault("extras", [str(e) for e in extras])
+        self.data.setdefault("prose", [str(p) for p in prose or []])
         self.data.setdefault("stage_seconds", {})
         self.save()
 
@@ -117,6 +137,7 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
         "heldout": {"path": str(heldout_path), "sha256": sha256_file(heldout_path), "conversations": len(conversations),
                     "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)},
         "repeated_4gram_share": repeated_ngram_share(conversations, 4),
+        "repeated_4gram_share_by_category": repeated_ngram_share_by_category(conversations, 4),
         "tau": {},
     }
     tau = results["tau"]
@@ -134,8 +155,31 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
     return results
 
 
+def comparison(tau: dict[str, Any]) -> dict[str, Any]:
+    """Every variant against the base drafter at Q4_0 PTQ: its τ ratio and the gap it closes toward the target drafting
+    for itself, overall, macro (from the macro τs) and per category."""
+    base, ceiling = tau[BASELINE], tau[CEILING]
+
+    def against(value: float, base_value: float, ceiling_value: float) -> dict[str, float | None]:
+        return {"over_base_q4_0_ptq": value / base_value if base_value else None,
+                "gap_closed": gap_closed(value, base_value, ceiling_value)}
+
+    result = {}
+    for key, entry in tau.items():
+        result[key] = {
+            "overall": against(entry["tau"], base["tau"], ceiling["tau"]),
+            "macro": against(entry["macro_tau"], base["macro_tau"], ceiling["macro_tau"]),
+            "by_category": {
+                name: against(c["tau"], base["by_category"][name]["tau"], ceiling["by_category"][name]["tau"])
+                for name, c in entry["by_category"].items()
+                if name in base["by_category"] and name in ceiling["by_category"]
+            },
+        }
+    return result
+
+
 def goals(tau: dict[str, Any]) -> dict[str, Any]:
-    qat, base_ptq, distilled, ngram = (tau[k] for k in ("distilled_q4_0_qat", "base_q4_0_ptq", "distilled", "ngram"))
+    qat, base_ptq, distilled, ngram = (tau[k] for k in ("distilled_q4_0_qat", BASELINE, "distilled", "ngram"))
     per_category = {
         name: qat["by_category"][name]["tau"] > ngram["by_category"].get(name, {"tau": float("inf")})["tau"]
         for name in qat["by_category"]
@@ -144,6 +188,7 @@ def goals(tau: dict[str, Any]) -> dict[str, Any]:
         "qat_beats_base_ptq": qat["tau"] > base_ptq["tau"],
         "qat_over_base_ptq": qat["tau"] / base_ptq["tau"],
         "qat_over_base_ptq_goal": GOAL_QAT_OVER_BASE_PTQ,
+        "qat_gap_closed": gap_closed(qat["tau"], base_ptq["tau"], tau[CEILING]["tau"]),
         "qat_over_distilled": qat["tau"] / distilled["tau"],
         "qat_over_distilled_goal": GOAL_QAT_OVER_DISTILLED,
         "qat_beats_ngram_by_category": per_category,
@@ -167,10 +212,12 @@ def model_sizes(out: Path, gguf_path: Path | None) -> dict[str, Any]:
 
 
 def data_manifest(out: Path) -> dict[str, Any]:
-    """Every source file (content hash, split it fed) and every stage artifact's hash."""
+    """Every source file (kind, content hash, split it fed) and every stage artifact's hash."""
     sources = json.loads((out / "corpus" / "sources.json").read_text())
+    prose_repeats = verify_stage_dir(out / "tokenizer", "tokenizer")["prose_repeats"]
     fed = {
-        "train": ["tokenizer", "pretrain target", "pretrain base", "reference train prompts → distill"],
+        "train": ["tokenizer", f"pretrain target and base (prose × {prose_repeats} in the token stream)",
+                  "reference train prompts → distill"],
         "dev": ["pretrain dev loss", "reference dev prompts → distill epoch selection (dev τ)"],
         "heldout": ["reference held-out prompts → evaluate (lab_report τ)"],
     }
@@ -180,7 +227,8 @@ def data_manifest(out: Path) -> dict[str, Any]:
         if manifest is not None:
             artifacts[stage_dir] = {rel: info["sha256"] for rel, info in manifest["outputs"].items()}
     return {"python_version": sources["python_version"], "roots": sources["roots"], "split_feeds": fed,
-            "summary": sources["summary"], "files": sources["files"], "artifacts": artifacts}
+            "prose_repeats": prose_repeats, "summary": sources["summary"], "files": sources["files"],
+            "artifacts": artifacts}
 
 
 def drafter_architecture(out: Path) -> dict[str, Any]:
@@ -201,10 +249,25 @@ def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
+def _gap(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def _against(cell: dict[str, float | None]) -> str:
+    """A ratio to the base Q4_0 PTQ drafter with the gap closed beside it, e.g. ``1.124× · 18%``."""
+    ratio = cell["over_base_q4_0_ptq"]
+    return ("—" if ratio is None else f"{ratio:.3f}×") + " · " + _gap(cell["gap_closed"])
+
+
 def markdown_report(report: dict[str, Any]) -> str:
-    tau = report["evaluation"]["tau"]
+    evaluation = report["evaluation"]
+    tau, versus = evaluation["tau"], report["comparison"]
+    keys = [key for key, _ in VARIANTS if key in tau]
+    labels = dict(VARIANTS)
+    categories = sorted(tau[BASELINE]["by_category"], key=category_order)
+    repeated = evaluation["repeated_4gram_share_by_category"]
     rows = [
-        ("base drafter", "base", "base_q4_0_ptq", None),
+        ("base drafter", "base", BASELINE, None),
         ("distilled drafter", "distilled", "distilled_q4_0_ptq", None),
         ("distilled + QAT", "distilled_qat_latent", None, "distilled_q4_0_qat"),
     ]
@@ -212,9 +275,9 @@ def markdown_report(report: dict[str, Any]) -> str:
         f"# specdraft lab report — preset `{report['preset']}`",
         "",
         f"{report['date']} on {report['machine']} (device {report['device']}). Held-out: "
-        f"{report['evaluation']['heldout']['conversations']} conversations, "
-        f"{report['evaluation']['heldout']['continuation_tokens']} continuation tokens; k = {report['evaluation']['k']}; "
-        f"repeated-4-gram share of continuations: {report['evaluation']['repeated_4gram_share']:.1%}.",
+        f"{evaluation['heldout']['conversations']} conversations in {len(categories)} categories, "
+        f"{evaluation['heldout']['continuation_tokens']} continuation tokens; k = {evaluation['k']}; "
+        f"repeated-4-gram share of continuations: {evaluation['repeated_4gram_share']:.1%}.",
         "",
         "| drafter | τ as trained | τ Q4_0 PTQ | τ Q4_0 QAT |",
         "|---|---|---|---|",
@@ -226,22 +289,41 @@ def markdown_report(report: dict[str, Any]) -> str:
         f"| n-gram prompt lookup (n ≤ {tau['ngram']['n_max']}) | {_fmt(tau['ngram']['tau'])} | | |",
         f"| target as its own drafter (sanity ≈ k+1) | {_fmt(tau['target_as_drafter']['tau'])} | | |",
         "",
-        "## τ by category",
+        "## Every variant against the base drafter",
         "",
+        "Ratio to τ(base, Q4_0 PTQ) · gap closed = (τ − τ_base) / (τ_target − τ_base), τ_target = the target as "
+        "its own drafter. Macro τ = the mean of the categories' τ.",
+        "",
+        "| variant | τ | ratio · gap closed | macro τ | ratio · gap closed (macro) |",
+        "|---|---|---|---|---|",
     ]
-    keys = ["base", "base_q4_0_ptq", "distilled", "distilled_q4_0_qat", "ngram", "target_as_drafter"]
-    categories = sorted(tau["base"]["by_category"])
-    lines.append("| category | conversations | " + " | ".join(keys) + " |")
-    lines.append("|---|---|" + "---|" * len(keys))
+    for key in keys:
+        lines.append(f"| {labels[key]} | {_fmt(tau[key]['tau'])} | {_against(versus[key]['overall'])} | "
+                     f"{_fmt(tau[key]['macro_tau'])} | {_against(versus[key]['macro'])} |")
+    lines += ["", "## τ by category", "",
+              "| category | conversations | repeated 4-grams | " + " | ".join(labels[k] for k in keys) + " |",
+              "|---|---|---|" + "---|" * len(keys)]
     for name in categories:
         cells = [_fmt(tau[k]["by_category"].get(name, {}).get("tau")) for k in keys]
-        lines.append(f"| {name} | {tau['base']['by_category'][name]['conversations']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {tau[BASELINE]['by_category'][name]['conversations']} | {repeated[name]:.0%} | "
+                     + " | ".join(cells) + " |")
+    lines.append(f"| all | {evaluation['heldout']['conversations']} | {evaluation['repeated_4gram_share']:.0%} | "
+                 + " | ".join(_fmt(tau[k]["tau"]) for k in keys) + " |")
+    lines.append("| macro | | | " + " | ".join(_fmt(tau[k]["macro_tau"]) for k in keys) + " |")
+    compared = [k for k in keys if k not in (BASELINE, CEILING)]
+    lines += ["", "## Ratio to the base Q4_0 PTQ drafter · gap closed, by category", "",
+              "| category | " + " | ".join(labels[k] for k in compared) + " |", "|---|" + "---|" * len(compared)]
+    for name in categories:
+        lines.append(f"| {name} | " + " | ".join(_against(versus[k]["by_category"][name]) for k in compared) + " |")
+    lines.append("| all | " + " | ".join(_against(versus[k]["overall"]) for k in compared) + " |")
+    lines.append("| macro | " + " | ".join(_against(versus[k]["macro"]) for k in compared) + " |")
     g = report["goals"]
     lines += [
         "",
         "## Goals (the `lab` preset's)",
         "",
-        f"- τ(QAT) / τ(base PTQ) = {g['qat_over_base_ptq']:.3f} (goal ≥ {g['qat_over_base_ptq_goal']}; CI asserts > 1)",
+        f"- τ(QAT) / τ(base PTQ) = {g['qat_over_base_ptq']:.3f} (goal ≥ {g['qat_over_base_ptq_goal']}; "
+        f"CI asserts > 1); gap closed {_gap(g['qat_gap_closed'])}",
         f"- τ(QAT) / τ(distilled) = {g['qat_over_distilled']:.3f} (goal ≥ {g['qat_over_distilled_goal']})",
         "- τ(QAT) > n-gram peer in every category: "
         + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in g["qat_beats_ngram_by_category"].items()),
@@ -265,19 +347,35 @@ def markdown_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def preset_prose(preset: LabPreset) -> list[Path]:
+    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
+    folders = [PROSE_CACHE / name for name in preset.prose_packages]
+    missing = [folder for folder in folders if not folder.is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
+            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR")
+    return folders
+
+
 def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = "auto",
-            stdlib: Path | None = None, settings: list[str] | None = None) -> dict[str, Any]:
+            stdlib: Path | None = None, settings: list[str] | None = None,
+            prose: list[Path] | None = None) -> dict[str, Any]:
+    """The whole lab in ``out``; ``prose`` defaults to the preset's packages in the prose cache (looked up only when
+    the corpus stage has to run)."""
     settings = settings or []
     preset = apply_settings(get_preset(preset_name), settings)
+    check_preset(preset)
     if importlib.util.find_spec("gguf") is None:
         raise ValueError("the lab needs the `gguf` package (Q4_0 QAT and GGUF export): pip install gguf==0.19.0")
     out.mkdir(parents=True, exist_ok=True)
-    state = LabState(out, preset, extras, settings)
+    state = LabState(out, preset, extras, settings, prose)
     device = resolve_device(device_name)
     d = {name: out / name for name in ("corpus", "tokenizer", "target", "base", "reference", "distilled",
                                        "distilled-qat", "eval", "export")}
     run_stage(state, "corpus", d["corpus"],
-              lambda: corpus.build_corpus(d["corpus"], preset.corpus, stdlib or corpus.stdlib_root(), extras),
+              lambda: corpus.build_corpus(d["corpus"], preset.corpus, stdlib or corpus.stdlib_root(), extras,
+                                          prose or preset_prose(preset)),
               lambda: stage_complete(d["corpus"], "corpus"))
     run_stage(state, "tokenizer", d["tokenizer"],
               lambda: tokenizer.build(d["corpus"], d["tokenizer"], preset.tokenizer),
@@ -336,8 +434,10 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
                    + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "") + ")",
         "device": str(device),
         "evaluation": evaluation,
+        "comparison": comparison(evaluation["tau"]),
         "goals": goals(evaluation["tau"]),
         "model_sizes": model_sizes(out, gguf_path if available else None),
+        "prompts": (read_manifest(d["reference"]) or {}).get("categories"),  # per split and category
         "pretrain": pretrain_metrics,
         "distill": distill_metrics,
         "stage_seconds": state.data["stage_seconds"],
@@ -356,7 +456,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="lab directory (rerun the same command to resume)")
     p.add_argument("--preset", default="micro", help="micro (CPU) | lab (one H200) (default: micro)")
-    p.add_argument("--extra", action="append", default=[], type=Path, help="more source trees for the corpus (repeatable)")
+    p.add_argument("--extra", action="append", default=[], type=Path,
+                   help="more code trees for the corpus (repeatable)")
+    p.add_argument("--prose", action="append", default=[], type=Path,
+                   help="prose trees for the corpus (repeatable; default: the preset's packages under "
+                        f"{PROSE_CACHE}, made by scripts/fetch_prose.sh)")
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -366,7 +470,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib, args.settings)
+    report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib, args.settings, args.prose)
     tau = report["evaluation"]["tau"]
     print(json.dumps({k: round(v["tau"], 3) for k, v in tau.items()}))
     print(f"report: {args.out / 'lab_report.md'}")

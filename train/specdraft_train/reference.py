@@ -1,15 +1,21 @@
 """Stage `reference`: prompts → the target's greedy continuations (and, for training data, its top-k log-probs).
 
-Prompts come from the corpus (the opening of each file, then windows from inside files; lengths cycle through the
-preset's prompt lengths, e.g. 64/96/128/192 tokens, which are also the categories `prompt-64`, …) and/or from a chat
-JSONL (`--chat`, one ``{"messages": [...], "id"?, "category"?, "split"?}`` per line, rendered with the target
-tokenizer's chat template, thinking off). The target continues each prompt greedily with a KV cache (HF ``generate``,
-batched; mixed lengths are left-padded) for at most `max_new_tokens`, stopping at end-of-text / end-of-turn.
+Corpus prompts fall into categories ``<kind>/<position>/<length>``: kind ``code`` | ``prose`` (the corpus's document
+kinds), position ``open`` (a file's first `length` tokens) | ``inner`` (a window at a seeded random start ≥ 1 inside
+the file), and each of the preset's prompt lengths (lab: 64 / 192 / 512; e.g. ``prose/inner/512``). Held-out and dev
+have a fixed number per category, each prompt's continuation at least `min_continuation_tokens` long: candidates are
+oversampled and, per category, the first that reach the minimum are kept (the target is never forced past
+<|endoftext|>). Training prompts cover every category in the proportions `train_prose_share` / `train_open_share` set
+(lengths evenly). Prompts may also come from a chat JSONL (`--chat`, one ``{"messages": [...], "id"?, "category"?,
+"split"?}`` per line, rendered with the target tokenizer's chat template, thinking off; kept whatever their length).
+The target continues each prompt greedily with a KV cache (HF ``generate``, batched; mixed lengths are left-padded)
+for at most `max_new_tokens`, stopping at end-of-text / end-of-turn.
 
 Outputs: ``heldout.jsonl`` and ``dev.jsonl`` in the validator's format (`id`, `category`, `prompt_tokens`,
 `continuation_tokens`); ``train-NNNNN.safetensors`` shards with prompts, continuations and the target's top-k token ids
 and log-probs at every continuation position (written one shard at a time, so a killed run resumes at the next shard);
-``manifest.json``. The target is a lab checkpoint or any HF id / local path (real path: e.g. Qwen/Qwen3-8B):
+``manifest.json`` (prompts per split and category, candidates generated). The target is a lab checkpoint or any HF
+id / local path (real path: e.g. Qwen/Qwen3-8B):
 
     python -m specdraft_train reference --target runs/lab/target --corpus runs/lab/corpus --out runs/lab/reference --preset micro
     python -m specdraft_train reference --target Qwen/Qwen3-8B --chat prompts.jsonl --out runs/real/reference --dtype bfloat16
@@ -20,11 +26,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -34,7 +41,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import CorpusConfig, ReferenceConfig, get_preset, override
-from .corpus import read_documents, split_of
+from .corpus import KINDS, Document, read_documents, split_of
 from .models import autocast_context, checkpoint_info, load_causal_lm, load_tokenizer, resolve_device, verify_checkpoint
 from .tau import Conversation, conversation_json
 
@@ -68,49 +75,116 @@ class TrainExample:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Prompts
+# Prompts and their categories
 
 
+POSITIONS = ("open", "inner")  # a file's first tokens | a window starting at a seeded random token ≥ 1
 PROMPT_SOURCE_CHARS = 32_768  # prompts come from each file's first 32k characters: bounds the tokenizing cost
 ENCODE_BATCH_DOCUMENTS = 1024
+# Held-out/dev: at most this many candidates per kept prompt are drawn for a category; a category whose target
+# continuations stop early more often than that fails with a message instead of shrinking.
+MAX_CANDIDATES_PER_KEPT = 4
 
 
-def corpus_prompts(
-    corpus_dir: Path, tokenizer: PreTrainedTokenizerBase, split: str, count: int, lengths: Sequence[int],
-    windows_per_doc: int, seed: int,
-) -> list[Prompt]:
-    """Up to ``count`` prompts from one split: every file's opening first, then inner windows, files in seeded order.
+@dataclass(frozen=True)
+class Category:
+    """A corpus prompt's category ``<kind>/<position>/<length>``, e.g. ``prose/inner/512``."""
 
-    Lengths cycle through ``lengths`` so the categories stay balanced; a file too short for the next length is passed
-    over for that prompt. Files are tokenized lazily, in batches, only as far as the prompts need.
-    """
-    documents = sorted(read_documents(corpus_dir, split), key=lambda d: d.sha256)
-    rng = np.random.default_rng([seed, SPLIT_SEED_OFFSETS[split]])
-    order = rng.permutation(len(documents))
-    encoded: dict[int, list[int]] = {}
+    kind: str
+    position: str
+    length: int
 
-    def tokens_of(position: int) -> list[int]:
-        if order[position] not in encoded:
-            batch = [int(i) for i in order[position : position + ENCODE_BATCH_DOCUMENTS]]
-            texts = [documents[i].text[:PROMPT_SOURCE_CHARS] for i in batch]
-            for i, text, ids in zip(batch, texts, tokenizer(texts, add_special_tokens=False)["input_ids"]):
+    @property
+    def name(self) -> str:
+        return f"{self.kind}/{self.position}/{self.length}"
+
+    def fits(self, n_tokens: int) -> bool:
+        return n_tokens >= self.length + (1 if self.position == "inner" else 0)  # an inner window starts at ≥ 1
+
+
+def corpus_categories(kinds: Iterable[str], lengths: Sequence[int]) -> list[Category]:
+    """Every category of the given kinds, in report order: kind, then position, then length."""
+    present = set(kinds)
+    return [Category(kind, position, length) for kind in KINDS if kind in present for position in POSITIONS
+            for length in lengths]
+
+
+def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
+    """``total`` split in proportion to ``weights`` into integers that sum to it (ties: earlier weights first)."""
+    exact = [total * w / sum(weights) for w in weights]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: -(exact[i] - counts[i]))[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def train_category_counts(categories: Sequence[Category], config: ReferenceConfig) -> dict[Category, int]:
+    """Training prompts per category: kinds by `train_prose_share`, positions by `train_open_share`, lengths evenly;
+    shares are renormalized over the kinds present (a code-only corpus gives only code prompts)."""
+    kind_share = {"code": 1 - config.train_prose_share, "prose": config.train_prose_share}
+    position_share = {"open": config.train_open_share, "inner": 1 - config.train_open_share}
+    weights = [kind_share[c.kind] * position_share[c.position] for c in categories]
+    return dict(zip(categories, largest_remainder(config.train_prompts, weights)))
+
+
+class _LazyTokens:
+    """Token ids (np.int32) of documents in a given order, tokenized in batches only as far as they are asked for."""
+
+    def __init__(self, documents: Sequence[Document], order: np.ndarray, tokenizer: PreTrainedTokenizerBase):
+        self.documents, self.order, self.tokenizer = documents, order, tokenizer
+        self.encoded: dict[int, np.ndarray] = {}
+
+    def __call__(self, position: int) -> np.ndarray:
+        index = int(self.order[position])
+        if index not in self.encoded:
+            batch = [int(i) for i in self.order[position : position + ENCODE_BATCH_DOCUMENTS]]
+            texts = [self.documents[i].text[:PROMPT_SOURCE_CHARS] for i in batch]
+            for i, ids in zip(batch, self.tokenizer(texts, add_special_tokens=False)["input_ids"]):
                 # A cut text's last few tokens may differ from the whole file's tokenization: drop them.
-                encoded[i] = ids[:-8] if len(documents[i].text) > PROMPT_SOURCE_CHARS else ids
-        return encoded[order[position]]
+                cut = len(self.documents[i].text) > PROMPT_SOURCE_CHARS
+                self.encoded[i] = np.asarray(ids[:-8] if cut else ids, dtype=np.int32)
+        return self.encoded[index]
 
-    prompts: list[Prompt] = []
-    for window in range(windows_per_doc + 1):
-        for position in range(len(order)):
-            if len(prompts) >= count:
-                return prompts
-            tokens = tokens_of(position)
-            length = lengths[len(prompts) % len(lengths)]
-            if len(tokens) < length + (1 if window else 0):
-                continue
-            start = 0 if window == 0 else int(rng.integers(1, len(tokens) - length + 1))
-            prompts.append(Prompt(f"{split}/{documents[order[position]].sha256[:12]}/{start}", f"prompt-{length}",
-                                  tokens[start : start + length]))
-    return prompts
+
+def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizerBase, counts: dict[Category, int],
+                   split: str, seed: int) -> dict[Category, list[Prompt]]:
+    """Up to ``counts[c]`` prompts of each category from one split's documents, in draw order.
+
+    Per kind, the files go in a seeded order, and each file in turn serves the category furthest behind its count
+    (largest share still missing; ties in category order) among those it is long enough for and has not served yet.
+    Passes over the files repeat while some category still lacks prompts and the last pass served one. So the first
+    pass puts the categories on distinct files, every position of every length is reached however many files there
+    are, and a file serves each category at most once. An inner window starts at a seeded random token ≥ 1.
+    """
+    selected: dict[Category, list[Prompt]] = {c: [] for c in counts}
+    for kind_index, kind in enumerate(KINDS):
+        wanted = [c for c in counts if c.kind == kind and counts[c] > 0]
+        documents_of_kind = sorted((d for d in documents if d.kind == kind), key=lambda d: d.sha256)
+        if not wanted or not documents_of_kind:
+            continue
+        rng = np.random.default_rng([seed, SPLIT_SEED_OFFSETS[split], kind_index])
+        order = rng.permutation(len(documents_of_kind))
+        tokens_at = _LazyTokens(documents_of_kind, order, tokenizer)
+        served: list[set[Category]] = [set() for _ in order]
+        served_any = True
+        while served_any:
+            served_any = False
+            for position in range(len(order)):
+                missing = [c for c in wanted if len(selected[c]) < counts[c]]
+                if not missing:
+                    break
+                tokens = tokens_at(position)
+                fitting = [c for c in missing if c.fits(len(tokens)) and c not in served[position]]
+                if not fitting:
+                    continue
+                category = max(fitting, key=lambda c: (1 - len(selected[c]) / counts[c], -wanted.index(c)))
+                start = 0 if category.position == "open" else int(rng.integers(1, len(tokens) - category.length + 1))
+                document = documents_of_kind[order[position]]
+                selected[category].append(Prompt(f"{split}/{document.sha256[:12]}/{start}+{category.length}",
+                                                 category.name, tokens[start : start + category.length].tolist()))
+                served[position].add(category)
+                served_any = True
+    return selected
 
 
 def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
@@ -262,6 +336,91 @@ def _plan_fingerprint(target: dict[str, Any], prompts: dict[str, list[Prompt]], 
     return digest.hexdigest()
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Held-out and dev sets
+
+
+@dataclass
+class EvalPool:
+    """One held-out/dev category: its candidates in draw order, how many to keep, the continuation length they need."""
+
+    split: str
+    category: str
+    candidates: list[Prompt]
+    keep: int
+    min_tokens: int
+    tried: int = 0
+    kept: list[tuple[Prompt, Continuation]] = field(default_factory=list)
+
+
+def corpus_eval_pools(documents: dict[str, list[Document]], tokenizer: PreTrainedTokenizerBase,
+                      categories: Sequence[Category], config: ReferenceConfig) -> list[EvalPool]:
+    """Every corpus category of dev and held-out, with up to MAX_CANDIDATES_PER_KEPT candidates per kept prompt."""
+    pools = []
+    for split, keep in (("dev", config.dev_per_category), ("heldout", config.heldout_per_category)):
+        counts = {c: keep * MAX_CANDIDATES_PER_KEPT for c in categories}
+        selected = select_prompts(documents[split], tokenizer, counts, split, config.seed)
+        for category in categories:
+            if len(selected[category]) < keep:
+                shortest = category.length + (1 if category.position == "inner" else 0)
+                raise ValueError(f"{split} category {category.name}: {len(selected[category])} candidate prompts for "
+                                 f"{keep}: the {split} split has too few {category.kind} files of at least "
+                                 f"{shortest} tokens (a larger corpus or a larger {split} share)")
+            pools.append(EvalPool(split, category.name, selected[category], keep, config.min_continuation_tokens))
+    return pools
+
+
+def chat_eval_pools(prompts: dict[str, list[Prompt]], config: ReferenceConfig) -> list[EvalPool]:
+    """Chat lines of dev and held-out, up to the per-category count of each category, kept whatever their length:
+    they are the user's own prompts, so none is dropped for a short answer."""
+    pools = []
+    for split, keep in (("dev", config.dev_per_category), ("heldout", config.heldout_per_category)):
+        names = list(dict.fromkeys(p.category for p in prompts[split]))
+        for name in names:
+            rows = [p for p in prompts[split] if p.category == name][:keep]
+            pools.append(EvalPool(split, name, rows, len(rows), 0))
+    return pools
+
+
+def generate_eval_sets(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pools: Sequence[EvalPool],
+                       config: ReferenceConfig, device: torch.device) -> int:
+    """Fill every pool with its first `keep` candidates whose continuation has at least `min_tokens` tokens (the target
+    stops where it stops: a continuation is never forced past <|endoftext|>). Returns the prompts generated.
+
+    The first round generates ceil(keep × eval_oversample) candidates of every pool; each later round, for the pools
+    still short, ceil(missing × 2 × eval_oversample) more (they pass less often than the oversample assumed). All
+    pools of a round share one generation: a round costs max_new_tokens sequential decode steps whatever its size.
+    """
+    generated = 0
+    while True:
+        batch: list[tuple[EvalPool, Prompt]] = []
+        for pool in pools:
+            missing = pool.keep - len(pool.kept)
+            if missing <= 0:
+                continue
+            if pool.tried >= len(pool.candidates):
+                raise ValueError(f"{pool.split} category {pool.category}: only {len(pool.kept)} of {pool.keep} target "
+                                 f"continuations reached {pool.min_tokens} tokens, from all {len(pool.candidates)} "
+                                 "candidates (the target ends them early): lower reference.min_continuation_tokens "
+                                 "or give the corpus more files of this kind")
+            take = math.ceil(pool.keep * config.eval_oversample if pool.tried == 0
+                             else missing * 2 * config.eval_oversample)
+            batch += [(pool, prompt) for prompt in pool.candidates[pool.tried : pool.tried + take]]
+            pool.tried = min(pool.tried + take, len(pool.candidates))
+        if not batch:
+            return generated
+        continuations = generate_continuations(model, tokenizer, [prompt for _, prompt in batch], config.max_new_tokens,
+                                               config.batch_size, device, top_k=None)
+        generated += len(batch)
+        for (pool, prompt), continuation in zip(batch, continuations):  # in candidate order within each pool
+            if len(continuation.tokens) >= pool.min_tokens and len(pool.kept) < pool.keep:
+                pool.kept.append((prompt, continuation))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The stage
+
+
 def run(
     target: str | Path, out_dir: Path, config: ReferenceConfig, corpus_dir: Path | None = None,
     chat: Path | None = None, corpus_config: CorpusConfig | None = None, device_name: str = "auto",
@@ -269,30 +428,44 @@ def run(
 ) -> dict[str, Any]:
     if corpus_dir is None and chat is None:
         raise ValueError("reference needs prompts: give --corpus, --chat, or both")
+    if corpus_dir is not None and config.min_continuation_tokens > config.max_new_tokens:
+        raise ValueError(f"reference.min_continuation_tokens {config.min_continuation_tokens} > max_new_tokens "
+                         f"{config.max_new_tokens}: no held-out continuation could qualify")
     start_time = time.time()
     device = resolve_device(device_name)
     target_manifest = verify_checkpoint(target)
     inputs: dict[str, Any] = {"target": checkpoint_info(target)}
     tokenizer = load_tokenizer(target)
-    prompts: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
-    counts = {"train": config.train_prompts, "dev": config.dev_prompts, "heldout": config.heldout_prompts}
+    train: list[Prompt] = []
+    train_asked: dict[str, int] = {}
+    pools: list[EvalPool] = []
     if corpus_dir is not None:
         inputs["corpus"] = input_record(corpus_dir, verify_stage_dir(corpus_dir, "corpus"))
-        for split in prompts:
-            windows = config.train_windows_per_doc if split == "train" else config.eval_windows_per_doc
-            prompts[split] += corpus_prompts(corpus_dir, tokenizer, split, counts[split], config.prompt_lengths,
-                                             windows, config.seed)
+        documents = {split: read_documents(corpus_dir, split) for split in ("train", *EVAL_SPLITS)}
+        categories = corpus_categories({d.kind for docs in documents.values() for d in docs}, config.prompt_lengths)
+        train_counts = train_category_counts(categories, config)
+        selected = select_prompts(documents["train"], tokenizer, train_counts, "train", config.seed)
+        for category in categories:
+            train += selected[category]
+            train_asked[category.name] = train_counts[category]
+            if len(selected[category]) < train_counts[category]:
+                print(f"reference: train category {category.name}: {len(selected[category])} prompts of "
+                      f"{train_counts[category]} asked (too few long-enough train files)", file=sys.stderr)
+        pools += corpus_eval_pools(documents, tokenizer, categories, config)
     if chat is not None:
         from .artifacts import sha256_file
 
         inputs["chat"] = {"path": str(chat), "sha256": sha256_file(chat)}
-        for split, rows in chat_prompts(chat, tokenizer, corpus_config or CorpusConfig()).items():
-            prompts[split] += rows[: counts[split]]
+        rows = chat_prompts(chat, tokenizer, corpus_config or CorpusConfig())
+        train += rows["train"][: config.train_prompts]
+        pools += chat_eval_pools(rows, config)
     for split in EVAL_SPLITS:
-        if not prompts[split]:
+        if not any(pool.keep for pool in pools if pool.split == split):
             raise ValueError(f"no {split} prompts: the {split} split has no file long enough for the prompt lengths")
     out_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = _plan_fingerprint(inputs["target"], prompts, config)
+    candidates = {"train": train, **{split: [p for pool in pools if pool.split == split for p in pool.candidates]
+                                     for split in EVAL_SPLITS}}
+    fingerprint = _plan_fingerprint(inputs["target"], candidates, config)
     progress_path = out_dir / "progress.json"
     if progress_path.is_file() and json.loads(progress_path.read_text()).get("plan") != fingerprint:
         for stale in out_dir.glob("train-*.safetensors"):  # another target or other prompts: start over
@@ -300,13 +473,12 @@ def run(
     atomic_write_json(progress_path, {"plan": fingerprint})
     model = load_causal_lm(target, device, DTYPES[dtype])
     outputs = []
+    eval_generated = generate_eval_sets(model, tokenizer, pools, config, device)
     for split in EVAL_SPLITS:
         path = out_dir / f"{split}.jsonl"
-        continuations = generate_continuations(model, tokenizer, prompts[split], config.max_new_tokens,
-                                               config.batch_size, device, top_k=None)
-        write_conversations(path, prompts[split], continuations)
+        kept = [pair for pool in pools if pool.split == split for pair in pool.kept]
+        write_conversations(path, [prompt for prompt, _ in kept], [continuation for _, continuation in kept])
         outputs.append(path.name)
-    train = prompts["train"]
     shards = [train[i : i + config.shard_prompts] for i in range(0, len(train), config.shard_prompts)]
     for index, shard_prompts in enumerate(shards):
         path = out_dir / f"train-{index:05d}.safetensors"
@@ -325,13 +497,19 @@ def run(
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)  # tests: a crash between shards
-    counts_written = {split: len(rows) for split, rows in prompts.items()}
+    by_category: dict[str, dict[str, int]] = {split: {} for split in ("train", *EVAL_SPLITS)}
+    for prompt in train:
+        by_category["train"][prompt.category] = by_category["train"].get(prompt.category, 0) + 1
+    for pool in pools:
+        by_category[pool.split][pool.category] = len(pool.kept)
     return write_manifest(
         out_dir, "reference", outputs=outputs,
         params={"config": config.__dict__, "dtype": dtype, "device": str(device)},
         inputs=inputs,
-        extra={"prompts": counts_written, "target_verified": target_manifest is not None,
-               "seconds": time.time() - start_time},
+        extra={"prompts": {split: sum(counts.values()) for split, counts in by_category.items()},
+               "categories": by_category, "train_asked": train_asked,
+               "eval_candidates": {"generated": eval_generated, "kept": sum(len(pool.kept) for pool in pools)},
+               "target_verified": target_manifest is not None, "seconds": time.time() - start_time},
     )
 
 
@@ -347,8 +525,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="weights' dtype (default: float32; "
                    "bfloat16 for real models)")
     p.add_argument("--train-prompts", type=int, default=None, help="training continuations (default: preset's)")
-    p.add_argument("--dev-prompts", type=int, default=None, help="dev conversations (default: preset's)")
-    p.add_argument("--heldout-prompts", type=int, default=None, help="held-out conversations (default: preset's)")
+    p.add_argument("--dev-per-category", type=int, default=None, help="dev conversations per category "
+                   "(default: preset's)")
+    p.add_argument("--heldout-per-category", type=int, default=None, help="held-out conversations per category "
+                   "(default: preset's)")
+    p.add_argument("--min-continuation-tokens", type=int, default=None, help="held-out/dev continuations shorter "
+                   "than this are dropped, more candidates generated (default: preset's)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="continuation cap (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="prompts per generate call (default: preset's)")
     p.add_argument("--shard-prompts", type=int, default=None, help="prompts per resumable shard (default: preset's)")
@@ -358,9 +540,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     preset = get_preset(args.preset)
-    config = override(preset.reference, train_prompts=args.train_prompts, dev_prompts=args.dev_prompts,
-                      heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens,
-                      batch_size=args.batch_size, shard_prompts=args.shard_prompts)
+    config = override(preset.reference, train_prompts=args.train_prompts, dev_per_category=args.dev_per_category,
+                      heldout_per_category=args.heldout_per_category, max_new_tokens=args.max_new_tokens,
+                      min_continuation_tokens=args.min_continuation_tokens, batch_size=args.batch_size,
+                      shard_prompts=args.shard_prompts)
     manifest = run(args.target, args.out, config, args.corpus, args.chat, preset.corpus, args.device, args.dtype,
                    args.halt_after_shards)
     print(json.dumps(manifest["prompts"]))

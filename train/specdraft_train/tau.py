@@ -81,9 +81,26 @@ class TauResult:
     conversations: int
     by_category: dict[str, dict[str, float]]
 
+    @property
+    def macro_tau(self) -> float:
+        """Mean over categories of the per-category τ: every category weighs the same, however many tokens it has.
+        (Not the validator's τ-macro, which averages L ÷ steps over conversations.)"""
+        return float(np.mean([c["tau"] for c in self.by_category.values()])) if self.by_category else self.tau
+
     def to_dict(self) -> dict[str, object]:
-        return {"tau": self.tau, "tokens": self.tokens, "steps": self.steps, "conversations": self.conversations,
-                "by_category": self.by_category}
+        return {"tau": self.tau, "macro_tau": self.macro_tau, "tokens": self.tokens, "steps": self.steps,
+                "conversations": self.conversations, "by_category": self.by_category}
+
+
+def gap_closed(tau: float, tau_base: float, tau_target: float) -> float | None:
+    """(τ − τ_base) / (τ_target − τ_base): the share of the way from a base drafter to the target drafting for itself
+    (0 = no better than the base, 1 = as good as the target); None when base and target do not differ."""
+    return (tau - tau_base) / (tau_target - tau_base) if tau_target != tau_base else None
+
+
+def category_order(name: str) -> list[tuple[int, int, str]]:
+    """Sort key for category names: "/"-separated parts, numbers by value (code/open/64 before code/open/192)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in name.split("/")]
 
 
 def summarize(per_conversation: Iterable[tuple[Conversation, int]]) -> TauResult:
@@ -101,7 +118,7 @@ def summarize(per_conversation: Iterable[tuple[Conversation, int]]) -> TauResult
         bucket[2] += 1
     by_category = {
         name: {"tau": t / max(s, 1), "tokens": t, "steps": s, "conversations": n}
-        for name, (t, s, n) in sorted(totals.items())
+        for name, (t, s, n) in sorted(totals.items(), key=lambda item: category_order(item[0]))
     }
     return TauResult(tokens / max(steps, 1), tokens, steps, count, by_category)
 
@@ -187,16 +204,27 @@ def ngram_tau(conversations: Sequence[Conversation], k: int, n_max: int = 3) -> 
     return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max)) for c in conversations)
 
 
+def _repeated_ngrams(c: Conversation, n: int) -> tuple[int, int]:
+    """(repeated, total) continuation n-grams (those ending inside C) of one conversation."""
+    repeated = total = 0
+    text = c.prompt_tokens + c.continuation_tokens
+    seen: set[tuple[int, ...]] = set()
+    for end in range(n, len(text) + 1):
+        gram = tuple(text[end - n : end])
+        if end - 1 >= len(c.prompt_tokens):
+            total += 1
+            repeated += gram in seen
+        seen.add(gram)
+    return repeated, total
+
+
 def repeated_ngram_share(conversations: Sequence[Conversation], n: int = 4) -> float:
     """Share of continuation n-grams (those ending inside C) that already occurred earlier in P + C."""
-    repeated = total = 0
-    for c in conversations:
-        text = c.prompt_tokens + c.continuation_tokens
-        seen: set[tuple[int, ...]] = set()
-        for end in range(n, len(text) + 1):
-            gram = tuple(text[end - n : end])
-            if end - 1 >= len(c.prompt_tokens):
-                total += 1
-                repeated += gram in seen
-            seen.add(gram)
-    return repeated / max(total, 1)
+    counts = [_repeated_ngrams(c, n) for c in conversations]
+    return sum(r for r, _ in counts) / max(sum(t for _, t in counts), 1)
+
+
+def repeated_ngram_share_by_category(conversations: Sequence[Conversation], n: int = 4) -> dict[str, float]:
+    """:func:`repeated_ngram_share` of each category's conversations."""
+    names = sorted({c.category for c in conversations}, key=category_order)
+    return {name: repeated_ngram_share([c for c in conversations if c.category == name], n) for name in names}

@@ -4,9 +4,10 @@ Same normalizer (NFC), pre-tokenizer (Qwen2's split regex, then byte-level), pos
 tokenizer.json, so the GGUF exporter maps it as ``tokenizer.ggml.model = "gpt2"`` with llama.cpp's ``qwen2``
 pre-tokenizer. Special tokens: ``<|endoftext|>`` (document end, padding), ``<|im_start|>``/``<|im_end|>`` (chat
 turns), ``<think>``/``</think>`` (so Qwen3-style chat templates with thinking off render). Trained on the train split
-only. Outputs ``tokenizer.json`` and ``tokenizer_config.json`` (with a ChatML chat template), the train and dev splits
-tokenized once for pretraining (``train.tokens.npy``, ``dev.tokens.npy``: each document followed by <|endoftext|>),
-and ``manifest.json``.
+only (code and prose; a byte-capped sample keeps each kind's share of the pretraining stream). Outputs
+``tokenizer.json`` and ``tokenizer_config.json`` (with a ChatML chat template), the train and dev splits tokenized
+once for pretraining (``train.tokens.npy``, ``dev.tokens.npy``: each document followed by <|endoftext|>; in the train
+stream every prose document appears `prose_repeats` times), and ``manifest.json``.
 
     python -m specdraft_train tokenizer --corpus runs/lab/corpus --out runs/lab/tokenizer --preset micro
 """
@@ -24,7 +25,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import TokenizerConfig, get_preset, override
-from .corpus import read_documents
+from .corpus import KINDS, Document, read_documents, subset_rank
 
 # Qwen2/Qwen3's pre-tokenizer split (tokenizer.json of Qwen/Qwen3-*), which llama.cpp implements as pre "qwen2".
 QWEN2_SPLIT_REGEX = (
@@ -132,15 +133,44 @@ def special_ids(tokenizer: Tokenizer) -> dict[str, int]:
     return ids
 
 
-def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
-    """The documents as one token array, each followed by <|endoftext|> (how pretraining sees the corpus)."""
+def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> list[np.ndarray]:
+    """Each text's token ids followed by <|endoftext|> (how pretraining sees a document)."""
     eot = tokenizer.token_to_id(END_OF_TEXT)
     parts = []
     for start in range(0, len(texts), ENCODE_BATCH_DOCUMENTS):  # batches: Encoding objects are heavy (offsets etc.)
         for encoding in tokenizer.encode_batch(texts[start : start + ENCODE_BATCH_DOCUMENTS], add_special_tokens=False):
-            parts.append(np.asarray(encoding.ids, dtype=np.int32))
-            parts.append(np.asarray([eot], dtype=np.int32))
+            parts.append(np.asarray([*encoding.ids, eot], dtype=np.int32))
+    return parts
+
+
+def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
+    """The documents as one token array, each followed by <|endoftext|>."""
+    parts = encode_documents(tokenizer, texts)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def stream_weight(kind: str, config: TokenizerConfig) -> int:
+    """How many times a document of this kind appears in the pretraining stream."""
+    return config.prose_repeats if kind == "prose" else 1
+
+
+def bpe_sample(documents: list[Document], config: TokenizerConfig) -> list[Document]:
+    """The documents BPE trains on: all of them, or under a byte cap a hash-ordered sample of each kind sized to the
+    kind's share of the pretraining stream (prose counted `prose_repeats` times): neither kind crowds out the other."""
+    if config.max_train_bytes <= 0:
+        return documents
+    weighted = {kind: sum(d.bytes for d in documents if d.kind == kind) * stream_weight(kind, config) for kind in KINDS}
+    total = max(sum(weighted.values()), 1)
+    sample = []
+    for kind in KINDS:
+        budget = config.max_train_bytes * weighted[kind] / total
+        used = 0
+        for doc in sorted((d for d in documents if d.kind == kind), key=lambda d: subset_rank(d.sha256)):
+            if used + doc.bytes > budget:
+                break
+            sample.append(doc)
+            used += doc.bytes
+    return sample
 
 
 def token_file(split: str) -> str:
@@ -159,24 +189,22 @@ def load_token_stream(tokenizer_dir: str | Path, split: str) -> np.ndarray:
 def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) -> dict[str, Any]:
     start = time.time()
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
-    texts = [d.text for d in read_documents(corpus_dir, "train")]
-    training_texts = texts
-    if config.max_train_bytes > 0:
-        training_texts, total = [], 0
-        for text in texts:  # the split's file order: deterministic
-            total += len(text.encode("utf-8"))
-            if total > config.max_train_bytes:
-                break
-            training_texts.append(text)
-    tokenizer = train_tokenizer(training_texts, config)
+    documents = read_documents(corpus_dir, "train")
+    training_documents = bpe_sample(documents, config)
+    tokenizer = train_tokenizer([d.text for d in training_documents], config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_tokenizer_files(tokenizer, out)
-    streams = {"train": token_stream(tokenizer, texts),
+    encoded = encode_documents(tokenizer, [d.text for d in documents])
+    # Repeats follow the split once through: pretraining visits chunks in a seeded permutation, so where in the
+    # stream a repeat sits does not matter.
+    repeats = [part for doc, part in zip(documents, encoded) for _ in range(stream_weight(doc.kind, config) - 1)]
+    streams = {"train": np.concatenate([*encoded, *repeats]) if encoded else np.zeros(0, dtype=np.int32),
                "dev": token_stream(tokenizer, [d.text for d in read_documents(corpus_dir, "dev")])}
     for split, tokens in streams.items():
         save_token_stream(out / token_file(split), tokens)
-    bytes_per_token = sum(len(t.encode("utf-8")) for t in texts) / max(len(streams["train"]) - len(texts), 1)
+    once = {kind: sum(len(p) for d, p in zip(documents, encoded) if d.kind == kind) for kind in KINDS}
+    bytes_per_token = sum(d.bytes for d in documents) / max(sum(once.values()) - len(documents), 1)
     return write_manifest(
         out,
         "tokenizer",
@@ -187,7 +215,13 @@ def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) 
             "vocab_size": tokenizer.get_vocab_size(),
             "bytes_per_token": round(bytes_per_token, 3),
             "tokens": {split: int(len(tokens)) for split, tokens in streams.items()},
-            "training_documents": len(training_texts),
+            # the train split's tokens of each kind, once, and as the pretraining stream holds them
+            "train_tokens_by_kind": {kind: {"once": once[kind], "in_stream": once[kind] * stream_weight(kind, config)}
+                                     for kind in KINDS},
+            "prose_repeats": config.prose_repeats,
+            "training_documents": len(training_documents),
+            "training_bytes_by_kind": {kind: sum(d.bytes for d in training_documents if d.kind == kind)
+                                       for kind in KINDS},
             "special_ids": special_ids(tokenizer),
             "seconds": time.time() - start,
         },

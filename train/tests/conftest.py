@@ -1,4 +1,5 @@
-"""Shared fixtures for the training pipeline's tests: a tiny corpus, tokenizer, target and base drafter, built once.
+"""Shared fixtures for the training pipeline's tests: a tiny corpus (stdlib code + git-doc prose), tokenizer, target
+and base drafter, built once. The prose is Debian's git-doc in train/.cache/prose (scripts/pytest.sh fetches it).
 
 Everything runs on CPU with one torch thread (steadier than two on a shared 2-core machine, and the same thread
 count in-process and in the CLI subprocesses, so runs compare bit for bit).
@@ -17,17 +18,25 @@ import torch
 
 from specdraft_train import corpus, pretrain, reference, tokenizer
 from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
+from specdraft_train.lab import preset_prose
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
-TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_total_bytes=200_000)
-TINY_TOKENIZER = TokenizerConfig(vocab_size=512)
+TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000,
+                           max_prose_bytes=200_000)
+TINY_TOKENIZER = TokenizerConfig(vocab_size=512, prose_repeats=2)
 # The micro preset's reference settings, scaled down; REFERENCE_FLAGS says the same on the command line.
-TINY_REFERENCE = replace(MICRO.reference, max_new_tokens=16, train_prompts=48, dev_prompts=8, heldout_prompts=8,
-                         batch_size=16, shard_prompts=16)
-REFERENCE_FLAGS = ("--preset", "micro", "--max-new-tokens", "16", "--train-prompts", "48", "--dev-prompts", "8",
-                   "--heldout-prompts", "8", "--batch-size", "16", "--shard-prompts", "16", "--device", "cpu")
+TINY_REFERENCE = replace(MICRO.reference, max_new_tokens=16, min_continuation_tokens=8, train_prompts=48,
+                         dev_per_category=1, heldout_per_category=2, batch_size=16, shard_prompts=16)
+REFERENCE_FLAGS = ("--preset", "micro", "--max-new-tokens", "16", "--min-continuation-tokens", "8",
+                   "--train-prompts", "48", "--dev-per-category", "1", "--heldout-per-category", "2",
+                   "--batch-size", "16", "--shard-prompts", "16", "--device", "cpu")
 
 torch.set_num_threads(1)
+
+
+def micro_prose() -> Path:
+    """The micro preset's prose folder (git-doc); a missing one fails with the command that fetches it."""
+    return preset_prose(MICRO)[0]
 
 
 def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
@@ -46,7 +55,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """corpus/, tokenizer/, target/ (micro target, 20 steps), base/ (micro drafter, 8 steps), reference/."""
     root = tmp_path_factory.mktemp("tiny")
     dirs = {name: root / name for name in ("corpus", "tokenizer", "target", "base", "reference")}
-    corpus.build_corpus(dirs["corpus"], TINY_CORPUS, corpus.stdlib_root(), [])
+    corpus.build_corpus(dirs["corpus"], TINY_CORPUS, corpus.stdlib_root(), [], [micro_prose()])
     tokenizer.build(dirs["corpus"], dirs["tokenizer"], TINY_TOKENIZER)
     pretrain.run(dirs["corpus"], dirs["tokenizer"], dirs["target"], "target", "micro",
                  replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100), "cpu")

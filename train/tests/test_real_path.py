@@ -87,6 +87,6 @@ def test_evaluate_refuses_a_heldout_file_that_does_not_match_its_manifest(tiny: 
 
     shutil.copytree(tiny["reference"], tmp_path / "reference")
     held = tmp_path / "reference" / "heldout.jsonl"
-    held.write_text(held.read_text().replace('"prompt-32"', '"prompt-33"', 1))
+    held.write_text(held.read_text().replace('"code/open/16"', '"code/open/17"', 1))
     with pytest.raises(ArtifactError, match="heldout.jsonl: sha256"):
         evaluate(held, [], 16, __import__("torch").device("cpu"), q4=False, ngram=True, target=None)

@@ -9,7 +9,8 @@ import torch
 from specdraft_train.config import ModelConfig
 from specdraft_train.models import new_model, qwen3_config
 from specdraft_train.tau import (
-    Conversation, model_tau, ngram_tau, ngram_walk_steps, repeated_ngram_share, summarize, walk_steps,
+    Conversation, category_order, gap_closed, model_tau, ngram_tau, ngram_walk_steps, repeated_ngram_share,
+    repeated_ngram_share_by_category, summarize, walk_steps,
 )
 
 K = 16
@@ -125,3 +126,36 @@ def test_repeated_4gram_share():
     c = Conversation("a", "x", [1, 2, 3, 4], [1, 2, 3, 4, 9])
     # continuation 4-grams: (2,3,4,1) (3,4,1,2) (4,1,2,3) (1,2,3,4)✓ (2,3,4,9)
     assert repeated_ngram_share([c], 4) == 1 / 5
+
+
+def test_macro_tau_weighs_every_category_the_same():
+    long = Conversation("l", "code/open/64", [1], list(range(2, 2 + 17 * 10)))  # 170 tokens, all accepted: τ 17
+    short = Conversation("s", "prose/inner/512", [1], [5, 6, 7, 8])  # 4 tokens, none accepted: τ 1
+    result = summarize([(long, walk_steps([True] * 170, K)), (short, walk_steps([False] * 4, K))])
+    assert result.by_category["code/open/64"]["tau"] == 17.0 and result.by_category["prose/inner/512"]["tau"] == 1.0
+    assert result.tau == 174 / 14  # tokens over steps: dominated by the long conversation
+    assert result.macro_tau == 9.0 and result.to_dict()["macro_tau"] == 9.0
+    assert summarize([]).macro_tau == 0.0
+
+
+def test_gap_closed_runs_from_the_base_to_the_target():
+    assert gap_closed(10.0, 8.0, 16.0) == 0.25
+    assert gap_closed(8.0, 8.0, 16.0) == 0.0 and gap_closed(16.0, 8.0, 16.0) == 1.0
+    assert gap_closed(7.0, 8.0, 16.0) == -0.125  # worse than the base: negative
+    assert gap_closed(9.0, 8.0, 8.0) is None
+
+
+def test_categories_sort_by_kind_position_and_length_as_numbers():
+    names = ["prose/open/64", "code/open/512", "code/open/64", "code/inner/192", "chat", "code/open/192"]
+    assert sorted(names, key=category_order) == ["chat", "code/inner/192", "code/open/64", "code/open/192",
+                                                 "code/open/512", "prose/open/64"]
+    c = Conversation("a", "code/open/512", [1], [2])
+    assert list(summarize([(c, 1), (Conversation("b", "code/open/64", [1], [2]), 1)]).by_category) == [
+        "code/open/64", "code/open/512"]
+
+
+def test_repeated_4gram_share_by_category():
+    repeated = Conversation("a", "x", [1, 2, 3, 4], [1, 2, 3, 4, 9])  # 1 of 5 continuation 4-grams seen before
+    fresh = Conversation("b", "y", [1, 2, 3, 4], [5, 6, 7, 8])  # none of 4
+    assert repeated_ngram_share_by_category([repeated, fresh], 4) == {"x": 1 / 5, "y": 0.0}
+    assert repeated_ngram_share([repeated, fresh], 4) == 1 / 9
