@@ -7,7 +7,7 @@ outside them), the per-position loss ℓ_j is, by `DistillConfig.loss` (w_div = 
 
     kl          w_div · KL(p̃ ‖ q) + w_ce · CE_j                     CE_j = −log q(C[j])
     ce          CE_j                                                the target's greedy token only
-    tvd         w_div · TVD(p̃, q) + w_ce · CE_j                     TVD = ½ Σ_v |p̃(v) − q(v)| over the whole vocabulary
+    tvd         w_div · TVD(p̃, q) + w_ce · CE_j                     TVD = ½ Σ_v |p̃(v) − q(v)|, whole vocabulary
     reverse_kl  w_div · KL(q ‖ p̂) + w_ce · CE_j                     p̂: see below
     prefix      a_j · (w_div · KL(p̃ ‖ q) + w_ce · CE_j)             a_j: see below
 
@@ -146,8 +146,9 @@ def collate(examples: Sequence[TrainExample], pad_id: int, device: torch.device,
         chunks = torch.from_numpy(replay_chunks.astype(np.int64))  # (R, S + 1)
         input_ids[len(examples) :, :replay_width] = chunks[:, :-1]
         attention_mask[len(examples) :, :replay_width] = 1
-        batch["replay_rows"] = torch.arange(len(examples), len(examples) + n_replay).repeat_interleave(replay_width).to(device)  # (M,)
-        batch["replay_cols"] = torch.arange(replay_width).repeat(n_replay).to(device)  # (M,) M = R · S
+        replay_rows = torch.arange(len(examples), len(examples) + n_replay)  # (R,)
+        batch["replay_rows"] = replay_rows.repeat_interleave(replay_width).to(device)  # (M,) M = R · S
+        batch["replay_cols"] = torch.arange(replay_width).repeat(n_replay).to(device)  # (M,)
         batch["replay_labels"] = chunks[:, 1:].reshape(-1).to(device)  # (M,)
     batch["input_ids"] = input_ids.to(device)
     batch["attention_mask"] = attention_mask.to(device)
@@ -299,7 +300,7 @@ class TrainWindow:
         self.counts["replay_tokens"] += replay_tokens
 
     def read(self, ctx: DistributedContext) -> dict[str, float]:
-        """Means over the window, over all ranks: loss per step, lm per replay token, the rest per continuation token."""
+        """Means over the window and all ranks: loss per step, lm per replay token, the rest per continuation token."""
         if not self.sums:
             return {}
         names = sorted(self.sums)
@@ -322,8 +323,9 @@ class TrainWindow:
 
 def dev_entry(result: TauResult) -> dict[str, Any]:
     """A dev evaluation as the history records it."""
+    by_category = {name: {"tau": c["tau"], "top1": c.get("top1")} for name, c in result.by_category.items()}
     return {"dev_tau": result.tau, "dev_macro_tau": result.macro_tau, "dev_top1": result.top1,
-            "dev_by_category": {name: {"tau": c["tau"], "top1": c.get("top1")} for name, c in result.by_category.items()}}
+            "dev_by_category": by_category}
 
 
 def log_dev(tb: Any, entry: dict[str, Any], step: int) -> None:

@@ -205,7 +205,8 @@ def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int,
 
 
 def ngram_tau(conversations: Sequence[Conversation], k: int, n_max: int = 3) -> TauResult:
-    return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max), None) for c in conversations)
+    return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max), None)
+                     for c in conversations)
 
 
 def repeated_ngram_share(conversations: Sequence[Conversation], n: int = 4) -> float:

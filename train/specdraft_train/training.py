@@ -213,7 +213,7 @@ def progress_bar(ctx: DistributedContext, total: int, initial: int, desc: str) -
 
 
 class NullSummaryWriter:
-    """Stands in for TensorBoard's SummaryWriter where it is unavailable (not rank 0, or the package failed to import)."""
+    """Stands in for TensorBoard's SummaryWriter where there is none (not rank 0, or the package failed to import)."""
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         pass

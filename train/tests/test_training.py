@@ -28,7 +28,7 @@ def _trained_linear() -> tuple[nn.Module, torch.optim.Optimizer]:
 def test_resume_state_loads_into_a_model_on_another_device(tmp_path: Path):
     """A state saved on the CPU, loaded into a model on the `meta` device: the stand-in, on a machine without a GPU,
     for a model on CUDA. Reading the file onto the model's device put the RNG state there too, and
-    ``torch.set_rng_state`` takes only a CPU ByteTensor (the H200 rerun's TypeError, reproduced by the old code here)."""
+    ``torch.set_rng_state`` takes only a CPU ByteTensor (the H200 rerun's TypeError, which the old code gives here)."""
     model, optimizer = _trained_linear()
     state = ResumeState(tmp_path / "resume")
     torch.manual_seed(123)
@@ -62,7 +62,8 @@ def test_summary_writer_writes_events_on_rank_0_only(tmp_path: Path):
     writer.add_scalar("train/loss", 1.5, 1)
     writer.close()
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
-    other = open_summary_writer(DistributedContext(rank=1, world_size=2, device=torch.device("cpu")), tmp_path / "r1", 0)
+    rank_1 = DistributedContext(rank=1, world_size=2, device=torch.device("cpu"))
+    other = open_summary_writer(rank_1, tmp_path / "r1", 0)
     assert isinstance(other, NullSummaryWriter) and not (tmp_path / "r1").exists()
 
 
