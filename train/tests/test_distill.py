@@ -42,10 +42,10 @@ def _distill_here(tiny: dict[str, Path], out: Path, drafter: Path | None = None,
 
 
 def _distill(tiny: dict[str, Path], out: Path, *extra: str, drafter: Path | None = None, check: bool = True,
-             runner=None):
+             runner=None, timeout: float | None = None):
     return run_cli("distill", "--drafter", str(drafter or tiny["base"]), "--reference", str(tiny["reference"]),
                    "--out", str(out), "--replay-tokens", str(tiny["tokenizer"]), *FLAGS, *extra, check=check,
-                   runner=runner)
+                   runner=runner, timeout=timeout)
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -282,6 +282,17 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
     # Logged train means are over both ranks' tokens: the same as one process's, up to float summation order.
     assert [h["step"] for h in two] == [h["step"] for h in one]
     assert two[-1]["loss"] == pytest.approx(one[-1]["loss"], rel=1e-3)
+
+
+def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
+    # Only rank 0 evaluates; every rank must learn of the plateau and stop at the same step (else DDP hangs).
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    out = tmp_path / "ddp-flat"
+    _distill(tiny, out, "--lr", "0", "--eval-every", "1", "--patience", "2", timeout=120,
+             runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "specdraft_train",
+                     "--threads", "1"))
+    metrics = verify_stage_dir(out, "distill")["metrics"]
+    assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2
 
 
 def test_qat_distill_writes_a_qat_state_that_evaluation_uses(tiny: dict[str, Path], straight: Path, tmp_path: Path):
