@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,7 +119,8 @@ def main() -> int:
                      *PRETRAIN_FLAGS)
     killed = cli(*pretrain_args, "--halt-after-steps", str(HALT_PRETRAIN))
     if killed.returncode != -9:
-        print(f"gpu_resume_check: pretrain was not killed as planned (exit {killed.returncode})\n{killed.stderr[-3000:]}")
+        print(f"gpu_resume_check: pretrain was not killed as planned (exit {killed.returncode})\n"
+              f"{killed.stderr[-3000:]}")
         ok = False
     try:
         pretrain.run(d["corpus"], d["tokenizer"], d["base-resumed"], "drafter", "micro", PRETRAIN, args.device)
@@ -139,7 +141,8 @@ def main() -> int:
                     "--replay-tokens", str(d["tokenizer"]), *DISTILL_FLAGS)
     killed = cli(*distill_args, "--halt-after-steps", str(HALT_DISTILL))
     if killed.returncode != -9:
-        print(f"gpu_resume_check: distill was not killed as planned (exit {killed.returncode})\n{killed.stderr[-3000:]}")
+        print(f"gpu_resume_check: distill was not killed as planned (exit {killed.returncode})\n"
+              f"{killed.stderr[-3000:]}")
         ok = False
     try:
         distill.run(d["base"], d["reference"], d["distilled-resumed"], DISTILL, device_name=args.device, epochs=2,
@@ -149,8 +152,11 @@ def main() -> int:
     except Exception as error:
         print(f"gpu_resume_check: distill resume failed: {type(error).__name__}: {error}")
         ok = False
+    if ok and args.work is None:
+        shutil.rmtree(work, ignore_errors=True)  # kept on FAIL, to look into
     print(f"gpu_resume_check: {'PASS' if ok else 'FAIL'} ({time.time() - start:.0f} s on "
-          f"{torch.cuda.get_device_name() if args.device.startswith('cuda') else args.device}; work dir {work})")
+          f"{torch.cuda.get_device_name() if args.device.startswith('cuda') else args.device}"
+          f"{'' if ok and args.work is None else f'; work dir {work}'})")
     return 0 if ok else 1
 
 

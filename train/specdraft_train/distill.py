@@ -248,9 +248,13 @@ class LossSums:
     parts: dict[str, torch.Tensor] = field(default_factory=dict)  # detached sums for logs: ce, kl|tvd|…, top1, …
 
 
-def loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig) -> LossSums:
+def check_loss(config: DistillConfig) -> None:
     if config.loss not in LOSSES:
         raise ValueError(f"distill loss {config.loss!r}: expected one of {', '.join(LOSSES)}")
+
+
+def loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig) -> LossSums:
+    check_loss(config)
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B + R, T, V)
     selected = logits[batch["rows"], batch["cols"]].float()  # (N, V)
     log_q = F.log_softmax(selected, dim=-1)  # (N, V)
@@ -390,8 +394,7 @@ def run(
     """
     ctx = init_distributed(device_name)
     start_time = time.time()
-    if config.loss not in LOSSES:
-        raise ValueError(f"distill loss {config.loss!r}: expected one of {', '.join(LOSSES)}")
+    check_loss(config)  # before any model is loaded
     epochs = epochs if epochs is not None else (config.qat_epochs if qat else config.epochs)
     peak_lr = lr if lr is not None else (config.qat_lr if qat else config.lr)
     reference_manifest = verify_stage_dir(reference_dir, "reference")
@@ -523,6 +526,7 @@ def run(
             extra["train_seconds"] += time.time() - segment_start
             segment_start = time.time()
             if ctx.is_main:
+                tb.flush()  # events so far on disk before the state a rerun resumes from
                 resume.save(model, optimizer, step, extra)
             ctx.barrier()
             halt_for_test(step, halt_after_steps)

@@ -163,6 +163,7 @@ def run(
         if step % config.ckpt_every == 0 and step < config.max_steps:
             extra_now = {**extra, "train_seconds": extra["train_seconds"] + time.time() - segment_start}
             if ctx.is_main:
+                tb.flush()  # events so far on disk before the state a rerun resumes from
                 resume.save(model, optimizer, step, extra_now)
             ctx.barrier()
             halt_for_test(step, halt_after_steps)

@@ -229,15 +229,16 @@ def open_summary_writer(ctx: DistributedContext, out_dir: Path, step: int) -> An
     """``torch.utils.tensorboard.SummaryWriter`` into ``out_dir/tb/`` on rank 0, else a no-op writer.
 
     Imported lazily and defensively: TensorBoard logs are a convenience, and a `tensorboard` whose version does not
-    suit this torch (the GPU machine brings its own) must not stop training. On a resumed run, events at or after the
-    resumed step (logged before the kill, about to be logged again) are purged, so each step appears once.
+    suit this torch (the GPU machine brings its own) must not stop training. On a run resumed at ``step``, events
+    after it (logged before the kill, about to be logged again) are purged, so each step appears once; those at
+    ``step`` itself were logged before the state was saved and stay.
     """
     if not ctx.is_main:
         return NullSummaryWriter()
     try:
         from torch.utils.tensorboard import SummaryWriter
 
-        return SummaryWriter(log_dir=str(out_dir / "tb"), purge_step=step if step > 0 else None)
+        return SummaryWriter(log_dir=str(out_dir / "tb"), purge_step=step + 1 if step > 0 else None)
     except Exception as error:  # ImportError, or any incompatibility inside tensorboard's own imports
         print(f"training: no TensorBoard logs ({type(error).__name__}: {error})", file=sys.stderr)
         return NullSummaryWriter()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import shutil
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -215,6 +216,7 @@ def test_killed_distill_resumes_to_identical_weights_and_history(tiny: dict[str,
     killed = _distill(tiny, out, "--halt-after-steps", "4", check=False)  # mid-epoch, after the step-3 evaluation
     assert killed.returncode == -9, killed.stderr
     assert (out / "resume" / "state.pt").is_file()
+    time.sleep(1.0)  # TensorBoard reads event files in name order, which starts with the second each was created in
     _distill_here(tiny, out)
     a, b = _weights(straight), _weights(out)
     for name in a:
@@ -222,6 +224,14 @@ def test_killed_distill_resumes_to_identical_weights_and_history(tiny: dict[str,
     history = [verify_stage_dir(d, "distill")["metrics"]["history"] for d in (straight, out)]
     assert history[0] == history[1]
     assert [h["step"] for h in history[0]] == [0, 3, 6, 9, 12]  # the start, then every eval_every steps
+    # TensorBoard: the killed run's events after step 4 are purged, the resumed run's replace them; each step once.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("dev/macro_tau")] == [
+        (h["step"], pytest.approx(h["dev_macro_tau"])) for h in history[0]]
+    assert [e.step for e in events.Scalars("train/loss")] == [2, 3, 4, 6, 8, 9, 10, 12]  # and every save
 
 
 def test_distill_keeps_the_best_dev_macro_tau_and_improves_on_base(tiny: dict[str, Path], straight: Path):
