@@ -13,9 +13,9 @@ from types import ModuleType
 
 from .artifacts import ArtifactError
 
-# In pipeline order. `export` is the GGUF exporter's stage (specdraft_train/export.py, another engineer's module);
-# it is registered when that module is present.
-STAGE_MODULES = ("corpus", "tokenizer", "pretrain", "reference", "distill", "export", "evaluate", "lab")
+# In pipeline order (`ablate` runs after a finished lab). `export` is the GGUF exporter's stage
+# (specdraft_train/export.py, another engineer's module); it is registered when that module is present.
+STAGE_MODULES = ("corpus", "tokenizer", "pretrain", "reference", "distill", "export", "evaluate", "lab", "ablate")
 
 
 def _stage_module(name: str) -> ModuleType | None:

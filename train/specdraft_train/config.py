@@ -104,9 +104,24 @@ class DistillConfig:
     warmup_steps: int = 20
     weight_decay: float = 0.0  # short fine-tune; decay would only pull toward zero
     grad_clip: float = 1.0
-    kl_weight: float = 1.0  # KL(target top-k renormalized || drafter)
+    # The per-position loss (distill.py's docstring defines each): kl | ce | tvd | reverse_kl | prefix. kl is what the
+    # H200 lab measured (docs/lab.md); the others are for `ablate` to compare.
+    loss: str = "kl"
+    divergence_weight: float = 1.0  # the distribution term (KL, TVD or reverse KL to the target's top-k); not for ce
     ce_weight: float = 0.5  # cross-entropy on the target's greedy token: what τ actually scores
-    eval_k: int = 16  # draft length for dev τ
+    eval_k: int = 16  # draft length for dev τ, and the draft window of the prefix loss
+    # Steps between dev evaluations (each also saves the resumable state); 0 = at every epoch end. Epochs get long
+    # with 10× the reference data, and the best checkpoint may sit mid-epoch.
+    eval_every: int = 0
+    patience: int = 0  # stop after this many dev evaluations without a new best macro τ; 0 = never stop early
+    # Training examples kept: those whose category starts with one of these prefixes (e.g. "code/inner"); () = all.
+    categories: tuple[str, ...] = ()
+    data_fraction: float = 1.0  # share of the examples kept, by a hash of each id: smaller fractions nest in larger
+    # LM loss on the base's own pretraining text mixed into every batch (replay), so that distilling on the target's
+    # continuations does not erase what the base knew about text outside them; 0 = off (and off when no text given).
+    replay_weight: float = 0.0
+    replay_seq_len: int = 256  # ≤ a typical distill row (prompt ≤ 192 + continuation ≤ 256): little extra padding
+    replay_batch_size: int = 16  # sequences per global step: ~4k text tokens beside ~19k continuation tokens (lab)
     ckpt_every: int = 100
     time_budget_s: float = 0.0
     seed: int = 0
@@ -171,7 +186,8 @@ MICRO = LabPreset(
         prompt_lengths=(16, 32, 64), max_new_tokens=48, min_continuation_tokens=32, train_prompts=384,
         heldout_per_category=6, dev_per_category=3, batch_size=64, shard_prompts=128,
     ),
-    distill=DistillConfig(epochs=3, batch_size=16, lr=2e-3, warmup_steps=5, ckpt_every=40, qat_epochs=1, qat_lr=1e-3),
+    distill=DistillConfig(epochs=3, batch_size=16, lr=2e-3, warmup_steps=5, ckpt_every=40, qat_epochs=1, qat_lr=1e-3,
+                          replay_seq_len=64, replay_batch_size=4),
     evaluate=EvalConfig(),
     prose_packages=("git-doc",),
 )
@@ -212,11 +228,12 @@ LAB = LabPreset(
         prompt_lengths=(64, 192, 512), max_new_tokens=256, min_continuation_tokens=128, train_prompts=8_192,
         heldout_per_category=32, dev_per_category=24, batch_size=512, shard_prompts=2048,
     ),
-    # A 7.3M drafter on 8k × ≤768-token sequences: ~130 steps per epoch at over 1M tok/s, so epochs are cheap;
-    # dev τ keeps the best one, the budget caps the total. Whole lab ≈ 15 + 45 + 240 + 45 + 150 + 150 + 40 s ≈ 11 min.
+    # A 7.3M drafter on 8k × ≤768-token sequences: ~130 steps per epoch at over 1M tok/s, so epochs are cheap; dev
+    # macro τ every 100 steps keeps the best checkpoint, 10 evaluations without a new best count as a plateau, the
+    # budget caps the total.
     distill=DistillConfig(
         epochs=8, batch_size=64, lr=1e-3, warmup_steps=30, ckpt_every=200, time_budget_s=150, qat_epochs=1,
-        qat_lr=2e-4,
+        qat_lr=2e-4, eval_every=100, patience=10,
     ),
     evaluate=EvalConfig(),
     prose_packages=("linux-doc-6.1", "python3.11-doc", "git-doc"),
@@ -266,7 +283,7 @@ def apply_settings(preset: LabPreset, settings: list[str]) -> LabPreset:
             value = raw
         current = getattr(sub, field_name)
         if isinstance(current, tuple):
-            value = tuple(value)
+            value = (value,) if isinstance(value, str) else tuple(value)  # a bare string is a one-element tuple
         elif isinstance(current, float) and isinstance(value, int):
             value = float(value)
         if type(value) is not type(current):

@@ -5,8 +5,8 @@ and, with `--q4`, τ with every weight as a GGUF Q4_0 file stores it (quant.prep
 embedding). A checkpoint holding ``qat_state.safetensors`` (from `distill --qat`) is evaluated with its learned Q4_0
 blocks (fingerprints checked); any other is post-training quantized (PTQ). Also: the n-gram prompt-lookup peer, the
 target as its own drafter (`--target`, sanity: τ ≈ k + 1), and the share of continuation 4-grams already seen earlier
-in the same text. Overall, per category and macro (the mean of the categories' τ). Writes JSON to `--out` (stdout
-without):
+in the same text. Overall and per category, with macro τ (mean over categories) and top-1 agreement (share of
+positions whose argmax is the target's token). Writes JSON to `--out` (stdout without):
 
     python -m specdraft_train evaluate --heldout runs/lab/reference/heldout.jsonl --drafter runs/lab/base \\
         --drafter runs/lab/distilled-qat --q4 --ngram --target runs/lab/target --out runs/lab/eval.json
@@ -117,8 +117,10 @@ def main(args: argparse.Namespace) -> int:
     report = evaluate(args.heldout, args.drafter, args.k, resolve_device(args.device), args.q4, args.ngram, args.target)
     if args.out is not None:
         atomic_write_json(args.out, report)
-        lines = [f"{e['drafter']['path']}: τ {e['as_trained']['tau']:.3f}"
-                 + (f", Q4_0 ({e['q4_0']['mode']}) {e['q4_0']['tau']:.3f}" if "q4_0" in e else "")
+        lines = [f"{e['drafter']['path']}: τ {e['as_trained']['tau']:.3f} (macro {e['as_trained']['macro_tau']:.3f}, "
+                 f"top-1 {e['as_trained']['top1']:.3f})"
+                 + (f", Q4_0 ({e['q4_0']['mode']}) {e['q4_0']['tau']:.3f} (top-1 {e['q4_0']['top1']:.3f})"
+                    if "q4_0" in e else "")
                  for e in report["drafters"]]
         if "ngram" in report:
             lines.append(f"n-gram peer: τ {report['ngram']['tau']:.3f}")

@@ -391,12 +391,14 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
               lambda: reference.run(d["target"], d["reference"], preset.reference, corpus_dir=d["corpus"],
                                     corpus_config=preset.corpus, device_name=device_name),
               lambda: stage_complete(d["reference"], "reference"))
+    # The base's pretraining text (the tokenizer stage's train split) for distill's replay loss, when its weight is > 0.
     run_stage(state, "distill", d["distilled"],
-              lambda: distill.run(d["base"], d["reference"], d["distilled"], preset.distill, device_name=device_name),
+              lambda: distill.run(d["base"], d["reference"], d["distilled"], preset.distill, device_name=device_name,
+                                  replay_tokens=d["tokenizer"]),
               lambda: stage_complete(d["distilled"], "distill"))
     run_stage(state, "distill --qat", d["distilled-qat"],
               lambda: distill.run(d["distilled"], d["reference"], d["distilled-qat"], preset.distill, qat=True,
-                                  device_name=device_name),
+                                  device_name=device_name, replay_tokens=d["tokenizer"]),
               lambda: stage_complete(d["distilled-qat"], "distill"))
 
     def evaluate_stage() -> None:

@@ -4,7 +4,8 @@
 the tokenizer stage tokenized it (each document followed by <|endoftext|>) is cut into `seq_len + 1`-token chunks; every epoch visits
 the chunks in a permutation seeded by (seed, epoch), so the data order depends only on the step — which is what lets a
 killed run resume to the same weights. Resumable state goes to ``OUT/resume/state.pt`` every `ckpt_every` steps; the
-finished model is an HF checkpoint in OUT with tokenizer files and a manifest. Runs under torchrun for DDP:
+finished model is an HF checkpoint in OUT with tokenizer files and a manifest. Progress: a tqdm bar (loss, tokens/s);
+TensorBoard events (train loss, learning rate, throughput, final dev loss) in ``OUT/tb/``. Runs under torchrun for DDP:
 
     python -m specdraft_train pretrain --corpus runs/lab/corpus --tokenizer runs/lab/tokenizer \\
         --out runs/lab/target --role target --preset micro
@@ -34,8 +35,8 @@ from .models import (
 )
 from .tokenizer import END_OF_TEXT, load_token_stream
 from .training import (
-    ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
-    rank_slice, set_lr, stop_by_budget, unwrap, wrap_ddp,
+    ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer, open_summary_writer,
+    progress_bar, rank_slice, set_lr, stop_by_budget, unwrap, wrap_ddp,
 )
 
 LOG_EVERY_STEPS = 50
@@ -120,7 +121,7 @@ def run(
     resume = ResumeState(out_dir / "resume")
     step, extra = 0, {"train_seconds": 0.0, "last_loss": None}
     if resume.exists():
-        step, extra = resume.load(model, optimizer, ctx.device)
+        step, extra = resume.load(model, optimizer)
         if ctx.is_main:
             print(f"pretrain[{role}]: resuming at step {step}", file=sys.stderr)
     ddp_model = wrap_ddp(model, ctx)
@@ -129,13 +130,17 @@ def run(
     tokens_per_step = config.batch_size * config.seq_len
     segment_start, segment_start_step = time.time(), step
     last_loss: torch.Tensor | None = None
+    bar = progress_bar(ctx, total=config.max_steps, initial=step, desc=f"pretrain[{role}]")
+    tb = open_summary_writer(ctx, out_dir, step)
     while step < config.max_steps:
         elapsed = extra["train_seconds"] + time.time() - segment_start
         if stop_by_budget(ctx, elapsed, config.time_budget_s):
             if ctx.is_main:
-                print(f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}", file=sys.stderr)
+                bar.write(f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}",
+                          file=sys.stderr)
             break
-        set_lr(optimizer, lr_at(step, config.max_steps, config.warmup_steps, config.lr, config.min_lr_ratio))
+        lr = lr_at(step, config.max_steps, config.warmup_steps, config.lr, config.min_lr_ratio)
+        set_lr(optimizer, lr)
         input_ids, labels = chunk_batch(train_tokens, sampler.batch_indices(step)[my_rows], config.seq_len, ctx.device)
         with autocast_context(ctx.device):
             loss = lm_loss(ddp_model, input_ids, labels)
@@ -147,23 +152,36 @@ def run(
         last_loss = loss.detach()  # .item() only when logging or saving: a per-step sync would stall the GPU queue
         if step % LOG_EVERY_STEPS == 0 or step % config.ckpt_every == 0 or step == config.max_steps:
             extra["last_loss"] = last_loss.item()
+        bar.update(1)
         if ctx.is_main and (step % LOG_EVERY_STEPS == 0 or step == config.max_steps):
             seconds = time.time() - segment_start
             rate = (step - segment_start_step) * tokens_per_step / max(seconds, 1e-9)
-            print(f"pretrain[{role}] step {step}/{config.max_steps} loss {extra['last_loss']:.4f} "
-                  f"{rate:,.0f} tok/s", file=sys.stderr)
+            bar.set_postfix(loss=f"{extra['last_loss']:.4f}", tok_s=f"{rate:,.0f}", refresh=False)
+            tb.add_scalar("train/loss", extra["last_loss"], step)
+            tb.add_scalar("train/lr", lr, step)
+            tb.add_scalar("train/tokens_per_s", rate, step)
         if step % config.ckpt_every == 0 and step < config.max_steps:
             extra_now = {**extra, "train_seconds": extra["train_seconds"] + time.time() - segment_start}
             if ctx.is_main:
+                tb.flush()  # events so far on disk before the state a rerun resumes from
                 resume.save(model, optimizer, step, extra_now)
             ctx.barrier()
             halt_for_test(step, halt_after_steps)
+    bar.close()
     train_seconds = extra["train_seconds"] + time.time() - segment_start
     if last_loss is not None:
         extra["last_loss"] = last_loss.item()
     manifest = None
     if ctx.is_main:
         final_dev_loss = dev_loss(unwrap(ddp_model), dev_tokens, config, ctx.device)
+        if final_dev_loss is not None:
+            tb.add_scalar("dev/loss", final_dev_loss, step)
+        tb.close()
+        losses = [f"{name} loss {value:.4f}" for name, value in (("train", extra["last_loss"]), ("dev", final_dev_loss))
+                  if value is not None]
+        print(f"pretrain[{role}]: {step} steps, {', '.join(losses)}, "
+              f"{step * tokens_per_step / max(train_seconds, 1e-9):,.0f} tok/s over {train_seconds:.1f} s",
+              file=sys.stderr)
         files = save_checkpoint(model, out_dir, tokenizer_dir)
         manifest = write_manifest(
             out_dir,

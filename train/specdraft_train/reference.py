@@ -72,6 +72,8 @@ class TrainExample:
     continuation_tokens: list[int]
     topk_ids: np.ndarray  # (L, K) int32
     topk_logprobs: np.ndarray  # (L, K) float32
+    id: str = ""  # the prompt's id, e.g. "train/<sha256 prefix>/<start>"
+    category: str = ""  # the prompt's category (held-out categories name the same kinds)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -312,13 +314,18 @@ def read_train_examples(reference_dir: str | Path) -> list[TrainExample]:
     for shard in sorted(Path(reference_dir).glob("train-*.safetensors")):
         with safe_open(str(shard), framework="np") as f:
             t = {name: f.get_tensor(name) for name in f.keys()}
+            described = json.loads((f.metadata() or {}).get("examples", "{}"))
         po, co = t["prompt_offsets"], t["continuation_offsets"]
+        ids = described.get("ids") or [""] * (len(po) - 1)
+        categories = described.get("categories") or [""] * (len(po) - 1)
         for i in range(len(po) - 1):
             examples.append(TrainExample(
                 t["prompt_tokens"][po[i] : po[i + 1]].tolist(),
                 t["continuation_tokens"][co[i] : co[i + 1]].tolist(),
                 t["topk_ids"][co[i] : co[i + 1]],
                 t["topk_logprobs"][co[i] : co[i + 1]].astype(np.float32),
+                ids[i],
+                categories[i],
             ))
     return examples
 

@@ -9,6 +9,11 @@ the drafter's context is P + C[:j], so ``matches[j] = argmax(drafter(P + C)[len(
 accepted count at pos is the run of consecutive matches from pos, capped at min(k, L - pos). (Exact up to numerical
 ties between full-sequence and incremental decoding; NOTES.md.)
 
+Beside τ, a model's result carries its top-1 agreement: the share of continuation positions j where
+``argmax(drafter(P + C)[len(P) + j - 1]) == C[j]`` — what greedy acceptance decides on, without the walk's
+all-or-nothing windows, so it moves smoothly while a drafter trains. ``macro_tau`` is the mean of per-category τ
+(each category counts once, however many tokens it has): what distillation selects its checkpoint by.
+
     from specdraft_train.tau import read_conversations, model_tau
     result = model_tau(model, read_conversations("runs/lab/reference/heldout.jsonl"), k=16, device=device)
 """
@@ -80,6 +85,7 @@ class TauResult:
     steps: int
     conversations: int
     by_category: dict[str, dict[str, float]]
+    top1: float | None = None  # share of positions whose argmax is the target's token; None for the n-gram peer
 
     @property
     def macro_tau(self) -> float:
@@ -88,8 +94,8 @@ class TauResult:
         return float(np.mean([c["tau"] for c in self.by_category.values()])) if self.by_category else self.tau
 
     def to_dict(self) -> dict[str, object]:
-        return {"tau": self.tau, "macro_tau": self.macro_tau, "tokens": self.tokens, "steps": self.steps,
-                "conversations": self.conversations, "by_category": self.by_category}
+        return {"tau": self.tau, "macro_tau": self.macro_tau, "top1": self.top1, "tokens": self.tokens,
+                "steps": self.steps, "conversations": self.conversations, "by_category": self.by_category}
 
 
 def gap_closed(tau: float, tau_base: float, tau_target: float) -> float | None:
@@ -103,24 +109,34 @@ def category_order(name: str) -> list[tuple[int, int, str]]:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in name.split("/")]
 
 
-def summarize(per_conversation: Iterable[tuple[Conversation, int]]) -> TauResult:
-    """τ = Σ L / Σ steps, overall and per category."""
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    tokens = steps = count = 0
-    for conversation, conversation_steps in per_conversation:
+def summarize(per_conversation: Iterable[tuple[Conversation, int, int | None]]) -> TauResult:
+    """τ = Σ L / Σ steps and top-1 agreement = Σ agreed / Σ L, overall and per category.
+
+    Each item is (conversation, walk steps, positions whose top-1 prediction was the target's token, or None where
+    the drafter has no per-position prediction).
+    """
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    tokens = steps = count = agreed_total = 0
+    has_top1 = True
+    for conversation, conversation_steps, agreed in per_conversation:
         length = len(conversation.continuation_tokens)
         tokens += length
         steps += conversation_steps
         count += 1
+        has_top1 = has_top1 and agreed is not None
+        agreed_total += agreed or 0
         bucket = totals[conversation.category]
         bucket[0] += length
         bucket[1] += conversation_steps
         bucket[2] += 1
-    by_category = {
-        name: {"tau": t / max(s, 1), "tokens": t, "steps": s, "conversations": n}
-        for name, (t, s, n) in sorted(totals.items(), key=lambda item: category_order(item[0]))
-    }
-    return TauResult(tokens / max(steps, 1), tokens, steps, count, by_category)
+        bucket[3] += agreed or 0
+    by_category: dict[str, dict[str, float]] = {}
+    for name, (t, s, n, a) in sorted(totals.items(), key=lambda item: category_order(item[0])):
+        by_category[name] = {"tau": t / max(s, 1), "tokens": t, "steps": s, "conversations": n}
+        if has_top1:
+            by_category[name]["top1"] = a / max(t, 1)
+    top1 = agreed_total / max(tokens, 1) if has_top1 else None
+    return TauResult(tokens / max(steps, 1), tokens, steps, count, by_category, top1)
 
 
 @torch.no_grad()
@@ -156,7 +172,7 @@ def greedy_matches(model: nn.Module, conversations: Sequence[Conversation], devi
 def model_tau(model: nn.Module, conversations: Sequence[Conversation], k: int, device: torch.device,
               batch_size: int = 32) -> TauResult:
     matches = greedy_matches(model, conversations, device, batch_size)
-    return summarize((c, walk_steps(m, k)) for c, m in zip(conversations, matches))
+    return summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
 
 
 def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int, n_max: int = 3) -> int:
@@ -201,7 +217,8 @@ def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int,
 
 
 def ngram_tau(conversations: Sequence[Conversation], k: int, n_max: int = 3) -> TauResult:
-    return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max)) for c in conversations)
+    return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max), None)
+                     for c in conversations)
 
 
 def _repeated_ngrams(c: Conversation, n: int) -> tuple[int, int]:

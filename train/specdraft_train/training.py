@@ -1,11 +1,13 @@
-"""What `pretrain` and `distill` share: DDP setup, the LR schedule, and the resumable training state.
+"""What `pretrain` and `distill` share: DDP setup, the LR schedule, the resumable training state, progress and logs.
 
 Both loops run unchanged as one process or under ``torchrun --nproc_per_node N``: each rank takes its slice of every
 global batch (so N ranks see exactly the data one process would), gradients are averaged by DDP, and only rank 0
 writes. The resumable state (weights, optimizer, step, RNG, loop extras) lives in one file replaced atomically, so a
-kill at any moment leaves either the previous state or the new one.
+kill at any moment leaves either the previous state or the new one. Rank 0 shows a tqdm progress bar and writes
+TensorBoard event files into ``OUT/tb/`` (when the `tensorboard` package imports).
 
     ctx = init_distributed("auto"); state = ResumeState(out_dir / "resume")
+    bar = progress_bar(ctx, total=max_steps, initial=step, desc="distill"); tb = open_summary_writer(ctx, out_dir, step)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,11 +126,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
+    """Generators take their state as a CPU ByteTensor only, whatever device the training runs on."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -156,8 +160,15 @@ class ResumeState:
         with AtomicFile(self.state_path) as tmp:
             torch.save(payload, tmp)
 
-    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> tuple[int, dict[str, Any]]:
-        payload = torch.load(self.state_path, map_location=device, weights_only=False)
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, Any]]:
+        """Restore a saved state into ``model`` and ``optimizer`` wherever they live.
+
+        The file is read onto the CPU: ``load_state_dict`` copies weights onto the model's device and moves the
+        optimizer's moments next to their parameters, while the RNG states must stay CPU ByteTensors (reading with
+        ``map_location=<cuda>`` put them on the GPU, and the rerun of an interrupted H200 run failed with
+        ``TypeError: RNG state must be a torch.ByteTensor``).
+        """
+        payload = torch.load(self.state_path, map_location="cpu", weights_only=False)
         unwrap(model).load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         restore_rng_state(payload["rng"])
@@ -186,3 +197,48 @@ def halt_for_test(step: int, halt_after: int | None) -> None:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def progress_bar(ctx: DistributedContext, total: int, initial: int, desc: str) -> Any:
+    """A tqdm bar over optimizer steps on rank 0 (disabled elsewhere).
+
+    Redrawn at most every second on a terminal; into a log file (the GPU jobs' captured stderr) at most every 30 s,
+    so a 10-minute job leaves ~20 progress lines rather than thousands of carriage returns.
+    """
+    from tqdm.auto import tqdm
+
+    interactive = sys.stderr.isatty()
+    return tqdm(total=total, initial=initial, desc=desc, unit="step", disable=not ctx.is_main, dynamic_ncols=True,
+                mininterval=1.0 if interactive else 30.0, file=sys.stderr)
+
+
+class NullSummaryWriter:
+    """Stands in for TensorBoard's SummaryWriter where there is none (not rank 0, or the package failed to import)."""
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def open_summary_writer(ctx: DistributedContext, out_dir: Path, step: int) -> Any:
+    """``torch.utils.tensorboard.SummaryWriter`` into ``out_dir/tb/`` on rank 0, else a no-op writer.
+
+    Imported lazily and defensively: TensorBoard logs are a convenience, and a `tensorboard` whose version does not
+    suit this torch (the GPU machine brings its own) must not stop training. On a run resumed at ``step``, events
+    after it (logged before the kill, about to be logged again) are purged, so each step appears once; those at
+    ``step`` itself were logged before the state was saved and stay.
+    """
+    if not ctx.is_main:
+        return NullSummaryWriter()
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(log_dir=str(out_dir / "tb"), purge_step=step + 1 if step > 0 else None)
+    except Exception as error:  # ImportError, or any incompatibility inside tensorboard's own imports
+        print(f"training: no TensorBoard logs ({type(error).__name__}: {error})", file=sys.stderr)
+        return NullSummaryWriter()

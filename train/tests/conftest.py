@@ -40,10 +40,12 @@ def micro_prose() -> Path:
 
 
 def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
-            runner: tuple[str, ...] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m specdraft_train --threads 1 <args>`` in train/ (or ``runner`` + args, e.g. torchrun)."""
+            runner: tuple[str, ...] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m specdraft_train --threads 1 <args>`` in train/ (or ``runner`` + args, e.g. torchrun).
+
+    ``timeout`` (seconds) turns a hang, e.g. DDP ranks waiting on each other forever, into a failed test."""
     command = [*(runner or (sys.executable, "-m", "specdraft_train", "--threads", "1")), *args]
-    result = subprocess.run(command, cwd=TRAIN_ROOT, capture_output=True, text=True,
+    result = subprocess.run(command, cwd=TRAIN_ROOT, capture_output=True, text=True, timeout=timeout,
                             env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
     if check and result.returncode != 0:
         raise AssertionError(f"{command} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")

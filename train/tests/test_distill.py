@@ -1,39 +1,52 @@
-"""distill: the loss, resume after a mid-epoch kill, DDP over 2 gloo processes, QAT outputs, refused inputs."""
+"""distill: the losses, example selection, resume after a mid-epoch kill (with mid-epoch evaluations and replay),
+DDP over 2 gloo processes, plateau stopping, TensorBoard logs, QAT outputs, refused inputs."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from specdraft_train import distill
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO, DistillConfig
-from specdraft_train.distill import QAT_STATE_FILE, distill_loss_sum
+from specdraft_train.distill import QAT_STATE_FILE, REVERSE_KL_TAIL_FLOOR, collate, loss_sums, prefix_weights
 from specdraft_train.evaluate import drafter_tau
+from specdraft_train.reference import TrainExample, read_train_examples
 from specdraft_train.tau import read_conversations
 
 from conftest import run_cli
 
-FLAGS = ("--preset", "micro", "--device", "cpu", "--epochs", "2", "--batch-size", "8", "--ckpt-every", "2")
-CONFIG = DistillConfig(**{**MICRO.distill.__dict__, "batch_size": 8, "ckpt_every": 2})  # what FLAGS says
+# Evaluations every 3 steps (6 steps an epoch: mid-epoch) and replay of the tokenizer's train split: what the
+# resume and DDP tests must reproduce.
+FLAGS = ("--preset", "micro", "--device", "cpu", "--epochs", "2", "--batch-size", "8", "--ckpt-every", "2",
+         "--eval-every", "3", "--replay-weight", "0.5", "--set", "replay_seq_len=32", "--set", "replay_batch_size=4")
+CONFIG = replace(MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32,
+                 replay_batch_size=4)  # what FLAGS says
 
 
-def _distill_here(tiny: dict[str, Path], out: Path, drafter: Path | None = None, qat: bool = False):
+def _distill_here(tiny: dict[str, Path], out: Path, drafter: Path | None = None, qat: bool = False,
+                  config: DistillConfig = CONFIG, **kwargs):
     """The same run in this process (CLI start-up costs seconds; one torch thread either way, so results agree)."""
-    return distill.run(drafter or tiny["base"], tiny["reference"], out, CONFIG, qat=qat, device_name="cpu",
-                       epochs=2 if not qat else None)
+    return distill.run(drafter or tiny["base"], tiny["reference"], out, config, qat=qat, device_name="cpu",
+                       epochs=2 if not qat else None, replay_tokens=tiny["tokenizer"], **kwargs)
 
 
 def _distill(tiny: dict[str, Path], out: Path, *extra: str, drafter: Path | None = None, check: bool = True,
-             runner=None):
+             runner=None, timeout: float | None = None):
     return run_cli("distill", "--drafter", str(drafter or tiny["base"]), "--reference", str(tiny["reference"]),
-                   "--out", str(out), *FLAGS, *extra, check=check, runner=runner)
+                   "--out", str(out), "--replay-tokens", str(tiny["tokenizer"]), *FLAGS, *extra, check=check,
+                   runner=runner, timeout=timeout)
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -49,25 +62,144 @@ class _FixedLogits(torch.nn.Module):
         return SimpleNamespace(logits=self.logits)
 
 
-def test_loss_is_kl_to_renormalized_topk_plus_ce_on_the_greedy_token():
+def _one_position_batch(topk_probs: list[float], topk_ids: list[int], label: int) -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.zeros(1, 2, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long),
+            "rows": torch.tensor([0]), "cols": torch.tensor([1]), "positions": torch.tensor([0]),
+            "labels": torch.tensor([label]), "topk_ids": torch.tensor([topk_ids]),
+            "topk_logprobs": torch.log(torch.tensor([topk_probs]))}
+
+
+def test_kl_loss_is_kl_to_renormalized_topk_plus_ce_on_the_greedy_token():
     vocab = 6
-    target_logprobs = torch.log(torch.tensor([[0.5, 0.2, 0.1]]))  # top-3 of a distribution with mass left over
-    batch = {"input_ids": torch.zeros(1, 2, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long),
-             "rows": torch.tensor([0]), "cols": torch.tensor([1]), "labels": torch.tensor([4]),
-             "topk_ids": torch.tensor([[4, 1, 2]]), "topk_logprobs": target_logprobs}
-    config = DistillConfig(kl_weight=1.0, ce_weight=0.5)
+    batch = _one_position_batch([0.5, 0.2, 0.1], [4, 1, 2], 4)  # top-3 of a distribution with mass left over
+    config = DistillConfig(loss="kl", divergence_weight=1.0, ce_weight=0.5)
     p = torch.tensor([0.5, 0.2, 0.1]) / 0.8
     # A drafter that puts exactly the renormalized top-3 on those ids: KL 0, CE = -log p(greedy token).
     logits = torch.full((1, 2, vocab), -1e9)
     logits[0, 1, [4, 1, 2]] = torch.log(p)
-    loss, parts = distill_loss_sum(_FixedLogits(logits), batch, config)
-    assert parts["kl"] == pytest.approx(0.0, abs=1e-6)
-    assert loss.item() == pytest.approx(0.5 * -torch.log(p[0]).item(), rel=1e-5)
+    sums = loss_sums(_FixedLogits(logits), batch, config)
+    assert sums.parts["kl"].item() == pytest.approx(0.0, abs=1e-6)
+    assert sums.distill.item() == pytest.approx(0.5 * -torch.log(p[0]).item(), rel=1e-5)
+    assert sums.parts["top1"].item() == 1 and sums.replay is None
     # A uniform drafter: KL = Σ p (log p − log 1/6).
-    loss, parts = distill_loss_sum(_FixedLogits(torch.zeros(1, 2, vocab)), batch, config)
+    sums = loss_sums(_FixedLogits(torch.zeros(1, 2, vocab)), batch, config)
     expected_kl = (p * (p.log() - torch.log(torch.tensor(1 / vocab)))).sum().item()
-    assert parts["kl"] == pytest.approx(expected_kl, rel=1e-5)
-    assert loss.item() == pytest.approx(expected_kl + 0.5 * torch.log(torch.tensor(6.0)).item(), rel=1e-5)
+    assert sums.parts["kl"].item() == pytest.approx(expected_kl, rel=1e-5)
+    assert sums.distill.item() == pytest.approx(expected_kl + 0.5 * math.log(6.0), rel=1e-5)
+
+
+def test_ce_tvd_and_reverse_kl_losses_against_hand_computed_values():
+    vocab = 5
+    batch = _one_position_batch([0.6, 0.2], [3, 0], 3)
+    q = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])  # the drafter's argmax (2) is not the target's token (3)
+    logits = torch.zeros(1, 2, vocab)
+    logits[0, 1] = q.log()
+    model = _FixedLogits(logits)
+
+    ce = loss_sums(model, batch, DistillConfig(loss="ce"))
+    assert ce.distill.item() == pytest.approx(-math.log(0.25), rel=1e-5) and ce.parts["top1"].item() == 0
+
+    # p̃ = (0.75 on token 3, 0.25 on token 0), zero elsewhere: ½(|0.75−0.25| + |0.25−0.1| + 0.2 + 0.3 + 0.15) = 0.65.
+    tvd = loss_sums(model, batch, DistillConfig(loss="tvd", divergence_weight=2.0, ce_weight=0.0))
+    assert tvd.parts["tvd"].item() == pytest.approx(0.65, rel=1e-5)
+    assert tvd.distill.item() == pytest.approx(1.3, rel=1e-5)
+
+    # p̂: 0.6 and 0.2 as stored, the tail 0.2 spread over the 3 other tokens; KL(q ‖ p̂) = Σ q log(q / p̂).
+    p_hat = torch.tensor([0.2, 0.2 / 3, 0.2 / 3, 0.6, 0.2 / 3])
+    expected = (q * (q / p_hat).log()).sum().item()
+    rkl = loss_sums(model, batch, DistillConfig(loss="reverse_kl", divergence_weight=1.0, ce_weight=0.5))
+    assert rkl.parts["reverse_kl"].item() == pytest.approx(expected, rel=1e-5)
+    assert rkl.distill.item() == pytest.approx(expected - 0.5 * math.log(0.25), rel=1e-5)
+
+    # A top-k that holds all the mass: the tail is floored, and p̂ renormalized over (top-k, tail).
+    full = _one_position_batch([0.75, 0.25], [3, 0], 3)
+    z = 1 + REVERSE_KL_TAIL_FLOOR
+    p_hat = torch.tensor([0.25 / z, REVERSE_KL_TAIL_FLOOR / 3 / z, REVERSE_KL_TAIL_FLOOR / 3 / z, 0.75 / z,
+                          REVERSE_KL_TAIL_FLOOR / 3 / z])
+    rkl = loss_sums(model, full, DistillConfig(loss="reverse_kl"))
+    assert rkl.parts["reverse_kl"].item() == pytest.approx((q * (q / p_hat).log()).sum().item(), rel=1e-5)
+
+
+def test_prefix_weights_average_the_accepted_prefix_over_window_starts():
+    # Two continuations laid end to end: q(C_i) = a, b, c, d for the first, e, f for the second.
+    a, b, c, d, e, f = 0.9, 0.5, 0.8, 0.3, 0.6, 0.7
+    log_q = torch.log(torch.tensor([a, b, c, d, e, f]))
+    positions = torch.tensor([0, 1, 2, 3, 0, 1])
+    # k = 3: position j averages over the starts j−2 … j (not before 0) the product of q from the start to j − 1.
+    expected = [1, (1 + a) / 2, (1 + b + a * b) / 3, (1 + c + b * c) / 3, 1, (1 + e) / 2]
+    assert prefix_weights(log_q, positions, 3).tolist() == pytest.approx(expected, rel=1e-6)
+    assert prefix_weights(log_q, positions, 1).tolist() == pytest.approx([1.0] * 6)  # one-token windows: no prefix
+    assert prefix_weights(torch.zeros(6), positions, 16).tolist() == pytest.approx([1.0] * 6)  # q = 1: all count
+
+
+def test_prefix_loss_weights_each_position_and_keeps_the_weights_constant():
+    vocab = 4
+    labels = torch.tensor([1, 2, 3])
+    topk_ids = torch.tensor([[1, 0], [2, 0], [3, 0]])
+    batch = {"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3, dtype=torch.long),
+             "rows": torch.tensor([0, 0, 0]), "cols": torch.tensor([0, 1, 2]), "positions": torch.tensor([0, 1, 2]),
+             "labels": labels, "topk_ids": topk_ids, "topk_logprobs": torch.log(torch.tensor([[0.7, 0.3]] * 3))}
+    logits = torch.randn(1, 3, vocab, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    prefix = DistillConfig(loss="prefix", eval_k=16, divergence_weight=1.0, ce_weight=0.5)
+    sums = loss_sums(_FixedLogits(logits), batch, prefix)
+    per_position = []  # the kl loss (KL + 0.5 CE) of each position alone
+    for j in range(3):
+        one = {**batch, "rows": batch["rows"][j : j + 1], "cols": batch["cols"][j : j + 1],
+               "positions": batch["positions"][j : j + 1], "labels": labels[j : j + 1],
+               "topk_ids": topk_ids[j : j + 1], "topk_logprobs": batch["topk_logprobs"][j : j + 1]}
+        per_position.append(loss_sums(_FixedLogits(logits), one, replace(prefix, loss="kl")).distill)
+    q = F.softmax(logits[0].detach(), dim=-1)[torch.arange(3), labels]
+    weights = [1.0, (1 + q[0]) / 2, (1 + q[1] + q[0] * q[1]) / 3]
+    expected = sum(w * loss for w, loss in zip(weights, per_position))
+    assert sums.distill.detach().item() == pytest.approx(expected.detach().item(), rel=1e-5)
+    assert sums.parts["prefix_weight"].item() == pytest.approx(float(sum(weights)), rel=1e-5)
+    # The weights are constants: the gradient is Σ a_j ∇ℓ_j, not the product's.
+    sums.distill.backward()
+    got = logits.grad.clone()
+    logits.grad = None
+    expected.backward()
+    torch.testing.assert_close(got, logits.grad)
+
+
+def test_replay_rows_share_the_forward_and_score_next_token_ce():
+    vocab = 7
+    model_logits = torch.randn(3, 5, vocab, generator=torch.Generator().manual_seed(1))
+
+    class _ByInput(torch.nn.Module):  # logits depend on the row, so a wrong row would show
+        def forward(self, input_ids, attention_mask):
+            return SimpleNamespace(logits=model_logits[:, : input_ids.shape[1]])
+
+    example = TrainExample([1, 2], [3, 4, 5], np.array([[3, 0], [4, 0], [5, 0]], dtype=np.int32),
+                           np.log(np.full((3, 2), 0.5, dtype=np.float32)))
+    chunks = np.array([[6, 5, 4, 3, 2, 1], [1, 1, 2, 2, 3, 3]])  # (R = 2, S + 1 = 6)
+    batch = collate([example], 0, torch.device("cpu"), chunks)
+    assert batch["input_ids"].shape == (3, 5)  # width: max(2 + 3 − 1, 5)
+    assert batch["input_ids"][1].tolist() == [6, 5, 4, 3, 2] and batch["attention_mask"][0].tolist() == [1, 1, 1, 1, 0]
+    sums = loss_sums(_ByInput(), batch, DistillConfig(loss="ce"))
+    expected = F.cross_entropy(model_logits[1:].reshape(-1, vocab), torch.from_numpy(chunks[:, 1:]).reshape(-1),
+                               reduction="sum")
+    assert sums.replay.item() == pytest.approx(expected.item(), rel=1e-6)
+    ce = F.cross_entropy(model_logits[0, 1:4], torch.tensor([3, 4, 5]), reduction="sum")  # predictions at p − 1 + j
+    assert sums.distill.item() == pytest.approx(ce.item(), rel=1e-6)
+
+
+def test_select_examples_by_category_prefix_and_nested_fractions():
+    def example(i: int, category: str) -> TrainExample:
+        return TrainExample([1], [2], np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.float32),
+                            f"train/{i}", category)
+
+    examples = [example(i, c) for i in range(400) for c in ("code/inner/512",) if i % 2] + \
+        [example(i, "prose/open/128") for i in range(400) if not i % 2]
+    code = distill.select_examples(examples, DistillConfig(categories=("code/",)))
+    assert {e.category for e in code} == {"code/inner/512"} and len(code) == 200
+    both = distill.select_examples(examples, DistillConfig(categories=("code/inner", "prose")))
+    assert len(both) == 400
+    quarter = distill.select_examples(examples, DistillConfig(data_fraction=0.25))
+    half = distill.select_examples(examples, DistillConfig(data_fraction=0.5))
+    assert {e.id for e in quarter} < {e.id for e in half}  # smaller fractions are subsets of larger ones
+    assert 60 < len(quarter) < 140 and 160 < len(half) < 240
+    with pytest.raises(ValueError, match="data_fraction"):
+        distill.select_examples(examples, DistillConfig(data_fraction=0.0))
 
 
 @pytest.fixture(scope="module")
@@ -79,28 +211,69 @@ def straight(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_killed_distill_resumes_to_identical_weights_and_history(tiny: dict[str, Path], straight: Path, tmp_path: Path):
     out = tmp_path / "distilled"
-    steps_per_epoch = verify_stage_dir(straight, "distill")["metrics"]["steps_per_epoch"]
-    assert steps_per_epoch > 3  # so step 2 or 4 is mid-epoch
-    halt = 2 if steps_per_epoch % 2 else 4
-    killed = _distill(tiny, out, "--halt-after-steps", str(halt), check=False)
-    assert killed.returncode == -9
+    metrics = verify_stage_dir(straight, "distill")["metrics"]
+    assert metrics["steps_per_epoch"] == 6 and metrics["steps"] == 12
+    killed = _distill(tiny, out, "--halt-after-steps", "4", check=False)  # mid-epoch, after the step-3 evaluation
+    assert killed.returncode == -9, killed.stderr
     assert (out / "resume" / "state.pt").is_file()
+    time.sleep(1.0)  # TensorBoard reads event files in name order, which starts with the second each was created in
     _distill_here(tiny, out)
     a, b = _weights(straight), _weights(out)
     for name in a:
         assert torch.equal(a[name], b[name]), name
     history = [verify_stage_dir(d, "distill")["metrics"]["history"] for d in (straight, out)]
-    assert history[0] == history[1] and len(history[0]) == 3  # epoch 0 (start), 1, 2
+    assert history[0] == history[1]
+    assert [h["step"] for h in history[0]] == [0, 3, 6, 9, 12]  # the start, then every eval_every steps
+    # TensorBoard: the killed run's events after step 4 are purged, the resumed run's replace them; each step once.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("dev/macro_tau")] == [
+        (h["step"], pytest.approx(h["dev_macro_tau"])) for h in history[0]]
+    assert [e.step for e in events.Scalars("train/loss")] == [2, 3, 4, 6, 8, 9, 10, 12]  # and every save
 
 
-def test_distill_keeps_the_best_dev_epoch_and_improves_on_base(tiny: dict[str, Path], straight: Path):
+def test_distill_keeps_the_best_dev_macro_tau_and_improves_on_base(tiny: dict[str, Path], straight: Path):
     metrics = verify_stage_dir(straight, "distill")["metrics"]
-    best = max(h["dev_tau"] for h in metrics["history"])
-    assert metrics["best_dev_tau"] == best
+    history = metrics["history"]
+    best = max(history, key=lambda h: h["dev_macro_tau"])
+    assert metrics["best_dev_macro_tau"] == best["dev_macro_tau"] and metrics["best_step"] == best["step"]
     dev = read_conversations(tiny["reference"] / "dev.jsonl")
     tau, _ = drafter_tau(straight, dev, 16, torch.device("cpu"))
-    assert tau.tau == pytest.approx(best)
-    assert best > metrics["history"][0]["dev_tau"]  # distillation helped on dev
+    assert tau.macro_tau == pytest.approx(best["dev_macro_tau"]) and tau.tau == pytest.approx(metrics["best_dev_tau"])
+    assert tau.top1 == pytest.approx(metrics["best_dev_top1"])
+    assert best["dev_macro_tau"] > history[0]["dev_macro_tau"]  # distillation helped on dev
+    for entry in history[1:]:  # every evaluation records the train window before it: loss parts and agreement
+        assert {"loss", "ce", "kl", "top1", "lm"} <= set(entry) and 0 <= entry["top1"] <= 1
+        assert set(entry["dev_by_category"]) == {c.category for c in dev}
+    examples = read_train_examples(tiny["reference"])
+    # 48 examples in batches of 8: every example once an epoch, 2 epochs; replay 4 × 32 text tokens a step.
+    assert metrics["train_tokens"] == 2 * sum(len(e.continuation_tokens) for e in examples)
+    assert metrics["replay_tokens"] == 12 * 4 * 32
+    assert verify_stage_dir(straight, "distill")["inputs"]["replay"]["stage"] == "tokenizer"
+
+
+def test_distill_writes_tensorboard_events(straight: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(straight / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/kl", "train/ce", "train/lm", "train/top1", "train/lr", "dev/tau", "dev/macro_tau",
+            "dev/top1"} <= tags
+    assert any(tag.startswith("dev/tau/code/") for tag in tags)
+    assert [e.step for e in events.Scalars("dev/macro_tau")] == [0, 3, 6, 9, 12]
+
+
+def test_distill_stops_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
+    # lr 0: the weights never move, so dev τ never beats the start and the 2nd evaluation without a new best stops it.
+    config = replace(CONFIG, eval_every=1, patience=2, replay_weight=0.0)
+    manifest = _distill_here(tiny, tmp_path / "flat", config=config, lr=0.0)
+    metrics = manifest["metrics"]
+    assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2
+    assert [h["step"] for h in metrics["history"]] == [0, 1, 2] and metrics["best_step"] == 0
+    assert "replay" not in manifest["inputs"] and metrics["replay_tokens"] == 0
 
 
 def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
@@ -108,11 +281,28 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
     out = tmp_path / "ddp"
     _distill(tiny, out, runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m",
                                 "specdraft_train", "--threads", "1"))
-    assert verify_stage_dir(out, "distill")["params"]["world_size"] == 2
+    manifest = verify_stage_dir(out, "distill")
+    assert manifest["params"]["world_size"] == 2
     a, b = _weights(straight), _weights(out)
     for name in a:
         # The loss is normalized by the tokens of the whole global batch, so ranks with unequal shares still agree.
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+    one = verify_stage_dir(straight, "distill")["metrics"]["history"]
+    two = manifest["metrics"]["history"]
+    # Logged train means are over both ranks' tokens: the same as one process's, up to float summation order.
+    assert [h["step"] for h in two] == [h["step"] for h in one]
+    assert two[-1]["loss"] == pytest.approx(one[-1]["loss"], rel=1e-3)
+
+
+def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
+    # Only rank 0 evaluates; every rank must learn of the plateau and stop at the same step (else DDP hangs).
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    out = tmp_path / "ddp-flat"
+    _distill(tiny, out, "--lr", "0", "--eval-every", "1", "--patience", "2", timeout=120,
+             runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "specdraft_train",
+                     "--threads", "1"))
+    metrics = verify_stage_dir(out, "distill")["metrics"]
+    assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2
 
 
 def test_qat_distill_writes_a_qat_state_that_evaluation_uses(tiny: dict[str, Path], straight: Path, tmp_path: Path):

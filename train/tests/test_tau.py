@@ -26,8 +26,23 @@ def test_walk_steps_follows_the_validator_rules():
 
 def test_perfect_drafter_reaches_k_plus_one():
     c = Conversation("a", "x", [1, 2], list(range(3, 3 + 17 * 4)))
-    result = summarize([(c, walk_steps([True] * 68, K))])
-    assert result.tau == 17.0
+    result = summarize([(c, walk_steps([True] * 68, K), 68)])
+    assert result.tau == 17.0 and result.top1 == 1.0
+
+
+def test_top1_agreement_and_macro_tau_by_category():
+    long_easy = Conversation("a", "easy", [1], list(range(2, 2 + 34)))  # 34 tokens, all agreed: 2 steps, τ 17
+    short_hard = [Conversation(f"h{i}", "hard", [1], [5, 6]) for i in range(2)]  # 2 tokens, none agreed: τ 1
+    result = summarize([(long_easy, walk_steps([True] * 34, K), 34)]
+                       + [(c, walk_steps([False, False], K), 0) for c in short_hard])
+    assert result.tau == (34 + 4) / (2 + 4)
+    assert result.macro_tau == (17 + 1) / 2  # each category once, however many tokens it has
+    assert result.top1 == 34 / 38
+    assert result.by_category["easy"]["top1"] == 1.0 and result.by_category["hard"]["top1"] == 0.0
+    assert result.to_dict()["macro_tau"] == result.macro_tau and result.to_dict()["top1"] == result.top1
+    # A drafter without per-position predictions (the n-gram peer) has no top-1 agreement.
+    peer = summarize([(long_easy, 3, None)])
+    assert peer.top1 is None and "top1" not in peer.by_category["easy"]
 
 
 def _tiny_model(seed: int) -> torch.nn.Module:
@@ -62,6 +77,13 @@ def _slow_walk_steps(model: torch.nn.Module, prompt: list[int], continuation: li
 
 
 @torch.no_grad()
+def _slow_agreement(model: torch.nn.Module, prompt: list[int], continuation: list[int]) -> int:
+    """Positions j where the model's greedy next token after P + C[:j] is C[j], one forward per position."""
+    return sum(int(model(input_ids=torch.tensor([prompt + continuation[:j]])).logits[0, -1].argmax()) == token
+               for j, token in enumerate(continuation))
+
+
+@torch.no_grad()
 def test_fast_tau_equals_real_greedy_drafting():
     model = _tiny_model(0)
     rng = random.Random(0)
@@ -79,6 +101,8 @@ def test_fast_tau_equals_real_greedy_drafting():
     fast = model_tau(model, conversations, k=6, device=torch.device("cpu"), batch_size=4)
     slow_steps = sum(_slow_walk_steps(model, c.prompt_tokens, c.continuation_tokens, 6) for c in conversations)
     assert fast.steps == slow_steps
+    agreed = sum(_slow_agreement(model, c.prompt_tokens, c.continuation_tokens) for c in conversations)
+    assert fast.top1 == agreed / fast.tokens and 0 < fast.top1 < 1
     assert 1.5 < fast.tau < 7  # both long runs and rejections happened: the comparison meant something
 
 
@@ -131,7 +155,7 @@ def test_repeated_4gram_share():
 def test_macro_tau_weighs_every_category_the_same():
     long = Conversation("l", "code/open/64", [1], list(range(2, 2 + 17 * 10)))  # 170 tokens, all accepted: τ 17
     short = Conversation("s", "prose/inner/512", [1], [5, 6, 7, 8])  # 4 tokens, none accepted: τ 1
-    result = summarize([(long, walk_steps([True] * 170, K)), (short, walk_steps([False] * 4, K))])
+    result = summarize([(long, walk_steps([True] * 170, K), 170), (short, walk_steps([False] * 4, K), 0)])
     assert result.by_category["code/open/64"]["tau"] == 17.0 and result.by_category["prose/inner/512"]["tau"] == 1.0
     assert result.tau == 174 / 14  # tokens over steps: dominated by the long conversation
     assert result.macro_tau == 9.0 and result.to_dict()["macro_tau"] == 9.0
@@ -150,7 +174,7 @@ def test_categories_sort_by_kind_position_and_length_as_numbers():
     assert sorted(names, key=category_order) == ["chat", "code/inner/192", "code/open/64", "code/open/192",
                                                  "code/open/512", "prose/open/64"]
     c = Conversation("a", "code/open/512", [1], [2])
-    assert list(summarize([(c, 1), (Conversation("b", "code/open/64", [1], [2]), 1)]).by_category) == [
+    assert list(summarize([(c, 1, None), (Conversation("b", "code/open/64", [1], [2]), 1, None)]).by_category) == [
         "code/open/64", "code/open/512"]
 
 

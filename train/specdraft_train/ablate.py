@@ -1,0 +1,349 @@
+"""Command `ablate`: distillation variants from one finished lab, each scored on the lab's held-out set by category.
+
+Every variant distills the lab's base drafter on the lab's reference data with the lab's distill settings (its preset
+and ``--set`` values) changed by the variant's own, then runs QAT like the lab does (or, with ``variant.qat=false``,
+scores the distilled drafter at Q4_0 PTQ), and is evaluated on ``reference/heldout.jsonl``: τ, macro τ and top-1
+agreement overall and per category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the gap
+between that base and the target as its own drafter (both from the lab's ``eval/results.json``) that it closes.
+Each variant also records the continuation tokens it trained on and the seconds its stages held the device.
+
+    python -m specdraft_train ablate --lab runs/lab --out runs/ablation \\
+        --variant 'kl:' \\
+        --variant 'prefix+replay:distill.loss=prefix,distill.replay_weight=0.2' \\
+        --variant 'tvd-no-qat:distill.loss=tvd,variant.qat=false' \\
+        --variant 'inner-only:distill.categories=["code/inner"],distill.data_fraction=0.5'
+
+A variant is ``NAME:SETTING,SETTING,…`` (NAME: letters, digits, ``._+-``); a SETTING is ``distill.FIELD=VALUE`` for
+any field of config.DistillConfig (JSON values or bare strings, as `lab --set` takes them; ``categories`` keeps the
+training examples whose category starts with one of its prefixes, ``data_fraction`` a nested share of them), or
+``variant.qat=true|false``. Each variant's cost is bounded by its ``distill.time_budget_s`` (per distill run;
+``--time-budget`` sets it for every variant) besides its epochs and plateau stop.
+
+Writes ``OUT/NAME/`` (the variant's checkpoints and ``result.json``), then ``OUT/ablation.json`` and
+``OUT/ablation.md`` (one row per finished variant). Resumable: a finished variant is skipped on rerun, a
+distillation cut off mid-run resumes from its own ``resume/`` state; a name reused with other settings is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import distill
+from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
+from .config import DistillConfig, LabPreset, apply_settings, get_preset
+from .evaluate import drafter_tau, verify_heldout
+from .models import resolve_device
+from .tau import read_conversations
+
+RESULT_FILE = "result.json"
+VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+# A setting starts at a comma followed by SECTION.FIELD=, so JSON values may hold commas (lists of categories).
+SETTING_SPLIT = re.compile(r",(?=\s*[A-Za-z_]+\.[A-Za-z_]+\s*=)")
+VARIANT_FIELDS = {"qat"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    distill_settings: tuple[str, ...]  # "distill.FIELD=VALUE", as given
+    qat: bool = True  # QAT after distillation, like the lab; False scores the distilled drafter at Q4_0 PTQ
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME:distill.FIELD=VALUE,…,variant.qat=false`` → a Variant (settings checked against the config later)."""
+    name, colon, rest = text.partition(":")
+    name = name.strip()
+    if not colon or not VARIANT_NAME.match(name):
+        raise ValueError(f"--variant {text!r}: expected NAME:SECTION.FIELD=VALUE,… with NAME of letters, digits and "
+                         "._+- (e.g. 'tvd:distill.loss=tvd')")
+    settings, qat = [], True
+    for setting in (s.strip() for s in SETTING_SPLIT.split(rest) if s.strip()):
+        key, eq, value = setting.partition("=")
+        section, _, field_name = key.strip().partition(".")
+        if section == "distill" and eq:
+            settings.append(setting)
+        elif section == "variant" and field_name in VARIANT_FIELDS and value.strip().lower() in ("true", "false"):
+            qat = value.strip().lower() == "true"
+        else:
+            raise ValueError(f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE or "
+                             "variant.qat=true|false")
+    return Variant(name, tuple(settings), qat)
+
+
+def variant_config(preset: LabPreset, variant: Variant) -> DistillConfig:
+    """The lab's distill settings with the variant's applied (unknown fields and wrong types are refused)."""
+    try:
+        return apply_settings(preset, list(variant.distill_settings)).distill
+    except ValueError as error:
+        raise ValueError(f"--variant {variant.name}: {error}") from None
+
+
+def lab_preset(lab: Path) -> LabPreset:
+    """The preset and ``--set`` values the lab directory was made with (its lab_state.json)."""
+    state_path = lab / "lab_state.json"
+    if not state_path.is_file():
+        raise ValueError(f"{lab}: no lab_state.json; expected a directory made by `specdraft_train lab`")
+    state = json.loads(state_path.read_text())
+    return apply_settings(get_preset(state["preset"]), state.get("settings", []))
+
+
+def lab_reference_tau(lab: Path) -> dict[str, Any]:
+    """The lab's base drafter at Q4_0 PTQ and target as its own drafter, from its finished evaluate stage."""
+    if not stage_complete(lab / "eval", "evaluate"):
+        raise ValueError(f"{lab}/eval: the lab's evaluate stage has not finished; run the lab first")
+    tau = json.loads((lab / "eval" / "results.json").read_text())["tau"]
+    return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
+
+
+def gap_closed(tau: float, base: float, target: float) -> float | None:
+    """(τ − τ_base) / (τ_target − τ_base): 0 is the base, 1 the target drafting for itself."""
+    return (tau - base) / (target - base) if target != base else None
+
+
+def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """A variant's held-out result against the lab's base (Q4_0 PTQ) and target: ratios and gap closed, per category."""
+    base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
+    by_category = {}
+    for name, category in result["by_category"].items():
+        b, t = base["by_category"].get(name), target["by_category"].get(name)
+        by_category[name] = {
+            "tau": category["tau"], "top1": category.get("top1"),
+            "base_tau": b["tau"] if b else None, "target_tau": t["tau"] if t else None,
+            "over_base": category["tau"] / b["tau"] if b else None,
+            "gap_closed": gap_closed(category["tau"], b["tau"], t["tau"]) if b and t else None,
+        }
+    base_macro = sum(base["by_category"][n]["tau"] for n in by_category if n in base["by_category"]) / max(
+        sum(n in base["by_category"] for n in by_category), 1)
+    target_macro = sum(target["by_category"][n]["tau"] for n in by_category if n in target["by_category"]) / max(
+        sum(n in target["by_category"] for n in by_category), 1)
+    return {
+        "tau": result["tau"], "macro_tau": result["macro_tau"], "top1": result["top1"],
+        "over_base": result["tau"] / base["tau"],
+        "gap_closed": gap_closed(result["tau"], base["tau"], target["tau"]),
+        "macro_gap_closed": gap_closed(result["macro_tau"], base_macro, target_macro),
+        "beats_base_everywhere": all(c["over_base"] is not None and c["over_base"] > 1 for c in by_category.values()),
+        "by_category": by_category,
+    }
+
+
+class VariantProgress:
+    """``OUT/NAME/progress.json``: the variant's spec and the seconds each of its stages took, interrupted runs
+    included (a stage cut off by a kill or SIGINT keeps its seconds, added when the rerun finishes it)."""
+
+    def __init__(self, directory: Path, variant: Variant):
+        self.path = directory / "progress.json"
+        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        if self.data and self.data.get("spec") != variant.spec():
+            raise ValueError(f"{directory} holds variant {variant.name!r} run with {self.data.get('spec')}, not "
+                             f"{variant.spec()}: give the new settings another name, or another --out")
+        self.data.setdefault("spec", variant.spec())
+        self.data.setdefault("seconds", {})
+        self.data.setdefault("interrupted_seconds", {})
+        atomic_write_json(self.path, self.data)
+
+    def run_stage(self, name: str, fn: Callable[[], Any], complete: Callable[[], bool]) -> None:
+        if complete():
+            return
+        start = time.time()
+        try:
+            fn()
+        except BaseException:
+            interrupted = self.data["interrupted_seconds"]
+            interrupted[name] = interrupted.get(name, 0.0) + time.time() - start
+            atomic_write_json(self.path, self.data)
+            raise
+        seconds = self.data["interrupted_seconds"].pop(name, 0.0) + time.time() - start
+        self.data["seconds"][name] = round(seconds, 2)
+        atomic_write_json(self.path, self.data)
+
+
+def run_variant(lab: Path, out: Path, preset: LabPreset, variant: Variant, reference: dict[str, Any],
+                device_name: str) -> dict[str, Any]:
+    """Distill (+ QAT) and score one variant into ``out/NAME``; returns its result (also written as result.json)."""
+    directory = out / variant.name
+    directory.mkdir(parents=True, exist_ok=True)
+    progress = VariantProgress(directory, variant)
+    config = variant_config(preset, variant)
+    distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
+    replay = lab / "tokenizer"
+    print(f"ablate: {variant.name}: distill …", file=sys.stderr)
+    progress.run_stage("distill", lambda: distill.run(lab / "base", lab / "reference", distilled, config,
+                                                      device_name=device_name, replay_tokens=replay),
+                       lambda: stage_complete(distilled, "distill"))
+    stages = [distilled]
+    if variant.qat:
+        print(f"ablate: {variant.name}: distill --qat …", file=sys.stderr)
+        progress.run_stage("distill --qat", lambda: distill.run(distilled, lab / "reference", qat_dir, config, qat=True,
+                                                                device_name=device_name, replay_tokens=replay),
+                           lambda: stage_complete(qat_dir, "distill"))
+        stages.append(qat_dir)
+    final = stages[-1]
+    heldout_path = lab / "reference" / "heldout.jsonl"
+    verify_heldout(heldout_path)
+    conversations = read_conversations(heldout_path)
+    device = resolve_device(device_name)
+    evaluated: dict[str, Any] = {}
+
+    def evaluate() -> None:
+        q4, mode = drafter_tau(final, conversations, preset.evaluate.k, device, q4=True,
+                               batch_size=preset.evaluate.batch_size)
+        fp32, _ = drafter_tau(final, conversations, preset.evaluate.k, device, batch_size=preset.evaluate.batch_size)
+        evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
+
+    progress.run_stage("evaluate", evaluate, lambda: False)
+    manifests = [verify_stage_dir(d, "distill") for d in stages]
+    result = {
+        "name": variant.name,
+        "spec": variant.spec(),
+        "config": config.__dict__,
+        "checkpoint": str(final),
+        "weights": evaluated["weights"],
+        **score(evaluated["q4"], reference),
+        "fp32": {k: evaluated["fp32"][k] for k in ("tau", "macro_tau", "top1")},
+        # Continuation tokens trained on (distill + QAT), text tokens of the replay loss beside them.
+        "data_tokens": sum(m["metrics"]["train_tokens"] for m in manifests),
+        "replay_tokens": sum(m["metrics"]["replay_tokens"] for m in manifests),
+        "examples": manifests[0]["metrics"]["examples"],
+        "stages": {("qat" if m["params"]["qat"] else "distill"): {
+            k: m["metrics"][k] for k in ("steps", "best_step", "best_dev_macro_tau", "stopped_by_plateau",
+                                         "stopped_by_time_budget", "train_seconds")} for m in manifests},
+        "device": str(device),
+        # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200.
+        "device_seconds": round(sum(progress.data["seconds"].values()), 2),
+    }
+    atomic_write_json(directory / RESULT_FILE, result)
+    return result
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    reference, rows = summary["lab_reference"], summary["variants"]
+    base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
+    categories = sorted(base["by_category"])
+    lines = [
+        f"# Distillation ablation — lab `{summary['lab']}`",
+        "",
+        f"Held-out: {summary['heldout']['conversations']} conversations, k = {summary['k']}. τ at Q4_0 (QAT state or "
+        f"PTQ); gap closed = (τ − τ base) / (τ target − τ base) against the lab's base drafter at Q4_0 PTQ "
+        f"(τ {base['tau']:.3f}, macro {base['macro_tau']:.3f}) and the target as its own drafter "
+        f"(τ {target['tau']:.3f}).",
+        "",
+        "| variant | settings | weights | τ | macro τ | top-1 | × base | gap closed | beats base in every category "
+        "| data tokens | device s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        settings = ", ".join(r["spec"]["distill_settings"] + ([] if r["spec"]["qat"] else ["variant.qat=false"]))
+        lines.append(f"| {r['name']} | `{settings or 'lab defaults'}` | {r['weights']} | {_fmt(r['tau'])} | "
+                     f"{_fmt(r['macro_tau'])} | {_fmt(r['top1'])} | {_fmt(r['over_base'])} | {_pct(r['gap_closed'])} | "
+                     f"{'yes' if r['beats_base_everywhere'] else 'no'} | {r['data_tokens']:,} | "
+                     f"{r['device_seconds']:.1f} |")
+    lines += ["", "## τ by category (gap closed)", "",
+              "| variant | " + " | ".join(categories) + " |", "|---|" + "---|" * len(categories)]
+    lines.append("| lab base, Q4_0 PTQ | " + " | ".join(_fmt(base["by_category"][c]["tau"]) for c in categories) + " |")
+    if "distilled_q4_0_qat" in reference:  # the lab's own recipe, for comparison
+        lab_qat = reference["distilled_q4_0_qat"]["by_category"]
+        cells = []
+        for c in categories:
+            closed = (gap_closed(lab_qat[c]["tau"], base["by_category"][c]["tau"], target["by_category"][c]["tau"])
+                      if c in lab_qat and c in target["by_category"] else None)
+            cells.append(f"{_fmt(lab_qat[c]['tau'])} ({_pct(closed)})" if c in lab_qat else "—")
+        lines.append("| lab distilled, Q4_0 QAT | " + " | ".join(cells) + " |")
+    for r in rows:
+        cells = [f"{_fmt(r['by_category'][c]['tau'])} ({_pct(r['by_category'][c]['gap_closed'])})"
+                 if c in r["by_category"] else "—" for c in categories]
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    lines.append("| target as its own drafter | "
+                 + " | ".join(_fmt(target["by_category"].get(c, {}).get("tau")) for c in categories) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(lab: Path, out: Path, order: list[str], reference: dict[str, Any], k: int,
+                  heldout: dict[str, Any]) -> dict[str, Any]:
+    """ablation.json / ablation.md over every finished variant in ``out``: this command's first, in its order."""
+    finished = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob(f"*/{RESULT_FILE}"))}
+    names = [n for n in order if n in finished] + [n for n in sorted(finished) if n not in order]
+    summary = {"lab": str(lab), "k": k, "heldout": heldout, "lab_reference": reference,
+               "variants": [finished[n] for n in names]}
+    atomic_write_json(out / "ablation.json", summary)
+    atomic_write_text(out / "ablation.md", markdown(summary))
+    return summary
+
+
+def run_ablation(lab: Path, out: Path, variants: list[Variant], device_name: str = "auto",
+                 time_budget_s: float | None = None) -> dict[str, Any]:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("ablate runs its variants one after another in one process; start it without torchrun")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--variant names must differ: {names}")
+    preset = lab_preset(lab)
+    if time_budget_s is not None:
+        variants = [Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat)
+                    for v in variants]
+    for variant in variants:
+        variant_config(preset, variant)  # refuse a mistyped setting before any variant spends device time
+    for stage, kind in (("base", "pretrain"), ("reference", "reference"), ("tokenizer", "tokenizer")):
+        if not stage_complete(lab / stage, kind):
+            raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")
+    reference = lab_reference_tau(lab)
+    heldout_path = lab / "reference" / "heldout.jsonl"
+    conversations = read_conversations(heldout_path)
+    heldout = {"path": str(heldout_path), "conversations": len(conversations),
+               "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)}
+    out.mkdir(parents=True, exist_ok=True)
+    for variant in variants:
+        result_path = out / variant.name / RESULT_FILE
+        if result_path.is_file():
+            VariantProgress(out / variant.name, variant)  # refuses a name reused with other settings
+            print(f"ablate: {variant.name}: finished in {result_path.parent}, skipped", file=sys.stderr)
+            continue
+        result = run_variant(lab, out, preset, variant, reference, device_name)
+        print(f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
+              f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
+              f"gap closed {_pct(result['gap_closed'])}, "
+              f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s", file=sys.stderr)
+        write_summary(lab, out, names, reference, preset.evaluate.k, heldout)
+    return write_summary(lab, out, names, reference, preset.evaluate.k, heldout)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("ablate", help="distillation variants from a finished lab, scored by held-out category",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lab", required=True, type=Path, help="a finished lab directory (through its evaluate stage)")
+    p.add_argument("--out", required=True, type=Path, help="ablation directory (rerun the same command to resume)")
+    p.add_argument("--variant", dest="variants", action="append", required=True, type=str,
+                   metavar="NAME:SECTION.FIELD=VALUE,…", help="a variant (repeatable), e.g. "
+                   "'tvd:distill.loss=tvd,variant.qat=false'")
+    p.add_argument("--time-budget", type=float, default=None, help="distill.time_budget_s of every variant's distill "
+                   "runs (default: the lab's)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    variants = [parse_variant(v) for v in args.variants]
+    summary = run_ablation(args.lab, args.out, variants, args.device, args.time_budget)
+    for row in summary["variants"]:
+        print(f"{row['name']}: τ {row['tau']:.3f} ({row['weights']}), macro τ {row['macro_tau']:.3f}, "
+              f"× base {row['over_base']:.3f}, gap closed {_pct(row['gap_closed'])}")
+    print(f"report: {args.out / 'ablation.md'}")
+    return 0

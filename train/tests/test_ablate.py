@@ -1,0 +1,104 @@
+"""ablate: variants from a (tiny) finished lab — settings parsed and checked, category filter and QAT switch honoured,
+scores against the lab's base and target, data tokens, the report, and a rerun that skips finished variants."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdraft_train.ablate import gap_closed, parse_variant, run_ablation
+from specdraft_train.artifacts import atomic_write_json, write_manifest
+from specdraft_train.evaluate import drafter_tau
+from specdraft_train.models import load_causal_lm
+from specdraft_train.reference import read_train_examples
+from specdraft_train.tau import model_tau, read_conversations
+
+from conftest import run_cli
+
+LAB_SETTINGS = ["distill.batch_size=8", "distill.epochs=1", "distill.eval_every=0"]
+CE_FILTERED = 'ce32:distill.loss=ce,distill.categories=["prose"],variant.qat=false'
+
+
+@pytest.fixture(scope="module")
+def lab(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny fixture's stages laid out as a lab directory, with the lab's evaluation of base and target."""
+    root = tmp_path_factory.mktemp("ablate") / "lab"
+    for name in ("tokenizer", "target", "base", "reference"):
+        shutil.copytree(tiny[name], root / name)
+    atomic_write_json(root / "lab_state.json", {"preset": "micro", "settings": LAB_SETTINGS})
+    heldout = read_conversations(root / "reference" / "heldout.jsonl")
+    cpu = torch.device("cpu")
+    base, mode = drafter_tau(root / "base", heldout, 16, cpu, q4=True)
+    target = model_tau(load_causal_lm(root / "target", cpu), heldout, 16, cpu)
+    atomic_write_json(root / "eval" / "results.json", {"tau": {
+        "base_q4_0_ptq": {"weights": mode, **base.to_dict()}, "target_as_drafter": target.to_dict()}})
+    write_manifest(root / "eval", "evaluate", outputs=["results.json"])
+    return root
+
+
+def test_variant_specs_parse_and_bad_ones_are_refused():
+    variant = parse_variant('v1:distill.categories=["code/inner","prose"],distill.ce_weight=1,variant.qat=false')
+    assert variant.name == "v1" and variant.qat is False
+    assert variant.distill_settings == ('distill.categories=["code/inner","prose"]', "distill.ce_weight=1")
+    assert parse_variant("baseline:") == parse_variant("baseline:") and parse_variant("baseline:").qat is True
+    for bad, message in (("no-colon", "expected NAME:"), ("a/b:distill.lr=1", "expected NAME:"),
+                         ("x:lr=1", "expected distill.FIELD=VALUE"), ("x:variant.qat=maybe", "variant.qat")):
+        with pytest.raises(ValueError, match=message):
+            parse_variant(bad)
+
+
+def test_ablation_scores_variants_against_the_labs_base_and_target(lab: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]):
+    out = tmp_path / "ablation"
+    variants = [parse_variant("kl:"), parse_variant(CE_FILTERED)]
+    summary = run_ablation(lab, out, variants, device_name="cpu")
+    assert [r["name"] for r in summary["variants"]] == ["kl", "ce32"]
+    kl, ce32 = summary["variants"]
+    assert kl["weights"] == "q4_0-qat" and ce32["weights"] == "q4_0-ptq"  # QAT like the lab, or skipped
+    assert ce32["config"]["loss"] == "ce" and ce32["config"]["batch_size"] == 8  # the variant's and the lab's settings
+    examples = read_train_examples(lab / "reference")
+    all_tokens = sum(len(e.continuation_tokens) for e in examples)
+    only_prose = [e for e in examples if e.category.startswith("prose")]
+    assert len(examples) % 8 == 0 and len(only_prose) % 8 == 0  # every example trains once an epoch (no remainder)
+    assert kl["data_tokens"] == 2 * all_tokens  # one distill epoch and one QAT epoch
+    assert ce32["data_tokens"] == sum(len(e.continuation_tokens) for e in only_prose) and ce32["examples"] == len(only_prose)
+    assert set(kl["stages"]) == {"distill", "qat"} and set(ce32["stages"]) == {"distill"}
+    reference = summary["lab_reference"]
+    base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
+    for row in (kl, ce32):
+        assert row["over_base"] == pytest.approx(row["tau"] / base["tau"])
+        assert row["gap_closed"] == pytest.approx(gap_closed(row["tau"], base["tau"], target["tau"]))
+        for name, category in row["by_category"].items():
+            assert category["over_base"] == pytest.approx(category["tau"] / base["by_category"][name]["tau"])
+        assert row["beats_base_everywhere"] == all(c["tau"] > c["base_tau"] for c in row["by_category"].values())
+        assert 0 <= row["top1"] <= 1 and row["device_seconds"] > 0 and row["device"] == "cpu"
+    # The held-out τ recorded is the final checkpoint's, scored the way evaluate scores it.
+    held = read_conversations(lab / "reference" / "heldout.jsonl")
+    again, mode = drafter_tau(out / "ce32" / "distilled", held, 16, torch.device("cpu"), q4=True)
+    assert mode == "q4_0-ptq" and again.tau == ce32["tau"] and again.macro_tau == ce32["macro_tau"]
+    markdown = (out / "ablation.md").read_text()
+    assert "| kl | `lab defaults` | q4_0-qat |" in markdown and '`distill.loss=ce, distill.categories=["prose"], ' \
+        'variant.qat=false`' in markdown
+    assert json.loads((out / "ablation.json").read_text()) == summary
+
+    # A rerun skips finished variants (nothing retrained), and a name reused with other settings is refused.
+    capsys.readouterr()
+    modified = os.stat(out / "kl" / "result.json").st_mtime_ns
+    assert run_ablation(lab, out, variants, device_name="cpu") == summary
+    assert "ablate: kl: finished" in capsys.readouterr().err
+    assert os.stat(out / "kl" / "result.json").st_mtime_ns == modified
+    with pytest.raises(ValueError, match="another name"):
+        run_ablation(lab, out, [parse_variant("kl:distill.loss=tvd")], device_name="cpu")
+
+
+def test_ablate_cli_refuses_an_unknown_setting_before_training(lab: Path, tmp_path: Path):
+    result = run_cli("ablate", "--lab", str(lab), "--out", str(tmp_path / "a"), "--variant", "ok:",
+                     "--variant", "typo:distill.loss_weight=2", "--device", "cpu", check=False)
+    assert result.returncode == 2
+    assert "--variant typo" in result.stderr and "no setting 'distill.loss_weight'" in result.stderr
+    assert not (tmp_path / "a" / "ok").exists()  # refused before any variant ran

@@ -1,0 +1,84 @@
+"""training.py: the resumable state loads into a model on another device than the one it was saved from (the H200
+rerun's `RNG state must be a torch.ByteTensor`), and TensorBoard logging never stops training."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from specdraft_train.training import DistributedContext, NullSummaryWriter, ResumeState, open_summary_writer
+
+MAIN = DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
+
+
+def _trained_linear() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+@pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")  # meta weights hold no values
+def test_resume_state_loads_into_a_model_on_another_device(tmp_path: Path):
+    """A state saved on the CPU, loaded into a model on the `meta` device: the stand-in, on a machine without a GPU,
+    for a model on CUDA. Reading the file onto the model's device put the RNG state there too, and
+    ``torch.set_rng_state`` takes only a CPU ByteTensor (the H200 rerun's TypeError, which the old code gives here)."""
+    model, optimizer = _trained_linear()
+    state = ResumeState(tmp_path / "resume")
+    torch.manual_seed(123)
+    state.save(model, optimizer, 7, {"history": [1, 2]})
+    saved_rng = torch.get_rng_state()
+    torch.manual_seed(999)  # the resumed process starts with another RNG state
+    elsewhere = nn.Linear(4, 4, device="meta")
+    step, extra = state.load(elsewhere, torch.optim.AdamW(elsewhere.parameters(), lr=1e-2))
+    assert step == 7 and extra == {"history": [1, 2]}
+    assert torch.equal(torch.get_rng_state(), saved_rng)
+    assert elsewhere.weight.device.type == "meta"  # load_state_dict copied into the model where it lives
+
+
+def test_resume_state_round_trip_restores_weights_optimizer_and_rng(tmp_path: Path):
+    model, optimizer = _trained_linear()
+    state = ResumeState(tmp_path / "resume")
+    state.save(model, optimizer, 3, {})
+    expected_next = torch.rand(3)  # what the RNG gives right after the save
+    fresh = nn.Linear(4, 4)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    state.load(fresh, fresh_optimizer)
+    assert torch.equal(torch.rand(3), expected_next)
+    for a, b in zip(model.parameters(), fresh.parameters()):
+        assert torch.equal(a, b)
+    moments = [s["exp_avg"] for s in fresh_optimizer.state.values()]
+    assert len(moments) == 2 and all(m.abs().sum() > 0 for m in moments)
+
+
+def test_summary_writer_writes_events_on_rank_0_only(tmp_path: Path):
+    writer = open_summary_writer(MAIN, tmp_path, 0)
+    writer.add_scalar("train/loss", 1.5, 1)
+    writer.close()
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    rank_1 = DistributedContext(rank=1, world_size=2, device=torch.device("cpu"))
+    other = open_summary_writer(rank_1, tmp_path / "r1", 0)
+    assert isinstance(other, NullSummaryWriter) and not (tmp_path / "r1").exists()
+
+
+def test_a_tensorboard_that_fails_to_import_does_not_stop_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]):
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard"):
+            raise AttributeError("module 'tensorboard' has no attribute '__version__'")  # a version mismatch
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    writer = open_summary_writer(MAIN, tmp_path, 0)
+    assert isinstance(writer, NullSummaryWriter)
+    writer.add_scalar("train/loss", 1.0, 1)
+    writer.close()
+    assert "no TensorBoard logs (AttributeError" in capsys.readouterr().err
