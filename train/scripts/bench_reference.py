@@ -16,7 +16,7 @@ on the positions both engines saw the same context.
 
     python3 train/scripts/bench_reference.py --out /tmp/bench-reference.json               # H200: well under a minute
     python3 train/scripts/bench_reference.py --checkpoint runs/lab/target --out bench.json  # a trained target
-    python3 train/scripts/bench_reference.py --prompts 16384 --batch-size 1024 --out b.json # the ≥ 20M tokens/min check
+    python3 train/scripts/bench_reference.py --prompts 16384 --batch-size 4096 --out b.json # larger batches
     cd train && .venv/bin/python scripts/bench_reference.py --device cpu --threads 1 --hidden 128 --layers 4 \\
         --heads 4 --kv-heads 2 --head-dim 32 --ffn 384 --vocab 1024 --context 512 --prompts 48 --lengths 32,48,64 \\
         --new-tokens 32 --hf-prompts 48 --hf-batch-size 16 --out /tmp/bench-micro.json      # the micro target, on CPU
@@ -42,7 +42,9 @@ from specdraft_train.config import ModelConfig  # noqa: E402
 from specdraft_train.generation import (  # noqa: E402
     GreedyOutput, StaticEngineConfig, StaticGreedyEngine, generate_greedy_hf, timed,
 )
-from specdraft_train.models import load_causal_lm, new_model, parameter_count, qwen3_config, resolve_device  # noqa: E402
+from specdraft_train.models import (  # noqa: E402
+    load_causal_lm, new_model, parameter_count, qwen3_config, resolve_device,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOP_K = 20  # the reference stage's
@@ -110,7 +112,8 @@ def agreement(static: Sequence[GreedyOutput], hf: Sequence[GreedyOutput]) -> dic
     }
 
 
-def measure(function: Any, *args: Any, device: torch.device, **kwargs: Any) -> tuple[list[GreedyOutput], dict[str, Any]]:
+def measure(function: Any, *args: Any, device: torch.device,
+            **kwargs: Any) -> tuple[list[GreedyOutput], dict[str, Any]]:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     outputs, seconds = timed(function, *args, device=device, **kwargs)

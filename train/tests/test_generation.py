@@ -76,7 +76,7 @@ def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_wa
     position = next(p for p in range(4, MAX_NEW - 4) if free[0].tokens[p] not in free[0].tokens[:p])
     stop = free[0].tokens[position]
     peer = generate_greedy_hf(model, prompts, MAX_NEW, [stop], 0, TOP_K, batch_size=4, device=CPU)
-    # Batches of ≤ 2 rows and prefill forwards of ≤ 16 tokens: every bucket splits, width-16 rows prefill one by one.
+    # Batches of ≤ 2 rows, prefill forwards of ≤ 16 tokens: every bucket splits, width-16 rows prefill one by one.
     engine = StaticGreedyEngine(model, CPU, StaticEngineConfig(prefill_tokens=16, finish_check_every=3,
                                                                decode_attention=decode_attention))
     ours = engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2)
