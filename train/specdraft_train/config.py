@@ -93,6 +93,7 @@ class ReferenceConfig:
     batch_size: int = 128
     shard_prompts: int = 1024  # prompts per resumable shard
     seed: int = 0
+    engine: str = "static"  # generation.py's static-cache, CUDA-graph engine; "hf" = HF generate, ≥ 10× slower on GPU
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def autocast_context(device: torch.device) -> Any:
-    """bf16 autocast on CUDA (weights stay fp32 for the optimizer); plain fp32 on CPU, where bf16 is slower."""
+def autocast_context(device: torch.device, cache_enabled: bool = True) -> Any:
+    """bf16 autocast on CUDA (weights stay fp32 for the optimizer); plain fp32 on CPU, where bf16 is slower.
+
+    ``cache_enabled=False`` while capturing a CUDA graph: autocast's cache of cast weights would otherwise hand the
+    graph tensors that the cache frees when the autocast region ends.
+    """
     if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache_enabled)
     return torch.autocast("cpu", enabled=False)
 
 

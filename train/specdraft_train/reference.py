@@ -8,8 +8,9 @@ oversampled and, per category, the first that reach the minimum are kept (the ta
 <|endoftext|>). Training prompts cover every category in the proportions `train_prose_share` / `train_open_share` set
 (lengths evenly). Prompts may also come from a chat JSONL (`--chat`, one ``{"messages": [...], "id"?, "category"?,
 "split"?}`` per line, rendered with the target tokenizer's chat template, thinking off; kept whatever their length).
-The target continues each prompt greedily with a KV cache (HF ``generate``, batched; mixed lengths are left-padded)
-for at most `max_new_tokens`, stopping at end-of-text / end-of-turn.
+The target continues each prompt greedily for at most `max_new_tokens`, stopping at end-of-text / end-of-turn: by
+default with the static engine of `generation.py` (prompts bucketed by length, a preallocated KV cache, the decode
+step as a CUDA graph), or with HF ``generate`` (`--engine hf`), its tested peer.
 
 Outputs: ``heldout.jsonl`` and ``dev.jsonl`` in the validator's format (`id`, `category`, `prompt_tokens`,
 `continuation_tokens`); ``train-NNNNN.safetensors`` shards with prompts, continuations and the target's top-k token ids
@@ -37,11 +38,12 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import CorpusConfig, ReferenceConfig, get_preset, override
 from .corpus import KINDS, Document, read_documents, split_of
+from .generation import StaticGreedyEngine, generate_greedy_hf
 from .models import autocast_context, checkpoint_info, load_causal_lm, load_tokenizer, resolve_device, verify_checkpoint
 from .tau import Conversation, conversation_json
 
@@ -220,19 +222,7 @@ def chat_prompts(path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: 
 # Generation
 
 
-class TopKCapture(LogitsProcessor):
-    """Records the top-k log-probabilities of every generation step; leaves the scores unchanged."""
-
-    def __init__(self, k: int):
-        self.k = k
-        self.ids: list[torch.Tensor] = []
-        self.logprobs: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        values, indices = torch.log_softmax(scores.float(), dim=-1).topk(self.k, dim=-1)  # (B, K) each
-        self.ids.append(indices.to(torch.int32).cpu())
-        self.logprobs.append(values.to(torch.float16).cpu())
-        return scores
+ENGINES = ("static", "hf")
 
 
 def stop_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -243,41 +233,29 @@ def stop_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list
 @torch.no_grad()
 def generate_continuations(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Prompt], max_new_tokens: int,
-    batch_size: int, device: torch.device, top_k: int | None,
+    batch_size: int, device: torch.device, top_k: int | None, engine: str = "static", progress: bool = False,
 ) -> list[Continuation]:
-    """Greedy continuations, batched; prompts of equal length share batches (no padding), others are left-padded."""
+    """Greedy continuations up to and including the first stop token, with the top-k log-probs when ``top_k``.
+
+    ``engine="static"``: :class:`generation.StaticGreedyEngine` (static KV cache, CUDA-graph decode, batches of up to
+    ``batch_size`` rows as the memory budget allows); ``"hf"``: HF ``generate`` in batches of ``batch_size``, the
+    peer both are tested against. Either way, equal-length prompts share batches unpadded, others are left-padded.
+    """
     eos = stop_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=pad)
-    results: list[Continuation | None] = [None] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].tokens))
-    for start in range(0, len(order), batch_size):
-        batch_index = order[start : start + batch_size]
-        batch = [prompts[i].tokens for i in batch_index]
-        width = max(len(t) for t in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T), left-padded
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, tokens in enumerate(batch):
-            input_ids[row, width - len(tokens) :] = torch.tensor(tokens)
-            attention_mask[row, width - len(tokens) :] = 1
-        capture = TopKCapture(top_k) if top_k else None
-        with autocast_context(device):
-            output = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config,
-                logits_processor=LogitsProcessorList([capture] if capture else []),
-            )
-        generated = output[:, width:].cpu()  # (B, steps)
-        topk_ids = torch.stack(capture.ids, dim=1).numpy() if capture else None  # (B, steps, K)
-        topk_logprobs = torch.stack(capture.logprobs, dim=1).numpy() if capture else None  # (B, steps, K)
-        for row, index in enumerate(batch_index):
-            tokens = generated[row].tolist()
-            length = next((j + 1 for j, t in enumerate(tokens) if t in eos), len(tokens))
-            results[index] = Continuation(
-                tokens[:length],
-                topk_ids[row, :length].copy() if topk_ids is not None else None,
-                topk_logprobs[row, :length].copy() if topk_logprobs is not None else None,
-            )
-    return results  # type: ignore[return-value]
+    tokens = [p.tokens for p in prompts]
+    if engine == "static":
+        outputs = StaticGreedyEngine(model, device).generate(tokens, max_new_tokens, eos, top_k,
+                                                             max_batch_size=batch_size, progress=progress)
+    elif engine == "hf":
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        outputs = generate_greedy_hf(model, tokens, max_new_tokens, eos, pad, top_k, batch_size, device,
+                                     progress=progress)
+    else:
+        raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    return [
+        Continuation(o.tokens, o.topk_ids, o.topk_logprobs.astype(np.float16) if o.topk_logprobs is not None else None)
+        for o in outputs
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -417,7 +395,7 @@ def generate_eval_sets(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
         if not batch:
             return generated
         continuations = generate_continuations(model, tokenizer, [prompt for _, prompt in batch], config.max_new_tokens,
-                                               config.batch_size, device, top_k=None)
+                                               config.batch_size, device, top_k=None, engine=config.engine)
         generated += len(batch)
         for (pool, prompt), continuation in zip(batch, continuations):  # in candidate order within each pool
             if len(continuation.tokens) >= pool.min_tokens and len(pool.kept) < pool.keep:
@@ -494,7 +472,8 @@ def run(
             continue  # finished before a restart (written atomically, under the same plan)
         generation_start = time.time()
         continuations = generate_continuations(model, tokenizer, shard_prompts, config.max_new_tokens,
-                                                config.batch_size, device, top_k=config.top_k)
+                                                config.batch_size, device, top_k=config.top_k,
+                                                engine=config.engine, progress=True)
         write_train_shard(path, shard_prompts, continuations)
         tokens = sum(len(c.tokens) for c in continuations)
         print(f"reference: shard {index + 1}/{len(shards)}: {len(shard_prompts)} continuations, {tokens} tokens, "
@@ -539,8 +518,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--min-continuation-tokens", type=int, default=None, help="held-out/dev continuations shorter "
                    "than this are dropped, more candidates generated (default: preset's)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="continuation cap (default: preset's)")
-    p.add_argument("--batch-size", type=int, default=None, help="prompts per generate call (default: preset's)")
+    p.add_argument("--batch-size", type=int, default=None, help="prompts per batch; the static engine takes fewer "
+                   "when its KV-cache budget holds fewer (default: preset's)")
     p.add_argument("--shard-prompts", type=int, default=None, help="prompts per resumable shard (default: preset's)")
+    p.add_argument("--engine", choices=ENGINES, default=None, help="static: static KV cache + CUDA-graph decode; hf: "
+                   "HF generate, the slower peer (default: preset's, static)")
     p.add_argument("--halt-after-shards", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
@@ -550,7 +532,7 @@ def main(args: argparse.Namespace) -> int:
     config = override(preset.reference, train_prompts=args.train_prompts, dev_per_category=args.dev_per_category,
                       heldout_per_category=args.heldout_per_category, max_new_tokens=args.max_new_tokens,
                       min_continuation_tokens=args.min_continuation_tokens, batch_size=args.batch_size,
-                      shard_prompts=args.shard_prompts)
+                      shard_prompts=args.shard_prompts, engine=args.engine)
     manifest = run(args.target, args.out, config, args.corpus, args.chat, preset.corpus, args.device, args.dtype,
                    args.halt_after_shards)
     print(json.dumps(manifest["prompts"]))

@@ -166,7 +166,7 @@ def test_train_counts_follow_the_shares_and_renormalize_over_kinds_present():
 
 
 def _fake_generation(lengths: dict[str, int], calls: list[int]):
-    def generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, top_k):
+    def generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, top_k, engine="static", progress=False):
         calls.append(len(prompts))
         return [Continuation([7] * min(lengths[p.id], max_new_tokens), None, None) for p in prompts]
     return generate
