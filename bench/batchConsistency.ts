@@ -9,7 +9,7 @@
  * Prints JSON: { requests, differing, differing_rate, first_difference }.
  */
 import { Command, InvalidArgumentError } from "commander";
-import { createDraftClient } from "../src/validate/createDraftClient.js";
+import { createDraftClient } from "../src/client/createDraftClient.js";
 import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
 
 function integer(min: number) {

@@ -18,8 +18,8 @@ import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
-import { createSpecdraftClient } from "../src/validate/createSpecdraftClient.js";
-import { parseIntegerOption } from "../src/validate/parseIntegerOption.js";
+import { createSpecdraftClient } from "../src/client/createSpecdraftClient.js";
+import { parseIntegerOption } from "../src/cli/parseIntegerOption.js";
 
 const program = new Command("generateCosts")
     .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")

@@ -14,9 +14,9 @@
 
 import cliProgress from "cli-progress";
 import { Command, InvalidArgumentError } from "commander";
-import { createDraftClient } from "../src/validate/createDraftClient.js";
+import { createDraftClient } from "../src/client/createDraftClient.js";
 import { percentile } from "../src/validate/percentile.js";
-import type { DraftClient } from "../src/validate/types.js";
+import type { DraftClient } from "../src/client/types.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 const defaultStreams = 32;

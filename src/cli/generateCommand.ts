@@ -22,7 +22,7 @@ import {
     runGenerate
 } from "../generate/runGenerate.js";
 import type { GenerateSummary, VerifierKind } from "../generate/types.js";
-import { parseIntegerOption } from "../validate/parseIntegerOption.js";
+import { parseIntegerOption } from "./parseIntegerOption.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
 
 export interface GenerateCommandOptions {

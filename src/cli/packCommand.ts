@@ -3,8 +3,8 @@
  * data_manifest.json — that `specdraft selfcheck` (and a grader) can run as is.
  */
 import { Command } from "commander";
-import { defaultPackDraftLength, PackError, packDrafter, type PackOptions } from "../validate/packDrafter.js";
-import { parseIntegerOption } from "../validate/parseIntegerOption.js";
+import { defaultPackDraftLength, PackError, packDrafter, type PackOptions } from "../pack/packDrafter.js";
+import { parseIntegerOption } from "./parseIntegerOption.js";
 import type { CommandIo } from "./validateCommand.js";
 
 const processIo: CommandIo = { out: process.stdout, err: process.stderr };

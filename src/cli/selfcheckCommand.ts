@@ -4,10 +4,10 @@
  */
 import cliProgress from "cli-progress";
 import { Command } from "commander";
-import { defaultTimeoutMs } from "../validate/createDraftClient.js";
-import { parseIntegerOption, parsePositiveNumberOption } from "../validate/parseIntegerOption.js";
+import { defaultTimeoutMs } from "../client/createDraftClient.js";
+import { parseIntegerOption, parsePositiveNumberOption } from "./parseIntegerOption.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
-import { runSelfcheck } from "../validate/selfcheck/runSelfcheck.js";
+import { runSelfcheck } from "../pack/selfcheck/runSelfcheck.js";
 import {
     defaultBudgetSeconds,
     defaultMaxBytes,
@@ -18,7 +18,7 @@ import {
     defaultWindowsPerConversation,
     gateNames,
     type SelfcheckOptions
-} from "../validate/selfcheck/types.js";
+} from "../pack/selfcheck/types.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
 import type { CommandIo } from "./validateCommand.js";
 

@@ -4,12 +4,13 @@
  */
 import cliProgress from "cli-progress";
 import { Command } from "commander";
-import { createDraftClient, defaultTimeoutMs } from "../validate/createDraftClient.js";
+import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
-import { parseIntegerOption } from "../validate/parseIntegerOption.js";
+import { parseIntegerOption } from "./parseIntegerOption.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
-import type { DraftClient, WalkSummary } from "../validate/types.js";
+import type { DraftClient } from "../client/types.js";
+import type { WalkSummary } from "../validate/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
 import { writeReport } from "../validate/writeReport.js";
 

@@ -6,8 +6,8 @@
  * failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
  */
 import { type Token, TokenPredictor } from "node-llama-cpp";
-import { createSpecdraftClient } from "../validate/createSpecdraftClient.js";
-import type { DraftClient } from "../validate/types.js";
+import { createSpecdraftClient } from "../client/createSpecdraftClient.js";
+import type { DraftClient } from "../client/types.js";
 
 /** How long one draft request may take before the drafter counts as failing. */
 export const defaultDraftTimeoutMs = 5000;

@@ -1,5 +1,5 @@
 /** Asks a specdraft server's `GET /info` for the drafter's vocabulary, to compare it with the target's. */
-import { withTrailingSlash } from "../validate/createSpecdraftClient.js";
+import { withTrailingSlash } from "../client/createSpecdraftClient.js";
 
 export interface DrafterInfo {
     model: string;

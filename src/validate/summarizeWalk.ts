@@ -3,7 +3,8 @@
  * the histogram of accepted lengths a = 0..k, per-position acceptance P(d[i] ok | d[0..i−1] ok), latency and failures.
  */
 import { percentile } from "./percentile.js";
-import { draftFailureKinds, type CategorySummary, type PositionAcceptance, type WalkResult, type WalkSummary } from "./types.js";
+import { draftFailureKinds } from "../client/types.js";
+import type { CategorySummary, PositionAcceptance, WalkResult, WalkSummary } from "./types.js";
 
 /** Category name for conversations whose line had no "category". */
 export const uncategorized = "uncategorized";

@@ -10,7 +10,8 @@
  *
  * A failed, timed-out or malformed answer is scored as an empty draft (a = 0) and recorded with its failure kind.
  */
-import type { Conversation, ConversationWalk, DraftClient, WalkStep } from "./types.js";
+import type { DraftClient } from "../client/types.js";
+import type { Conversation, ConversationWalk, WalkStep } from "./types.js";
 
 /** Walks `conversation` against `client` with drafts of `draftLength` tokens; calls `onStep` after each step. */
 export async function walkConversation(

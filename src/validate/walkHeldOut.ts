@@ -3,7 +3,8 @@
  * conversation as it finishes one), each conversation's steps strictly in order.
  */
 import { walkConversation } from "./walkConversation.js";
-import type { Conversation, ConversationWalk, DraftClient, DraftFailureKind, WalkResult } from "./types.js";
+import type { DraftClient, DraftFailureKind } from "../client/types.js";
+import type { Conversation, ConversationWalk, WalkResult } from "./types.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 export const defaultConcurrency = 32;

@@ -12,13 +12,13 @@ import { fileURLToPath } from "node:url";
 import { runPack } from "../../src/cli/packCommand.js";
 import { runSelfcheckCommand } from "../../src/cli/selfcheckCommand.js";
 import { runValidate } from "../../src/cli/validateCommand.js";
-import { createSpecdraftClient } from "../../src/validate/createSpecdraftClient.js";
-import { findFreePort } from "../../src/validate/selfcheck/findFreePort.js";
-import { startServeScript, type ServeProcess } from "../../src/validate/selfcheck/startServeScript.js";
-import { waitForHealth } from "../../src/validate/selfcheck/waitForHealth.js";
+import { createSpecdraftClient } from "../../src/client/createSpecdraftClient.js";
+import { findFreePort } from "../../src/pack/selfcheck/findFreePort.js";
+import { startServeScript, type ServeProcess } from "../../src/pack/selfcheck/startServeScript.js";
+import { waitForHealth } from "../../src/pack/selfcheck/waitForHealth.js";
 import type { Conversation } from "../../src/validate/types.js";
-import { captureIo } from "./helpers/captureIo.js";
-import { writeHeldOut } from "./helpers/writeHeldOut.js";
+import { captureIo } from "../helpers/captureIo.js";
+import { writeHeldOut } from "../helpers/writeHeldOut.js";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 /** This checkout's CLI from source, so the test runs the code under test rather than a possibly stale dist/. */

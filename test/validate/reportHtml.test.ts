@@ -12,10 +12,10 @@ import { after, before, test } from "node:test";
 import { pathToFileURL } from "node:url";
 import { chromium, type Browser } from "playwright-core";
 import { runValidate } from "../../src/cli/validateCommand.js";
-import { captureIo } from "./helpers/captureIo.js";
-import { conversation, draftWithPlantedError, locate } from "./helpers/continuationOracle.js";
-import { sendJson, startFakeServer, type FakeServer } from "./helpers/startFakeServer.js";
-import { writeHeldOut } from "./helpers/writeHeldOut.js";
+import { captureIo } from "../helpers/captureIo.js";
+import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
+import { sendJson, startFakeServer, type FakeServer } from "../helpers/startFakeServer.js";
+import { writeHeldOut } from "../helpers/writeHeldOut.js";
 
 const chromiumPath = "/usr/bin/chromium";
 const launchArgs = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];

@@ -6,10 +6,10 @@ import path from "node:path";
 import { test } from "node:test";
 import { runValidate } from "../../src/cli/validateCommand.js";
 import type { WalkSummary } from "../../src/validate/types.js";
-import { captureIo } from "./helpers/captureIo.js";
-import { conversation, draftWithPlantedError, locate } from "./helpers/continuationOracle.js";
-import { sendJson, startFakeServer, type FakeServer } from "./helpers/startFakeServer.js";
-import { writeHeldOut } from "./helpers/writeHeldOut.js";
+import { captureIo } from "../helpers/captureIo.js";
+import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
+import { sendJson, startFakeServer, type FakeServer } from "../helpers/startFakeServer.js";
+import { writeHeldOut } from "../helpers/writeHeldOut.js";
 
 const conversations = [conversation("p", 1, 20, "code"), conversation("q", 2, 9, "chat"), conversation("r", 3, 6, "chat")];
 

@@ -4,11 +4,11 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createDraftClient } from "../../src/validate/createDraftClient.js";
+import { createDraftClient } from "../../src/client/createDraftClient.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
 import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
-import { conversation, draftWithPlantedError, locate } from "./helpers/continuationOracle.js";
-import { sendJson, startFakeServer } from "./helpers/startFakeServer.js";
+import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
+import { sendJson, startFakeServer } from "../helpers/startFakeServer.js";
 
 // k = 4 throughout.
 //  c1: L = 10, error at draft index 2 → a = 2, advance 3 per step: pos 0 → 3 → 6 → 9; at pos 9 the cap is

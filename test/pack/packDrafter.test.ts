@@ -7,9 +7,9 @@ import path from "node:path";
 import { test } from "node:test";
 import { readGgufFileInfo } from "node-llama-cpp";
 import { runPack } from "../../src/cli/packCommand.js";
-import type { DataManifest } from "../../src/validate/dataManifest.js";
-import type { ArchitectureFile } from "../../src/validate/drafterFolder.js";
-import { captureIo } from "./helpers/captureIo.js";
+import type { DataManifest } from "../../src/pack/dataManifest.js";
+import type { ArchitectureFile } from "../../src/pack/drafterFolder.js";
+import { captureIo } from "../helpers/captureIo.js";
 
 const model = "test/fixtures/tiny-qwen3-q4_0.gguf";
 const manifest = {

@@ -15,7 +15,7 @@ import { renderServeScript } from "./renderServeScript.js";
 /** Draft length written to architecture.json and passed to serve. Defaults to `16`. */
 export const defaultPackDraftLength = 16;
 
-/** The specdraft checkout or package this code runs from (src/validate/ or dist/validate/ → its root). */
+/** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
 export const specdraftRoot = path.resolve(fileURLToPath(new URL("../../", import.meta.url)));
 
 export interface PackOptions {

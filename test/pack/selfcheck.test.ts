@@ -9,11 +9,11 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { runPack } from "../../src/cli/packCommand.js";
 import { runSelfcheckCommand } from "../../src/cli/selfcheckCommand.js";
-import type { SelfcheckOptions } from "../../src/validate/selfcheck/types.js";
-import { captureIo } from "./helpers/captureIo.js";
-import { writeHeldOut } from "./helpers/writeHeldOut.js";
+import type { SelfcheckOptions } from "../../src/pack/selfcheck/types.js";
+import { captureIo } from "../helpers/captureIo.js";
+import { writeHeldOut } from "../helpers/writeHeldOut.js";
 
-const fakeSpecdraft = `node ${path.resolve("test/validate/helpers/fakeSpecdraft.mjs")}`;
+const fakeSpecdraft = `node ${path.resolve("test/pack/helpers/fakeSpecdraft.mjs")}`;
 let dir = "";
 let data = "";
 
@@ -171,7 +171,7 @@ test("serve.sh without SPECDRAFT finds the checkout that packed it, or one holdi
     const checkout = path.join(dir, "checkout");
     await mkdir(path.join(checkout, "dist", "cli"), { recursive: true });
     await writeFile(path.join(checkout, "package.json"), JSON.stringify({ name: "specdraft", type: "module" }, null, 2));
-    await copyFile("test/validate/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
+    await copyFile("test/pack/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
     // only node and the system's tools on PATH, so no installed `specdraft` can be picked instead
     const env = { SPECDRAFT: "", PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`, FAKE_SPECDRAFT_MODE: "ok" };
 

@@ -5,14 +5,14 @@
  */
 import { access, constants, readFile, readdir, stat } from "node:fs/promises";
 import path from "node:path";
-import { createSpecdraftClient } from "../createSpecdraftClient.js";
-import { defaultTimeoutMs } from "../createDraftClient.js";
+import { createSpecdraftClient } from "../../client/createSpecdraftClient.js";
+import { defaultTimeoutMs } from "../../client/createDraftClient.js";
 import { checkDataManifest } from "../dataManifest.js";
 import { architectureFileName, checkArchitectureFile, dataManifestFileName, serveScriptName, type ArchitectureFile } from "../drafterFolder.js";
-import type { HeldOutSet } from "../readHeldOutFile.js";
-import { summarizeWalk } from "../summarizeWalk.js";
-import type { DraftFailureKind } from "../types.js";
-import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../walkHeldOut.js";
+import type { HeldOutSet } from "../../validate/readHeldOutFile.js";
+import { summarizeWalk } from "../../validate/summarizeWalk.js";
+import type { DraftFailureKind } from "../../client/types.js";
+import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../../validate/walkHeldOut.js";
 import { findFreePort } from "./findFreePort.js";
 import { sampleWindows } from "./sampleWindows.js";
 import { startServeScript, type ServeProcess } from "./startServeScript.js";

@@ -1,11 +1,11 @@
 /** `llama-server+http://…` speaks llama.cpp's /completion, greedy, and walks to the same figures as /draft. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createDraftClient } from "../../src/validate/createDraftClient.js";
+import { createDraftClient } from "../../src/client/createDraftClient.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
 import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
-import { conversation, draftWithPlantedError, locate } from "./helpers/continuationOracle.js";
-import { sendJson, startFakeServer } from "./helpers/startFakeServer.js";
+import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
+import { sendJson, startFakeServer } from "../helpers/startFakeServer.js";
 
 const conversations = [conversation("x", 1, 12), conversation("y", 2, 7)];
 

@@ -1,6 +1,6 @@
 /** Writes test conversations as held-out JSONL (the format `specdraft validate --data` reads). */
 import { writeFile } from "node:fs/promises";
-import type { Conversation } from "../../../src/validate/types.js";
+import type { Conversation } from "../../src/validate/types.js";
 
 export async function writeHeldOut(file: string, conversations: readonly Conversation[], extraLines: readonly string[] = []): Promise<void> {
     const lines = conversations.map((c) =>

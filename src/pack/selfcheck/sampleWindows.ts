@@ -3,7 +3,7 @@
  * first N conversations. A window starting at s is walked as a conversation with prompt P + C[0:s] and continuation
  * C[s:s+W], so the sample sees long contexts as the full walk does, at a fraction of its tokens.
  */
-import type { Conversation } from "../types.js";
+import type { Conversation } from "../../validate/types.js";
 
 export interface SampleWindowOptions {
     /** Conversations sampled (the first N). */

@@ -1,11 +1,11 @@
 /** Failed, timed-out and garbage answers are counted by kind and scored as empty drafts (a = 0), never thrown. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createDraftClient } from "../../src/validate/createDraftClient.js";
+import { createDraftClient } from "../../src/client/createDraftClient.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
 import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
-import { conversation, draftWithPlantedError, locate } from "./helpers/continuationOracle.js";
-import { sendJson, startFakeServer } from "./helpers/startFakeServer.js";
+import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
+import { sendJson, startFakeServer } from "../helpers/startFakeServer.js";
 
 test("HTTP errors, timeouts, non-JSON, wrong shapes and over-long drafts each count once per step and score a = 0", async () => {
     // every step of these fails, so each advances 1 token: steps = L

@@ -2,7 +2,7 @@
  * The fake drafters' knowledge: finds which test conversation a request's tokens belong to (each test prompt is
  * unique) and how far into its continuation the request is.
  */
-import type { Conversation } from "../../../src/validate/types.js";
+import type { Conversation } from "../../src/validate/types.js";
 
 export interface OracleHit {
     conversation: Conversation;
