@@ -16,7 +16,7 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { type GpuChoice, type KvType, loadEngine } from "../src/engine/loadEngine.js";
 import { kvTypes } from "../src/engine/readEngineEnv.js";
 import type { DraftEngine } from "../src/engine/types.js";
-import { percentile } from "../src/validate/percentile.js";
+import { percentile } from "../src/validate/summarizeWalk.js";
 
 interface BenchFlags {
     model: string;

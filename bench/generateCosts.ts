@@ -18,7 +18,7 @@ import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
-import { createSpecdraftClient } from "../src/client/createSpecdraftClient.js";
+import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { parseIntegerOption } from "../src/cli/parseIntegerOption.js";
 
 const program = new Command("generateCosts")

@@ -15,7 +15,7 @@
 import cliProgress from "cli-progress";
 import { Command, InvalidArgumentError } from "commander";
 import { createDraftClient } from "../src/client/createDraftClient.js";
-import { percentile } from "../src/validate/percentile.js";
+import { percentile } from "../src/validate/summarizeWalk.js";
 import type { DraftClient } from "../src/client/types.js";
 
 /** Conversations walked at once. Defaults to `32`. */

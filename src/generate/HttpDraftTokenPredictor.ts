@@ -6,7 +6,7 @@
  * failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
  */
 import { type Token, TokenPredictor } from "node-llama-cpp";
-import { createSpecdraftClient } from "../client/createSpecdraftClient.js";
+import { createSpecdraftClient } from "../client/createDraftClient.js";
 import type { DraftClient } from "../client/types.js";
 
 /** How long one draft request may take before the drafter counts as failing. */

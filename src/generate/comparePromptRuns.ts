@@ -1,5 +1,4 @@
 /** Checks speculation was lossless for one prompt, and says where it was not. */
-import { firstDifference } from "./firstDifference.js";
 import type { GenerationRun, PromptResult } from "./types.js";
 
 /** Each speculative run against the target-alone run of the same round. */
@@ -25,4 +24,15 @@ export function describeMismatch(prompt: PromptResult): string | undefined {
         `output mismatch: prompt ${JSON.stringify(prompt.id)}, run ${d.run + 1}: speculative output differs from the target alone ` +
         `at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"})`
     );
+}
+
+/** The first index where `expected` and `actual` differ (a missing token counts as `null`), or `undefined` if equal. */
+export function firstDifference(
+    expected: readonly number[],
+    actual: readonly number[]
+): { position: number; expected: number | null; actual: number | null } | undefined {
+    const length = Math.max(expected.length, actual.length);
+    for (let i = 0; i < length; i++)
+        if (expected[i] !== actual[i]) return { position: i, expected: expected[i] ?? null, actual: actual[i] ?? null };
+    return undefined;
 }

@@ -1,11 +1,12 @@
 /**
  * Opens one of the three draft sources as a node-llama-cpp TokenPredictor, after checking that its vocabulary is the
- * target's: a specdraft server over HTTP, an in-process draft GGUF, or prompt lookup (no model).
+ * target's (a server's from its `GET /info`, a GGUF's from its metadata): a specdraft server over HTTP, an in-process
+ * draft GGUF, or prompt lookup (no model).
  */
 import { DraftSequenceTokenPredictor, InputLookupTokenPredictor, type Llama, type TokenPredictor } from "node-llama-cpp";
-import { checkVocabularies } from "./checkVocabularies.js";
+import { withTrailingSlash } from "../client/createDraftClient.js";
+import { GenerateError } from "./errors.js";
 import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
-import { fetchDrafterInfo } from "./fetchDrafterInfo.js";
 import { HttpDraftTokenPredictor, defaultDraftTimeoutMs } from "./HttpDraftTokenPredictor.js";
 import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import type { DraftSourceKind } from "./types.js";
@@ -101,4 +102,52 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         await model.dispose();
         throw error;
     }
+}
+
+/**
+ * Refuses a drafter whose vocabulary is not the target's, since its token ids would stand for other text: throws
+ * `vocab_mismatch` naming both sides when the fingerprints differ.
+ */
+function checkVocabularies(target: { label: string; fingerprint: string }, drafter: { label: string; fingerprint: string }): void {
+    if (target.fingerprint === drafter.fingerprint) return;
+    throw new GenerateError(
+        "vocab_mismatch",
+        `Vocabulary mismatch: the drafter ${drafter.label} has vocabulary fingerprint ${drafter.fingerprint.slice(0, 16)}…, ` +
+            `expected the target ${target.label}'s ${target.fingerprint.slice(0, 16)}…. ` +
+            "Speculative decoding needs a drafter built on the target's tokenizer."
+    );
+}
+
+/** What a server's `GET /info` says about its drafter, as far as the vocabulary check needs. */
+interface DrafterInfo {
+    model: string;
+    vocabSize: number;
+    vocabFingerprint: string;
+}
+
+/**
+ * A specdraft server's model name and vocabulary from its `GET /info`. Throws with a message saying what failed
+ * (network, HTTP status, shape).
+ */
+async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<DrafterInfo> {
+    const url = new URL("info", withTrailingSlash(baseUrl)).href;
+    let response: Response;
+    try {
+        response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    } catch (error) {
+        const cause = (error as { cause?: { code?: string } }).cause;
+        throw new Error(`GET ${url}: ${cause?.code ?? (error as Error).message}`);
+    }
+    const text = await response.text();
+    if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}: ${text.slice(0, 200)}`);
+    let body: unknown;
+    try {
+        body = JSON.parse(text);
+    } catch {
+        throw new Error(`GET ${url}: answer is not JSON: ${text.slice(0, 80)}`);
+    }
+    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown };
+    if (typeof info.vocab_fingerprint !== "string" || typeof info.vocab_size !== "number")
+        throw new Error(`GET ${url}: expected "vocab_fingerprint" (string) and "vocab_size" (number), found ${text.slice(0, 120)}`);
+    return { model: typeof info.model === "string" ? info.model : "?", vocabSize: info.vocab_size, vocabFingerprint: info.vocab_fingerprint };
 }

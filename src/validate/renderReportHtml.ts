@@ -2,9 +2,10 @@
  * report.html: one self-contained page (inline CSS and SVG, no script, no external resources) with, per server, its
  * figures and four plots: acceptance-length histogram, per-position acceptance, τ by category, latency distribution.
  * With several servers it opens with a side-by-side comparison.
+ *
+ * Each plot is a bar chart drawn here as inline SVG: every bar is a `<rect class="bar">` carrying its value in
+ * `data-value` and a `<title>` tooltip, so a test can count and read the bars.
  */
-import { escapeHtml } from "./escapeHtml.js";
-import { renderBarChart } from "./renderBarChart.js";
 import type { WalkSummary } from "./types.js";
 
 /** The plots each server section holds, by `data-plot` id. */
@@ -147,4 +148,90 @@ function integer(value: number): string {
 
 function compact(ms: number): string {
     return Number(ms.toPrecision(3)).toString();
+}
+
+/** One bar chart of the report. */
+interface BarChartSpec {
+    /** `data-plot` attribute of the `<svg>`, e.g. `acceptance-histogram`. */
+    id: string;
+    title: string;
+    xLabel: string;
+    yLabel: string;
+    labels: readonly string[];
+    /** One per label; null draws an empty slot (e.g. a position never reached). */
+    values: readonly (number | null)[];
+    /** Top of the y axis. Defaults to the largest value rounded up so the four gridlines fall on round numbers. */
+    yMax?: number;
+    /** Values are counts: gridlines on whole numbers. Defaults to `false`. */
+    integerValues?: boolean;
+    /** How values are written in tooltips and on the axis. Defaults to 3 significant digits. */
+    format?: (value: number) => string;
+    /** Bar colour. Defaults to `#3b6fb6`. */
+    color?: string;
+}
+
+/** Every chart's size in px, and the room around its plot area for the axes and labels. */
+const chartWidth = 640;
+const chartHeight = 280;
+const chartMargin = { top: 34, right: 16, bottom: 52, left: 56 };
+
+function renderBarChart(spec: BarChartSpec): string {
+    const format = spec.format ?? ((v: number) => Number(v.toPrecision(3)).toString());
+    const numeric = spec.values.filter((v): v is number => v !== null);
+    const top = spec.yMax ?? roundedTop(Math.max(0, ...numeric), spec.integerValues ?? false);
+    const plotWidth = chartWidth - chartMargin.left - chartMargin.right;
+    const plotHeight = chartHeight - chartMargin.top - chartMargin.bottom;
+    const slot = plotWidth / Math.max(1, spec.labels.length);
+    const barWidth = Math.max(1, slot * 0.8);
+    // write at most ~16 x labels so they stay legible
+    const labelEvery = Math.max(1, Math.ceil(spec.labels.length / 16));
+    const parts: string[] = [];
+    parts.push(
+        `<svg class="chart" data-plot="${escapeHtml(spec.id)}" viewBox="0 0 ${chartWidth} ${chartHeight}" width="${chartWidth}" height="${chartHeight}" role="img" aria-label="${escapeHtml(spec.title)}">`,
+        `<text class="chart-title" x="${chartWidth / 2}" y="20" text-anchor="middle">${escapeHtml(spec.title)}</text>`
+    );
+    for (const fraction of [0, 0.25, 0.5, 0.75, 1]) {
+        const y = chartMargin.top + plotHeight * (1 - fraction);
+        parts.push(
+            `<line class="grid" x1="${chartMargin.left}" x2="${chartWidth - chartMargin.right}" y1="${y.toFixed(1)}" y2="${y.toFixed(1)}"/>`,
+            `<text class="tick" x="${chartMargin.left - 6}" y="${(y + 4).toFixed(1)}" text-anchor="end">${escapeHtml(format(top * fraction))}</text>`
+        );
+    }
+    spec.labels.forEach((label, i) => {
+        const value = spec.values[i];
+        const barHeight = value === null ? 0 : (Math.max(0, value) / top) * plotHeight;
+        const x = chartMargin.left + slot * i + (slot - barWidth) / 2;
+        const y = chartMargin.top + plotHeight - barHeight;
+        const shown = value === null ? "n/a" : format(value);
+        parts.push(
+            `<rect class="bar" x="${x.toFixed(1)}" y="${y.toFixed(1)}" width="${barWidth.toFixed(1)}" height="${barHeight.toFixed(1)}" fill="${spec.color ?? "#3b6fb6"}" data-label="${escapeHtml(label)}" data-value="${value === null ? "" : value}"><title>${escapeHtml(`${label}: ${shown}`)}</title></rect>`
+        );
+        if (i % labelEvery === 0)
+            parts.push(`<text class="tick" x="${(chartMargin.left + slot * i + slot / 2).toFixed(1)}" y="${chartMargin.top + plotHeight + 16}" text-anchor="middle">${escapeHtml(label)}</text>`);
+    });
+    parts.push(
+        `<line class="axis" x1="${chartMargin.left}" x2="${chartWidth - chartMargin.right}" y1="${chartMargin.top + plotHeight}" y2="${chartMargin.top + plotHeight}"/>`,
+        `<text class="axis-label" x="${chartMargin.left + plotWidth / 2}" y="${chartHeight - 10}" text-anchor="middle">${escapeHtml(spec.xLabel)}</text>`,
+        `<text class="axis-label" transform="translate(14 ${chartMargin.top + plotHeight / 2}) rotate(-90)" text-anchor="middle">${escapeHtml(spec.yLabel)}</text>`,
+        `</svg>`
+    );
+    return parts.join("\n");
+}
+
+/** The smallest 4 × (1, 2, 2.5 or 5 × 10^n) ≥ `max`; for counts 4 × (1, 2, 3 or 5 × 10^n), at least 4. */
+function roundedTop(max: number, integerValues: boolean): number {
+    if (!(max > 0)) return integerValues ? 4 : 1;
+    const quarter = max / 4;
+    const magnitude = 10 ** Math.floor(Math.log10(quarter));
+    for (const m of integerValues ? [1, 2, 3, 5, 10] : [1, 2, 2.5, 5, 10]) {
+        const step = m * magnitude;
+        if (integerValues && step < 1) continue;
+        if (step >= quarter) return 4 * step;
+    }
+    return 40 * magnitude;
+}
+
+/** Escapes text for HTML element content and attribute values. */
+function escapeHtml(text: string): string {
+    return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 }

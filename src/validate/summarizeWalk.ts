@@ -2,7 +2,6 @@
  * Reduces a walk to the figures summary.json holds: τ = Σ L ÷ Σ steps, τ-macro = mean of L ÷ steps, per-category τ,
  * the histogram of accepted lengths a = 0..k, per-position acceptance P(d[i] ok | d[0..i−1] ok), latency and failures.
  */
-import { percentile } from "./percentile.js";
 import { draftFailureKinds } from "../client/types.js";
 import type { CategorySummary, PositionAcceptance, WalkResult, WalkSummary } from "./types.js";
 
@@ -125,4 +124,16 @@ function niceStep(x: number): number {
 
 function roundMs(ms: number | null): number | null {
     return ms === null ? null : Math.round(ms * 1000) / 1000;
+}
+
+/**
+ * The `p`-th percentile (0 ≤ p ≤ 100) of `sortedValues` (ascending), or null for no values: linear interpolation
+ * between closest ranks (numpy's default). The benches report their latencies with it too.
+ */
+export function percentile(sortedValues: readonly number[], p: number): number | null {
+    if (sortedValues.length === 0) return null;
+    const rank = (p / 100) * (sortedValues.length - 1);
+    const below = Math.floor(rank);
+    const above = Math.min(below + 1, sortedValues.length - 1);
+    return sortedValues[below] + (sortedValues[above] - sortedValues[below]) * (rank - below);
 }

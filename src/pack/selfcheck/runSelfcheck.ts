@@ -5,17 +5,15 @@
  */
 import { access, constants, readFile, readdir, stat } from "node:fs/promises";
 import path from "node:path";
-import { createSpecdraftClient } from "../../client/createSpecdraftClient.js";
-import { defaultTimeoutMs } from "../../client/createDraftClient.js";
+import { createSpecdraftClient, defaultTimeoutMs } from "../../client/createDraftClient.js";
 import { checkDataManifest } from "../dataManifest.js";
 import { architectureFileName, checkArchitectureFile, dataManifestFileName, serveScriptName, type ArchitectureFile } from "../drafterFolder.js";
 import type { HeldOutSet } from "../../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../../validate/summarizeWalk.js";
 import type { DraftFailureKind } from "../../client/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../../validate/walkHeldOut.js";
-import { findFreePort } from "./findFreePort.js";
 import { sampleWindows } from "./sampleWindows.js";
-import { startServeScript, type ServeProcess } from "./startServeScript.js";
+import { findFreePort, healthStatus, startServeScript, type ServeProcess, waitForHealth } from "./startServeScript.js";
 import {
     defaultBudgetSeconds,
     defaultMaxBytes,
@@ -28,7 +26,6 @@ import {
     type GateResult,
     type SelfcheckOptions
 } from "./types.js";
-import { healthStatus, waitForHealth } from "./waitForHealth.js";
 
 export interface SelfcheckHooks {
     /** Each gate as soon as it is decided. */
