@@ -8,26 +8,19 @@
  *
  * Prints JSON: { requests, differing, differing_rate, first_difference }.
  */
-import { Command, InvalidArgumentError } from "commander";
+import { Command } from "commander";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
 import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
-
-function integer(min: number) {
-    return (value: string): number => {
-        const n = Number(value);
-        if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer ≥ ${min}, got ${value}`);
-        return n;
-    };
-}
 
 const program = new Command("batchConsistency")
     .description("Count drafts that differ between a request alone and the same request in a concurrent batch.")
     .requiredOption("--url <url>", "http://host:port (specdraft /draft) or llama-server+http://host:port")
-    .option("--streams <n>", "distinct contexts, and the batch size", integer(1), 32)
-    .option("--context <tokens>", "tokens per context", integer(1), 512)
-    .option("--draft-len <k>", "tokens per draft", integer(1), 16)
-    .option("--vocab-size <n>", "ids are drawn below this", integer(2), 151_936)
-    .option("--seed <n>", "seed of the random contexts", integer(0), 7)
+    .option("--streams <n>", "distinct contexts, and the batch size", parseIntegerOption(1), 32)
+    .option("--context <tokens>", "tokens per context", parseIntegerOption(1), 512)
+    .option("--draft-len <k>", "tokens per draft", parseIntegerOption(1), 16)
+    .option("--vocab-size <n>", "ids are drawn below this", parseIntegerOption(2), 151_936)
+    .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 7)
     .option("--data <file>", "take the contexts from this held-out JSONL file instead of random ids")
     .action(async (options: { url: string; streams: number; context: number; draftLen: number; vocabSize: number; seed: number; data?: string }) => {
         const client = createDraftClient(options.url, 120_000);

@@ -12,7 +12,8 @@
  */
 
 import cliProgress from "cli-progress";
-import { Command, InvalidArgumentError, Option } from "commander";
+import { Command, Option } from "commander";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { type GpuChoice, type KvType, loadEngine } from "../src/engine/loadEngine.js";
 import { kvTypes } from "../src/engine/readEngineEnv.js";
 import type { DraftEngine } from "../src/engine/types.js";
@@ -51,11 +52,8 @@ interface PhaseResult {
     step_ms: { decode: number; sample: number; host: number; graph_reused: number };
 }
 
-function integer(value: string): number {
-    const parsed = Number(value);
-    if (!Number.isInteger(parsed) || parsed < 0) throw new InvalidArgumentError(`expected an integer ≥ 0, found ${value}.`);
-    return parsed;
-}
+/** Every integer option of this bench is ≥ 0. */
+const integer = parseIntegerOption(0);
 
 function seededRandom(seed: number): (max: number) => number {
     let state = seed >>> 0 || 1;

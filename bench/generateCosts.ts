@@ -19,7 +19,7 @@ import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
-import { parseIntegerOption } from "../src/cli/parseIntegerOption.js";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 
 const program = new Command("generateCosts")
     .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")

@@ -13,7 +13,8 @@
  */
 
 import cliProgress from "cli-progress";
-import { Command, InvalidArgumentError } from "commander";
+import { Command } from "commander";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
 import type { DraftClient } from "../src/client/types.js";
@@ -65,15 +66,15 @@ interface ServerCounters {
 const program = new Command("serveBench")
     .description("Replay a many-stream speculative-decoding walk against a draft server; print requests/s and latency as JSON.")
     .requiredOption("--url <url>", "http://host:port (specdraft /draft) or llama-server+http://host:port (/completion)")
-    .option("--streams <n>", "conversations walked at once", integer(1), defaultStreams)
-    .option("--steps <n>", "measured steps per conversation", integer(1), defaultSteps)
-    .option("--warmup-steps <n>", "unmeasured first steps per conversation", integer(0), defaultWarmupSteps)
-    .option("--start-context <tokens>", "tokens each conversation starts with", integer(1), defaultStartContext)
-    .option("--accepted <n>", "draft tokens accepted per step (context grows by accepted + 1)", integer(0), defaultAccepted)
-    .option("--draft-len <k>", "tokens asked for per draft", integer(1), defaultDraftLength)
-    .option("--vocab-size <n>", "ids are drawn below this (default: /info's vocab_size, else llama-server's n_vocab)", integer(2))
-    .option("--seed <n>", "seed of the random contexts", integer(0), 1)
-    .option("--timeout-ms <ms>", "per-request timeout", integer(1), defaultTimeoutMs)
+    .option("--streams <n>", "conversations walked at once", parseIntegerOption(1), defaultStreams)
+    .option("--steps <n>", "measured steps per conversation", parseIntegerOption(1), defaultSteps)
+    .option("--warmup-steps <n>", "unmeasured first steps per conversation", parseIntegerOption(0), defaultWarmupSteps)
+    .option("--start-context <tokens>", "tokens each conversation starts with", parseIntegerOption(1), defaultStartContext)
+    .option("--accepted <n>", "draft tokens accepted per step (context grows by accepted + 1)", parseIntegerOption(0), defaultAccepted)
+    .option("--draft-len <k>", "tokens asked for per draft", parseIntegerOption(1), defaultDraftLength)
+    .option("--vocab-size <n>", "ids are drawn below this (default: /info's vocab_size, else llama-server's n_vocab)", parseIntegerOption(2))
+    .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 1)
+    .option("--timeout-ms <ms>", "per-request timeout", parseIntegerOption(1), defaultTimeoutMs)
     .option("--no-progress", "no progress bar")
     .action(async (options: BenchOptions) => {
         process.stdout.write(`${JSON.stringify(await runBench(options), null, 2)}\n`);
@@ -251,13 +252,5 @@ function mulberry32(seed: number): () => number {
         t = Math.imul(t ^ (t >>> 15), t | 1);
         t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
         return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-}
-
-function integer(min: number): (value: string) => number {
-    return (value: string) => {
-        const parsed = Number(value);
-        if (!/^\s*\d+\s*$/.test(value) || parsed < min) throw new InvalidArgumentError(`expected an integer ≥ ${min}, found ${JSON.stringify(value)}.`);
-        return parsed;
     };
 }

@@ -22,7 +22,7 @@ import {
     runGenerate
 } from "../generate/runGenerate.js";
 import type { GenerateSummary, VerifierKind } from "../generate/types.js";
-import { parseIntegerOption } from "./parseIntegerOption.js";
+import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
 
 export interface GenerateCommandOptions {
@@ -61,14 +61,6 @@ export interface GenerateCommandOptions {
     /** Defaults to `true`. */
     progress?: boolean;
 }
-
-/** Where the command writes: the table to `out`; progress, warnings and errors to `err`. */
-export interface CommandIo {
-    out: NodeJS.WritableStream;
-    err: NodeJS.WritableStream;
-}
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
 
 /** Runs the command; returns the exit code and, when generation ran, the summary. */
 export async function runGenerateCommand(options: GenerateCommandOptions, io: CommandIo = processIo): Promise<{ exitCode: number; summary?: GenerateSummary }> {

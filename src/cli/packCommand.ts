@@ -3,11 +3,9 @@
  * data_manifest.json — that `specdraft selfcheck` (and a grader) can run as is.
  */
 import { Command } from "commander";
-import { defaultPackDraftLength, PackError, packDrafter, type PackOptions } from "../pack/packDrafter.js";
-import { parseIntegerOption } from "./parseIntegerOption.js";
-import type { CommandIo } from "./validateCommand.js";
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
+import { PackError, packDrafter, type PackOptions } from "../pack/packDrafter.js";
+import { defaultDraftLength } from "../server/serveDefaults.js";
+import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 
 /** Runs the command; returns the exit code. */
 export async function runPack(options: PackOptions, io: CommandIo = processIo): Promise<number> {
@@ -37,7 +35,7 @@ export function packCommand(): Command {
         .requiredOption("--out <dir>", "folder to write (empty or absent)")
         .option("--manifest <data_manifest.json>", "training sources with pinned revisions or sha256, and the split each fed (see docs/validate.md)")
         .option("--base <name@rev>", "base (target family) model and its revision, e.g. Qwen/Qwen3-8B@b968826")
-        .option("--draft-len <k>", "draft length recorded and passed to serve", parseIntegerOption(1), defaultPackDraftLength)
+        .option("--draft-len <k>", "draft length recorded and passed to serve", parseIntegerOption(1), defaultDraftLength)
         .option("--force", "write into a non-empty folder", false)
         .action(async (flags: { model: string; out: string; manifest?: string; base?: string; draftLen: number; force: boolean }) => {
             process.exitCode = await runPack({ model: flags.model, out: flags.out, manifest: flags.manifest, base: flags.base, draftLength: flags.draftLen, force: flags.force });

@@ -5,7 +5,7 @@
 import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { defaultTimeoutMs } from "../client/createDraftClient.js";
-import { parseIntegerOption, parsePositiveNumberOption } from "./parseIntegerOption.js";
+import { type CommandIo, parseIntegerOption, parsePositiveNumberOption, processIo } from "./commandOptions.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { runSelfcheck } from "../pack/selfcheck/runSelfcheck.js";
 import {
@@ -20,9 +20,6 @@ import {
     type SelfcheckOptions
 } from "../pack/selfcheck/types.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
-import type { CommandIo } from "./validateCommand.js";
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
 
 /** Runs the command; returns the exit code. */
 export async function runSelfcheckCommand(options: SelfcheckOptions & { progress?: boolean }, io: CommandIo = processIo): Promise<number> {

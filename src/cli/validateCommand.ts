@@ -6,7 +6,7 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
-import { parseIntegerOption } from "./parseIntegerOption.js";
+import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
 import type { DraftClient } from "../client/types.js";
@@ -32,14 +32,6 @@ export interface ValidateOptions {
     /** Draw progress bars (on stderr). Defaults to `true`. */
     progress?: boolean;
 }
-
-/** Where runValidate writes: the table and file list to `out`, progress, warnings and errors to `err`. */
-export interface CommandIo {
-    out: NodeJS.WritableStream;
-    err: NodeJS.WritableStream;
-}
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
 
 /** Runs the command; returns the summaries (one per server, in order) and the exit code. */
 export async function runValidate(options: ValidateOptions, io: CommandIo = processIo): Promise<{ exitCode: number; summaries: WalkSummary[] }> {

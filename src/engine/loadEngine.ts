@@ -11,7 +11,7 @@ import { readModelFileInfo } from "./readModelFileInfo.js";
 import { type KvType, readEngineEnv } from "./readEngineEnv.js";
 import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
 
-export type { GpuChoice } from "./nativeAddon.js";
+export { type GpuChoice, gpuChoices } from "./nativeAddon.js";
 export type { KvType } from "./readEngineEnv.js";
 
 /** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */

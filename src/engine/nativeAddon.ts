@@ -12,6 +12,8 @@ import { EngineLoadError } from "./errors.js";
 
 /** Where llama.cpp should compute; `auto` picks CUDA when its build and an NVIDIA driver are present, else the CPU. */
 export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
+/** Every GpuChoice, for command-line choices. */
+export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
 
 export type NativeVariant = "cpu" | "cuda" | "vulkan";
 

@@ -7,13 +7,11 @@ import { chmod, copyFile, mkdir, readFile, readdir, writeFile } from "node:fs/pr
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { defaultDraftLength } from "../server/serveDefaults.js";
 import { checkDataManifest, unknownSourcesManifest, type DataManifest } from "./dataManifest.js";
 import { architectureFileName, dataManifestFileName, drafterFolderFormat, serveScriptName, type ArchitectureFile } from "./drafterFolder.js";
 import { readDrafterArchitecture } from "./readDrafterArchitecture.js";
 import { renderServeScript } from "./renderServeScript.js";
-
-/** Draft length written to architecture.json and passed to serve. Defaults to `16`. */
-export const defaultPackDraftLength = 16;
 
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
 export const specdraftRoot = path.resolve(fileURLToPath(new URL("../../", import.meta.url)));
@@ -27,7 +25,7 @@ export interface PackOptions {
     manifest?: string;
     /** `NAME@REV`: the base (target family) model and its revision. Defaults to the GGUF's general.base_model, if any. */
     base?: string;
-    /** Tokens drafted per request by default. Defaults to `16`. */
+    /** Tokens drafted per request by default, recorded in architecture.json and passed to serve. Defaults to serve's, `16`. */
     draftLength?: number;
     /** Write into a non-empty folder. Defaults to `false`. */
     force?: boolean;
@@ -50,7 +48,7 @@ export class PackError extends Error {
 
 export async function packDrafter(options: PackOptions): Promise<PackResult> {
     const warnings: string[] = [];
-    const draftLength = options.draftLength ?? defaultPackDraftLength;
+    const draftLength = options.draftLength ?? defaultDraftLength;
     const base = options.base === undefined ? undefined : parseBase(options.base);
 
     let manifest: DataManifest;

@@ -1,12 +1,13 @@
 /**
- * serve.sh of a packed drafter folder: starts `specdraft serve` on this folder's model, on $PORT (default 8000),
- * from wherever the folder is run. It finds specdraft, in order, through
+ * serve.sh of a packed drafter folder: starts `specdraft serve` on this folder's model, on $PORT and $HOST (default:
+ * serve's own, 127.0.0.1:8000), from wherever the folder is run. It finds specdraft, in order, through
  *   1. $SPECDRAFT — a command, e.g. `specdraft` or `node /opt/specdraft/dist/cli/main.js`;
  *   2. `specdraft` on PATH;
  *   3. a specdraft checkout: the one that packed the folder, then one holding the folder (searched upwards) —
  *      its dist/cli/main.js once built (`npm ci` builds it), else src/cli/main.ts through its tsx;
  *   4. `npx --no-install specdraft` (a locally installed package; never downloads).
  */
+import { defaultHost, defaultPort } from "../server/serveDefaults.js";
 
 export interface ServeScriptOptions {
     /** The model's file name inside the folder. */
@@ -17,18 +18,15 @@ export interface ServeScriptOptions {
     packedFrom: string | null;
 }
 
-/** Default port when $PORT is not set. Defaults to `8000`. */
-export const defaultServePort = 8000;
-
 export function renderServeScript(options: ServeScriptOptions): string {
     return `#!/usr/bin/env bash
-# Starts this drafter: \`specdraft serve\` on $PORT (default ${defaultServePort}), host $HOST (default 127.0.0.1).
+# Starts this drafter: \`specdraft serve\` on $PORT (default ${defaultPort}), host $HOST (default ${defaultHost}).
 # Extra arguments go to \`specdraft serve\` (e.g. --gpu cuda --streams 64). Written by \`specdraft pack\`.
 # specdraft is found through: $SPECDRAFT (a command), \`specdraft\` on PATH, the checkout that packed this folder,
 # a checkout holding this folder, then \`npx --no-install specdraft\`.
 set -euo pipefail
 here="$(cd "$(dirname "\${BASH_SOURCE[0]}")" && pwd)"
-args=(serve --model "$here/${shellEscapeInner(options.modelFile)}" --port "\${PORT:-${defaultServePort}}" --host "\${HOST:-127.0.0.1}" --draft-len ${options.draftLength} "$@")
+args=(serve --model "$here/${shellEscapeInner(options.modelFile)}" --port "\${PORT:-${defaultPort}}" --host "\${HOST:-${defaultHost}}" --draft-len ${options.draftLength} "$@")
 packed_from=${options.packedFrom === null ? "''" : shellQuote(options.packedFrom)}
 
 # Runs specdraft from checkout $1 if it holds one; returns otherwise.

@@ -11,7 +11,8 @@ import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { runGenerateCommand } from "../../src/cli/generateCommand.js";
 import type { GenerateSummary } from "../../src/generate/types.js";
-import { collectingIo, otherVocabModel, quantizedDrafter, targetModel, testThreads } from "./testModels.js";
+import { captureIo } from "../helpers/captureIo.js";
+import { otherVocabModel, quantizedDrafter, targetModel, testThreads } from "./testModels.js";
 
 let folder: string;
 let dataFile: string;
@@ -31,15 +32,15 @@ after(async () => {
 
 test("--data with --out: a side-by-side table, a JSON summary with identical outputs, rejected lines reported", async () => {
     const out = join(folder, "summary.json");
-    const { io, stdout, stderr } = collectingIo();
+    const io = captureIo();
     const { exitCode } = await runGenerateCommand(
         { target: targetModel, draftModel: quantizedDrafter, data: dataFile, out, maxTokens: 24, draftLen: 4, runs: 1, gpu: "cpu", verifier: "exact", threads: testThreads, progress: false },
         io
     );
-    assert.equal(exitCode, 0, stderr());
-    assert.match(stderr(), /held-out\.jsonl:3: rejected: "prompt_tokens"/);
-    assert.match(stdout(), /tokens\/s/);
-    assert.match(stdout(), /outputs identical\s+yes/);
+    assert.equal(exitCode, 0, io.text().err);
+    assert.match(io.text().err, /held-out\.jsonl:3: rejected: "prompt_tokens"/);
+    assert.match(io.text().out, /tokens\/s/);
+    assert.match(io.text().out, /outputs identical\s+yes/);
     const summary = JSON.parse(await readFile(out, "utf8")) as GenerateSummary;
     assert.deepEqual(
         summary.prompts.map((p) => p.id),
@@ -54,14 +55,14 @@ test("--data with --out: a side-by-side table, a JSON summary with identical out
 });
 
 test("a draft model with another vocabulary: exit ≠ 0 and a message saying so", async () => {
-    const { io, stderr } = collectingIo();
+    const io = captureIo();
     const { exitCode, summary } = await runGenerateCommand(
         { target: targetModel, draftModel: otherVocabModel, prompt: "hello", maxTokens: 4, gpu: "cpu", threads: testThreads, progress: false },
         io
     );
     assert.notEqual(exitCode, 0);
     assert.equal(summary, undefined);
-    assert.match(stderr(), /Vocabulary mismatch: the drafter .*tiny-qwen3-vocab2\.gguf/);
+    assert.match(io.text().err, /Vocabulary mismatch: the drafter .*tiny-qwen3-vocab2\.gguf/);
 });
 
 test("usage errors name the problem: two draft sources, no prompt, an unknown --draft", async () => {
@@ -70,10 +71,10 @@ test("usage errors name the problem: two draft sources, no prompt, an unknown --
         [{ draft: "ngram" }, /exactly one of --prompt TEXT, --data FILE\.jsonl/],
         [{ draft: "bigram", prompt: "x" }, /--draft: expected "ngram", found "bigram"/]
     ] as const) {
-        const { io, stderr } = collectingIo();
+        const io = captureIo();
         const { exitCode } = await runGenerateCommand({ target: targetModel, progress: false, ...options }, io);
         assert.equal(exitCode, 2, JSON.stringify(options));
-        assert.match(stderr(), pattern);
+        assert.match(io.text().err, pattern);
     }
 });
 

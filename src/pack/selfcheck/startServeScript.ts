@@ -5,6 +5,7 @@
  */
 import { spawn } from "node:child_process";
 import { createServer } from "node:net";
+import { withTrailingSlash } from "../../client/createDraftClient.js";
 
 /** Lines of the server's output kept for error messages. Defaults to `40`. */
 export const outputTailLines = 40;
@@ -115,7 +116,7 @@ export async function waitForHealth(baseUrl: string, timeoutSeconds: number, ser
 /** The status of one GET /health, or why there was none. */
 export async function healthStatus(baseUrl: string, timeoutMs: number): Promise<number | string> {
     try {
-        const response = await fetch(new URL("health", baseUrl.endsWith("/") ? baseUrl : `${baseUrl}/`), { signal: AbortSignal.timeout(timeoutMs) });
+        const response = await fetch(new URL("health", withTrailingSlash(baseUrl)), { signal: AbortSignal.timeout(timeoutMs) });
         await response.arrayBuffer();
         return response.status;
     } catch (error) {
