@@ -25,6 +25,7 @@ import type { GenerateSummary, VerifierKind } from "../generate/types.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { readHeldOutFile } from "../validate/readHeldOutFile.js";
 
+/** The command's options, as commander hands them over. */
 export interface GenerateCommandOptions {
     /** The target GGUF. */
     target: string;

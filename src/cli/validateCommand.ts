@@ -14,6 +14,7 @@ import type { WalkSummary } from "../validate/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
 import { writeReport } from "../validate/writeReport.js";
 
+/** The command's options, as commander hands them over. */
 export interface ValidateOptions {
     /** `[NAME=]URL` or `[NAME=]llama-server+URL`, one per server. */
     server: string[];

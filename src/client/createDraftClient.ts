@@ -11,6 +11,7 @@ const llamaServerPrefix = "llama-server+";
 /** How long one draft request may take before it counts as a failure. Defaults to `30000` ms. */
 export const defaultTimeoutMs = 30_000;
 
+/** What every adapter needs besides the server's URL. */
 export interface DraftClientOptions {
     /** Name shown in tables and used for report folders. */
     name: string;

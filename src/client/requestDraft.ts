@@ -18,6 +18,7 @@ const transports = {
     https: { request: https.request, agent: new https.Agent({ keepAlive: true }) },
 };
 
+/** POSTs `body` to `url` and pulls at most `n` draft ids out of the answer with `extract`; never throws. */
 export async function requestDraft(url: string, body: unknown, n: number, timeoutMs: number, extract: DraftExtractor): Promise<DraftOutcome> {
     const started = performance.now();
     const elapsed = (): number => performance.now() - started;

@@ -11,6 +11,7 @@ export type DraftFailureKind =
     /** A 2xx answer that was not the protocol's JSON (no draft array, non-integer ids, more ids than asked). */
     | "malformed";
 
+/** Every DraftFailureKind, in the order summaries list them. */
 export const draftFailureKinds: readonly DraftFailureKind[] = ["timeout", "http", "network", "malformed"];
 
 /** What one draft request gave. */

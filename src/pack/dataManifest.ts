@@ -6,6 +6,7 @@
  *      "sources": [{"name": "python-stdlib", "split": "pretrain", "uri": "…", "sha256": "…"}, …]}
  */
 
+/** The `format` every data_manifest.json carries. */
 export const dataManifestFormat = "specdraft-data-manifest/1";
 
 /** One training source. Either `revision` or `sha256` pins it. */
@@ -22,6 +23,7 @@ export interface DataSource {
     [extra: string]: unknown;
 }
 
+/** data_manifest.json. */
 export interface DataManifest {
     format: typeof dataManifestFormat;
     /** false when the sources are not (fully) known, e.g. a folder packed without --manifest. */

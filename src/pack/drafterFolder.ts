@@ -7,6 +7,7 @@
  *     DIR/<model>.gguf        the drafter
  */
 
+/** File names inside the folder, and the `format` architecture.json carries. */
 export const serveScriptName = "serve.sh";
 export const architectureFileName = "architecture.json";
 export const dataManifestFileName = "data_manifest.json";

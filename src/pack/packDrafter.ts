@@ -16,6 +16,7 @@ import { renderServeScript } from "./renderServeScript.js";
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
 export const specdraftRoot = path.resolve(fileURLToPath(new URL("../../", import.meta.url)));
 
+/** What `specdraft pack` is given. */
 export interface PackOptions {
     /** The GGUF drafter. */
     model: string;
@@ -33,6 +34,7 @@ export interface PackOptions {
     packedFrom?: string | null;
 }
 
+/** What was written, and the warnings to print. */
 export interface PackResult {
     dir: string;
     files: string[];
@@ -46,6 +48,7 @@ export class PackError extends Error {
     override name = "PackError";
 }
 
+/** Writes the folder; throws PackError naming the problem for bad input (nothing is written then). */
 export async function packDrafter(options: PackOptions): Promise<PackResult> {
     const warnings: string[] = [];
     const draftLength = options.draftLength ?? defaultDraftLength;

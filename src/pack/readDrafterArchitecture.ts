@@ -34,6 +34,7 @@ export interface GgufDrafterDescription {
     sha256: string;
 }
 
+/** Reads `modelFile`'s metadata and hashes the file; throws when it has no architecture or vocabulary. */
 export async function readDrafterArchitecture(modelFile: string): Promise<GgufDrafterDescription> {
     const info = await readGgufFileInfo(modelFile, { logWarnings: false, sourceType: "filesystem" });
     const metadata = info.metadata;

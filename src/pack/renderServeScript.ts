@@ -9,6 +9,7 @@
  */
 import { defaultHost, defaultPort } from "../server/serveDefaults.js";
 
+/** What serve.sh is written for. */
 export interface ServeScriptOptions {
     /** The model's file name inside the folder. */
     modelFile: string;
@@ -18,6 +19,7 @@ export interface ServeScriptOptions {
     packedFrom: string | null;
 }
 
+/** The text of serve.sh. */
 export function renderServeScript(options: ServeScriptOptions): string {
     return `#!/usr/bin/env bash
 # Starts this drafter: \`specdraft serve\` on $PORT (default ${defaultPort}), host $HOST (default ${defaultHost}).

@@ -1,6 +1,7 @@
 /** The table `specdraft validate` prints at the end: one column per server, side by side. */
 import type { WalkSummary } from "./types.js";
 
+/** One row per figure, one column per server, columns aligned. */
 export function formatComparisonTable(summaries: readonly WalkSummary[]): string {
     const rows: [string, (s: WalkSummary) => string][] = [
         ["τ", (s) => fixed(s.tau, 4)],

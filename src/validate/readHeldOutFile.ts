@@ -7,11 +7,13 @@ import { createReadStream } from "node:fs";
 import { createInterface } from "node:readline";
 import type { Conversation, RejectedLine } from "./types.js";
 
+/** The valid conversations of a file, in file order, and the lines that were not. */
 export interface HeldOutSet {
     conversations: Conversation[];
     rejected: RejectedLine[];
 }
 
+/** How much of the file to keep. */
 export interface ReadHeldOutOptions {
     /** Keep only the first `limit` valid conversations. Defaults to all of them. */
     limit?: number;

@@ -13,6 +13,7 @@ export const serverPlotIds = ["acceptance-histogram", "per-position-acceptance",
 
 const serverColors = ["#3b6fb6", "#d9822b", "#3a9a5b", "#b23b5a", "#7a5cc2", "#2a9d9d"];
 
+/** The whole page for one server, or for several with the comparison first. */
 export function renderReportHtml(summaries: readonly WalkSummary[]): string {
     const title = summaries.length === 1 ? `τ report — ${summaries[0].server.name}` : `τ comparison — ${summaries.map((s) => s.server.name).join(" vs ")}`;
     const body: string[] = [`<h1>${escapeHtml(title)}</h1>`];

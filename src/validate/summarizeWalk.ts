@@ -10,6 +10,7 @@ export const uncategorized = "uncategorized";
 /** Bars in the latency distribution plot. Defaults to `20`. */
 export const latencyHistogramBins = 20;
 
+/** What summary.json records besides the walk itself. */
 export interface SummarizeOptions {
     /** The data file and how many of its lines were rejected, recorded in the summary. */
     data?: { file: string; rejectedLines: number };
@@ -17,6 +18,7 @@ export interface SummarizeOptions {
     createdAt?: Date;
 }
 
+/** The summary.json figures of one server's walk. */
 export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}): WalkSummary {
     const k = result.draftLength;
     const histogram = new Array<number>(k + 1).fill(0);

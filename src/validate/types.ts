@@ -66,6 +66,7 @@ export interface PositionAcceptance {
     rate: number | null;
 }
 
+/** τ and its counts over one category's conversations. */
 export interface CategorySummary {
     tau: number | null;
     tokens: number;

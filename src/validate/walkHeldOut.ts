@@ -20,6 +20,7 @@ export const defaultConcurrency = 32;
 /** Draft tokens asked for per request (k). Defaults to `16`. */
 export const defaultDraftLength = 16;
 
+/** How to walk: draft length, concurrency, progress. */
 export interface WalkHeldOutOptions {
     /** Draft tokens per request (k). Defaults to `16`. */
     draftLength?: number;
@@ -29,6 +30,7 @@ export interface WalkHeldOutOptions {
     onProgress?: (advanced: number, failure: DraftFailureKind | undefined) => void;
 }
 
+/** Walks every conversation against `client`; the result keeps them in input order. */
 export async function walkHeldOut(conversations: readonly Conversation[], client: DraftClient, options: WalkHeldOutOptions = {}): Promise<WalkResult> {
     const draftLength = options.draftLength ?? defaultDraftLength;
     const concurrency = options.concurrency ?? defaultConcurrency;

@@ -14,6 +14,7 @@ export interface WrittenReport {
     comparison?: string;
 }
 
+/** Writes the files for `summaries` (one per server, in order) under `dir`, creating it. */
 export async function writeReport(dir: string, summaries: readonly WalkSummary[]): Promise<WrittenReport> {
     await mkdir(dir, { recursive: true });
     if (summaries.length === 1) {

@@ -27,6 +27,7 @@ import {
     type SelfcheckOptions
 } from "./types.js";
 
+/** Progress callbacks, for the command's output. */
 export interface SelfcheckHooks {
     /** Each gate as soon as it is decided. */
     onGate?: (gate: GateResult) => void;
@@ -37,6 +38,7 @@ export interface SelfcheckHooks {
     onWalkEnd?: () => void;
 }
 
+/** Every gate's verdict; `ok` when all passed. */
 export interface SelfcheckResult {
     ok: boolean;
     gates: GateResult[];
@@ -44,6 +46,7 @@ export interface SelfcheckResult {
     tau: number | null;
 }
 
+/** Runs every gate on `options.dir`, walking `heldOut` for the serving-time gate; stops the server it started. */
 export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSet, hooks: SelfcheckHooks = {}): Promise<SelfcheckResult> {
     const gates: GateResult[] = [];
     const decide = (name: GateName, ok: boolean, figure: string): void => {

@@ -5,6 +5,7 @@
  */
 import type { Conversation } from "../../validate/types.js";
 
+/** How big the sample is. */
 export interface SampleWindowOptions {
     /** Conversations sampled (the first N). */
     conversations: number;
@@ -14,6 +15,7 @@ export interface SampleWindowOptions {
     windowsPerConversation: number;
 }
 
+/** The sample's windows, each a conversation of its own (id `<id>@<start>`). */
 export function sampleWindows(conversations: readonly Conversation[], options: SampleWindowOptions): Conversation[] {
     const windows: Conversation[] = [];
     for (const conversation of conversations.slice(0, options.conversations)) {

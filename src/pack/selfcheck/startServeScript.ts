@@ -12,6 +12,7 @@ export const outputTailLines = 40;
 /** Time between /health polls. Defaults to `250` ms. */
 export const healthPollMs = 250;
 
+/** A running serve.sh. */
 export interface ServeProcess {
     pid: number;
     /** Resolves with the exit code (or the signal's name) when the script's process ends. */

@@ -2,8 +2,10 @@
 
 /** The gates in the order they run. */
 export const gateNames = ["prerequisites", "size", "startup", "smoke", "serving time", "failures", "healthy after walk"] as const;
+/** One gate's name. */
 export type GateName = (typeof gateNames)[number];
 
+/** One gate's verdict. */
 export interface GateResult {
     name: GateName;
     /** false also when the gate could not run (e.g. smoke after a failed startup). */
@@ -12,6 +14,7 @@ export interface GateResult {
     figure: string;
 }
 
+/** What `specdraft selfcheck` is given. */
 export interface SelfcheckOptions {
     /** The drafter folder. */
     dir: string;
@@ -43,6 +46,7 @@ export interface SelfcheckOptions {
     env?: NodeJS.ProcessEnv;
 }
 
+/** The defaults SelfcheckOptions documents, for the command's help. */
 export const defaultMaxBytes = 1024 ** 3;
 export const defaultStartupTimeoutSeconds = 300;
 export const defaultBudgetSeconds = 10_800;
