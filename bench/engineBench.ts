@@ -67,7 +67,17 @@ function seededRandom(seed: number): (max: number) => number {
     };
 }
 
-const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0, decodeMs: 0, sampleMs: 0, hostMs: 0, steps: 0, graphReused: 0 };
+const counters = {
+    evaluated: 0,
+    reused: 0,
+    decodes: 0,
+    decodeSequences: 0,
+    decodeMs: 0,
+    sampleMs: 0,
+    hostMs: 0,
+    steps: 0,
+    graphReused: 0,
+};
 
 async function runPhase(
     engine: DraftEngine,
@@ -81,7 +91,10 @@ async function runPhase(
     const before = { ...counters };
     const total = flags.steps * contexts.length;
     const bar = flags.progress
-        ? new cliProgress.SingleBar({ format: `${label} {bar} {value}/{total} requests`, clearOnComplete: true }, cliProgress.Presets.shades_classic)
+        ? new cliProgress.SingleBar(
+              { format: `${label} {bar} {value}/{total} requests`, clearOnComplete: true },
+              cliProgress.Presets.shades_classic,
+          )
         : undefined;
     bar?.start(total, 0);
     const step = async (i: number) => {
@@ -245,7 +258,12 @@ const program = new Command("engineBench")
     .option("--no-backend-sampling", "force it off (argmax over host logits)")
     .addOption(new Option("--kv-type <type>", "KV cache element type (default: llama.cpp's f16)").choices(kvTypes))
     .option("--pad-batch <fraction>", "pad decode steps to all streams when this fraction drafts (0: never)", Number, 0)
-    .option("--max-steps-per-run <list>", "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)", integerList, [0])
+    .option(
+        "--max-steps-per-run <list>",
+        "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)",
+        integerList,
+        [0],
+    )
     .option("--seed <n>", "random seed", integer, 1)
     .option("--no-progress", "no progress bars");
 

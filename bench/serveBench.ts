@@ -16,8 +16,8 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
-import { percentile } from "../src/validate/summarizeWalk.js";
 import type { DraftClient } from "../src/client/types.js";
+import { percentile } from "../src/validate/summarizeWalk.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 const defaultStreams = 32;
@@ -64,15 +64,31 @@ interface ServerCounters {
 }
 
 const program = new Command("serveBench")
-    .description("Replay a many-stream speculative-decoding walk against a draft server; print requests/s and latency as JSON.")
+    .description(
+        "Replay a many-stream speculative-decoding walk against a draft server; print requests/s and latency as JSON.",
+    )
     .requiredOption("--url <url>", "http://host:port (specdraft /draft) or llama-server+http://host:port (/completion)")
     .option("--streams <n>", "conversations walked at once", parseIntegerOption(1), defaultStreams)
     .option("--steps <n>", "measured steps per conversation", parseIntegerOption(1), defaultSteps)
     .option("--warmup-steps <n>", "unmeasured first steps per conversation", parseIntegerOption(0), defaultWarmupSteps)
-    .option("--start-context <tokens>", "tokens each conversation starts with", parseIntegerOption(1), defaultStartContext)
-    .option("--accepted <n>", "draft tokens accepted per step (context grows by accepted + 1)", parseIntegerOption(0), defaultAccepted)
+    .option(
+        "--start-context <tokens>",
+        "tokens each conversation starts with",
+        parseIntegerOption(1),
+        defaultStartContext,
+    )
+    .option(
+        "--accepted <n>",
+        "draft tokens accepted per step (context grows by accepted + 1)",
+        parseIntegerOption(0),
+        defaultAccepted,
+    )
     .option("--draft-len <k>", "tokens asked for per draft", parseIntegerOption(1), defaultDraftLength)
-    .option("--vocab-size <n>", "ids are drawn below this (default: /info's vocab_size, else llama-server's n_vocab)", parseIntegerOption(2))
+    .option(
+        "--vocab-size <n>",
+        "ids are drawn below this (default: /info's vocab_size, else llama-server's n_vocab)",
+        parseIntegerOption(2),
+    )
     .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 1)
     .option("--timeout-ms <ms>", "per-request timeout", parseIntegerOption(1), defaultTimeoutMs)
     .option("--no-progress", "no progress bar")
@@ -93,7 +109,9 @@ async function runBench(options: BenchOptions) {
     const random = mulberry32(options.seed);
     const randomId = () => Math.floor(random() * vocabSize);
     // each stream starts with its own random context, so streams share no prefix
-    const contexts = Array.from({ length: options.streams }, () => Array.from({ length: options.startContext }, randomId));
+    const contexts = Array.from({ length: options.streams }, () =>
+        Array.from({ length: options.startContext }, randomId),
+    );
 
     const bar = options.progress
         ? new cliProgress.SingleBar(
@@ -140,8 +158,8 @@ async function runBench(options: BenchOptions) {
         date: new Date().toISOString(),
         url: client.url,
         protocol: isLlamaServer ? "llama-server" : "specdraft",
-        model: info === undefined ? null : (info as Record<string, unknown>).model ?? null,
-        engine: info === undefined ? null : (info as Record<string, unknown>).engine ?? null,
+        model: info === undefined ? null : ((info as Record<string, unknown>).model ?? null),
+        engine: info === undefined ? null : ((info as Record<string, unknown>).engine ?? null),
         streams: options.streams,
         steps: options.steps,
         warmup_steps: options.warmupSteps,
@@ -224,7 +242,9 @@ function diff(after: ServerCounters, before: ServerCounters): ServerCounters {
 
 /** llama-server's vocabulary size from `GET /v1/models` (`data[0].meta.n_vocab`), if it says. */
 async function llamaServerVocabSize(baseUrl: string): Promise<number | undefined> {
-    const models = (await getJson(new URL("/v1/models", baseUrl))) as { data?: { meta?: { n_vocab?: unknown } }[] } | undefined;
+    const models = (await getJson(new URL("/v1/models", baseUrl))) as
+        | { data?: { meta?: { n_vocab?: unknown } }[] }
+        | undefined;
     const nVocab = models?.data?.[0]?.meta?.n_vocab;
     return typeof nVocab === "number" ? nVocab : undefined;
 }

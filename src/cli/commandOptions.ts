@@ -21,7 +21,8 @@ export function parseIntegerOption(min = 1, max = Number.POSITIVE_INFINITY): (va
 /** A parser accepting numbers > 0 (e.g. seconds, bytes with a fraction). */
 export function parsePositiveNumberOption(value: string): number {
     const parsed = Number(value);
-    if (value.trim() === "" || !Number.isFinite(parsed) || parsed <= 0) throw new InvalidArgumentError(`expected a number > 0, found ${JSON.stringify(value)}.`);
+    if (value.trim() === "" || !Number.isFinite(parsed) || parsed <= 0)
+        throw new InvalidArgumentError(`expected a number > 0, found ${JSON.stringify(value)}.`);
     return parsed;
 }
 

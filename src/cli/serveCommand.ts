@@ -6,6 +6,7 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, Option } from "commander";
+import { type GpuChoice, loadEngine } from "../engine/loadEngine.js";
 import { runServe } from "../server/runServe.js";
 import {
     defaultBodyLimit,
@@ -20,7 +21,6 @@ import {
     gpuChoices,
     maxDraftLength,
 } from "../server/serveDefaults.js";
-import { type GpuChoice, loadEngine } from "../engine/loadEngine.js";
 import type { ServeOptions } from "../server/startServer.js";
 import { parseIntegerOption } from "./commandOptions.js";
 
@@ -55,13 +55,42 @@ export function serveCommand(): Command {
         .option("--model <path.gguf>", "GGUF draft model to serve (default: the embedded drafter)", defaultModelPath)
         .option("--host <address>", "address to listen on", defaultHost)
         .option("--port <port>", "port to listen on (0: any free port)", parseIntegerOption(0, 65535), defaultPort)
-        .option("--draft-len <k>", `tokens drafted when a request gives no n (1–${maxDraftLength})`, parseIntegerOption(1, maxDraftLength), defaultDraftLength)
-        .option("--streams <n>", "sequences held at once, each with its own KV cache", parseIntegerOption(1, 256), defaultStreams)
-        .option("--context <tokens>", "tokens one sequence can hold: context + draft", parseIntegerOption(2, 1 << 20), defaultContextSize)
+        .option(
+            "--draft-len <k>",
+            `tokens drafted when a request gives no n (1–${maxDraftLength})`,
+            parseIntegerOption(1, maxDraftLength),
+            defaultDraftLength,
+        )
+        .option(
+            "--streams <n>",
+            "sequences held at once, each with its own KV cache",
+            parseIntegerOption(1, 256),
+            defaultStreams,
+        )
+        .option(
+            "--context <tokens>",
+            "tokens one sequence can hold: context + draft",
+            parseIntegerOption(2, 1 << 20),
+            defaultContextSize,
+        )
         .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
-        .option("--max-queue <n>", "draft requests that may wait before new ones get 503 queue_full", parseIntegerOption(1, 1 << 20), defaultMaxQueue)
-        .option("--body-limit <bytes>", "largest request body; larger ones get 413", parseIntegerOption(64, 1 << 30), defaultBodyLimit)
-        .option("--threads <n>", "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)", parseIntegerOption(1, 1024))
+        .option(
+            "--max-queue <n>",
+            "draft requests that may wait before new ones get 503 queue_full",
+            parseIntegerOption(1, 1 << 20),
+            defaultMaxQueue,
+        )
+        .option(
+            "--body-limit <bytes>",
+            "largest request body; larger ones get 413",
+            parseIntegerOption(64, 1 << 30),
+            defaultBodyLimit,
+        )
+        .option(
+            "--threads <n>",
+            "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)",
+            parseIntegerOption(1, 1024),
+        )
         .option("--log", "log every request to stderr", false)
         .action(async (flags: ServeFlags) => {
             const options: ServeOptions = {

@@ -34,11 +34,15 @@ export function createDraftClient(spec: string, timeoutMs: number = defaultTimeo
     try {
         parsed = new URL(baseUrl);
     } catch {
-        throw new Error(`--server ${JSON.stringify(spec)}: expected [NAME=]http://host:port or [NAME=]llama-server+http://host:port`);
+        throw new Error(
+            `--server ${JSON.stringify(spec)}: expected [NAME=]http://host:port or [NAME=]llama-server+http://host:port`,
+        );
     }
     if (parsed.protocol !== "http:" && parsed.protocol !== "https:")
         throw new Error(`--server ${JSON.stringify(spec)}: expected an http(s) URL, found protocol ${parsed.protocol}`);
-    const displayName = name ?? `${isLlamaServer ? "llama-server-" : ""}${parsed.hostname}-${parsed.port || (parsed.protocol === "https:" ? "443" : "80")}`;
+    const displayName =
+        name ??
+        `${isLlamaServer ? "llama-server-" : ""}${parsed.hostname}-${parsed.port || (parsed.protocol === "https:" ? "443" : "80")}`;
     return isLlamaServer
         ? createLlamaServerClient(baseUrl, { name: displayName, timeoutMs, displayUrl: url })
         : createSpecdraftClient(baseUrl, { name: displayName, timeoutMs });
@@ -59,7 +63,7 @@ export function createSpecdraftClient(baseUrl: string, options: DraftClientOptio
                 if (typeof answer !== "object" || answer === null || !("draft" in answer))
                     return `expected {"draft": [...]}, found ${JSON.stringify(answer).slice(0, 80)}`;
                 return checkDraftIds((answer as { draft: unknown }).draft, k, "draft");
-            })
+            }),
     };
 }
 
@@ -68,7 +72,10 @@ export function createSpecdraftClient(baseUrl: string, options: DraftClientOptio
  * forced; the answer's `"tokens"` is the draft. `baseUrl` is llama-server's root, e.g. `http://127.0.0.1:8080` (without
  * the `llama-server+` prefix).
  */
-export function createLlamaServerClient(baseUrl: string, options: DraftClientOptions & { displayUrl?: string }): DraftClient {
+export function createLlamaServerClient(
+    baseUrl: string,
+    options: DraftClientOptions & { displayUrl?: string },
+): DraftClient {
     const endpoint = new URL("completion", withTrailingSlash(baseUrl)).href;
     return {
         name: options.name,
@@ -87,7 +94,7 @@ export function createLlamaServerClient(baseUrl: string, options: DraftClientOpt
                     samplers: ["top_k"],
                     return_tokens: true,
                     cache_prompt: true,
-                    stream: false
+                    stream: false,
                 },
                 n,
                 options.timeoutMs,
@@ -95,8 +102,8 @@ export function createLlamaServerClient(baseUrl: string, options: DraftClientOpt
                     if (typeof answer !== "object" || answer === null || !("tokens" in answer))
                         return `expected {"tokens": [...]} (was "return_tokens" honoured?), found ${JSON.stringify(answer).slice(0, 80)}`;
                     return checkDraftIds((answer as { tokens: unknown }).tokens, k, "tokens");
-                }
-            )
+                },
+            ),
     };
 }
 

@@ -19,7 +19,13 @@ const transports = {
 };
 
 /** POSTs `body` to `url` and pulls at most `n` draft ids out of the answer with `extract`; never throws. */
-export async function requestDraft(url: string, body: unknown, n: number, timeoutMs: number, extract: DraftExtractor): Promise<DraftOutcome> {
+export async function requestDraft(
+    url: string,
+    body: unknown,
+    n: number,
+    timeoutMs: number,
+    extract: DraftExtractor,
+): Promise<DraftOutcome> {
     const started = performance.now();
     const elapsed = (): number => performance.now() - started;
     const signal = AbortSignal.timeout(timeoutMs);
@@ -28,7 +34,8 @@ export async function requestDraft(url: string, body: unknown, n: number, timeou
     try {
         ({ status, text } = await post(new URL(url), JSON.stringify(body), signal));
     } catch (error) {
-        if (signal.aborted) return { ok: false, failure: "timeout", message: `no answer within ${timeoutMs} ms`, latencyMs: elapsed() };
+        if (signal.aborted)
+            return { ok: false, failure: "timeout", message: `no answer within ${timeoutMs} ms`, latencyMs: elapsed() };
         return { ok: false, failure: "network", message: describeRequestError(error), latencyMs: elapsed() };
     }
     const latencyMs = elapsed();
@@ -49,17 +56,23 @@ export async function requestDraft(url: string, body: unknown, n: number, timeou
 function post(url: URL, json: string, signal: AbortSignal): Promise<{ status: number; text: string }> {
     const transport = url.protocol === "https:" ? transports.https : transports.http;
     return new Promise((resolve, reject) => {
-        const request = transport.request(url, {
-            method: "POST",
-            agent: transport.agent,
-            signal,
-            headers: { "content-type": "application/json", "content-length": Buffer.byteLength(json) },
-        }, (response) => {
-            const chunks: Buffer[] = [];
-            response.on("data", (chunk: Buffer) => chunks.push(chunk));
-            response.on("error", reject);
-            response.on("end", () => resolve({ status: response.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
-        });
+        const request = transport.request(
+            url,
+            {
+                method: "POST",
+                agent: transport.agent,
+                signal,
+                headers: { "content-type": "application/json", "content-length": Buffer.byteLength(json) },
+            },
+            (response) => {
+                const chunks: Buffer[] = [];
+                response.on("data", (chunk: Buffer) => chunks.push(chunk));
+                response.on("error", reject);
+                response.on("end", () =>
+                    resolve({ status: response.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }),
+                );
+            },
+        );
         request.on("error", reject);
         request.end(json);
     });

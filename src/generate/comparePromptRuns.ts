@@ -2,7 +2,13 @@
 import type { GenerationRun, PromptResult } from "./types.js";
 
 /** Each speculative run against the target-alone run of the same round. */
-export function comparePromptRuns(id: string, category: string | undefined, promptLength: number, alone: GenerationRun[], speculative: GenerationRun[]): PromptResult {
+export function comparePromptRuns(
+    id: string,
+    category: string | undefined,
+    promptLength: number,
+    alone: GenerationRun[],
+    speculative: GenerationRun[],
+): PromptResult {
     const result: PromptResult = { id, promptLength, alone, speculative, identical: true };
     if (category !== undefined) result.category = category;
     for (let run = 0; run < speculative.length; run++) {
@@ -29,7 +35,7 @@ export function describeMismatch(prompt: PromptResult): string | undefined {
 /** The first index where `expected` and `actual` differ (a missing token counts as `null`), or `undefined` if equal. */
 export function firstDifference(
     expected: readonly number[],
-    actual: readonly number[]
+    actual: readonly number[],
 ): { position: number; expected: number | null; actual: number | null } | undefined {
     const length = Math.max(expected.length, actual.length);
     for (let i = 0; i < length; i++)

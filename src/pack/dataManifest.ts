@@ -39,7 +39,7 @@ export function unknownSourcesManifest(): DataManifest {
         format: dataManifestFormat,
         complete: false,
         note: "No data manifest was given to `specdraft pack --manifest`: this drafter's training sources are not recorded.",
-        sources: []
+        sources: [],
     };
 }
 
@@ -52,21 +52,28 @@ export function checkDataManifest(value: unknown): DataManifest | string {
     const record = value as Record<string, unknown>;
     if (record.format !== undefined && record.format !== dataManifestFormat)
         return `"format": expected ${JSON.stringify(dataManifestFormat)}, found ${JSON.stringify(record.format)}`;
-    if (record.complete !== undefined && typeof record.complete !== "boolean") return `"complete": expected true or false, found ${JSON.stringify(record.complete)}`;
+    if (record.complete !== undefined && typeof record.complete !== "boolean")
+        return `"complete": expected true or false, found ${JSON.stringify(record.complete)}`;
     if (!Array.isArray(record.sources)) return `"sources": expected an array of {name, split, revision | sha256}`;
     const sources = record.sources as unknown[];
     for (let i = 0; i < sources.length; i++) {
         const source = sources[i];
-        if (typeof source !== "object" || source === null || Array.isArray(source)) return `"sources"[${i}]: expected an object`;
+        if (typeof source !== "object" || source === null || Array.isArray(source))
+            return `"sources"[${i}]: expected an object`;
         const s = source as Record<string, unknown>;
-        if (typeof s.name !== "string" || s.name.length === 0) return `"sources"[${i}].name: expected a non-empty string`;
-        if (typeof s.split !== "string" || s.split.length === 0) return `"sources"[${i}] (${s.name}).split: expected the split it fed, e.g. "pretrain"`;
+        if (typeof s.name !== "string" || s.name.length === 0)
+            return `"sources"[${i}].name: expected a non-empty string`;
+        if (typeof s.split !== "string" || s.split.length === 0)
+            return `"sources"[${i}] (${s.name}).split: expected the split it fed, e.g. "pretrain"`;
         const hasRevision = typeof s.revision === "string" && s.revision.length > 0;
         const hasHash = typeof s.sha256 === "string" && /^[0-9a-f]{64}$/.test(s.sha256);
-        if (s.sha256 !== undefined && !hasHash) return `"sources"[${i}] (${s.name}).sha256: expected 64 lowercase hex digits`;
-        if (!hasRevision && !hasHash) return `"sources"[${i}] (${s.name}): expected a pinned "revision" or a content "sha256"`;
+        if (s.sha256 !== undefined && !hasHash)
+            return `"sources"[${i}] (${s.name}).sha256: expected 64 lowercase hex digits`;
+        if (!hasRevision && !hasHash)
+            return `"sources"[${i}] (${s.name}): expected a pinned "revision" or a content "sha256"`;
     }
     const complete = record.complete === undefined ? true : (record.complete as boolean);
-    if (complete && sources.length === 0) return `"sources" is empty: list the training sources, or say "complete": false with a "note"`;
+    if (complete && sources.length === 0)
+        return `"sources" is empty: list the training sources, or say "complete": false with a "note"`;
     return { ...record, format: dataManifestFormat, complete, sources: sources as DataSource[] } as DataManifest;
 }

@@ -50,13 +50,21 @@ export function checkArchitectureFile(value: unknown): ArchitectureFile | string
     if (typeof value !== "object" || value === null || Array.isArray(value)) return "expected a JSON object";
     const a = value as Record<string, unknown>;
     for (const field of ["model_file", "architecture", "quantization", "vocab_fingerprint"] as const)
-        if (typeof a[field] !== "string" || (a[field] as string).length === 0) return `"${field}": expected a non-empty string`;
-    if (!/^[0-9a-f]{64}$/.test(a.vocab_fingerprint as string)) return `"vocab_fingerprint": expected 64 lowercase hex digits`;
-    if ((a.model_file as string).includes("/") || (a.model_file as string).startsWith(".")) return `"model_file": expected a file name inside the folder`;
+        if (typeof a[field] !== "string" || (a[field] as string).length === 0)
+            return `"${field}": expected a non-empty string`;
+    if (!/^[0-9a-f]{64}$/.test(a.vocab_fingerprint as string))
+        return `"vocab_fingerprint": expected 64 lowercase hex digits`;
+    if ((a.model_file as string).includes("/") || (a.model_file as string).startsWith("."))
+        return `"model_file": expected a file name inside the folder`;
     for (const field of ["draft_length", "vocab_size", "size_bytes"] as const)
-        if (typeof a[field] !== "number" || !Number.isInteger(a[field]) || (a[field] as number) < 1) return `"${field}": expected an integer ≥ 1`;
+        if (typeof a[field] !== "number" || !Number.isInteger(a[field]) || (a[field] as number) < 1)
+            return `"${field}": expected an integer ≥ 1`;
     const base = a.base_model;
-    if (base !== null && base !== undefined && (typeof base !== "object" || typeof (base as Record<string, unknown>).name !== "string"))
+    if (
+        base !== null &&
+        base !== undefined &&
+        (typeof base !== "object" || typeof (base as Record<string, unknown>).name !== "string")
+    )
         return `"base_model": expected {"name", "revision"} or null`;
     return value as ArchitectureFile;
 }

@@ -3,13 +3,19 @@
  * architecture.json (from the GGUF's metadata) and data_manifest.json (checked, or one saying the sources are unknown).
  */
 import { constants } from "node:fs";
-import { chmod, copyFile, mkdir, readFile, readdir, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { defaultDraftLength } from "../server/serveDefaults.js";
-import { checkDataManifest, unknownSourcesManifest, type DataManifest } from "./dataManifest.js";
-import { architectureFileName, dataManifestFileName, drafterFolderFormat, serveScriptName, type ArchitectureFile } from "./drafterFolder.js";
+import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";
+import {
+    type ArchitectureFile,
+    architectureFileName,
+    dataManifestFileName,
+    drafterFolderFormat,
+    serveScriptName,
+} from "./drafterFolder.js";
 import { readDrafterArchitecture } from "./readDrafterArchitecture.js";
 import { renderServeScript } from "./renderServeScript.js";
 
@@ -77,10 +83,16 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         throw new PackError(`--model ${options.model}: ${(error as Error).message}`);
     }
     const baseModel = base ?? description.baseModel;
-    if (baseModel === null) warnings.push("no --base NAME@REV and no general.base_model in the GGUF: architecture.json has base_model null");
+    if (baseModel === null)
+        warnings.push(
+            "no --base NAME@REV and no general.base_model in the GGUF: architecture.json has base_model null",
+        );
 
     const existing = await readdir(options.out).catch(() => [] as string[]);
-    if (existing.length > 0 && !options.force) throw new PackError(`--out ${options.out}: folder is not empty (${existing.length} entries); use --force to write into it`);
+    if (existing.length > 0 && !options.force)
+        throw new PackError(
+            `--out ${options.out}: folder is not empty (${existing.length} entries); use --force to write into it`,
+        );
     await mkdir(options.out, { recursive: true });
 
     const modelFile = path.basename(options.model);
@@ -107,26 +119,36 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         size_bytes: description.sizeBytes,
         model_sha256: description.sha256,
         packed_by: `specdraft ${specdraftVersion()}`,
-        packed_at: new Date().toISOString()
+        packed_at: new Date().toISOString(),
     };
     await writeFile(path.join(options.out, architectureFileName), `${JSON.stringify(architecture, null, 2)}\n`);
     await writeFile(path.join(options.out, dataManifestFileName), `${JSON.stringify(manifest, null, 2)}\n`);
     const serveScript = path.join(options.out, serveScriptName);
-    await writeFile(serveScript, renderServeScript({ modelFile, draftLength, packedFrom: options.packedFrom === undefined ? specdraftRoot : options.packedFrom }));
+    await writeFile(
+        serveScript,
+        renderServeScript({
+            modelFile,
+            draftLength,
+            packedFrom: options.packedFrom === undefined ? specdraftRoot : options.packedFrom,
+        }),
+    );
     await chmod(serveScript, 0o755);
     return {
         dir: options.out,
-        files: [modelFile, serveScriptName, architectureFileName, dataManifestFileName].map((f) => path.join(options.out, f)),
+        files: [modelFile, serveScriptName, architectureFileName, dataManifestFileName].map((f) =>
+            path.join(options.out, f),
+        ),
         architecture,
         manifest,
-        warnings
+        warnings,
     };
 }
 
 /** `NAME@REV` → {name, revision}; the revision is required so the base is pinned. */
 export function parseBase(text: string): { name: string; revision: string } {
     const at = text.lastIndexOf("@");
-    if (at <= 0 || at === text.length - 1) throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-8B@b968826`);
+    if (at <= 0 || at === text.length - 1)
+        throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-8B@b968826`);
     return { name: text.slice(0, at), revision: text.slice(at + 1) };
 }
 

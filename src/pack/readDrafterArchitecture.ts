@@ -41,7 +41,8 @@ export async function readDrafterArchitecture(modelFile: string): Promise<GgufDr
     const architecture = metadata.general?.architecture;
     if (typeof architecture !== "string") throw new Error(`${modelFile}: no general.architecture in its GGUF metadata`);
     const tokens = metadata.tokenizer?.ggml?.tokens;
-    if (!Array.isArray(tokens)) throw new Error(`${modelFile}: no tokenizer.ggml.tokens in its GGUF metadata, so its vocabulary is unknown`);
+    if (!Array.isArray(tokens))
+        throw new Error(`${modelFile}: no tokenizer.ggml.tokens in its GGUF metadata, so its vocabulary is unknown`);
     const arch = info.architectureMetadata as Record<string, unknown> & { attention?: Record<string, unknown> };
 
     // quantization = the type of most weight elements (≥ 2-D tensors); norms stay F32 in any file
@@ -56,7 +57,9 @@ export async function readDrafterArchitecture(modelFile: string): Promise<GgufDr
     }
     const quantization = [...elementsByType].sort((a, b) => b[1] - a[1])[0]?.[0] ?? "unknown";
 
-    const base = metadata.general?.base_model?.["0" as `${bigint}`] as { name?: string; version?: string; repo_url?: string } | undefined;
+    const base = metadata.general?.base_model?.["0" as `${bigint}`] as
+        | { name?: string; version?: string; repo_url?: string }
+        | undefined;
     const fileType = metadata.general?.file_type;
     const [sizeBytes, sha256] = await Promise.all([stat(modelFile).then((s) => s.size), sha256File(modelFile)]);
     return {
@@ -75,7 +78,7 @@ export async function readDrafterArchitecture(modelFile: string): Promise<GgufDr
         headCountKv: numberOrNull(arch.attention?.head_count_kv),
         parameters,
         sizeBytes,
-        sha256
+        sha256,
     };
 }
 

@@ -38,7 +38,10 @@ export async function readHeldOutFile(file: string, options: ReadHeldOutOptions 
         }
         const firstLine = firstLineOfId.get(parsed.conversation.id);
         if (firstLine !== undefined) {
-            rejected.push({ lineNumber, message: `duplicate id ${JSON.stringify(parsed.conversation.id)} (first on line ${firstLine})` });
+            rejected.push({
+                lineNumber,
+                message: `duplicate id ${JSON.stringify(parsed.conversation.id)} (first on line ${firstLine})`,
+            });
             continue;
         }
         firstLineOfId.set(parsed.conversation.id, lineNumber);
@@ -81,7 +84,7 @@ function parseHeldOutLine(text: string, lineNumber: number): ParsedHeldOutLine {
         id: record.id,
         promptTokens: prompt,
         continuationTokens: continuation,
-        lineNumber
+        lineNumber,
     };
     if (record.category !== undefined) conversation.category = record.category as string;
     return { ok: true, conversation };

@@ -66,11 +66,16 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
         position,
         attempts: n,
         accepted: acceptedAt[position],
-        rate: n > 0 ? acceptedAt[position] / n : null
+        rate: n > 0 ? acceptedAt[position] / n : null,
     }));
     const perCategory: Record<string, CategorySummary> = {};
     for (const [name, c] of [...categories].sort(([a], [b]) => a.localeCompare(b)))
-        perCategory[name] = { tau: c.steps > 0 ? c.tokens / c.steps : null, tokens: c.tokens, steps: c.steps, samples: c.samples };
+        perCategory[name] = {
+            tau: c.steps > 0 ? c.tokens / c.steps : null,
+            tokens: c.tokens,
+            steps: c.steps,
+            samples: c.samples,
+        };
 
     const summary: WalkSummary = {
         metric: "mean_acceptance_length",
@@ -91,14 +96,14 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
             p95: roundMs(percentile(latencies, 95)),
             p99: roundMs(percentile(latencies, 99)),
             mean: roundMs(latencies.length > 0 ? latencies.reduce((sum, x) => sum + x, 0) / latencies.length : null),
-            max: roundMs(latencies.length > 0 ? latencies[latencies.length - 1] : null)
+            max: roundMs(latencies.length > 0 ? latencies[latencies.length - 1] : null),
         },
         latency_histogram_ms: latencyHistogram(latencies),
         serving_seconds: result.servingSeconds,
         failures,
         concurrency: result.concurrency,
         timeout_ms: result.timeoutMs,
-        created_at: (options.createdAt ?? new Date()).toISOString()
+        created_at: (options.createdAt ?? new Date()).toISOString(),
     };
     if (options.data) summary.data = { file: options.data.file, rejected_lines: options.data.rejectedLines };
     return summary;

@@ -31,11 +31,17 @@ export interface WalkHeldOutOptions {
 }
 
 /** Walks every conversation against `client`; the result keeps them in input order. */
-export async function walkHeldOut(conversations: readonly Conversation[], client: DraftClient, options: WalkHeldOutOptions = {}): Promise<WalkResult> {
+export async function walkHeldOut(
+    conversations: readonly Conversation[],
+    client: DraftClient,
+    options: WalkHeldOutOptions = {},
+): Promise<WalkResult> {
     const draftLength = options.draftLength ?? defaultDraftLength;
     const concurrency = options.concurrency ?? defaultConcurrency;
-    if (!Number.isInteger(draftLength) || draftLength < 1) throw new Error(`draft length: expected an integer ≥ 1, found ${draftLength}`);
-    if (!Number.isInteger(concurrency) || concurrency < 1) throw new Error(`concurrency: expected an integer ≥ 1, found ${concurrency}`);
+    if (!Number.isInteger(draftLength) || draftLength < 1)
+        throw new Error(`draft length: expected an integer ≥ 1, found ${draftLength}`);
+    if (!Number.isInteger(concurrency) || concurrency < 1)
+        throw new Error(`concurrency: expected an integer ≥ 1, found ${concurrency}`);
 
     const walks: ConversationWalk[] = new Array<ConversationWalk>(conversations.length);
     let next = 0;
@@ -43,7 +49,7 @@ export async function walkHeldOut(conversations: readonly Conversation[], client
         while (next < conversations.length) {
             const index = next++;
             walks[index] = await walkConversation(conversations[index], client, draftLength, (step, advanced) =>
-                options.onProgress?.(advanced, step.failure)
+                options.onProgress?.(advanced, step.failure),
             );
         }
     };
@@ -56,7 +62,7 @@ export async function walkHeldOut(conversations: readonly Conversation[], client
         concurrency,
         timeoutMs: client.timeoutMs,
         conversations: walks,
-        servingSeconds
+        servingSeconds,
     };
 }
 
@@ -65,7 +71,7 @@ async function walkConversation(
     conversation: Conversation,
     client: DraftClient,
     draftLength: number,
-    onStep?: (step: WalkStep, advanced: number) => void
+    onStep?: (step: WalkStep, advanced: number) => void,
 ): Promise<ConversationWalk> {
     const prompt = conversation.promptTokens;
     const continuation = conversation.continuationTokens;
@@ -78,7 +84,8 @@ async function walkConversation(
         const cap = Math.min(draftLength, length - pos);
         const draft = outcome.ok ? outcome.draft : [];
         let accepted = 0;
-        while (accepted < cap && accepted < draft.length && draft[accepted] === continuation[pos + accepted]) accepted++;
+        while (accepted < cap && accepted < draft.length && draft[accepted] === continuation[pos + accepted])
+            accepted++;
         const advanced = Math.min(accepted + 1, length - pos);
         pos += advanced;
         const step: WalkStep = { accepted, cap, latencyMs: outcome.latencyMs };

@@ -16,7 +16,11 @@ test("llama-server /completion: prompt as ids, n_predict k, greedy sampling, tok
         const hit = locate(conversations, request.prompt as number[]);
         if (!hit) return sendJson(response, 400, {});
         // error at draft index 1 → a = 1, advance 2 per step (the tail's cap 1 still advances 1)
-        sendJson(response, 200, { content: "…", tokens: draftWithPlantedError(hit.conversation, hit.position, request.n_predict as number, 1), stop: true });
+        sendJson(response, 200, {
+            content: "…",
+            tokens: draftWithPlantedError(hit.conversation, hit.position, request.n_predict as number, 1),
+            stop: true,
+        });
     });
     try {
         const client = createDraftClient(`llama-server+${server.url}`, 5_000);
@@ -43,7 +47,11 @@ test("llama-server /completion: prompt as ids, n_predict k, greedy sampling, tok
 test("a llama-server answer without tokens (return_tokens ignored) is a malformed failure", async () => {
     const server = await startFakeServer((_path, _body, response) => sendJson(response, 200, { content: "text only" }));
     try {
-        const summary = summarizeWalk(await walkHeldOut([conversation("x", 1, 2)], createDraftClient(`llama-server+${server.url}`, 5_000), { draftLength: 4 }));
+        const summary = summarizeWalk(
+            await walkHeldOut([conversation("x", 1, 2)], createDraftClient(`llama-server+${server.url}`, 5_000), {
+                draftLength: 4,
+            }),
+        );
         assert.deepEqual(summary.failures, { total: 2, malformed: 2, http: 0, network: 0, timeout: 0 });
     } finally {
         await server.close();

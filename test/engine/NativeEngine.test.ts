@@ -102,7 +102,10 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
     }
     // one decode per step for all 32 sequences (plus the prefill), not one per sequence
     const steps = batched.counters.decodes.filter(([tokens, sequences]) => tokens === 32 && sequences === 32);
-    assert.ok(steps.length >= rounds * (n - 1), `expected batched steps, got ${JSON.stringify(batched.counters.decodes.slice(0, 20))}`);
+    assert.ok(
+        steps.length >= rounds * (n - 1),
+        `expected batched steps, got ${JSON.stringify(batched.counters.decodes.slice(0, 20))}`,
+    );
     assert.ok(batched.counters.maxQueueDepth >= 32);
 });
 
@@ -203,8 +206,14 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     assert.deepEqual(await neighbour, expectedOther);
     // after the abort the steps carry only the neighbour
     const twoSequenceSteps = counters.decodes.filter(([tokens, sequences]) => tokens === 2 && sequences === 2).length;
-    assert.ok(counters.decodes.some(([, sequences]) => sequences === 2), `both requests were in one round ${JSON.stringify(counters.depths)} ${JSON.stringify(counters.decodes.slice(0, 4))}`);
-    assert.ok(counters.decodes.some(([tokens, sequences]) => tokens === 1 && sequences === 1), "the aborted sequence left the batch");
+    assert.ok(
+        counters.decodes.some(([, sequences]) => sequences === 2),
+        `both requests were in one round ${JSON.stringify(counters.depths)} ${JSON.stringify(counters.decodes.slice(0, 4))}`,
+    );
+    assert.ok(
+        counters.decodes.some(([tokens, sequences]) => tokens === 1 && sequences === 1),
+        "the aborted sequence left the batch",
+    );
     assert.ok(twoSequenceSteps < 299, `${twoSequenceSteps} steps still carried both sequences`);
     // the engine keeps working, and its slot is usable again
     assert.equal((await engine.draft(long!, 4)).length, 4);
@@ -234,7 +243,8 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
         observer: {
             onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => counters.depths.push(depth),
-            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) => steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
+            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) =>
+                steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
         },
     });
     const [long, short] = randomPrompts(2, 4000, 43);
@@ -271,7 +281,10 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
     // reuses it for the long runs of identical steps in between
     const reused = steps.map(([, , , , graphReused]) => graphReused);
     assert.equal(reused[firstJoint], false, "the graph was reused although a sequence joined");
-    assert.ok(reused.filter(Boolean).length > 250, `graph reused in only ${reused.filter(Boolean).length} of 300 steps`);
+    assert.ok(
+        reused.filter(Boolean).length > 250,
+        `graph reused in only ${reused.filter(Boolean).length} of 300 steps`,
+    );
 });
 
 test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of many steps", async (t) => {
@@ -292,7 +305,11 @@ test("padding steps to all streams (padBatch) drafts the same, keeps each slot's
     for (let round = 0; round < 3; round++) {
         const expected = await Promise.all(requests.map((request) => plain.engine.draft(request, n)));
         // the later rounds reuse the prefix each slot cached, with throwaway tokens written past it meanwhile
-        assert.deepEqual(await Promise.all(requests.map((request) => padded.engine.draft(request, n))), expected, `round ${round}`);
+        assert.deepEqual(
+            await Promise.all(requests.map((request) => padded.engine.draft(request, n))),
+            expected,
+            `round ${round}`,
+        );
         requests = requests.map((request, i) => nextRequest(request, expected[i]!, random, 4000));
     }
     assert.ok(padded.counters.reused > 0);

@@ -45,5 +45,9 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
         }
         requests = requests.map((request, i) => nextRequest(request, drafts[i]!, random, 4000));
     }
-    assert.equal(wrong, 0, `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`);
+    assert.equal(
+        wrong,
+        0,
+        `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`,
+    );
 });

@@ -24,11 +24,17 @@ test("identical runs: no difference and no mismatch line", () => {
 });
 
 test("a differing second run is named with its round and first differing position", () => {
-    const result = comparePromptRuns("p", undefined, 3, [run([1, 2, 3]), run([1, 2, 3])], [run([1, 2, 3]), run([1, 2, 9, 4])]);
+    const result = comparePromptRuns(
+        "p",
+        undefined,
+        3,
+        [run([1, 2, 3]), run([1, 2, 3])],
+        [run([1, 2, 3]), run([1, 2, 9, 4])],
+    );
     assert.equal(result.identical, false);
     assert.deepEqual(result.firstDifference, { run: 1, position: 2, expected: 3, actual: 9 });
     assert.equal(
         describeMismatch(result),
-        'output mismatch: prompt "p", run 2: speculative output differs from the target alone at position 2 (expected token 3, found 9)'
+        'output mismatch: prompt "p", run 2: speculative output differs from the target alone at position 2 (expected token 3, found 9)',
     );
 });

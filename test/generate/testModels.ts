@@ -20,5 +20,5 @@ export function cpuLlama(): Promise<Llama> {
 /** Code-like prompts: prompt lookup finds repeats in them, and the tiny models continue them differently. */
 export const testPrompts: GeneratePrompt[] = [
     { id: "py", tokens: { text: "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef" } },
-    { id: "ids", category: "raw", tokens: [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876] }
+    { id: "ids", category: "raw", tokens: [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876] },
 ];

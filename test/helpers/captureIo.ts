@@ -13,5 +13,12 @@ export function captureIo(): CapturedIo {
     const chunks = { out: [] as Buffer[], err: [] as Buffer[] };
     out.on("data", (chunk: Buffer) => chunks.out.push(chunk));
     err.on("data", (chunk: Buffer) => chunks.err.push(chunk));
-    return { out, err, text: () => ({ out: Buffer.concat(chunks.out).toString("utf8"), err: Buffer.concat(chunks.err).toString("utf8") }) };
+    return {
+        out,
+        err,
+        text: () => ({
+            out: Buffer.concat(chunks.out).toString("utf8"),
+            err: Buffer.concat(chunks.err).toString("utf8"),
+        }),
+    };
 }

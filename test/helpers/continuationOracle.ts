@@ -15,7 +15,8 @@ export function locate(conversations: readonly Conversation[], tokens: readonly 
         const prompt = conversation.promptTokens;
         const full = prompt.concat(conversation.continuationTokens);
         if (tokens.length < prompt.length || tokens.length > full.length) continue;
-        if (tokens.every((token, i) => token === full[i])) return { conversation, position: tokens.length - prompt.length };
+        if (tokens.every((token, i) => token === full[i]))
+            return { conversation, position: tokens.length - prompt.length };
     }
     return undefined;
 }
@@ -28,7 +29,12 @@ export const wrongToken = 99_999;
  * The true continuation from `position`, `n` tokens (filler past the end), with a wrong token planted at draft index
  * `errorAt` when it is given and < n.
  */
-export function draftWithPlantedError(conversation: Conversation, position: number, n: number, errorAt: number | undefined): number[] {
+export function draftWithPlantedError(
+    conversation: Conversation,
+    position: number,
+    n: number,
+    errorAt: number | undefined,
+): number[] {
     const draft = Array.from({ length: n }, (_, i) => conversation.continuationTokens[position + i] ?? fillerToken);
     if (errorAt !== undefined && errorAt < n) draft[errorAt] = wrongToken;
     return draft;
@@ -40,7 +46,7 @@ export function conversation(id: string, promptFirst: number, length: number, ca
         promptTokens: [promptFirst, 1, 2],
         // distinct, non-filler ids so a planted error or filler never matches by accident
         continuationTokens: Array.from({ length }, (_, i) => 1000 + promptFirst * 100 + i),
-        lineNumber: 0
+        lineNumber: 0,
     };
     if (category !== undefined) c.category = category;
     return c;

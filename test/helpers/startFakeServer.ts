@@ -10,7 +10,12 @@ export interface FakeServer {
     close(): Promise<void>;
 }
 
-export type FakeHandler = (path: string, body: unknown, response: ServerResponse, request: IncomingMessage) => void | Promise<void>;
+export type FakeHandler = (
+    path: string,
+    body: unknown,
+    response: ServerResponse,
+    request: IncomingMessage,
+) => void | Promise<void>;
 
 export async function startFakeServer(handler: FakeHandler): Promise<FakeServer> {
     const requests: FakeServer["requests"] = [];
@@ -43,7 +48,7 @@ export async function startFakeServer(handler: FakeHandler): Promise<FakeServer>
             new Promise<void>((resolve, reject) => {
                 server.closeAllConnections();
                 server.close((error) => (error ? reject(error) : resolve()));
-            })
+            }),
     };
 }
 

@@ -2,9 +2,18 @@
 import { writeFile } from "node:fs/promises";
 import type { Conversation } from "../../src/validate/types.js";
 
-export async function writeHeldOut(file: string, conversations: readonly Conversation[], extraLines: readonly string[] = []): Promise<void> {
+export async function writeHeldOut(
+    file: string,
+    conversations: readonly Conversation[],
+    extraLines: readonly string[] = [],
+): Promise<void> {
     const lines = conversations.map((c) =>
-        JSON.stringify({ id: c.id, ...(c.category !== undefined ? { category: c.category } : {}), prompt_tokens: c.promptTokens, continuation_tokens: c.continuationTokens })
+        JSON.stringify({
+            id: c.id,
+            ...(c.category !== undefined ? { category: c.category } : {}),
+            prompt_tokens: c.promptTokens,
+            continuation_tokens: c.continuationTokens,
+        }),
     );
     await writeFile(file, `${[...lines, ...extraLines].join("\n")}\n`);
 }

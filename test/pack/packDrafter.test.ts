@@ -1,7 +1,7 @@
 /** `specdraft pack`: the folder's files, architecture.json read back from the GGUF, manifest checks, bad input. */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { access, constants, mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { access, constants, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -15,8 +15,8 @@ const model = "test/fixtures/tiny-qwen3-q4_0.gguf";
 const manifest = {
     sources: [
         { name: "python-stdlib", split: "pretrain", uri: "python3.11 /usr/lib/python3.11", sha256: "a".repeat(64) },
-        { name: "lab-target-continuations", split: "distill", revision: "runs/lab/reference@3f2c1d0" }
-    ]
+        { name: "lab-target-continuations", split: "distill", revision: "runs/lab/reference@3f2c1d0" },
+    ],
 };
 
 async function withTempDir(run: (dir: string) => Promise<void>): Promise<void> {
@@ -34,22 +34,43 @@ test("pack writes the model, an executable serve.sh, architecture.json from the 
         await writeFile(manifestFile, JSON.stringify(manifest));
         const out = path.join(dir, "drafter");
         const io = captureIo();
-        assert.equal(await runPack({ model, out, manifest: manifestFile, base: "Qwen/Qwen3-8B@b968826", draftLength: 12 }, io), 0, io.text().err);
-        assert.deepEqual((await readdir(out)).sort(), ["architecture.json", "data_manifest.json", "serve.sh", "tiny-qwen3-q4_0.gguf"]);
+        assert.equal(
+            await runPack({ model, out, manifest: manifestFile, base: "Qwen/Qwen3-8B@b968826", draftLength: 12 }, io),
+            0,
+            io.text().err,
+        );
+        assert.deepEqual((await readdir(out)).sort(), [
+            "architecture.json",
+            "data_manifest.json",
+            "serve.sh",
+            "tiny-qwen3-q4_0.gguf",
+        ]);
         await access(path.join(out, "serve.sh"), constants.X_OK);
         assert.deepEqual(await readFile(path.join(out, "tiny-qwen3-q4_0.gguf")), await readFile(model));
 
-        const architecture = JSON.parse(await readFile(path.join(out, "architecture.json"), "utf8")) as ArchitectureFile;
+        const architecture = JSON.parse(
+            await readFile(path.join(out, "architecture.json"), "utf8"),
+        ) as ArchitectureFile;
         const gguf = await readGgufFileInfo(model, { logWarnings: false });
         const tokens = gguf.metadata.tokenizer.ggml.tokens;
         assert.equal(architecture.architecture, gguf.metadata.general.architecture);
         assert.equal(architecture.vocab_size, tokens.length);
-        assert.equal(architecture.vocab_fingerprint, createHash("sha256").update(Buffer.from(JSON.stringify(tokens), "utf8")).digest("hex"));
+        assert.equal(
+            architecture.vocab_fingerprint,
+            createHash("sha256")
+                .update(Buffer.from(JSON.stringify(tokens), "utf8"))
+                .digest("hex"),
+        );
         assert.equal(architecture.quantization, "Q4_0");
         assert.deepEqual(architecture.base_model, { name: "Qwen/Qwen3-8B", revision: "b968826" });
         assert.equal(architecture.draft_length, 12);
         assert.equal(architecture.size_bytes, (await stat(model)).size);
-        assert.equal(architecture.model_sha256, createHash("sha256").update(await readFile(model)).digest("hex"));
+        assert.equal(
+            architecture.model_sha256,
+            createHash("sha256")
+                .update(await readFile(model))
+                .digest("hex"),
+        );
         assert.equal(architecture.block_count, gguf.architectureMetadata.block_count);
         assert.ok(architecture.parameters > 0);
 
@@ -72,7 +93,9 @@ test("without --manifest the folder says its sources are unknown; the F32 fixtur
         assert.equal(written.complete, false);
         assert.deepEqual(written.sources, []);
         assert.match(written.note ?? "", /not recorded/);
-        const architecture = JSON.parse(await readFile(path.join(out, "architecture.json"), "utf8")) as ArchitectureFile;
+        const architecture = JSON.parse(
+            await readFile(path.join(out, "architecture.json"), "utf8"),
+        ) as ArchitectureFile;
         assert.equal(architecture.quantization, "F32");
         assert.equal(architecture.base_model, null);
         assert.equal(architecture.draft_length, 16);
@@ -88,8 +111,14 @@ test("bad input is refused with the problem named and nothing written", () =>
         const out = path.join(dir, "out");
         assert.match(await attempt({ model, out, base: "Qwen3-8B" }), /--base "Qwen3-8B": expected NAME@REV/);
         const unpinned = path.join(dir, "unpinned.json");
-        await writeFile(unpinned, JSON.stringify({ sources: [{ name: "web", split: "pretrain", uri: "https://example.org" }] }));
-        assert.match(await attempt({ model, out, manifest: unpinned }), /"sources"\[0\] \(web\): expected a pinned "revision" or a content "sha256"/);
+        await writeFile(
+            unpinned,
+            JSON.stringify({ sources: [{ name: "web", split: "pretrain", uri: "https://example.org" }] }),
+        );
+        assert.match(
+            await attempt({ model, out, manifest: unpinned }),
+            /"sources"\[0\] \(web\): expected a pinned "revision" or a content "sha256"/,
+        );
         const noSplit = path.join(dir, "nosplit.json");
         await writeFile(noSplit, JSON.stringify({ sources: [{ name: "web", revision: "1" }] }));
         assert.match(await attempt({ model, out, manifest: noSplit }), /\.split: expected the split it fed/);

@@ -23,14 +23,18 @@ function countingConversation(id: string, start: number, length: number) {
         id,
         promptTokens: [start, start + 1, start + 2],
         continuationTokens: Array.from({ length }, (_, i) => start + 3 + i),
-        lineNumber: 0
+        lineNumber: 0,
     };
 }
 
 before(async () => {
     dir = await mkdtemp(path.join(tmpdir(), "specdraft-selfcheck-"));
     data = path.join(dir, "held.jsonl");
-    await writeHeldOut(data, [countingConversation("a", 100, 200), countingConversation("b", 1000, 90), countingConversation("c", 5000, 40)]);
+    await writeHeldOut(data, [
+        countingConversation("a", 100, 200),
+        countingConversation("b", 1000, 90),
+        countingConversation("c", 5000, 40),
+    ]);
 });
 
 after(async () => {
@@ -40,7 +44,11 @@ after(async () => {
 async function packed(name: string): Promise<string> {
     const out = path.join(dir, name);
     const io = captureIo();
-    assert.equal(await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out, base: "Qwen/Qwen3-8B@abc1234" }, io), 0, io.text().err);
+    assert.equal(
+        await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out, base: "Qwen/Qwen3-8B@abc1234" }, io),
+        0,
+        io.text().err,
+    );
     return out;
 }
 
@@ -49,11 +57,19 @@ async function selfcheck(folder: string, mode: string, options: Partial<Selfchec
     const record = path.join(folder, `.record-${mode}.json`);
     const io = captureIo();
     const exitCode = await runSelfcheckCommand(
-        { dir: folder, data, startupTimeoutSeconds: 20, progress: false, ...options, env: { SPECDRAFT: fakeSpecdraft, FAKE_SPECDRAFT_MODE: mode, FAKE_SPECDRAFT_RECORD: record } },
-        io
+        {
+            dir: folder,
+            data,
+            startupTimeoutSeconds: 20,
+            progress: false,
+            ...options,
+            env: { SPECDRAFT: fakeSpecdraft, FAKE_SPECDRAFT_MODE: mode, FAKE_SPECDRAFT_RECORD: record },
+        },
+        io,
     );
     const { out, err } = io.text();
-    const gate = (name: string): string => out.split("\n").find((line) => line.slice(2).startsWith(name)) ?? `(no ${name} line in:\n${out}\n${err})`;
+    const gate = (name: string): string =>
+        out.split("\n").find((line) => line.slice(2).startsWith(name)) ?? `(no ${name} line in:\n${out}\n${err})`;
     let fake: { argv: string[]; pid: number } | undefined;
     try {
         fake = JSON.parse(await readFile(record, "utf8")) as { argv: string[]; pid: number };
@@ -76,7 +92,8 @@ test("a packed folder passes every gate; serve.sh got the model, PORT and k; the
     const folder = await packed("good");
     const run = await selfcheck(folder, "slow-start");
     assert.equal(run.exitCode, 0, run.out + run.err);
-    for (const name of ["prerequisites", "size", "startup", "smoke", "serving time", "failures", "healthy after walk"]) assert.match(run.gate(name), /^✓ /, name);
+    for (const name of ["prerequisites", "size", "startup", "smoke", "serving time", "failures", "healthy after walk"])
+        assert.match(run.gate(name), /^✓ /, name);
     assert.match(run.out, /all 7 gates passed/);
     // slow-start answers 503 for 1.5 s first
     const startup = /after ([\d.]+) s/.exec(run.gate("startup"));
@@ -115,7 +132,10 @@ test("no serve.sh: prerequisites fail naming it, the server gates are not run", 
     assert.match(run.gate("prerequisites"), /^✗ prerequisites\s+serve\.sh: missing/);
     assert.match(run.gate("size"), /^✓ /);
     assert.match(run.gate("startup"), /^✗ startup\s+not run: no runnable serve\.sh/);
-    assert.match(run.out, /6 of 7 gates failed: prerequisites, startup, smoke, serving time, failures, healthy after walk/);
+    assert.match(
+        run.out,
+        /6 of 7 gates failed: prerequisites, startup, smoke, serving time, failures, healthy after walk/,
+    );
     assert.equal(run.fake, undefined);
 });
 
@@ -143,7 +163,10 @@ test("an oversize folder fails the size gate (small configurable limit); the oth
     assert.equal(run.exitCode, 1);
     const bytes = /^✗ size\s+([\d,]+) B > 100,000 B/.exec(run.gate("size"))?.[1];
     assert.ok(bytes, run.gate("size"));
-    assert.ok(Number(bytes.replace(/,/g, "")) > (await stat("test/fixtures/tiny-qwen3.gguf")).size, "the model and the files beside it count");
+    assert.ok(
+        Number(bytes.replace(/,/g, "")) > (await stat("test/fixtures/tiny-qwen3.gguf")).size,
+        "the model and the files beside it count",
+    );
     assert.match(run.out, /1 of 7 gates failed: size/);
 });
 
@@ -159,10 +182,16 @@ test("failed requests, a short smoke draft, a blown budget and a malformed manif
     const slow = await selfcheck(folder, "ok", { budgetSeconds: 0.000_001 });
     assert.match(slow.gate("serving time"), /^✗ serving time.*> budget 0\.000001 s/);
 
-    await writeFile(path.join(folder, "data_manifest.json"), JSON.stringify({ sources: [{ name: "web", split: "pretrain" }] }));
+    await writeFile(
+        path.join(folder, "data_manifest.json"),
+        JSON.stringify({ sources: [{ name: "web", split: "pretrain" }] }),
+    );
     await chmod(path.join(folder, "serve.sh"), 0o755);
     const badManifest = await selfcheck(folder, "ok");
-    assert.match(badManifest.gate("prerequisites"), /^✗ prerequisites\s+data_manifest\.json: "sources"\[0\] \(web\): expected a pinned/);
+    assert.match(
+        badManifest.gate("prerequisites"),
+        /^✗ prerequisites\s+data_manifest\.json: "sources"\[0\] \(web\): expected a pinned/,
+    );
     assert.equal(badManifest.exitCode, 1);
 });
 
@@ -170,20 +199,32 @@ test("serve.sh without SPECDRAFT finds the checkout that packed it, or one holdi
     // a stand-in checkout whose built CLI is the fake
     const checkout = path.join(dir, "checkout");
     await mkdir(path.join(checkout, "dist", "cli"), { recursive: true });
-    await writeFile(path.join(checkout, "package.json"), JSON.stringify({ name: "specdraft", type: "module" }, null, 2));
+    await writeFile(
+        path.join(checkout, "package.json"),
+        JSON.stringify({ name: "specdraft", type: "module" }, null, 2),
+    );
     await copyFile("test/pack/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
     // only node and the system's tools on PATH, so no installed `specdraft` can be picked instead
     const env = { SPECDRAFT: "", PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`, FAKE_SPECDRAFT_MODE: "ok" };
 
     for (const [name, out, packedFrom] of [
         ["packed-from", path.join(dir, "elsewhere", "drafter"), checkout],
-        ["inside", path.join(checkout, "models", "drafter"), null]
+        ["inside", path.join(checkout, "models", "drafter"), null],
     ] as const) {
         const io = captureIo();
         assert.equal(await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out, packedFrom }, io), 0);
         const record = path.join(out, ".record.json");
         const check = captureIo();
-        const exitCode = await runSelfcheckCommand({ dir: out, data, startupTimeoutSeconds: 20, progress: false, env: { ...env, FAKE_SPECDRAFT_RECORD: record } }, check);
+        const exitCode = await runSelfcheckCommand(
+            {
+                dir: out,
+                data,
+                startupTimeoutSeconds: 20,
+                progress: false,
+                env: { ...env, FAKE_SPECDRAFT_RECORD: record },
+            },
+            check,
+        );
         assert.equal(exitCode, 0, `${name}: ${check.text().out}${check.text().err}`);
         const fake = JSON.parse(await readFile(record, "utf8")) as { argv: string[] };
         assert.equal(fake.argv[0], "serve", name);

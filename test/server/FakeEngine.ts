@@ -88,9 +88,11 @@ export class FakeEngine implements DraftEngine {
 
     async draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
         if (this.closed) throw new EngineError("engine_closed", "The engine is closed.");
-        if (this.inFlight >= this.maxQueue) throw new EngineError("queue_full", `Queue full: ${this.inFlight} requests.`);
+        if (this.inFlight >= this.maxQueue)
+            throw new EngineError("queue_full", `Queue full: ${this.inFlight} requests.`);
         const badIndex = tokens.findIndex((id) => !Number.isInteger(id) || id < 0 || id >= this.info.vocabSize);
-        if (badIndex >= 0) throw new EngineError("invalid_token", `Invalid token id ${tokens[badIndex]} at index ${badIndex}.`);
+        if (badIndex >= 0)
+            throw new EngineError("invalid_token", `Invalid token id ${tokens[badIndex]} at index ${badIndex}.`);
         if (tokens.length + n > this.info.contextSize) throw new EngineError("context_overflow", "Context overflow.");
         this.calls.push({ tokens: [...tokens], n, endId: options.endId });
         this.inFlight++;

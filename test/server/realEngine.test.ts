@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { buildApp, type App } from "../../src/server/buildApp.js";
+import { type App, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
 import { cliPath, repoRoot, spawnServe } from "./serveProcess.js";
 
@@ -25,7 +25,14 @@ const threads = 1;
 async function realApp(modelPath = tinyModel): Promise<App> {
     const metrics = new ServerMetrics();
     const built = buildApp({ metrics, draftLength });
-    const engine = await loadEngine({ modelPath, streams, contextSize, gpu: "cpu", threads, observer: metrics.engineObserver });
+    const engine = await loadEngine({
+        modelPath,
+        streams,
+        contextSize,
+        gpu: "cpu",
+        threads,
+        observer: metrics.engineObserver,
+    });
     built.slot.fill(engine);
     return built;
 }
@@ -104,7 +111,11 @@ describe("real engine", () => {
         const context = contexts(alone.slot.loaded!.info.vocabSize)[3]!;
         const full = await draft(alone, context);
         const trt = async (body: object) => {
-            const res = await alone.app.inject({ method: "POST", url: "/draft", payload: { prefix: context, ...body } });
+            const res = await alone.app.inject({
+                method: "POST",
+                url: "/draft",
+                payload: { prefix: context, ...body },
+            });
             assert.equal(res.statusCode, 200, res.body);
             return res.json();
         };
@@ -118,7 +129,10 @@ describe("real engine", () => {
         const vocabSize = alone.slot.loaded!.info.vocabSize;
         const res = await alone.app.inject({ method: "POST", url: "/draft", payload: { tokens: [1, 2, vocabSize] } });
         assert.equal(res.statusCode, 400);
-        assert.equal(res.json().error.message, `Invalid token id ${vocabSize} at index 2: expected 0 ≤ id < ${vocabSize}.`);
+        assert.equal(
+            res.json().error.message,
+            `Invalid token id ${vocabSize} at index 2: expected 0 ≤ id < ${vocabSize}.`,
+        );
     });
 });
 
@@ -145,7 +159,21 @@ test("/info: the fingerprint follows the vocabulary, not the weights", async () 
 });
 
 test("the CLI serves a real model: ready line, a draft, SIGTERM → exit 0", async () => {
-    const serve = spawnServe(cliPath, ["serve", "--model", tinyModel, "--port", "0", "--gpu", "cpu", "--streams", "2", "--context", "128", "--threads", "1"]);
+    const serve = spawnServe(cliPath, [
+        "serve",
+        "--model",
+        tinyModel,
+        "--port",
+        "0",
+        "--gpu",
+        "cpu",
+        "--streams",
+        "2",
+        "--context",
+        "128",
+        "--threads",
+        "1",
+    ]);
     try {
         const [, url] = await serve.waitForLine(/serving .* at (http:\/\/\S+)\n/);
         const res = await fetch(`${url}/draft`, {
@@ -165,9 +193,13 @@ test("the CLI serves a real model: ready line, a draft, SIGTERM → exit 0", asy
 
 test("without --model the CLI serves the default drafter of the package, whatever the working directory", async () => {
     const defaultModel = join(repoRoot, "models/specdraft-default.gguf");
-    const serve = spawnServe(cliPath, ["serve", "--port", "0", "--gpu", "cpu", "--streams", "1", "--context", "64", "--threads", "1"], {
-        cwd: "/",
-    });
+    const serve = spawnServe(
+        cliPath,
+        ["serve", "--port", "0", "--gpu", "cpu", "--streams", "1", "--context", "64", "--threads", "1"],
+        {
+            cwd: "/",
+        },
+    );
     try {
         // either it loads (listening … loading <path>) or the file is not there yet (Model file <path> …): both name it
         await Promise.race([serve.exited, serve.waitForStderr(/listening at/)]);

@@ -28,7 +28,10 @@ async function expectOneLineFailure(args: string[], reason: RegExp) {
 }
 
 test("a missing model file exits 1 with one line", async () => {
-    await expectOneLineFailure(["--model", join(scratch, "nope.gguf")], /^specdraft serve: Model file .*nope\.gguf does not exist\.$/);
+    await expectOneLineFailure(
+        ["--model", join(scratch, "nope.gguf")],
+        /^specdraft serve: Model file .*nope\.gguf does not exist\.$/,
+    );
 });
 
 test("a file that is not GGUF exits 1 with one line", async () => {
@@ -41,7 +44,10 @@ test("a truncated GGUF exits 1 with one line", async () => {
     const path = join(scratch, "truncated.gguf");
     const bytes = await readFile(goodModel);
     await writeFile(path, bytes.subarray(0, Math.floor(bytes.length / 2)));
-    await expectOneLineFailure(["--model", path], /truncated\.gguf is truncated: tensor \S+ ends at byte \d+ but the file has \d+ bytes\.$/);
+    await expectOneLineFailure(
+        ["--model", path],
+        /truncated\.gguf is truncated: tensor \S+ ends at byte \d+ but the file has \d+ bytes\.$/,
+    );
 });
 
 test("a model the engine cannot load exits 1 after listening", async () => {

@@ -3,28 +3,34 @@
  * prerequisites, size, startup, smoke, held-out serving time (full walk or projected from a sample), request failures,
  * health after the walk — then stops the server it started (its whole process group).
  */
-import { access, constants, readFile, readdir, stat } from "node:fs/promises";
+import { access, constants, readdir, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { createSpecdraftClient, defaultTimeoutMs } from "../../client/createDraftClient.js";
-import { checkDataManifest } from "../dataManifest.js";
-import { architectureFileName, checkArchitectureFile, dataManifestFileName, serveScriptName, type ArchitectureFile } from "../drafterFolder.js";
+import type { DraftFailureKind } from "../../client/types.js";
 import type { HeldOutSet } from "../../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../../validate/summarizeWalk.js";
-import type { DraftFailureKind } from "../../client/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../../validate/walkHeldOut.js";
+import { checkDataManifest } from "../dataManifest.js";
+import {
+    type ArchitectureFile,
+    architectureFileName,
+    checkArchitectureFile,
+    dataManifestFileName,
+    serveScriptName,
+} from "../drafterFolder.js";
 import { sampleWindows } from "./sampleWindows.js";
-import { findFreePort, healthStatus, startServeScript, type ServeProcess, waitForHealth } from "./startServeScript.js";
+import { findFreePort, healthStatus, type ServeProcess, startServeScript, waitForHealth } from "./startServeScript.js";
 import {
     defaultBudgetSeconds,
     defaultMaxBytes,
     defaultMaxFailures,
     defaultSampleConversations,
     defaultStartupTimeoutSeconds,
-    defaultWindowTokens,
     defaultWindowsPerConversation,
+    defaultWindowTokens,
     type GateName,
     type GateResult,
-    type SelfcheckOptions
+    type SelfcheckOptions,
 } from "./types.js";
 
 /** Progress callbacks, for the command's output. */
@@ -47,14 +53,19 @@ export interface SelfcheckResult {
 }
 
 /** Runs every gate on `options.dir`, walking `heldOut` for the serving-time gate; stops the server it started. */
-export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSet, hooks: SelfcheckHooks = {}): Promise<SelfcheckResult> {
+export async function runSelfcheck(
+    options: SelfcheckOptions,
+    heldOut: HeldOutSet,
+    hooks: SelfcheckHooks = {},
+): Promise<SelfcheckResult> {
     const gates: GateResult[] = [];
     const decide = (name: GateName, ok: boolean, figure: string): void => {
         const gate = { name, ok, figure };
         gates.push(gate);
         hooks.onGate?.(gate);
     };
-    const notRun = (names: GateName[], why: string): void => names.forEach((name) => decide(name, false, `not run: ${why}`));
+    const notRun = (names: GateName[], why: string): void =>
+        names.forEach((name) => decide(name, false, `not run: ${why}`));
 
     // prerequisites: the files at the top, well-formed
     const dir = options.dir;
@@ -67,8 +78,14 @@ export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSe
         else {
             architecture = checked;
             const model = await stat(path.join(dir, checked.model_file)).catch(() => undefined);
-            if (!model?.isFile()) problems.push(`${architectureFileName} names model_file ${checked.model_file}, which is not in the folder`);
-            else found.push(`${architectureFileName} (${checked.architecture}, ${checked.quantization}, k ${checked.draft_length}, base ${checked.base_model ? `${checked.base_model.name}@${checked.base_model.revision ?? "?"}` : "not recorded"})`);
+            if (!model?.isFile())
+                problems.push(
+                    `${architectureFileName} names model_file ${checked.model_file}, which is not in the folder`,
+                );
+            else
+                found.push(
+                    `${architectureFileName} (${checked.architecture}, ${checked.quantization}, k ${checked.draft_length}, base ${checked.base_model ? `${checked.base_model.name}@${checked.base_model.revision ?? "?"}` : "not recorded"})`,
+                );
         }
     } catch (error) {
         problems.push(`${architectureFileName}: ${describeReadError(error)}`);
@@ -81,13 +98,18 @@ export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSe
         found.push(serveScriptName);
     } catch (error) {
         problems.push(
-            (error as NodeJS.ErrnoException).code === "ENOENT" ? `${serveScriptName}: missing` : `${serveScriptName}: not executable (chmod +x ${serveScriptName})`
+            (error as NodeJS.ErrnoException).code === "ENOENT"
+                ? `${serveScriptName}: missing`
+                : `${serveScriptName}: not executable (chmod +x ${serveScriptName})`,
         );
     }
     try {
         const manifest = checkDataManifest(JSON.parse(await readFile(path.join(dir, dataManifestFileName), "utf8")));
         if (typeof manifest === "string") problems.push(`${dataManifestFileName}: ${manifest}`);
-        else found.push(`${dataManifestFileName} (${manifest.sources.length} sources${manifest.complete ? "" : ", marked incomplete"})`);
+        else
+            found.push(
+                `${dataManifestFileName} (${manifest.sources.length} sources${manifest.complete ? "" : ", marked incomplete"})`,
+            );
     } catch (error) {
         problems.push(`${dataManifestFileName}: ${describeReadError(error)}`);
     }
@@ -97,13 +119,20 @@ export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSe
     const maxBytes = options.maxBytes ?? defaultMaxBytes;
     try {
         const bytes = await folderBytes(dir);
-        decide("size", bytes <= maxBytes, `${formatBytes(bytes)} ${bytes <= maxBytes ? "≤" : ">"} ${formatBytes(maxBytes)}`);
+        decide(
+            "size",
+            bytes <= maxBytes,
+            `${formatBytes(bytes)} ${bytes <= maxBytes ? "≤" : ">"} ${formatBytes(maxBytes)}`,
+        );
     } catch (error) {
         decide("size", false, describeReadError(error));
     }
 
     if (!serveScriptRunnable) {
-        notRun(["startup", "smoke", "serving time", "failures", "healthy after walk"], `no runnable ${serveScriptName}`);
+        notRun(
+            ["startup", "smoke", "serving time", "failures", "healthy after walk"],
+            `no runnable ${serveScriptName}`,
+        );
         return finish(gates, null);
     }
 
@@ -120,14 +149,29 @@ export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSe
             notRun(["smoke", "serving time", "failures", "healthy after walk"], "the server never became healthy");
             return finish(gates, null);
         }
-        decide("startup", true, `PORT=${port}: GET /health 200 after ${health.seconds.toFixed(1)} s (limit ${startupLimit} s)`);
+        decide(
+            "startup",
+            true,
+            `PORT=${port}: GET /health 200 after ${health.seconds.toFixed(1)} s (limit ${startupLimit} s)`,
+        );
 
         const draftLength = options.draftLength ?? architecture?.draft_length ?? defaultDraftLength;
-        const client = createSpecdraftClient(baseUrl, { name: path.basename(path.resolve(dir)), timeoutMs: options.timeoutMs ?? defaultTimeoutMs });
+        const client = createSpecdraftClient(baseUrl, {
+            name: path.basename(path.resolve(dir)),
+            timeoutMs: options.timeoutMs ?? defaultTimeoutMs,
+        });
         const smokeTokens = heldOut.conversations[0]?.promptTokens ?? [0];
         const smoke = await client.draft(smokeTokens, draftLength);
-        if (smoke.ok && smoke.draft.length === draftLength) decide("smoke", true, `POST /draft → ${draftLength} token ids in ${smoke.latencyMs.toFixed(0)} ms`);
-        else decide("smoke", false, smoke.ok ? `POST /draft n=${draftLength} → ${smoke.draft.length} token ids, expected ${draftLength}` : `POST /draft: ${smoke.failure}: ${smoke.message}`);
+        if (smoke.ok && smoke.draft.length === draftLength)
+            decide("smoke", true, `POST /draft → ${draftLength} token ids in ${smoke.latencyMs.toFixed(0)} ms`);
+        else
+            decide(
+                "smoke",
+                false,
+                smoke.ok
+                    ? `POST /draft n=${draftLength} → ${smoke.draft.length} token ids, expected ${draftLength}`
+                    : `POST /draft: ${smoke.failure}: ${smoke.message}`,
+            );
 
         // serving time over the whole set, walked or projected from the sample
         const totalTokens = heldOut.conversations.reduce((sum, c) => sum + c.continuationTokens.length, 0);
@@ -136,14 +180,18 @@ export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSe
             ? sampleWindows(heldOut.conversations, {
                   conversations: options.sampleConversations ?? defaultSampleConversations,
                   windowTokens: options.windowTokens ?? defaultWindowTokens,
-                  windowsPerConversation: options.windowsPerConversation ?? defaultWindowsPerConversation
+                  windowsPerConversation: options.windowsPerConversation ?? defaultWindowsPerConversation,
               })
             : heldOut.conversations;
         const walkedTokens = walked.reduce((sum, c) => sum + c.continuationTokens.length, 0);
         hooks.onWalkStart?.(walkedTokens, sampled);
         let result;
         try {
-            result = await walkHeldOut(walked, client, { draftLength, concurrency: options.concurrency ?? defaultConcurrency, onProgress: hooks.onWalkProgress });
+            result = await walkHeldOut(walked, client, {
+                draftLength,
+                concurrency: options.concurrency ?? defaultConcurrency,
+                onProgress: hooks.onWalkProgress,
+            });
         } finally {
             hooks.onWalkEnd?.();
         }
@@ -154,18 +202,28 @@ export async function runSelfcheck(options: SelfcheckOptions, heldOut: HeldOutSe
         const servingFigure = sampled
             ? `projected ${projected.toFixed(1)} s for ${totalTokens} tokens (${result.conversations.length} windows, ${walkedTokens} tokens walked in ${result.servingSeconds.toFixed(1)} s)`
             : `${projected.toFixed(1)} s for ${totalTokens} tokens`;
-        decide("serving time", projected <= budget, `${servingFigure} ${projected <= budget ? "≤" : ">"} budget ${budget} s; τ ${tau === null ? "n/a" : tau.toFixed(3)} on what was walked`);
+        decide(
+            "serving time",
+            projected <= budget,
+            `${servingFigure} ${projected <= budget ? "≤" : ">"} budget ${budget} s; τ ${tau === null ? "n/a" : tau.toFixed(3)} on what was walked`,
+        );
 
         const maxFailures = options.maxFailures ?? defaultMaxFailures;
         const f = summary.failures;
         decide(
             "failures",
             f.total <= maxFailures,
-            `${f.total} of ${summary.requests} requests failed, each scored as an empty draft (timeout ${f.timeout}, http ${f.http}, network ${f.network}, malformed ${f.malformed}); allowed ${maxFailures}`
+            `${f.total} of ${summary.requests} requests failed, each scored as an empty draft (timeout ${f.timeout}, http ${f.http}, network ${f.network}, malformed ${f.malformed}); allowed ${maxFailures}`,
         );
 
         const after = await healthStatus(baseUrl, 10_000);
-        decide("healthy after walk", after === 200, after === 200 ? "GET /health 200" : `GET /health → ${typeof after === "number" ? `HTTP ${after}` : after}${tailForMessage(server)}`);
+        decide(
+            "healthy after walk",
+            after === 200,
+            after === 200
+                ? "GET /health 200"
+                : `GET /health → ${typeof after === "number" ? `HTTP ${after}` : after}${tailForMessage(server)}`,
+        );
         return finish(gates, tau);
     } finally {
         await server?.stop();

@@ -31,7 +31,7 @@ export function sampleWindows(conversations: readonly Conversation[], options: S
                 id: `${conversation.id}@${start}`,
                 promptTokens: conversation.promptTokens.concat(continuation.slice(0, start)),
                 continuationTokens: continuation.slice(start, start + width),
-                lineNumber: conversation.lineNumber
+                lineNumber: conversation.lineNumber,
             };
             if (conversation.category !== undefined) window.category = conversation.category;
             windows.push(window);

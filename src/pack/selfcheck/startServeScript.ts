@@ -31,7 +31,7 @@ export function startServeScript(script: string, cwd: string, port: number, env:
         cwd,
         detached: true,
         env: { ...process.env, ...env, PORT: String(port) },
-        stdio: ["ignore", "pipe", "pipe"]
+        stdio: ["ignore", "pipe", "pipe"],
     });
     const lines: string[] = [];
     let partial = "";
@@ -79,7 +79,7 @@ export function startServeScript(script: string, cwd: string, port: number, env:
             signalGroup("SIGKILL");
             child.stdout.destroy();
             child.stderr.destroy();
-        }
+        },
     };
 }
 
@@ -100,24 +100,42 @@ export function findFreePort(): Promise<number> {
 export type HealthWait = { healthy: true; seconds: number } | { healthy: false; seconds: number; reason: string };
 
 /** Polls `GET {url}/health` until it answers 200, the process ends, or time runs out. */
-export async function waitForHealth(baseUrl: string, timeoutSeconds: number, server?: ServeProcess): Promise<HealthWait> {
+export async function waitForHealth(
+    baseUrl: string,
+    timeoutSeconds: number,
+    server?: ServeProcess,
+): Promise<HealthWait> {
     const started = performance.now();
     const seconds = (): number => (performance.now() - started) / 1000;
     let last = "no answer yet";
     while (seconds() < timeoutSeconds) {
-        if (server?.hasExited()) return { healthy: false, seconds: seconds(), reason: `serve.sh exited (${await server.exited}) before /health answered 200` };
-        const status = await healthStatus(baseUrl, Math.ceil(Math.min(5_000, Math.max(100, (timeoutSeconds - seconds()) * 1000))));
+        if (server?.hasExited())
+            return {
+                healthy: false,
+                seconds: seconds(),
+                reason: `serve.sh exited (${await server.exited}) before /health answered 200`,
+            };
+        const status = await healthStatus(
+            baseUrl,
+            Math.ceil(Math.min(5_000, Math.max(100, (timeoutSeconds - seconds()) * 1000))),
+        );
         if (status === 200) return { healthy: true, seconds: seconds() };
         last = typeof status === "number" ? `HTTP ${status}` : status;
         await new Promise((resolve) => setTimeout(resolve, healthPollMs));
     }
-    return { healthy: false, seconds: seconds(), reason: `/health did not answer 200 within ${timeoutSeconds} s (last: ${last})` };
+    return {
+        healthy: false,
+        seconds: seconds(),
+        reason: `/health did not answer 200 within ${timeoutSeconds} s (last: ${last})`,
+    };
 }
 
 /** The status of one GET /health, or why there was none. */
 export async function healthStatus(baseUrl: string, timeoutMs: number): Promise<number | string> {
     try {
-        const response = await fetch(new URL("health", withTrailingSlash(baseUrl)), { signal: AbortSignal.timeout(timeoutMs) });
+        const response = await fetch(new URL("health", withTrailingSlash(baseUrl)), {
+            signal: AbortSignal.timeout(timeoutMs),
+        });
         await response.arrayBuffer();
         return response.status;
     } catch (error) {

@@ -1,7 +1,15 @@
 /** Gates of `specdraft selfcheck` and its options. */
 
 /** The gates in the order they run. */
-export const gateNames = ["prerequisites", "size", "startup", "smoke", "serving time", "failures", "healthy after walk"] as const;
+export const gateNames = [
+    "prerequisites",
+    "size",
+    "startup",
+    "smoke",
+    "serving time",
+    "failures",
+    "healthy after walk",
+] as const;
 /** One gate's name. */
 export type GateName = (typeof gateNames)[number];
 

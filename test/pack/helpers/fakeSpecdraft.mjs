@@ -12,7 +12,8 @@ const option = (name) => {
     return i >= 0 ? argv[i + 1] : undefined;
 };
 const mode = process.env.FAKE_SPECDRAFT_MODE ?? "ok";
-if (process.env.FAKE_SPECDRAFT_RECORD) writeFileSync(process.env.FAKE_SPECDRAFT_RECORD, JSON.stringify({ argv, pid: process.pid }));
+if (process.env.FAKE_SPECDRAFT_RECORD)
+    writeFileSync(process.env.FAKE_SPECDRAFT_RECORD, JSON.stringify({ argv, pid: process.pid }));
 if (argv[0] !== "serve") {
     console.error(`fake specdraft: expected the serve command, found ${argv[0]}`);
     process.exit(2);
@@ -37,7 +38,8 @@ const server = createServer((request, response) => {
         }
         if (request.url === "/draft" && request.method === "POST") {
             drafts++;
-            if (mode === "flaky" && drafts % 5 === 0) return send(500, { error: { code: "internal", message: "flaky on purpose" } });
+            if (mode === "flaky" && drafts % 5 === 0)
+                return send(500, { error: { code: "internal", message: "flaky on purpose" } });
             const { tokens, n } = JSON.parse(Buffer.concat(chunks).toString("utf8"));
             const k = n ?? Number(option("--draft-len") ?? 16);
             const last = tokens[tokens.length - 1];
@@ -48,6 +50,6 @@ const server = createServer((request, response) => {
     });
 });
 server.listen(Number(option("--port") ?? process.env.PORT ?? 8000), option("--host") ?? "127.0.0.1", () =>
-    console.error(`fake specdraft: listening on ${option("--port")}, model ${option("--model")}`)
+    console.error(`fake specdraft: listening on ${option("--port")}, model ${option("--model")}`),
 );
 process.on("SIGTERM", () => server.close(() => process.exit(0)));
