@@ -16,7 +16,7 @@ import { Command, Option } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { type GpuChoice, type KvType, loadEngine } from "../src/engine/loadEngine.js";
 import { kvTypes } from "../src/engine/readEngineEnv.js";
-import type { DraftEngine } from "../src/engine/types.js";
+import type { DraftEngine, EngineInfo } from "../src/engine/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
 
 interface BenchFlags {
@@ -98,13 +98,13 @@ async function runPhase(
         : undefined;
     bar?.start(total, 0);
     const step = async (i: number) => {
-        if (contexts[i]!.length + flags.draftLen + flags.accepted + 1 > flags.context) {
+        if (contexts[i].length + flags.draftLen + flags.accepted + 1 > flags.context) {
             contexts[i] = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
         }
         const started = performance.now();
-        const draft = await engine.draft(contexts[i]!, flags.draftLen);
+        const draft = await engine.draft(contexts[i], flags.draftLen);
         latencies.push(performance.now() - started);
-        contexts[i] = [...contexts[i]!, ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
+        contexts[i] = [...contexts[i], ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
         bar?.increment();
     };
     const started = performance.now();
@@ -204,13 +204,14 @@ async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
 
 async function main(flags: BenchFlags): Promise<void> {
     const runs = [];
-    let info;
+    let info: EngineInfo | undefined;
     for (const maxStepsPerRun of flags.maxStepsPerRun) {
         const run = await runEngine(flags, maxStepsPerRun);
         info = run.info;
         runs.push(run.result);
     }
-    const { modelName, quantization, backend, flashAttention, streams, contextSize } = info!;
+    if (info === undefined) throw new Error("--max-steps-per-run: expected at least one value");
+    const { modelName, quantization, backend, flashAttention, streams, contextSize } = info;
     console.log(
         JSON.stringify(
             {

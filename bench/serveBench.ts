@@ -16,7 +16,6 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
-import type { DraftClient } from "../src/client/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
 
 /** Conversations walked at once. Defaults to `32`. */

@@ -166,7 +166,7 @@ function build(variant, binsDir) {
         );
     if (r.status !== 0) fail(`g++ failed for variant ${variant} (exit ${r.status})`);
     fs.renameSync(`${out}.tmp`, out);
-    fs.writeFileSync(path.join(outDir, "variant.json"), JSON.stringify({ variant, binsDir: rpath }, null, 2) + "\n");
+    fs.writeFileSync(path.join(outDir, "variant.json"), `${JSON.stringify({ variant, binsDir: rpath }, null, 2)}\n`);
     console.log(
         `build-native: ${path.relative(root, out)} (${variant}, ${((Date.now() - started) / 1000).toFixed(1)} s, libraries in ${path.relative(root, binsDir)})`,
     );

@@ -22,7 +22,7 @@ import {
     runGenerate,
 } from "../generate/runGenerate.js";
 import type { GenerateSummary, VerifierKind } from "../generate/types.js";
-import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 
 /** The command's options, as commander hands them over. */
@@ -84,15 +84,13 @@ export async function runGenerateCommand(
     else if (options.draft === "ngram") draft = { kind: "ngram" };
     else return fail(`--draft: expected "ngram", found ${JSON.stringify(options.draft)}`);
 
-    if ((options.prompt === undefined) === (options.data === undefined))
-        return fail("expected exactly one of --prompt TEXT, --data FILE.jsonl");
     let prompts: GeneratePrompt[];
-    if (options.prompt !== undefined) {
+    if (options.prompt !== undefined && options.data === undefined) {
         if (options.prompt.length === 0) return fail("--prompt: expected some text, found an empty string");
         prompts = [{ id: "prompt", tokens: { text: options.prompt } }];
-    } else {
-        const file = options.data!;
-        let heldOut;
+    } else if (options.data !== undefined && options.prompt === undefined) {
+        const file = options.data;
+        let heldOut: HeldOutSet;
         try {
             heldOut = await readHeldOutFile(file, { limit: options.limit });
         } catch (error) {
@@ -102,7 +100,7 @@ export async function runGenerateCommand(
         if (heldOut.conversations.length === 0)
             return fail(`${file} has no valid lines (${heldOut.rejected.length} rejected)`);
         prompts = heldOut.conversations.map((c) => ({ id: c.id, category: c.category, tokens: c.promptTokens }));
-    }
+    } else return fail("expected exactly one of --prompt TEXT, --data FILE.jsonl");
 
     const runs = options.runs ?? defaultRuns;
     const bar =

@@ -17,7 +17,7 @@ import {
     gateNames,
     type SelfcheckOptions,
 } from "../pack/selfcheck/types.js";
-import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
 import { type CommandIo, parseIntegerOption, parsePositiveNumberOption, processIo } from "./commandOptions.js";
 
@@ -26,7 +26,7 @@ export async function runSelfcheckCommand(
     options: SelfcheckOptions & { progress?: boolean },
     io: CommandIo = processIo,
 ): Promise<number> {
-    let heldOut;
+    let heldOut: HeldOutSet;
     try {
         heldOut = await readHeldOutFile(options.data);
     } catch (error) {

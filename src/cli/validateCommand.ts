@@ -7,7 +7,7 @@ import { Command } from "commander";
 import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
 import type { DraftClient } from "../client/types.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
-import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
 import type { WalkSummary } from "../validate/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
@@ -49,7 +49,7 @@ export async function runValidate(
         return { exitCode: 2, summaries: [] };
     }
 
-    let heldOut;
+    let heldOut: HeldOutSet;
     try {
         heldOut = await readHeldOutFile(options.data, { limit: options.limit });
     } catch (error) {

@@ -145,7 +145,7 @@ export class NativeEngine implements DraftEngine {
         const vocabSize = this.info.vocabSize;
         for (let i = 0; i < tokens.length; i++) {
             const id = tokens[i];
-            if (!Number.isInteger(id) || id! < 0 || id! >= vocabSize) {
+            if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
                 return new EngineError(
                     "invalid_token",
                     `Invalid token id ${id} at index ${i}: expected 0 ≤ id < ${vocabSize}.`,
@@ -203,9 +203,13 @@ export class NativeEngine implements DraftEngine {
     /** Leases slots to queued requests while streams are free; hands them to the run in flight, else keeps them for the next. */
     private admit(): void {
         const arrivals: NativeArrival[] = [];
-        while (this.queue.length > 0 && this.inFlight.size < this.info.streams) {
-            const request = this.queue.shift()!;
-            const lease = this.pool.acquire(request.tokens)!;
+        while (this.inFlight.size < this.info.streams) {
+            const request = this.queue.shift();
+            if (request === undefined) break;
+            const lease = this.pool.acquire(request.tokens);
+            // one slot per stream, so a free stream always has a free slot
+            if (lease === undefined)
+                throw new Error(`no free KV slot with ${this.inFlight.size} of ${this.info.streams} streams in flight`);
             const id = this.nextId++;
             this.inFlight.set(id, { request, slot: lease.slot });
             const arrival: NativeArrival = {
@@ -280,11 +284,13 @@ export class NativeEngine implements DraftEngine {
     private take(progress: NativeRunProgress): void {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
-            this.observer.onDecode?.(steps[i]!, steps[i + 1]!);
-            this.observer.onStep?.(steps[i + 1]!, steps[i + 2]!, steps[i + 3]!, steps[i + 4]!, steps[i + 5]! > 0);
+            this.observer.onDecode?.(steps[i], steps[i + 1]);
+            this.observer.onStep?.(steps[i + 1], steps[i + 2], steps[i + 3], steps[i + 4], steps[i + 5] > 0);
         }
         for (const finished of progress.finished) {
-            const entry = this.inFlight.get(finished.id)!;
+            const entry = this.inFlight.get(finished.id);
+            if (entry === undefined)
+                throw new Error(`the native run finished draft ${finished.id}, which is not in flight`);
             this.inFlight.delete(finished.id);
             const draft = Array.from(finished.draft);
             this.pool.release(entry.slot, entry.request.tokens.concat(draft).slice(0, finished.cached));

@@ -127,7 +127,7 @@ function mainWeightType(tensors: readonly { dimensions: readonly (number | bigin
     }
     let best: GgmlType | undefined;
     for (const [type, entry] of byType) {
-        const current = best === undefined ? undefined : byType.get(best)!;
+        const current = best === undefined ? undefined : byType.get(best);
         if (
             !current ||
             entry.count > current.count ||

@@ -12,7 +12,7 @@ export function comparePromptRuns(
     const result: PromptResult = { id, promptLength, alone, speculative, identical: true };
     if (category !== undefined) result.category = category;
     for (let run = 0; run < speculative.length; run++) {
-        const difference = firstDifference(alone[run]!.tokens, speculative[run]!.tokens);
+        const difference = firstDifference(alone[run].tokens, speculative[run].tokens);
         if (difference !== undefined) {
             result.identical = false;
             result.firstDifference = { run, ...difference };

@@ -16,9 +16,9 @@ export function formatGenerateReport(summary: GenerateSummary): string {
         ["draft time share", "–", `${(summary.draftTimeShare * 100).toFixed(1)} %`],
         ["outputs identical", "", summary.identical ? "yes" : "NO"],
     ];
-    const widths = [0, 1, 2].map((column) => Math.max(...rows.map((row) => row[column]!.length)));
+    const widths = [0, 1, 2].map((column) => Math.max(...rows.map((row) => row[column].length)));
     const lines = rows.map(
-        (row) => `${row[0].padEnd(widths[0]!)}  ${row[1].padStart(widths[1]!)}  ${row[2].padStart(widths[2]!)}`,
+        (row) => `${row[0].padEnd(widths[0])}  ${row[1].padStart(widths[1])}  ${row[2].padStart(widths[2])}`,
     );
     const { maxTokens, draftLength, runs, gpu } = summary.settings;
     lines.push(`${summary.prompts.length} prompts × ${runs} runs, max ${maxTokens} tokens, k = ${draftLength}, ${gpu}`);

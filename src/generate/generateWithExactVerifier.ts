@@ -51,7 +51,7 @@ export async function generateWithExactVerifier(
             if (room < 0) break;
             const drafts = (await predictor.predictTokens()).slice(0, Math.min(draftLength, room));
             const input: ControlledEvaluateInputItem[] = pending.slice(0, -1);
-            input.push([pending[pending.length - 1]!, greedyNext]);
+            input.push([pending[pending.length - 1], greedyNext]);
             for (const draft of drafts) input.push([draft, greedyNext]);
             const outputs = await sequence.controlledEvaluate(input);
             targetSteps++;
@@ -84,7 +84,7 @@ export async function generateWithExactVerifier(
             }
             if (finished || tokens.length >= maxTokens) break;
             predictor.pushTokens(stepTokens);
-            pending = [stepTokens[stepTokens.length - 1]!];
+            pending = [stepTokens[stepTokens.length - 1]];
         }
     } finally {
         await predictor.stop();

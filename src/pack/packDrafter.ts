@@ -16,7 +16,7 @@ import {
     drafterFolderFormat,
     serveScriptName,
 } from "./drafterFolder.js";
-import { readDrafterArchitecture } from "./readDrafterArchitecture.js";
+import { type GgufDrafterDescription, readDrafterArchitecture } from "./readDrafterArchitecture.js";
 import { renderServeScript } from "./renderServeScript.js";
 
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
@@ -76,7 +76,7 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         manifest = checked;
     }
 
-    let description;
+    let description: GgufDrafterDescription;
     try {
         description = await readDrafterArchitecture(options.model);
     } catch (error) {

@@ -72,7 +72,7 @@ export function buildApp(options: AppOptions = {}): App {
     });
 
     app.setNotFoundHandler((request) => {
-        throw apiError("not_found", { method: request.method, url: request.url.split("?")[0]! });
+        throw apiError("not_found", { method: request.method, url: request.url.split("?")[0] });
     });
 
     // on shutdown, close each connection after its answer; a kept-alive socket would hold app.close() for the

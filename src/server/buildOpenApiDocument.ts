@@ -48,7 +48,7 @@ export async function buildOpenApiDocument(): Promise<JsonObject> {
         for (const [status, body] of Object.entries((schema.response ?? {}) as Record<string, unknown>)) {
             const json = toOpenApi(body) as JsonObject;
             const contentType =
-                status === "200" && schema.produces !== undefined ? schema.produces[0]! : "application/json";
+                status === "200" && schema.produces !== undefined ? schema.produces[0] : "application/json";
             const response: JsonObject = {
                 description: statusText[status] ?? status,
                 content: { [contentType]: { schema: json } },
@@ -65,7 +65,8 @@ export async function buildOpenApiDocument(): Promise<JsonObject> {
         }
         const methods = Array.isArray(route.method) ? route.method : [route.method];
         for (const method of methods) {
-            const item = (paths[route.url] ??= {}) as JsonObject;
+            paths[route.url] ??= {};
+            const item = paths[route.url] as JsonObject;
             item[method.toLowerCase()] = { ...operation, responses };
         }
     }

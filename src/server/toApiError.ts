@@ -68,12 +68,12 @@ function fromValidation(
     if (first === undefined) return apiError("invalid_body", { path: "body", problem: "is invalid" });
     const path = first.instancePath;
     const tokenList = /^\/(tokens|prefix)$/.exec(path);
-    if (tokenList !== null && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList[1]! });
+    if (tokenList !== null && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList[1] });
     const tokenItem = /^\/(?:tokens|prefix)\/(\d+)$/.exec(path);
     if (tokenItem !== null) {
         return apiError("invalid_token", {
             id: describeValue(valueAt(request.body, path)),
-            index: tokenItem[1]!,
+            index: tokenItem[1],
             vocabSize: context.vocabSize ?? "?",
         });
     }

@@ -31,7 +31,8 @@ export function renderReportHtml(summaries: readonly WalkSummary[]): string {
             `<p class="meta">Data: ${escapeHtml(first.data.file)} · ${first.samples} conversations · ${first.data.rejected_lines} rejected lines · k = ${first.draft_tokens} · ${escapeHtml(first.created_at)}</p>`,
         );
     if (summaries.length > 1) body.push(renderComparison(summaries));
-    summaries.forEach((summary, i) => body.push(renderServerSection(summary, serverColors[i % serverColors.length])));
+    for (const [i, summary] of summaries.entries())
+        body.push(renderServerSection(summary, serverColors[i % serverColors.length]));
     return `<!doctype html>
 <html lang="en">
 <head>

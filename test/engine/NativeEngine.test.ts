@@ -80,12 +80,12 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
     const reference = await draftConversationsAlone(alone.engine, prompts, rounds, n, 5);
     assert.equal(alone.counters.reused, 0, "the reference engine must not reuse prefixes");
     // drafts vary from prompt to prompt (a model that always says the same thing would prove nothing)
-    assert.ok(new Set(reference.drafts[0]!.map((d) => d.join(","))).size > 28);
+    assert.ok(new Set(reference.drafts[0].map((d) => d.join(","))).size > 28);
 
     const batched = await openEngine(t, { streams: 32 });
     const tokenCount = (requests: readonly number[][]) => requests.reduce((sum, request) => sum + request.length, 0);
     for (let r = 0; r < rounds; r++) {
-        const requests = reference.requests[r]!;
+        const requests = reference.requests[r];
         const before = { ...batched.counters };
         const drafts = await Promise.all(requests.map((request) => batched.engine.draft(request, n)));
         assert.deepEqual(drafts, reference.drafts[r], `round ${r}: batched drafts differ from drafts alone`);
@@ -97,7 +97,7 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
         } else {
             // each conversation evaluates only what follows its cached context: accepted draft tokens + 1
             assert.ok(evaluated <= requests.length * (n + 1), `round ${r}: evaluated ${evaluated} tokens`);
-            assert.ok(reused >= tokenCount(reference.requests[r - 1]!), `round ${r}: reused only ${reused} tokens`);
+            assert.ok(reused >= tokenCount(reference.requests[r - 1]), `round ${r}: reused only ${reused} tokens`);
         }
     }
     // one decode per step for all 32 sequences (plus the prefill), not one per sequence
@@ -157,13 +157,13 @@ test("prompts longer than one llama_decode batch are split over several decodes 
 test("endId stops the draft right after that token", async (t) => {
     const { engine } = await openEngine(t);
     const [prompt] = randomPrompts(1, 4000, 31);
-    const full = await engine.draft(prompt!, 16);
+    const full = await engine.draft(prompt, 16);
     const stop = full.findIndex((token, i) => i >= 2 && !full.slice(0, i).includes(token));
     assert.ok(stop >= 2);
-    assert.deepEqual(await engine.draft(prompt!, 16, { endId: full[stop] }), full.slice(0, stop + 1));
+    assert.deepEqual(await engine.draft(prompt, 16, { endId: full[stop] }), full.slice(0, stop + 1));
     // an endId that never comes changes nothing
-    const absent = [...Array(4003).keys()].find((id) => !full.includes(id))!;
-    assert.deepEqual(await engine.draft(prompt!, 16, { endId: absent }), full);
+    const absent = [...Array(4003).keys()].find((id) => !full.includes(id));
+    assert.deepEqual(await engine.draft(prompt, 16, { endId: absent }), full);
 });
 
 test("bad input: context overflow, invalid token ids, empty prompt", async (t) => {
@@ -187,7 +187,7 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     await assert.rejects(engine.draft([1, 2, 3], 4, { signal: AbortSignal.abort() }), isEngineError("aborted"));
 
     const [long, other] = randomPrompts(2, 4000, 41);
-    const expectedOther = await engine.draft(other!, 300);
+    const expectedOther = await engine.draft(other, 300);
     const controller = new AbortController();
     counters.decodes.length = 0;
     // abort a few ms after the round holding both requests has started: queue depth is reported as 1, 2 when they are queued,
@@ -199,8 +199,8 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
         await new Promise((resolve) => setTimeout(resolve, 5));
         controller.abort();
     })();
-    const aborted = engine.draft(long!, 300, { signal: controller.signal });
-    const neighbour = engine.draft(other!, 300);
+    const aborted = engine.draft(long, 300, { signal: controller.signal });
+    const neighbour = engine.draft(other, 300);
     await started;
     await assert.rejects(aborted, isEngineError("aborted"));
     assert.deepEqual(await neighbour, expectedOther);
@@ -216,7 +216,7 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     );
     assert.ok(twoSequenceSteps < 299, `${twoSequenceSteps} steps still carried both sequences`);
     // the engine keeps working, and its slot is usable again
-    assert.equal((await engine.draft(long!, 4)).length, 4);
+    assert.equal((await engine.draft(long, 4)).length, 4);
 });
 
 test("queue_full when more requests wait than maxQueue", async (t) => {
@@ -248,18 +248,24 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
         },
     });
     const [long, short] = randomPrompts(2, 4000, 43);
-    const expectedShort = await engine.draft(short!, 8);
-    const expectedLong = await engine.draft(long!, 300);
+    const expectedShort = await engine.draft(short, 8);
+    const expectedLong = await engine.draft(long, 300);
     counters.decodes.length = 0;
     counters.depths.length = 0;
     steps.length = 0;
 
     const order: string[] = [];
-    const longDraft = engine.draft(long!, 300).then((draft) => (order.push("long"), draft));
+    const longDraft = engine.draft(long, 300).then((draft) => {
+        order.push("long");
+        return draft;
+    });
     // the long draft's run has started (depth 1 reported when queued and when taken), a few steps are done
     while (counters.depths.length < 2) await new Promise((resolve) => setImmediate(resolve));
     await new Promise((resolve) => setTimeout(resolve, 5));
-    const shortDraft = engine.draft(short!, 8).then((draft) => (order.push("short"), draft));
+    const shortDraft = engine.draft(short, 8).then((draft) => {
+        order.push("short");
+        return draft;
+    });
     assert.deepEqual(await shortDraft, expectedShort);
     assert.deepEqual(await longDraft, expectedLong);
     assert.deepEqual(order, ["short", "long"], "the short request waited for the long draft");
@@ -310,7 +316,7 @@ test("padding steps to all streams (padBatch) drafts the same, keeps each slot's
             expected,
             `round ${round}`,
         );
-        requests = requests.map((request, i) => nextRequest(request, expected[i]!, random, 4000));
+        requests = requests.map((request, i) => nextRequest(request, expected[i], random, 4000));
     }
     assert.ok(padded.counters.reused > 0);
     // decode steps of 4–7 drafting sequences carry 8 tokens; prefill steps are never padded

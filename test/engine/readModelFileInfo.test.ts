@@ -30,12 +30,12 @@ test("the fingerprint escapes like Python's json.dumps for control characters, q
 
 test("a different vocabulary has a different fingerprint; the same vocabulary quantized differently has the same", async () => {
     const [a, b, q4] = await Promise.all([tinyModel, tinyModelVocab2, tinyModelQ4].map((p) => readModelFileInfo(p)));
-    assert.notEqual(a!.vocabFingerprint, b!.vocabFingerprint);
-    assert.equal(b!.vocabSize, 3003);
-    assert.equal(a!.vocabFingerprint, q4!.vocabFingerprint);
-    assert.deepEqual([a!.quantization, b!.quantization, q4!.quantization], ["Q8_0", "F32", "Q4_0"]);
-    assert.equal(a!.architecture, "qwen3");
-    assert.match(a!.modelName, /tiny-qwen3/);
+    assert.notEqual(a.vocabFingerprint, b.vocabFingerprint);
+    assert.equal(b.vocabSize, 3003);
+    assert.equal(a.vocabFingerprint, q4.vocabFingerprint);
+    assert.deepEqual([a.quantization, b.quantization, q4.quantization], ["Q8_0", "F32", "Q4_0"]);
+    assert.equal(a.architecture, "qwen3");
+    assert.match(a.modelName, /tiny-qwen3/);
 });
 
 test("a missing or corrupt model file gives a one-line EngineLoadError", async (t) => {

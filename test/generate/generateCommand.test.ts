@@ -29,7 +29,7 @@ before(async () => {
         { id: "b", prompt_tokens: [40, 1079, 264, 1075, 13, 40, 1079], continuation_tokens: [] },
         { id: "broken", prompt_tokens: "not a list", continuation_tokens: [] },
     ];
-    await writeFile(dataFile, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
+    await writeFile(dataFile, `${lines.map((line) => JSON.stringify(line)).join("\n")}\n`);
 });
 after(async () => {
     await rm(folder, { recursive: true, force: true });
@@ -63,7 +63,7 @@ test("--data with --out: a side-by-side table, a JSON summary with identical out
         summary.prompts.map((p) => p.id),
         ["a", "b"],
     );
-    assert.equal(summary.prompts[0]!.category, "code");
+    assert.equal(summary.prompts[0].category, "code");
     assert.equal(summary.identical, true);
     assert.equal(summary.draft.kind, "model");
     assert.equal(summary.verifier, "exact");

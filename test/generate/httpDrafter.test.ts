@@ -79,8 +79,8 @@ async function generateWith(
 function assertLossless(summary: GenerateSummary): void {
     for (const prompt of summary.prompts) {
         assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
-        assert.ok(prompt.alone[0]!.tokens.length > 0);
-        assert.deepEqual(prompt.speculative[0]!.tokens, prompt.alone[0]!.tokens);
+        assert.ok(prompt.alone[0].tokens.length > 0);
+        assert.deepEqual(prompt.speculative[0].tokens, prompt.alone[0].tokens);
     }
 }
 
@@ -135,7 +135,7 @@ test("a closed port: a warning, then the target alone, identical output", async 
     await closed.close();
     const { summary, warnings } = await generateWith(closed.url);
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0]!, /not answering .*ECONNREFUSED.*target alone/);
+    assert.match(warnings[0], /not answering .*ECONNREFUSED.*target alone/);
     assertLossless(summary);
     assert.equal(summary.speculative.drafted, 0);
     assert.deepEqual(summary.warnings, warnings);
@@ -167,7 +167,7 @@ for (const [name, draftAnswer] of [
                 draftRequests = 0;
                 const { summary, warnings } = await generateWith(server.url, verifier);
                 assert.equal(warnings.length, 1, `${verifier}: ${JSON.stringify(warnings)}`);
-                assert.match(warnings[0]!, /failed .*target alone/);
+                assert.match(warnings[0], /failed .*target alone/);
                 assert.equal(draftRequests, 1, "after the first failure no more drafts are asked for");
                 assertLossless(summary);
                 assert.equal(summary.speculative.accepted, 0);

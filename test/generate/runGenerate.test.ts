@@ -39,8 +39,8 @@ function generate(options: Partial<RunGenerateOptions> & Pick<RunGenerateOptions
 function assertLossless(summary: GenerateSummary): void {
     for (const prompt of summary.prompts) {
         assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
-        assert.ok(prompt.alone[0]!.tokens.length > 0, `prompt ${prompt.id} generated nothing`);
-        assert.deepEqual(prompt.speculative[0]!.tokens, prompt.alone[0]!.tokens);
+        assert.ok(prompt.alone[0].tokens.length > 0, `prompt ${prompt.id} generated nothing`);
+        assert.deepEqual(prompt.speculative[0].tokens, prompt.alone[0].tokens);
     }
     assert.equal(summary.identical, true);
     assert.equal(summary.speculative.tokens, summary.alone.tokens);
@@ -62,7 +62,7 @@ for (const verifier of ["exact", "node-llama-cpp"] as const satisfies readonly V
     test(`${verifier} verifier, a quantized drafter of the same vocabulary: identical output`, async () => {
         const summary = await generate({ draft: { kind: "model", path: quantizedDrafter }, verifier, runs: 2 });
         assertLossless(summary);
-        assert.equal(summary.prompts[0]!.speculative.length, 2);
+        assert.equal(summary.prompts[0].speculative.length, 2);
         assert.ok(summary.speculative.drafted > 0, "drafts were offered");
         assert.ok(
             summary.draftTimeShare > 0 && summary.draftTimeShare < 1,

@@ -23,7 +23,7 @@ export interface FakeEngineOptions {
 
 /** The fake's rule: the draft of `tokens` (without end id). */
 export function fakeDraft(tokens: readonly number[], n: number, vocabSize = 1000): number[] {
-    const last = tokens[tokens.length - 1]!;
+    const last = tokens[tokens.length - 1];
     return Array.from({ length: n }, (_, i) => (last + i + 1) % vocabSize);
 }
 
@@ -126,11 +126,12 @@ export class FakeEngine implements DraftEngine {
 
     private async waitForGate(signal: AbortSignal | undefined): Promise<void> {
         if (signal?.aborted) throw this.abort();
-        if (this.gate === undefined) return;
+        const gate = this.gate;
+        if (gate === undefined) return;
         await new Promise<void>((resolve, reject) => {
             const onAbort = () => reject(this.abort());
             signal?.addEventListener("abort", onAbort, { once: true });
-            this.gate!.then(() => {
+            gate.then(() => {
                 signal?.removeEventListener("abort", onAbort);
                 resolve();
             });

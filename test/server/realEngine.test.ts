@@ -42,6 +42,13 @@ async function closeApp({ app, slot }: App): Promise<void> {
     await slot.loaded?.close();
 }
 
+/** The loaded engine's vocabulary size (realApp loads it before returning). */
+function vocabSizeOf(app: App): number {
+    const engine = app.slot.loaded;
+    assert.ok(engine, "the engine is loaded");
+    return engine.info.vocabSize;
+}
+
 async function draft(app: App, tokens: number[], n = draftLength): Promise<number[]> {
     const res = await app.app.inject({ method: "POST", url: "/draft", payload: { tokens, n } });
     assert.equal(res.statusCode, 200, res.body);
@@ -74,7 +81,7 @@ describe("real engine", () => {
     });
 
     test("a draft alone == the same draft in a batch of 32 == after prefix reuse, with fewer tokens evaluated", async () => {
-        const vocabSize = alone.slot.loaded!.info.vocabSize;
+        const vocabSize = vocabSizeOf(alone);
         const cs = contexts(vocabSize);
         const aloneDrafts: number[][] = [];
         for (const c of cs) aloneDrafts.push(await draft(alone, c));
@@ -88,7 +95,7 @@ describe("real engine", () => {
         assert.ok(sequencesSum / decodes > 1, `drafts were batched: ${sequencesSum} sequences over ${decodes} decodes`);
 
         // one walk step: the first 5 drafted tokens accepted + 1 corrected token
-        const grown = [...cs[0]!, ...aloneDrafts[0]!.slice(0, 5), (aloneDrafts[0]![5]! + 1) % (vocabSize - 3)];
+        const grown = [...cs[0], ...aloneDrafts[0].slice(0, 5), (aloneDrafts[0][5] + 1) % (vocabSize - 3)];
         const evaluatedBefore = await counter(batched, "specdraft_prefix_tokens_evaluated_total");
         const reusedBefore = await counter(batched, "specdraft_prefix_tokens_reused_total");
         const reusedDraft = await draft(batched, grown);
@@ -102,13 +109,13 @@ describe("real engine", () => {
         } finally {
             await closeApp(fresh);
         }
-        assert.ok(reused >= cs[0]!.length, `reused ${reused} of ${grown.length}`);
+        assert.ok(reused >= cs[0].length, `reused ${reused} of ${grown.length}`);
         assert.ok(evaluated < grown.length, `evaluated ${evaluated} of ${grown.length}`);
         assert.equal(evaluated + reused, grown.length);
     });
 
     test("TensorRT-LLM form: the same draft as draft_tokens, cut after end_id and at max_sequence_length", async () => {
-        const context = contexts(alone.slot.loaded!.info.vocabSize)[3]!;
+        const context = contexts(vocabSizeOf(alone))[3];
         const full = await draft(alone, context);
         const trt = async (body: object) => {
             const res = await alone.app.inject({
@@ -120,13 +127,13 @@ describe("real engine", () => {
             return res.json();
         };
         assert.deepEqual(await trt({ request_id: 11 }), { draft_tokens: full, request_id: 11 });
-        const endId = full[2]!;
+        const endId = full[2];
         assert.deepEqual(await trt({ end_id: endId }), { draft_tokens: full.slice(0, full.indexOf(endId) + 1) });
         assert.deepEqual(await trt({ max_sequence_length: context.length + 3 }), { draft_tokens: full.slice(0, 3) });
     });
 
     test("an out-of-vocabulary id names the model's vocabulary size", async () => {
-        const vocabSize = alone.slot.loaded!.info.vocabSize;
+        const vocabSize = vocabSizeOf(alone);
         const res = await alone.app.inject({ method: "POST", url: "/draft", payload: { tokens: [1, 2, vocabSize] } });
         assert.equal(res.statusCode, 400);
         assert.equal(

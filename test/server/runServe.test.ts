@@ -23,7 +23,7 @@ async function expectOneLineFailure(args: string[], reason: RegExp) {
     assert.notEqual(code, 0);
     const lines = serve.stderr().trim().split("\n");
     assert.equal(lines.length, 1, serve.stderr());
-    assert.match(lines[0]!, reason);
+    assert.match(lines[0], reason);
     assert.doesNotMatch(serve.stderr(), /listening/);
 }
 

@@ -9,6 +9,7 @@ import { createSpecdraftClient, defaultTimeoutMs } from "../../client/createDraf
 import type { DraftFailureKind } from "../../client/types.js";
 import type { HeldOutSet } from "../../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../../validate/summarizeWalk.js";
+import type { WalkResult } from "../../validate/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../../validate/walkHeldOut.js";
 import { checkDataManifest } from "../dataManifest.js";
 import {
@@ -64,8 +65,9 @@ export async function runSelfcheck(
         gates.push(gate);
         hooks.onGate?.(gate);
     };
-    const notRun = (names: GateName[], why: string): void =>
-        names.forEach((name) => decide(name, false, `not run: ${why}`));
+    const notRun = (names: GateName[], why: string): void => {
+        for (const name of names) decide(name, false, `not run: ${why}`);
+    };
 
     // prerequisites: the files at the top, well-formed
     const dir = options.dir;
@@ -185,7 +187,7 @@ export async function runSelfcheck(
             : heldOut.conversations;
         const walkedTokens = walked.reduce((sum, c) => sum + c.continuationTokens.length, 0);
         hooks.onWalkStart?.(walkedTokens, sampled);
-        let result;
+        let result: WalkResult;
         try {
             result = await walkHeldOut(walked, client, {
                 draftLength,

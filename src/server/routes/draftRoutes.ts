@@ -93,7 +93,7 @@ async function draftChecked(
 ): Promise<number[]> {
     const { vocabSize, contextSize } = engine.info;
     const badIndex = tokens.findIndex((id) => id >= vocabSize);
-    if (badIndex >= 0) throw apiError("invalid_token", { id: tokens[badIndex]!, index: badIndex, vocabSize });
+    if (badIndex >= 0) throw apiError("invalid_token", { id: tokens[badIndex], index: badIndex, vocabSize });
     if (tokens.length + n > contextSize) {
         throw apiError("context_overflow", { tokens: tokens.length, n, total: tokens.length + n, contextSize });
     }

@@ -68,8 +68,9 @@ export const DraftBody = Type.Unsafe<DraftRequest | TrtDraftRequest>({
     $id: "DraftBody",
     description: "A body with a `prefix` key is a TrtDraftRequest, otherwise a DraftRequest.",
     if: { type: "object", required: ["prefix"] },
-    then: Type.Ref(TrtDraftRequest.$id!),
-    else: Type.Ref(DraftRequest.$id!),
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then/else keyword, not a thenable
+    then: refTo(TrtDraftRequest),
+    else: refTo(DraftRequest),
 });
 
 export const DraftResponse = Type.Object(

@@ -30,11 +30,11 @@ export async function draftConversationsAlone(
     const drafts: number[][][] = [];
     for (let r = 0; r < rounds; r++) {
         const roundDrafts: number[][] = [];
-        for (const request of requests[r]!) roundDrafts.push(await engine.draft(request, n));
+        for (const request of requests[r]) roundDrafts.push(await engine.draft(request, n));
         drafts.push(roundDrafts);
         if (r + 1 < rounds) {
             requests.push(
-                requests[r]!.map((request, i) => nextRequest(request, roundDrafts[i]!, random, engine.info.vocabSize)),
+                requests[r].map((request, i) => nextRequest(request, roundDrafts[i], random, engine.info.vocabSize)),
             );
         }
     }
