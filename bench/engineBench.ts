@@ -12,11 +12,12 @@
  */
 
 import cliProgress from "cli-progress";
-import { Command, InvalidArgumentError, Option } from "commander";
+import { Command, Option } from "commander";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { type GpuChoice, type KvType, loadEngine } from "../src/engine/loadEngine.js";
 import { kvTypes } from "../src/engine/readEngineEnv.js";
-import type { DraftEngine } from "../src/engine/types.js";
-import { percentile } from "../src/validate/percentile.js";
+import type { DraftEngine, EngineInfo } from "../src/engine/types.js";
+import { percentile } from "../src/validate/summarizeWalk.js";
 
 interface BenchFlags {
     model: string;
@@ -51,11 +52,8 @@ interface PhaseResult {
     step_ms: { decode: number; sample: number; host: number; graph_reused: number };
 }
 
-function integer(value: string): number {
-    const parsed = Number(value);
-    if (!Number.isInteger(parsed) || parsed < 0) throw new InvalidArgumentError(`expected an integer ≥ 0, found ${value}.`);
-    return parsed;
-}
+/** Every integer option of this bench is ≥ 0. */
+const integer = parseIntegerOption(0);
 
 function seededRandom(seed: number): (max: number) => number {
     let state = seed >>> 0 || 1;
@@ -69,7 +67,17 @@ function seededRandom(seed: number): (max: number) => number {
     };
 }
 
-const counters = { evaluated: 0, reused: 0, decodes: 0, decodeSequences: 0, decodeMs: 0, sampleMs: 0, hostMs: 0, steps: 0, graphReused: 0 };
+const counters = {
+    evaluated: 0,
+    reused: 0,
+    decodes: 0,
+    decodeSequences: 0,
+    decodeMs: 0,
+    sampleMs: 0,
+    hostMs: 0,
+    steps: 0,
+    graphReused: 0,
+};
 
 async function runPhase(
     engine: DraftEngine,
@@ -83,17 +91,20 @@ async function runPhase(
     const before = { ...counters };
     const total = flags.steps * contexts.length;
     const bar = flags.progress
-        ? new cliProgress.SingleBar({ format: `${label} {bar} {value}/{total} requests`, clearOnComplete: true }, cliProgress.Presets.shades_classic)
+        ? new cliProgress.SingleBar(
+              { format: `${label} {bar} {value}/{total} requests`, clearOnComplete: true },
+              cliProgress.Presets.shades_classic,
+          )
         : undefined;
     bar?.start(total, 0);
     const step = async (i: number) => {
-        if (contexts[i]!.length + flags.draftLen + flags.accepted + 1 > flags.context) {
+        if (contexts[i].length + flags.draftLen + flags.accepted + 1 > flags.context) {
             contexts[i] = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
         }
         const started = performance.now();
-        const draft = await engine.draft(contexts[i]!, flags.draftLen);
+        const draft = await engine.draft(contexts[i], flags.draftLen);
         latencies.push(performance.now() - started);
-        contexts[i] = [...contexts[i]!, ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
+        contexts[i] = [...contexts[i], ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
         bar?.increment();
     };
     const started = performance.now();
@@ -193,13 +204,14 @@ async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
 
 async function main(flags: BenchFlags): Promise<void> {
     const runs = [];
-    let info;
+    let info: EngineInfo | undefined;
     for (const maxStepsPerRun of flags.maxStepsPerRun) {
         const run = await runEngine(flags, maxStepsPerRun);
         info = run.info;
         runs.push(run.result);
     }
-    const { modelName, quantization, backend, flashAttention, streams, contextSize } = info!;
+    if (info === undefined) throw new Error("--max-steps-per-run: expected at least one value");
+    const { modelName, quantization, backend, flashAttention, streams, contextSize } = info;
     console.log(
         JSON.stringify(
             {
@@ -247,7 +259,12 @@ const program = new Command("engineBench")
     .option("--no-backend-sampling", "force it off (argmax over host logits)")
     .addOption(new Option("--kv-type <type>", "KV cache element type (default: llama.cpp's f16)").choices(kvTypes))
     .option("--pad-batch <fraction>", "pad decode steps to all streams when this fraction drafts (0: never)", Number, 0)
-    .option("--max-steps-per-run <list>", "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)", integerList, [0])
+    .option(
+        "--max-steps-per-run <list>",
+        "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)",
+        integerList,
+        [0],
+    )
     .option("--seed <n>", "random seed", integer, 1)
     .option("--no-progress", "no progress bars");
 

@@ -15,11 +15,11 @@
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
-import { createSpecdraftClient } from "../src/validate/createSpecdraftClient.js";
-import { parseIntegerOption } from "../src/validate/parseIntegerOption.js";
 
 const program = new Command("generateCosts")
     .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")
@@ -56,10 +56,16 @@ const program = new Command("generateCosts")
                 let total = 0;
                 for (let r = 0; r < options.repeats; r++) {
                     const input: ControlledEvaluateInputItem[] = [];
-                    for (let j = 0; j < m; j++) input.push(mode === "all" || j === m - 1 ? [(100 + j + r) as Token, greedy] : ((100 + j + r) as Token));
+                    for (let j = 0; j < m; j++)
+                        input.push(
+                            mode === "all" || j === m - 1 ? [(100 + j + r) as Token, greedy] : ((100 + j + r) as Token),
+                        );
                     const t = performance.now();
                     await sequence.controlledEvaluate(input);
-                    if (m > 1) await sequence.eraseContextTokenRanges([{ start: sequence.nextTokenIndex - (m - 1), end: sequence.nextTokenIndex }]);
+                    if (m > 1)
+                        await sequence.eraseContextTokenRanges([
+                            { start: sequence.nextTokenIndex - (m - 1), end: sequence.nextTokenIndex },
+                        ]);
                     total += ms(t);
                 }
                 row[mode] = total / options.repeats;
@@ -84,10 +90,21 @@ const program = new Command("generateCosts")
                 draft[`n${n}`] = total / options.repeats;
             }
         }
-        process.stdout.write(`${JSON.stringify({
-            target: options.target, gpu: llama.gpu, drafter: options.drafter ?? null, unit: "ms",
-            alone_per_token: alone, verify, draft,
-        }, null, 2)}\n`);
+        process.stdout.write(
+            `${JSON.stringify(
+                {
+                    target: options.target,
+                    gpu: llama.gpu,
+                    drafter: options.drafter ?? null,
+                    unit: "ms",
+                    alone_per_token: alone,
+                    verify,
+                    draft,
+                },
+                null,
+                2,
+            )}\n`,
+        );
         await context.dispose();
         await model.dispose();
         await llama.dispose();

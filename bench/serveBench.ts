@@ -13,10 +13,10 @@
  */
 
 import cliProgress from "cli-progress";
-import { Command, InvalidArgumentError } from "commander";
-import { createDraftClient } from "../src/validate/createDraftClient.js";
-import { percentile } from "../src/validate/percentile.js";
-import type { DraftClient } from "../src/validate/types.js";
+import { Command } from "commander";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { createDraftClient } from "../src/client/createDraftClient.js";
+import { percentile } from "../src/validate/summarizeWalk.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 const defaultStreams = 32;
@@ -63,17 +63,33 @@ interface ServerCounters {
 }
 
 const program = new Command("serveBench")
-    .description("Replay a many-stream speculative-decoding walk against a draft server; print requests/s and latency as JSON.")
+    .description(
+        "Replay a many-stream speculative-decoding walk against a draft server; print requests/s and latency as JSON.",
+    )
     .requiredOption("--url <url>", "http://host:port (specdraft /draft) or llama-server+http://host:port (/completion)")
-    .option("--streams <n>", "conversations walked at once", integer(1), defaultStreams)
-    .option("--steps <n>", "measured steps per conversation", integer(1), defaultSteps)
-    .option("--warmup-steps <n>", "unmeasured first steps per conversation", integer(0), defaultWarmupSteps)
-    .option("--start-context <tokens>", "tokens each conversation starts with", integer(1), defaultStartContext)
-    .option("--accepted <n>", "draft tokens accepted per step (context grows by accepted + 1)", integer(0), defaultAccepted)
-    .option("--draft-len <k>", "tokens asked for per draft", integer(1), defaultDraftLength)
-    .option("--vocab-size <n>", "ids are drawn below this (default: /info's vocab_size, else llama-server's n_vocab)", integer(2))
-    .option("--seed <n>", "seed of the random contexts", integer(0), 1)
-    .option("--timeout-ms <ms>", "per-request timeout", integer(1), defaultTimeoutMs)
+    .option("--streams <n>", "conversations walked at once", parseIntegerOption(1), defaultStreams)
+    .option("--steps <n>", "measured steps per conversation", parseIntegerOption(1), defaultSteps)
+    .option("--warmup-steps <n>", "unmeasured first steps per conversation", parseIntegerOption(0), defaultWarmupSteps)
+    .option(
+        "--start-context <tokens>",
+        "tokens each conversation starts with",
+        parseIntegerOption(1),
+        defaultStartContext,
+    )
+    .option(
+        "--accepted <n>",
+        "draft tokens accepted per step (context grows by accepted + 1)",
+        parseIntegerOption(0),
+        defaultAccepted,
+    )
+    .option("--draft-len <k>", "tokens asked for per draft", parseIntegerOption(1), defaultDraftLength)
+    .option(
+        "--vocab-size <n>",
+        "ids are drawn below this (default: /info's vocab_size, else llama-server's n_vocab)",
+        parseIntegerOption(2),
+    )
+    .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 1)
+    .option("--timeout-ms <ms>", "per-request timeout", parseIntegerOption(1), defaultTimeoutMs)
     .option("--no-progress", "no progress bar")
     .action(async (options: BenchOptions) => {
         process.stdout.write(`${JSON.stringify(await runBench(options), null, 2)}\n`);
@@ -92,7 +108,9 @@ async function runBench(options: BenchOptions) {
     const random = mulberry32(options.seed);
     const randomId = () => Math.floor(random() * vocabSize);
     // each stream starts with its own random context, so streams share no prefix
-    const contexts = Array.from({ length: options.streams }, () => Array.from({ length: options.startContext }, randomId));
+    const contexts = Array.from({ length: options.streams }, () =>
+        Array.from({ length: options.startContext }, randomId),
+    );
 
     const bar = options.progress
         ? new cliProgress.SingleBar(
@@ -139,8 +157,8 @@ async function runBench(options: BenchOptions) {
         date: new Date().toISOString(),
         url: client.url,
         protocol: isLlamaServer ? "llama-server" : "specdraft",
-        model: info === undefined ? null : (info as Record<string, unknown>).model ?? null,
-        engine: info === undefined ? null : (info as Record<string, unknown>).engine ?? null,
+        model: info === undefined ? null : ((info as Record<string, unknown>).model ?? null),
+        engine: info === undefined ? null : ((info as Record<string, unknown>).engine ?? null),
         streams: options.streams,
         steps: options.steps,
         warmup_steps: options.warmupSteps,
@@ -223,7 +241,9 @@ function diff(after: ServerCounters, before: ServerCounters): ServerCounters {
 
 /** llama-server's vocabulary size from `GET /v1/models` (`data[0].meta.n_vocab`), if it says. */
 async function llamaServerVocabSize(baseUrl: string): Promise<number | undefined> {
-    const models = (await getJson(new URL("/v1/models", baseUrl))) as { data?: { meta?: { n_vocab?: unknown } }[] } | undefined;
+    const models = (await getJson(new URL("/v1/models", baseUrl))) as
+        | { data?: { meta?: { n_vocab?: unknown } }[] }
+        | undefined;
     const nVocab = models?.data?.[0]?.meta?.n_vocab;
     return typeof nVocab === "number" ? nVocab : undefined;
 }
@@ -251,13 +271,5 @@ function mulberry32(seed: number): () => number {
         t = Math.imul(t ^ (t >>> 15), t | 1);
         t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
         return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-}
-
-function integer(min: number): (value: string) => number {
-    return (value: string) => {
-        const parsed = Number(value);
-        if (!/^\s*\d+\s*$/.test(value) || parsed < min) throw new InvalidArgumentError(`expected an integer ≥ ${min}, found ${JSON.stringify(value)}.`);
-        return parsed;
     };
 }

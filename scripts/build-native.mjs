@@ -29,7 +29,8 @@ let ifPossible = false;
 
 function fail(message) {
     console.error(`build-native: ${message}`);
-    if (ifPossible) console.error("build-native: skipped (--if-possible); `specdraft serve` needs it: run npm run build:native");
+    if (ifPossible)
+        console.error("build-native: skipped (--if-possible); `specdraft serve` needs it: run npm run build:native");
     process.exit(ifPossible ? 0 : 1);
 }
 
@@ -42,19 +43,31 @@ function parseArgs(argv) {
         else if (a === "--variant") args.variant = argv[++i];
         else if (a === "--if-possible") ifPossible = true;
         else if (a === "--help" || a === "-h") {
-            const lines = fs.readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1);
-            console.log(lines.slice(0, lines.findIndex((line) => !line.startsWith("//"))).join("\n"));
+            const lines = fs
+                .readFileSync(fileURLToPath(import.meta.url), "utf8")
+                .split("\n")
+                .slice(1);
+            console.log(
+                lines
+                    .slice(
+                        0,
+                        lines.findIndex((line) => !line.startsWith("//")),
+                    )
+                    .join("\n"),
+            );
             process.exit(0);
         } else fail(`unknown argument ${a} (see --help)`);
     }
-    if (!["cpu", "cuda", "vulkan", "all"].includes(args.gpu)) fail(`--gpu must be cpu, cuda, vulkan or all, got ${args.gpu}`);
+    if (!["cpu", "cuda", "vulkan", "all"].includes(args.gpu))
+        fail(`--gpu must be cpu, cuda, vulkan or all, got ${args.gpu}`);
     return args;
 }
 
 /** Binaries folder of each variant, or undefined when not installed. */
 function binsDirFor(variant) {
     const platform = `${process.platform}-${process.arch}`;
-    const prebuilt = (suffix) => path.join(root, "node_modules", "@node-llama-cpp", platform + suffix, "bins", platform + suffix);
+    const prebuilt = (suffix) =>
+        path.join(root, "node_modules", "@node-llama-cpp", platform + suffix, "bins", platform + suffix);
     if (variant === "cpu") return existing(prebuilt(""));
     if (variant === "vulkan") return existing(prebuilt("-vulkan"));
     if (variant === "cuda") {
@@ -76,12 +89,15 @@ function existing(dir) {
 function ensureHeaders() {
     if (fs.existsSync(path.join(headersDir, "include", "llama.h"))) return;
     const bundle = path.join(nlcDir, "llama", "gitRelease.bundle");
-    if (!fs.existsSync(bundle)) fail(`no llama.cpp headers: ${bundle} is missing and ${headersDir} was not brought along`);
+    if (!fs.existsSync(bundle))
+        fail(`no llama.cpp headers: ${bundle} is missing and ${headersDir} was not brought along`);
     const tmp = `${headersDir}.tmp-${process.pid}`;
     fs.rmSync(tmp, { recursive: true, force: true });
     try {
         execFileSync("git", ["clone", "-q", "--no-checkout", bundle, tmp], { stdio: "inherit" });
-        execFileSync("git", ["-C", tmp, "checkout", "-q", "HEAD", "--", "include", "ggml/include"], { stdio: "inherit" });
+        execFileSync("git", ["-C", tmp, "checkout", "-q", "HEAD", "--", "include", "ggml/include"], {
+            stdio: "inherit",
+        });
     } catch (error) {
         fs.rmSync(tmp, { recursive: true, force: true });
         fail(`could not check out llama.cpp headers from ${bundle} (is git installed?): ${error.message}`);
@@ -100,7 +116,9 @@ function nodeApiInclude() {
 }
 
 function build(variant, binsDir) {
-    const libs = fs.readdirSync(binsDir).filter((f) => /^lib(llama|ggml)[.-].*\.so$/.test(f) && !f.startsWith("libggml-cpu-"));
+    const libs = fs
+        .readdirSync(binsDir)
+        .filter((f) => /^lib(llama|ggml)[.-].*\.so$/.test(f) && !f.startsWith("libggml-cpu-"));
     const libllama = libs.find((f) => /^libllama\..*\.so$/.test(f) || f === "libllama.so");
     const libggml = libs.find((f) => /^libggml\..*\.so$/.test(f) || f === "libggml.so");
     if (!libllama || !libggml || !libs.includes("libggml-base.so")) {
@@ -111,33 +129,53 @@ function build(variant, binsDir) {
     const out = path.join(outDir, "specdraft_engine.node");
     const rpath = path.relative(outDir, binsDir);
     const args = [
-        "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-        "-DNAPI_VERSION=8", "-DNAPI_CPP_EXCEPTIONS", "-DNODE_ADDON_API_DISABLE_DEPRECATED",
-        "-I", path.join(root, "node_modules", "node-addon-api"),
-        "-I", nodeApiInclude(),
-        "-I", path.join(headersDir, "include"),
-        "-I", path.join(headersDir, "ggml", "include"),
+        "-std=c++17",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-fvisibility=hidden",
+        "-DNAPI_VERSION=8",
+        "-DNAPI_CPP_EXCEPTIONS",
+        "-DNODE_ADDON_API_DISABLE_DEPRECATED",
+        "-I",
+        path.join(root, "node_modules", "node-addon-api"),
+        "-I",
+        nodeApiInclude(),
+        "-I",
+        path.join(headersDir, "include"),
+        "-I",
+        path.join(headersDir, "ggml", "include"),
         source,
-        "-o", `${out}.tmp`,
+        "-o",
+        `${out}.tmp`,
         // the exact files: their names carry the variant (libllama.v0.4.0.so, libllama.cuda.v0.4.0.so, ...)
-        `-l:${libllama}`, `-l:${libggml}`, "-l:libggml-base.so",
-        "-L", binsDir,
+        `-l:${libllama}`,
+        `-l:${libggml}`,
+        "-l:libggml-base.so",
+        "-L",
+        binsDir,
         `-Wl,-rpath,$ORIGIN/${rpath}`,
         "-Wl,--allow-shlib-undefined",
         "-pthread",
     ];
     const started = Date.now();
     const r = spawnSync("g++", args, { stdio: "inherit" });
-    if (r.error) fail(`could not run g++ (${r.error.code ?? r.error.message}): install a C++17 compiler (e.g. apt-get install g++)`);
+    if (r.error)
+        fail(
+            `could not run g++ (${r.error.code ?? r.error.message}): install a C++17 compiler (e.g. apt-get install g++)`,
+        );
     if (r.status !== 0) fail(`g++ failed for variant ${variant} (exit ${r.status})`);
     fs.renameSync(`${out}.tmp`, out);
-    fs.writeFileSync(path.join(outDir, "variant.json"), JSON.stringify({ variant, binsDir: rpath }, null, 2) + "\n");
-    console.log(`build-native: ${path.relative(root, out)} (${variant}, ${((Date.now() - started) / 1000).toFixed(1)} s, libraries in ${path.relative(root, binsDir)})`);
+    fs.writeFileSync(path.join(outDir, "variant.json"), `${JSON.stringify({ variant, binsDir: rpath }, null, 2)}\n`);
+    console.log(
+        `build-native: ${path.relative(root, out)} (${variant}, ${((Date.now() - started) / 1000).toFixed(1)} s, libraries in ${path.relative(root, binsDir)})`,
+    );
 }
 
 const args = parseArgs(process.argv.slice(2));
 const check = spawnSync("g++", ["--version"], { stdio: "ignore" });
-if (check.error) fail("g++ not found: install a C++17 compiler (e.g. apt-get install g++) and run npm run build:native");
+if (check.error)
+    fail("g++ not found: install a C++17 compiler (e.g. apt-get install g++) and run npm run build:native");
 ensureHeaders();
 if (args.bins) {
     const dir = path.resolve(args.bins);
@@ -149,7 +187,8 @@ if (args.bins) {
     for (const variant of variants) {
         const dir = binsDirFor(variant);
         if (!dir) {
-            if (args.gpu !== "all") fail(`no ${variant} binaries of node-llama-cpp installed for ${process.platform}-${process.arch}`);
+            if (args.gpu !== "all")
+                fail(`no ${variant} binaries of node-llama-cpp installed for ${process.platform}-${process.arch}`);
             continue;
         }
         build(variant, dir);

@@ -19,12 +19,13 @@ import {
     defaultRuns,
     defaultVerifier,
     type GeneratePrompt,
-    runGenerate
+    runGenerate,
 } from "../generate/runGenerate.js";
 import type { GenerateSummary, VerifierKind } from "../generate/types.js";
-import { parseIntegerOption } from "../validate/parseIntegerOption.js";
-import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 
+/** The command's options, as commander hands them over. */
 export interface GenerateCommandOptions {
     /** The target GGUF. */
     target: string;
@@ -62,54 +63,56 @@ export interface GenerateCommandOptions {
     progress?: boolean;
 }
 
-/** Where the command writes: the table to `out`; progress, warnings and errors to `err`. */
-export interface CommandIo {
-    out: NodeJS.WritableStream;
-    err: NodeJS.WritableStream;
-}
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
-
 /** Runs the command; returns the exit code and, when generation ran, the summary. */
-export async function runGenerateCommand(options: GenerateCommandOptions, io: CommandIo = processIo): Promise<{ exitCode: number; summary?: GenerateSummary }> {
+export async function runGenerateCommand(
+    options: GenerateCommandOptions,
+    io: CommandIo = processIo,
+): Promise<{ exitCode: number; summary?: GenerateSummary }> {
     const fail = (message: string, exitCode = 2): { exitCode: number } => {
         io.err.write(`specdraft generate: ${message}\n`);
         return { exitCode };
     };
 
     const sources = [options.drafter, options.draftModel, options.draft].filter((value) => value !== undefined);
-    if (sources.length !== 1) return fail(`expected exactly one of --drafter URL, --draft-model FILE.gguf, --draft ngram; found ${sources.length}`);
+    if (sources.length !== 1)
+        return fail(
+            `expected exactly one of --drafter URL, --draft-model FILE.gguf, --draft ngram; found ${sources.length}`,
+        );
     let draft: DraftSourceSpec;
     if (options.drafter !== undefined) draft = { kind: "http", url: options.drafter };
     else if (options.draftModel !== undefined) draft = { kind: "model", path: options.draftModel };
     else if (options.draft === "ngram") draft = { kind: "ngram" };
     else return fail(`--draft: expected "ngram", found ${JSON.stringify(options.draft)}`);
 
-    if ((options.prompt === undefined) === (options.data === undefined)) return fail("expected exactly one of --prompt TEXT, --data FILE.jsonl");
     let prompts: GeneratePrompt[];
-    if (options.prompt !== undefined) {
+    if (options.prompt !== undefined && options.data === undefined) {
         if (options.prompt.length === 0) return fail("--prompt: expected some text, found an empty string");
         prompts = [{ id: "prompt", tokens: { text: options.prompt } }];
-    } else {
-        const file = options.data!;
-        let heldOut;
+    } else if (options.data !== undefined && options.prompt === undefined) {
+        const file = options.data;
+        let heldOut: HeldOutSet;
         try {
             heldOut = await readHeldOutFile(file, { limit: options.limit });
         } catch (error) {
             return fail(`cannot read --data ${file}: ${(error as Error).message}`);
         }
         for (const line of heldOut.rejected) io.err.write(`${file}:${line.lineNumber}: rejected: ${line.message}\n`);
-        if (heldOut.conversations.length === 0) return fail(`${file} has no valid lines (${heldOut.rejected.length} rejected)`);
+        if (heldOut.conversations.length === 0)
+            return fail(`${file} has no valid lines (${heldOut.rejected.length} rejected)`);
         prompts = heldOut.conversations.map((c) => ({ id: c.id, category: c.category, tokens: c.promptTokens }));
-    }
+    } else return fail("expected exactly one of --prompt TEXT, --data FILE.jsonl");
 
     const runs = options.runs ?? defaultRuns;
     const bar =
         options.progress === false
             ? undefined
             : new cliProgress.SingleBar(
-                  { stream: io.err, format: "generate [{bar}] {value}/{total} generations | {duration_formatted}", hideCursor: true },
-                  cliProgress.Presets.shades_classic
+                  {
+                      stream: io.err,
+                      format: "generate [{bar}] {value}/{total} generations | {duration_formatted}",
+                      hideCursor: true,
+                  },
+                  cliProgress.Presets.shades_classic,
               );
     let summary: GenerateSummary;
     try {
@@ -131,7 +134,7 @@ export async function runGenerateCommand(options: GenerateCommandOptions, io: Co
                 if (bar) io.err.write("\n");
                 io.err.write(`warning: ${message}\n`);
             },
-            onProgress: (done) => bar?.update(done)
+            onProgress: (done) => bar?.update(done),
         });
     } catch (error) {
         bar?.stop();
@@ -158,14 +161,17 @@ export function generateCommand(): Command {
     return new Command("generate")
         .description(
             "Generate greedily with the target alone and with drafts, side by side: tokens/s, speed-up, τ, draft time share; " +
-                "fails if the outputs differ."
+                "fails if the outputs differ.",
         )
         .requiredOption("--target <file.gguf>", "target model")
         .option("--drafter <url>", "specdraft server, e.g. http://127.0.0.1:8000 (drafts from POST /draft)")
         .option("--draft-model <file.gguf>", "draft model loaded in this process")
         .option("--draft <kind>", 'draft without a model: "ngram" (prompt lookup)')
         .option("--prompt <text>", "prompt text, tokenized with the target's tokenizer")
-        .option("--data <file.jsonl>", 'validator JSONL ({"id", "category"?, "prompt_tokens", ...} per line): each prompt_tokens is a prompt')
+        .option(
+            "--data <file.jsonl>",
+            'validator JSONL ({"id", "category"?, "prompt_tokens", ...} per line): each prompt_tokens is a prompt',
+        )
         .option("--limit <n>", "use only the first N valid lines of --data", parseIntegerOption(1))
         .option("--max-tokens <n>", "tokens generated per prompt", parseIntegerOption(1), defaultMaxTokens)
         .option("--draft-len <k>", "draft tokens per target step", parseIntegerOption(1), defaultDraftLength)
@@ -173,17 +179,32 @@ export function generateCommand(): Command {
         .option("--out <file.json>", "write the JSON summary here")
         .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
         .addOption(
-            new Option("--verifier <kind>", "node-llama-cpp: the library's speculative path (accepts ≤ 1 draft token a step); exact: full draft prefixes")
+            new Option(
+                "--verifier <kind>",
+                "node-llama-cpp: the library's speculative path (accepts ≤ 1 draft token a step); exact: full draft prefixes",
+            )
                 .choices(["node-llama-cpp", "exact"])
-                .default(defaultVerifier)
+                .default(defaultVerifier),
         )
-        .option("--threads <n>", "CPU threads per llama.cpp context (default: the CPUs less one, 1 to 8)", parseIntegerOption(1))
-        .option("--context-size <n>", "target context size (default: longest prompt + max tokens + draft length + 8)", parseIntegerOption(2))
-        .option("--timeout-ms <ms>", "per-request timeout of the drafter server", parseIntegerOption(1), defaultDraftTimeoutMs)
+        .option(
+            "--threads <n>",
+            "CPU threads per llama.cpp context (default: the CPUs less one, 1 to 8)",
+            parseIntegerOption(1),
+        )
+        .option(
+            "--context-size <n>",
+            "target context size (default: longest prompt + max tokens + draft length + 8)",
+            parseIntegerOption(2),
+        )
+        .option(
+            "--timeout-ms <ms>",
+            "per-request timeout of the drafter server",
+            parseIntegerOption(1),
+            defaultDraftTimeoutMs,
+        )
         .option("--no-progress", "no progress bar")
         .action(async (options: GenerateCommandOptions) => {
             const { exitCode } = await runGenerateCommand(options);
             process.exitCode = exitCode;
         });
 }
-

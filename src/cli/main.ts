@@ -4,10 +4,10 @@
 import { createRequire } from "node:module";
 import { Command } from "commander";
 import { generateCommand } from "./generateCommand.js";
-import { serveCommand } from "./serveCommand.js";
-import { validateCommand } from "./validateCommand.js";
 import { packCommand } from "./packCommand.js";
 import { selfcheckCommand } from "./selfcheckCommand.js";
+import { serveCommand } from "./serveCommand.js";
+import { validateCommand } from "./validateCommand.js";
 
 const { version } = createRequire(import.meta.url)("../../package.json") as { version: string };
 

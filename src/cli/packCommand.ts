@@ -3,11 +3,9 @@
  * data_manifest.json — that `specdraft selfcheck` (and a grader) can run as is.
  */
 import { Command } from "commander";
-import { defaultPackDraftLength, PackError, packDrafter, type PackOptions } from "../validate/packDrafter.js";
-import { parseIntegerOption } from "../validate/parseIntegerOption.js";
-import type { CommandIo } from "./validateCommand.js";
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
+import { PackError, type PackOptions, packDrafter } from "../pack/packDrafter.js";
+import { defaultDraftLength } from "../server/serveDefaults.js";
+import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 
 /** Runs the command; returns the exit code. */
 export async function runPack(options: PackOptions, io: CommandIo = processIo): Promise<number> {
@@ -17,7 +15,7 @@ export async function runPack(options: PackOptions, io: CommandIo = processIo): 
         const a = result.architecture;
         io.out.write(
             `packed ${a.model_file} (${a.architecture}, ${a.quantization}, ${(a.size_bytes / 2 ** 20).toFixed(1)} MiB, ` +
-                `${a.parameters.toLocaleString("en-US")} parameters, vocab ${a.vocab_size} ${a.vocab_fingerprint.slice(0, 12)}…) into ${result.dir}\n`
+                `${a.parameters.toLocaleString("en-US")} parameters, vocab ${a.vocab_size} ${a.vocab_fingerprint.slice(0, 12)}…) into ${result.dir}\n`,
         );
         for (const file of result.files) io.out.write(`  ${file}\n`);
         io.out.write(`check it: specdraft selfcheck ${result.dir} --data HELD_OUT.jsonl\n`);
@@ -32,14 +30,40 @@ export async function runPack(options: PackOptions, io: CommandIo = processIo): 
 /** The commander command, for src/cli/main.ts: `program.addCommand(packCommand())`. */
 export function packCommand(): Command {
     return new Command("pack")
-        .description("Write a self-describing drafter folder: the model, serve.sh, architecture.json and data_manifest.json.")
+        .description(
+            "Write a self-describing drafter folder: the model, serve.sh, architecture.json and data_manifest.json.",
+        )
         .requiredOption("--model <drafter.gguf>", "the GGUF drafter")
         .requiredOption("--out <dir>", "folder to write (empty or absent)")
-        .option("--manifest <data_manifest.json>", "training sources with pinned revisions or sha256, and the split each fed (see docs/validate.md)")
+        .option(
+            "--manifest <data_manifest.json>",
+            "training sources with pinned revisions or sha256, and the split each fed (see docs/validate.md)",
+        )
         .option("--base <name@rev>", "base (target family) model and its revision, e.g. Qwen/Qwen3-8B@b968826")
-        .option("--draft-len <k>", "draft length recorded and passed to serve", parseIntegerOption(1), defaultPackDraftLength)
+        .option(
+            "--draft-len <k>",
+            "draft length recorded and passed to serve",
+            parseIntegerOption(1),
+            defaultDraftLength,
+        )
         .option("--force", "write into a non-empty folder", false)
-        .action(async (flags: { model: string; out: string; manifest?: string; base?: string; draftLen: number; force: boolean }) => {
-            process.exitCode = await runPack({ model: flags.model, out: flags.out, manifest: flags.manifest, base: flags.base, draftLength: flags.draftLen, force: flags.force });
-        });
+        .action(
+            async (flags: {
+                model: string;
+                out: string;
+                manifest?: string;
+                base?: string;
+                draftLen: number;
+                force: boolean;
+            }) => {
+                process.exitCode = await runPack({
+                    model: flags.model,
+                    out: flags.out,
+                    manifest: flags.manifest,
+                    base: flags.base,
+                    draftLength: flags.draftLen,
+                    force: flags.force,
+                });
+            },
+        );
 }

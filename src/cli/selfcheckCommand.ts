@@ -4,36 +4,37 @@
  */
 import cliProgress from "cli-progress";
 import { Command } from "commander";
-import { defaultTimeoutMs } from "../validate/createDraftClient.js";
-import { parseIntegerOption, parsePositiveNumberOption } from "../validate/parseIntegerOption.js";
-import { readHeldOutFile } from "../validate/readHeldOutFile.js";
-import { runSelfcheck } from "../validate/selfcheck/runSelfcheck.js";
+import { defaultTimeoutMs } from "../client/createDraftClient.js";
+import { runSelfcheck } from "../pack/selfcheck/runSelfcheck.js";
 import {
     defaultBudgetSeconds,
     defaultMaxBytes,
     defaultMaxFailures,
     defaultSampleConversations,
     defaultStartupTimeoutSeconds,
-    defaultWindowTokens,
     defaultWindowsPerConversation,
+    defaultWindowTokens,
     gateNames,
-    type SelfcheckOptions
-} from "../validate/selfcheck/types.js";
+    type SelfcheckOptions,
+} from "../pack/selfcheck/types.js";
+import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
-import type { CommandIo } from "./validateCommand.js";
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
+import { type CommandIo, parseIntegerOption, parsePositiveNumberOption, processIo } from "./commandOptions.js";
 
 /** Runs the command; returns the exit code. */
-export async function runSelfcheckCommand(options: SelfcheckOptions & { progress?: boolean }, io: CommandIo = processIo): Promise<number> {
-    let heldOut;
+export async function runSelfcheckCommand(
+    options: SelfcheckOptions & { progress?: boolean },
+    io: CommandIo = processIo,
+): Promise<number> {
+    let heldOut: HeldOutSet;
     try {
         heldOut = await readHeldOutFile(options.data);
     } catch (error) {
         io.err.write(`specdraft selfcheck: cannot read --data ${options.data}: ${(error as Error).message}\n`);
         return 2;
     }
-    for (const line of heldOut.rejected) io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
+    for (const line of heldOut.rejected)
+        io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
     if (heldOut.conversations.length === 0) {
         io.err.write(`specdraft selfcheck: ${options.data} has no valid conversations\n`);
         return 2;
@@ -52,8 +53,12 @@ export async function runSelfcheckCommand(options: SelfcheckOptions & { progress
                 return;
             }
             bar = new cliProgress.SingleBar(
-                { stream: io.err, format: `walking ${sampled ? "sample" : "all"} [{bar}] {percentage}% | {value}/{total} tokens | {failures} failures | {duration_formatted}`, hideCursor: true },
-                cliProgress.Presets.shades_classic
+                {
+                    stream: io.err,
+                    format: `walking ${sampled ? "sample" : "all"} [{bar}] {percentage}% | {value}/{total} tokens | {failures} failures | {duration_formatted}`,
+                    hideCursor: true,
+                },
+                cliProgress.Presets.shades_classic,
             );
             bar.start(tokens, 0, { failures: 0 });
         },
@@ -61,47 +66,89 @@ export async function runSelfcheckCommand(options: SelfcheckOptions & { progress
             if (failure) failures++;
             bar?.increment(advanced, { failures });
         },
-        onWalkEnd: () => bar?.stop()
+        onWalkEnd: () => bar?.stop(),
     });
     const failed = result.gates.filter((g) => !g.ok).map((g) => g.name);
-    io.out.write(failed.length === 0 ? `all ${result.gates.length} gates passed\n` : `${failed.length} of ${result.gates.length} gates failed: ${failed.join(", ")}\n`);
+    io.out.write(
+        failed.length === 0
+            ? `all ${result.gates.length} gates passed\n`
+            : `${failed.length} of ${result.gates.length} gates failed: ${failed.join(", ")}\n`,
+    );
     return failed.length === 0 ? 0 : 1;
 }
 
 /** The commander command, for src/cli/main.ts: `program.addCommand(selfcheckCommand())`. */
 export function selfcheckCommand(): Command {
     return new Command("selfcheck")
-        .description("Run a packed drafter folder as a grader would and check each gate: prerequisites, size, startup, smoke, serving time, failures, health.")
+        .description(
+            "Run a packed drafter folder as a grader would and check each gate: prerequisites, size, startup, smoke, serving time, failures, health.",
+        )
         .argument("<dir>", "the drafter folder (from specdraft pack)")
         .requiredOption("--data <file.jsonl>", "held-out JSONL walked for the serving-time gate")
         .option("--max-bytes <bytes>", "largest folder size", parsePositiveNumberOption, defaultMaxBytes)
-        .option("--startup-timeout <s>", "seconds until GET /health must answer 200", parsePositiveNumberOption, defaultStartupTimeoutSeconds)
-        .option("--budget <s>", "serving seconds allowed for the whole held-out set", parsePositiveNumberOption, defaultBudgetSeconds)
+        .option(
+            "--startup-timeout <s>",
+            "seconds until GET /health must answer 200",
+            parsePositiveNumberOption,
+            defaultStartupTimeoutSeconds,
+        )
+        .option(
+            "--budget <s>",
+            "serving seconds allowed for the whole held-out set",
+            parsePositiveNumberOption,
+            defaultBudgetSeconds,
+        )
         .option("--full", "walk the whole set instead of projecting the serving time from a sample", false)
-        .option("--sample-conversations <n>", "sample: the first N conversations", parseIntegerOption(1), defaultSampleConversations)
+        .option(
+            "--sample-conversations <n>",
+            "sample: the first N conversations",
+            parseIntegerOption(1),
+            defaultSampleConversations,
+        )
         .option("--window <tokens>", "sample: tokens per window", parseIntegerOption(1), defaultWindowTokens)
-        .option("--windows-per-conversation <n>", "sample: windows per conversation at most", parseIntegerOption(1), defaultWindowsPerConversation)
+        .option(
+            "--windows-per-conversation <n>",
+            "sample: windows per conversation at most",
+            parseIntegerOption(1),
+            defaultWindowsPerConversation,
+        )
         .option("--concurrency <n>", "conversations walked at once", parseIntegerOption(1), defaultConcurrency)
         .option("--draft-len <k>", "draft length (default: architecture.json's draft_length)", parseIntegerOption(1))
-        .option("--timeout-ms <ms>", "per-request timeout; a late answer counts as a failure", parseIntegerOption(1), defaultTimeoutMs)
+        .option(
+            "--timeout-ms <ms>",
+            "per-request timeout; a late answer counts as a failure",
+            parseIntegerOption(1),
+            defaultTimeoutMs,
+        )
         .option("--max-failures <n>", "failed draft requests allowed", parseIntegerOption(0), defaultMaxFailures)
         .option("--no-progress", "no progress bar")
-        .action(async (dir: string, flags: Omit<SelfcheckOptions, "dir"> & { startupTimeout: number; budget: number; window: number; draftLen?: number; progress: boolean }) => {
-            process.exitCode = await runSelfcheckCommand({
-                dir,
-                data: flags.data,
-                maxBytes: flags.maxBytes,
-                startupTimeoutSeconds: flags.startupTimeout,
-                budgetSeconds: flags.budget,
-                full: flags.full,
-                sampleConversations: flags.sampleConversations,
-                windowTokens: flags.window,
-                windowsPerConversation: flags.windowsPerConversation,
-                concurrency: flags.concurrency,
-                draftLength: flags.draftLen,
-                timeoutMs: flags.timeoutMs,
-                maxFailures: flags.maxFailures,
-                progress: flags.progress
-            });
-        });
+        .action(
+            async (
+                dir: string,
+                flags: Omit<SelfcheckOptions, "dir"> & {
+                    startupTimeout: number;
+                    budget: number;
+                    window: number;
+                    draftLen?: number;
+                    progress: boolean;
+                },
+            ) => {
+                process.exitCode = await runSelfcheckCommand({
+                    dir,
+                    data: flags.data,
+                    maxBytes: flags.maxBytes,
+                    startupTimeoutSeconds: flags.startupTimeout,
+                    budgetSeconds: flags.budget,
+                    full: flags.full,
+                    sampleConversations: flags.sampleConversations,
+                    windowTokens: flags.window,
+                    windowsPerConversation: flags.windowsPerConversation,
+                    concurrency: flags.concurrency,
+                    draftLength: flags.draftLen,
+                    timeoutMs: flags.timeoutMs,
+                    maxFailures: flags.maxFailures,
+                    progress: flags.progress,
+                });
+            },
+        );
 }

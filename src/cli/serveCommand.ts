@@ -5,30 +5,30 @@
 
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Command, InvalidArgumentError, Option } from "commander";
-import type { DraftEngine } from "../engine/types.js";
+import { Command, Option } from "commander";
+import { type GpuChoice, loadEngine } from "../engine/loadEngine.js";
 import { runServe } from "../server/runServe.js";
 import {
     defaultBodyLimit,
     defaultContextSize,
     defaultDraftLength,
+    defaultGpu,
     defaultHost,
     defaultMaxQueue,
     defaultModelFile,
     defaultPort,
     defaultStreams,
+    gpuChoices,
     maxDraftLength,
 } from "../server/serveDefaults.js";
-import type { GpuChoice, LoadEngineOptions } from "../engine/loadEngine.js";
 import type { ServeOptions } from "../server/startServer.js";
+import { parseIntegerOption } from "./commandOptions.js";
 
 /** The package root: this file is src/cli/serveCommand.ts or dist/cli/serveCommand.js. */
 const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
 
 /** The model served without --model, resolved against the package root (not the working directory). */
 export const defaultModelPath = resolve(packageRoot, defaultModelFile);
-
-const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
 
 /** What commander hands the action. */
 interface ServeFlags {
@@ -54,14 +54,43 @@ export function serveCommand(): Command {
         )
         .option("--model <path.gguf>", "GGUF draft model to serve (default: the embedded drafter)", defaultModelPath)
         .option("--host <address>", "address to listen on", defaultHost)
-        .option("--port <port>", "port to listen on (0: any free port)", integerIn(0, 65535), defaultPort)
-        .option("--draft-len <k>", `tokens drafted when a request gives no n (1–${maxDraftLength})`, integerIn(1, maxDraftLength), defaultDraftLength)
-        .option("--streams <n>", "sequences held at once, each with its own KV cache", integerIn(1, 256), defaultStreams)
-        .option("--context <tokens>", "tokens one sequence can hold: context + draft", integerIn(2, 1 << 20), defaultContextSize)
-        .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
-        .option("--max-queue <n>", "draft requests that may wait before new ones get 503 queue_full", integerIn(1, 1 << 20), defaultMaxQueue)
-        .option("--body-limit <bytes>", "largest request body; larger ones get 413", integerIn(64, 1 << 30), defaultBodyLimit)
-        .option("--threads <n>", "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)", integerIn(1, 1024))
+        .option("--port <port>", "port to listen on (0: any free port)", parseIntegerOption(0, 65535), defaultPort)
+        .option(
+            "--draft-len <k>",
+            `tokens drafted when a request gives no n (1–${maxDraftLength})`,
+            parseIntegerOption(1, maxDraftLength),
+            defaultDraftLength,
+        )
+        .option(
+            "--streams <n>",
+            "sequences held at once, each with its own KV cache",
+            parseIntegerOption(1, 256),
+            defaultStreams,
+        )
+        .option(
+            "--context <tokens>",
+            "tokens one sequence can hold: context + draft",
+            parseIntegerOption(2, 1 << 20),
+            defaultContextSize,
+        )
+        .addOption(new Option("--gpu <backend>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
+        .option(
+            "--max-queue <n>",
+            "draft requests that may wait before new ones get 503 queue_full",
+            parseIntegerOption(1, 1 << 20),
+            defaultMaxQueue,
+        )
+        .option(
+            "--body-limit <bytes>",
+            "largest request body; larger ones get 413",
+            parseIntegerOption(64, 1 << 30),
+            defaultBodyLimit,
+        )
+        .option(
+            "--threads <n>",
+            "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)",
+            parseIntegerOption(1, 1024),
+        )
         .option("--log", "log every request to stderr", false)
         .action(async (flags: ServeFlags) => {
             const options: ServeOptions = {
@@ -77,25 +106,9 @@ export function serveCommand(): Command {
                 logRequests: flags.log,
                 ...(flags.threads === undefined ? {} : { threads: flags.threads }),
             };
-            const exitCode = await runServe(options, loadRealEngine);
+            // loadEngine loads the native addon only when called, so --help and a bad model file never wait for it
+            const exitCode = await runServe(options, loadEngine);
             // llama.cpp may hold native handles after close; the server is done, so end the process here
             process.exit(exitCode);
         });
-}
-
-/** Loads src/engine lazily, so `--help` and a bad model file do not wait for node-llama-cpp's native addon. */
-async function loadRealEngine(options: LoadEngineOptions): Promise<DraftEngine> {
-    const { loadEngine } = await import("../engine/loadEngine.js");
-    return loadEngine(options);
-}
-
-/** A commander parser for integers in [min, max], naming what it found. */
-function integerIn(min: number, max: number): (value: string) => number {
-    return (value: string): number => {
-        const parsed = Number(value);
-        if (!/^\s*[-+]?\d+\s*$/.test(value) || parsed < min || parsed > max) {
-            throw new InvalidArgumentError(`expected an integer ${min}–${max}, found ${JSON.stringify(value)}.`);
-        }
-        return parsed;
-    };
 }

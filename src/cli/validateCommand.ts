@@ -4,15 +4,17 @@
  */
 import cliProgress from "cli-progress";
 import { Command } from "commander";
-import { createDraftClient, defaultTimeoutMs } from "../validate/createDraftClient.js";
+import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
+import type { DraftClient } from "../client/types.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
-import { parseIntegerOption } from "../validate/parseIntegerOption.js";
-import { readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
-import type { DraftClient, WalkSummary } from "../validate/types.js";
+import type { WalkSummary } from "../validate/types.js";
 import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
 import { writeReport } from "../validate/writeReport.js";
+import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 
+/** The command's options, as commander hands them over. */
 export interface ValidateOptions {
     /** `[NAME=]URL` or `[NAME=]llama-server+URL`, one per server. */
     server: string[];
@@ -32,16 +34,11 @@ export interface ValidateOptions {
     progress?: boolean;
 }
 
-/** Where runValidate writes: the table and file list to `out`, progress, warnings and errors to `err`. */
-export interface CommandIo {
-    out: NodeJS.WritableStream;
-    err: NodeJS.WritableStream;
-}
-
-const processIo: CommandIo = { out: process.stdout, err: process.stderr };
-
 /** Runs the command; returns the summaries (one per server, in order) and the exit code. */
-export async function runValidate(options: ValidateOptions, io: CommandIo = processIo): Promise<{ exitCode: number; summaries: WalkSummary[] }> {
+export async function runValidate(
+    options: ValidateOptions,
+    io: CommandIo = processIo,
+): Promise<{ exitCode: number; summaries: WalkSummary[] }> {
     const timeoutMs = options.timeoutMs ?? defaultTimeoutMs;
     let clients: DraftClient[];
     try {
@@ -52,16 +49,19 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
         return { exitCode: 2, summaries: [] };
     }
 
-    let heldOut;
+    let heldOut: HeldOutSet;
     try {
         heldOut = await readHeldOutFile(options.data, { limit: options.limit });
     } catch (error) {
         io.err.write(`specdraft validate: cannot read --data ${options.data}: ${(error as Error).message}\n`);
         return { exitCode: 2, summaries: [] };
     }
-    for (const line of heldOut.rejected) io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
+    for (const line of heldOut.rejected)
+        io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
     if (heldOut.conversations.length === 0) {
-        io.err.write(`specdraft validate: ${options.data} has no valid conversations (${heldOut.rejected.length} rejected lines)\n`);
+        io.err.write(
+            `specdraft validate: ${options.data} has no valid conversations (${heldOut.rejected.length} rejected lines)\n`,
+        );
         return { exitCode: 1, summaries: [] };
     }
 
@@ -72,9 +72,9 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
             stream: io.err,
             format: "{server} [{bar}] {percentage}% | {value}/{total} tokens | {steps} steps | τ {tau} | {failures} failures | {duration_formatted}",
             hideCursor: true,
-            clearOnComplete: false
+            clearOnComplete: false,
         },
-        cliProgress.Presets.shades_classic
+        cliProgress.Presets.shades_classic,
     );
     const showBars = options.progress !== false && (io.err as { isTTY?: boolean }).isTTY === true;
     const summaries: WalkSummary[] = [];
@@ -82,8 +82,18 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
         // servers one after another, so one server's load never slows the other's latency figures
         for (const client of clients) {
             // cli-progress draws nothing useful without a terminal: a plain line says what is happening instead
-            if (!showBars && options.progress !== false) io.err.write(`walking ${heldOut.conversations.length} conversations (${totalTokens} tokens) against ${client.name} (${client.url})…\n`);
-            const bar = showBars ? bars.create(totalTokens, 0, { server: client.name.padEnd(nameWidth), steps: 0, tau: "–", failures: 0 }) : undefined;
+            if (!showBars && options.progress !== false)
+                io.err.write(
+                    `walking ${heldOut.conversations.length} conversations (${totalTokens} tokens) against ${client.name} (${client.url})…\n`,
+                );
+            const bar = showBars
+                ? bars.create(totalTokens, 0, {
+                      server: client.name.padEnd(nameWidth),
+                      steps: 0,
+                      tau: "–",
+                      failures: 0,
+                  })
+                : undefined;
             let tokens = 0;
             let steps = 0;
             let failures = 0;
@@ -95,9 +105,11 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
                     steps++;
                     if (failure) failures++;
                     bar?.update(tokens, { steps, tau: (tokens / steps).toFixed(3), failures });
-                }
+                },
             });
-            summaries.push(summarizeWalk(result, { data: { file: options.data, rejectedLines: heldOut.rejected.length } }));
+            summaries.push(
+                summarizeWalk(result, { data: { file: options.data, rejectedLines: heldOut.rejected.length } }),
+            );
         }
     } finally {
         if (showBars) bars.stop();
@@ -108,11 +120,16 @@ export async function runValidate(options: ValidateOptions, io: CommandIo = proc
         if (summary.failures.total > 0)
             io.err.write(
                 `warning: ${summary.server.name}: ${summary.failures.total} draft requests failed and were scored as empty drafts ` +
-                    `(timeout ${summary.failures.timeout}, http ${summary.failures.http}, network ${summary.failures.network}, malformed ${summary.failures.malformed})\n`
+                    `(timeout ${summary.failures.timeout}, http ${summary.failures.http}, network ${summary.failures.network}, malformed ${summary.failures.malformed})\n`,
             );
     if (options.report !== undefined) {
         const written = await writeReport(options.report, summaries);
-        for (const file of [...written.summaries, ...(written.comparison ? [written.comparison] : []), ...written.reports]) io.out.write(`wrote ${file}\n`);
+        for (const file of [
+            ...written.summaries,
+            ...(written.comparison ? [written.comparison] : []),
+            ...written.reports,
+        ])
+            io.out.write(`wrote ${file}\n`);
     }
     return { exitCode: 0, summaries };
 }
@@ -124,12 +141,20 @@ export function validateCommand(): Command {
         .requiredOption(
             "--server <url>",
             "draft server, [NAME=]http://host:port (specdraft /draft) or [NAME=]llama-server+http://host:port; repeat to compare",
-            (value: string, previous: string[] | undefined) => [...(previous ?? []), value]
+            (value: string, previous: string[] | undefined) => [...(previous ?? []), value],
         )
-        .requiredOption("--data <file.jsonl>", 'held-out JSONL: {"id", "category"?, "prompt_tokens", "continuation_tokens"} per line')
+        .requiredOption(
+            "--data <file.jsonl>",
+            'held-out JSONL: {"id", "category"?, "prompt_tokens", "continuation_tokens"} per line',
+        )
         .option("--concurrency <n>", "conversations walked at once", parseIntegerOption(1), defaultConcurrency)
         .option("--draft-len <k>", "draft tokens asked for per request", parseIntegerOption(1), defaultDraftLength)
-        .option("--timeout-ms <ms>", "per-request timeout; a late answer counts as a failure", parseIntegerOption(1), defaultTimeoutMs)
+        .option(
+            "--timeout-ms <ms>",
+            "per-request timeout; a late answer counts as a failure",
+            parseIntegerOption(1),
+            defaultTimeoutMs,
+        )
         .option("--limit <n>", "walk only the first N valid conversations", parseIntegerOption(1))
         .option("--report <dir>", "write summary.json and report.html (per server, plus a comparison) to this folder")
         .option("--no-progress", "no progress bars")

@@ -51,7 +51,7 @@ export class KvSlotPool {
 
     /** The tokens slot `slot`'s KV cache holds. */
     tokensOf(slot: number): readonly number[] {
-        return this.cached[slot]!;
+        return this.cached[slot];
     }
 
     /**
@@ -65,9 +65,9 @@ export class KvSlotPool {
         let bestPrefix = 0;
         for (let slot = 0; slot < this.cached.length; slot++) {
             if (this.leased[slot]) continue;
-            const prefix = Math.min(commonPrefixLength(this.cached[slot]!, tokens), tokens.length - 1);
+            const prefix = Math.min(commonPrefixLength(this.cached[slot], tokens), tokens.length - 1);
             const score = prefix >= this.minPrefixReuse ? prefix : 0;
-            if (score > bestScore || (score === bestScore && this.lastUsed[slot]! < this.lastUsed[best]!)) {
+            if (score > bestScore || (score === bestScore && this.lastUsed[slot] < this.lastUsed[best])) {
                 best = slot;
                 bestScore = score;
                 bestPrefix = prefix;
@@ -77,7 +77,7 @@ export class KvSlotPool {
         this.leased[best] = true;
         this.lastUsed[best] = ++this.clock;
         // the slot's cache beyond the kept prefix is about to be overwritten
-        this.cached[best] = this.cached[best]!.slice(0, bestPrefix);
+        this.cached[best] = this.cached[best].slice(0, bestPrefix);
         return { slot: best, reuse: bestPrefix };
     }
 

@@ -14,7 +14,12 @@
 
 import { EngineError } from "./errors.js";
 import { KvSlotPool } from "./KvSlotPool.js";
-import { type NativeArrival, type NativeEngineHandle, type NativeRunProgress, nativeStepFields } from "./nativeAddon.js";
+import {
+    type NativeArrival,
+    type NativeEngineHandle,
+    type NativeRunProgress,
+    nativeStepFields,
+} from "./nativeAddon.js";
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./types.js";
 
 /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
@@ -89,7 +94,10 @@ export class NativeEngine implements DraftEngine {
         if (n === 0) return Promise.resolve([]);
         if (this.queue.length >= this.maxQueue) {
             return Promise.reject(
-                new EngineError("queue_full", `Draft queue full: ${this.queue.length} requests waiting (limit ${this.maxQueue}).`),
+                new EngineError(
+                    "queue_full",
+                    `Draft queue full: ${this.queue.length} requests waiting (limit ${this.maxQueue}).`,
+                ),
             );
         }
         return new Promise<number[]>((resolve, reject) => {
@@ -137,8 +145,11 @@ export class NativeEngine implements DraftEngine {
         const vocabSize = this.info.vocabSize;
         for (let i = 0; i < tokens.length; i++) {
             const id = tokens[i];
-            if (!Number.isInteger(id) || id! < 0 || id! >= vocabSize) {
-                return new EngineError("invalid_token", `Invalid token id ${id} at index ${i}: expected 0 ≤ id < ${vocabSize}.`);
+            if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
+                return new EngineError(
+                    "invalid_token",
+                    `Invalid token id ${id} at index ${i}: expected 0 ≤ id < ${vocabSize}.`,
+                );
             }
         }
         if (!Number.isInteger(n) || n < 0) return new RangeError(`Draft length must be an integer ≥ 0, got ${n}.`);
@@ -192,9 +203,13 @@ export class NativeEngine implements DraftEngine {
     /** Leases slots to queued requests while streams are free; hands them to the run in flight, else keeps them for the next. */
     private admit(): void {
         const arrivals: NativeArrival[] = [];
-        while (this.queue.length > 0 && this.inFlight.size < this.info.streams) {
-            const request = this.queue.shift()!;
-            const lease = this.pool.acquire(request.tokens)!;
+        while (this.inFlight.size < this.info.streams) {
+            const request = this.queue.shift();
+            if (request === undefined) break;
+            const lease = this.pool.acquire(request.tokens);
+            // one slot per stream, so a free stream always has a free slot
+            if (lease === undefined)
+                throw new Error(`no free KV slot with ${this.inFlight.size} of ${this.info.streams} streams in flight`);
             const id = this.nextId++;
             this.inFlight.set(id, { request, slot: lease.slot });
             const arrival: NativeArrival = {
@@ -208,14 +223,16 @@ export class NativeEngine implements DraftEngine {
             request.cancel = () => {
                 // a request the native side has not seen yet is cancelled by the run it goes to (arrivals come first)
                 const seen = !this.pendingArrivals.includes(arrival);
-                if (!(seen && this.nativeRunning && this.native.submit([], Int32Array.of(id)))) this.cancelledIds.push(id);
+                if (!(seen && this.nativeRunning && this.native.submit([], Int32Array.of(id))))
+                    this.cancelledIds.push(id);
             };
             arrivals.push(arrival);
             this.observer.onPrefix?.(request.tokens.length - lease.reuse, lease.reuse);
         }
         if (arrivals.length === 0) return;
         this.reportQueueDepth();
-        if (!(this.nativeRunning && this.native.submit(arrivals, new Int32Array(0)))) this.pendingArrivals.push(...arrivals);
+        if (!(this.nativeRunning && this.native.submit(arrivals, new Int32Array(0))))
+            this.pendingArrivals.push(...arrivals);
     }
 
     /** Starts the step loop on the next turn of the event loop, so requests arriving together share the first step. */
@@ -243,7 +260,9 @@ export class NativeEngine implements DraftEngine {
         const cancels = Int32Array.from(this.cancelledIds.splice(0));
         this.nativeRunning = true;
         try {
-            const result = await this.native.run(arrivals, cancels, this.maxStepsPerRun, (progress) => this.take(progress));
+            const result = await this.native.run(arrivals, cancels, this.maxStepsPerRun, (progress) =>
+                this.take(progress),
+            );
             this.nativeRunning = false;
             this.take(result);
         } catch (error) {
@@ -265,11 +284,13 @@ export class NativeEngine implements DraftEngine {
     private take(progress: NativeRunProgress): void {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
-            this.observer.onDecode?.(steps[i]!, steps[i + 1]!);
-            this.observer.onStep?.(steps[i + 1]!, steps[i + 2]!, steps[i + 3]!, steps[i + 4]!, steps[i + 5]! > 0);
+            this.observer.onDecode?.(steps[i], steps[i + 1]);
+            this.observer.onStep?.(steps[i + 1], steps[i + 2], steps[i + 3], steps[i + 4], steps[i + 5] > 0);
         }
         for (const finished of progress.finished) {
-            const entry = this.inFlight.get(finished.id)!;
+            const entry = this.inFlight.get(finished.id);
+            if (entry === undefined)
+                throw new Error(`the native run finished draft ${finished.id}, which is not in flight`);
             this.inFlight.delete(finished.id);
             const draft = Array.from(finished.draft);
             this.pool.release(entry.slot, entry.request.tokens.concat(draft).slice(0, finished.cached));

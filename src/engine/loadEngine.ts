@@ -5,13 +5,13 @@
 
 import { defaultThreads } from "./defaultThreads.js";
 import { EngineLoadError } from "./errors.js";
-import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
-import { readModelFileInfo } from "./readModelFileInfo.js";
+import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { type KvType, readEngineEnv } from "./readEngineEnv.js";
+import { readModelFileInfo } from "./readModelFileInfo.js";
 import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
 
-export type { GpuChoice } from "./nativeAddon.js";
+export { type GpuChoice, gpuChoices } from "./nativeAddon.js";
 export type { KvType } from "./readEngineEnv.js";
 
 /** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
@@ -107,11 +107,14 @@ export const defaultGpuPadBatch = 0.5;
 
 export async function loadEngine(givenOptions: LoadEngineOptions): Promise<DraftEngine> {
     // options given win over SPECDRAFT_* variables
-    const options: LoadEngineOptions = (givenOptions.useEnv ?? true) ? { ...readEngineEnv(), ...definedOnly(givenOptions) } : givenOptions;
+    const options: LoadEngineOptions =
+        (givenOptions.useEnv ?? true) ? { ...readEngineEnv(), ...definedOnly(givenOptions) } : givenOptions;
     const streams = options.streams ?? defaultStreams;
     const contextSize = options.contextSize ?? defaultContextSize;
-    if (!Number.isInteger(streams) || streams < 1 || streams > 256) throw new RangeError(`streams must be 1–256, got ${streams}.`);
-    if (!Number.isInteger(contextSize) || contextSize < 2) throw new RangeError(`contextSize must be ≥ 2, got ${contextSize}.`);
+    if (!Number.isInteger(streams) || streams < 1 || streams > 256)
+        throw new RangeError(`streams must be 1–256, got ${streams}.`);
+    if (!Number.isInteger(contextSize) || contextSize < 2)
+        throw new RangeError(`contextSize must be ≥ 2, got ${contextSize}.`);
 
     const file = await readModelFileInfo(options.modelPath);
     const addon = loadNativeAddon(options.gpu ?? defaultGpu);
@@ -171,18 +174,24 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
             engine: "native",
             flashAttention,
         },
-        { maxQueue: options.maxQueue ?? defaultMaxQueue, observer: options.observer, maxStepsPerRun: options.maxStepsPerRun ?? 0 },
+        {
+            maxQueue: options.maxQueue ?? defaultMaxQueue,
+            observer: options.observer,
+            maxStepsPerRun: options.maxStepsPerRun ?? 0,
+        },
     );
 }
 
 /** `options` without the keys whose value is undefined (so they do not hide an environment setting). */
 function definedOnly(options: LoadEngineOptions): LoadEngineOptions {
-    return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as unknown as LoadEngineOptions;
+    return Object.fromEntries(
+        Object.entries(options).filter(([, value]) => value !== undefined),
+    ) as unknown as LoadEngineOptions;
 }
 
 /** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */
 function backendOf(gpuDevice: string): ComputeBackend {
-    const registry = gpuDevice.split(":")[0]!.toLowerCase();
+    const registry = gpuDevice.split(":")[0].toLowerCase();
     if (registry === "cuda" || registry === "vulkan" || registry === "metal") return registry;
     return "cpu";
 }

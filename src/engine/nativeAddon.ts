@@ -12,6 +12,8 @@ import { EngineLoadError } from "./errors.js";
 
 /** Where llama.cpp should compute; `auto` picks CUDA when its build and an NVIDIA driver are present, else the CPU. */
 export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
+/** Every GpuChoice, for command-line choices. */
+export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
 
 export type NativeVariant = "cpu" | "cuda" | "vulkan";
 
@@ -106,7 +108,12 @@ export interface NativeEngineHandle {
      * (0: no limit). Drafts that finish before the end come through `onProgress`; the rest, and the last steps'
      * counters, in the result.
      */
-    run(arrivals: NativeArrival[], cancelIds: Int32Array, maxSteps: number, onProgress: (progress: NativeRunProgress) => void): Promise<NativeRunResult>;
+    run(
+        arrivals: NativeArrival[],
+        cancelIds: Int32Array,
+        maxSteps: number,
+        onProgress: (progress: NativeRunProgress) => void,
+    ): Promise<NativeRunResult>;
     /**
      * Hands arrivals and cancels to the run in flight (taken before its next step; arrivals before cancels). Returns
      * false, taking nothing, when no run is live (none started, or it is ending): pass them to the next run() then.
@@ -136,14 +143,18 @@ export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
     const addonPath = join(dir, "specdraft_engine.node");
     if (!existsSync(addonPath)) {
         const command = variant === "cpu" ? "npm run build:native" : `node scripts/build-native.mjs --gpu ${variant}`;
-        throw new EngineLoadError(`native engine not built${variant === "cpu" ? "" : ` for ${variant}`}: run ${command}`);
+        throw new EngineLoadError(
+            `native engine not built${variant === "cpu" ? "" : ` for ${variant}`}: run ${command}`,
+        );
     }
     let binsDir: string;
     try {
         const variantInfo = JSON.parse(readFileSync(join(dir, "variant.json"), "utf8")) as { binsDir: string };
         binsDir = resolve(dir, variantInfo.binsDir);
     } catch {
-        throw new EngineLoadError(`native engine build in ${dir} is incomplete (no variant.json): run npm run build:native`);
+        throw new EngineLoadError(
+            `native engine build in ${dir} is incomplete (no variant.json): run npm run build:native`,
+        );
     }
     const require = createRequire(import.meta.url);
     let module: NativeModule;
@@ -159,6 +170,7 @@ export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
 function pickVariant(gpu: GpuChoice): NativeVariant {
     if (gpu !== "auto") return gpu;
     // CUDA only where its build exists and an NVIDIA driver is present; Vulkan only when asked for
-    if (existsSync(join(nativeBuildDir, "cuda", "specdraft_engine.node")) && existsSync("/dev/nvidiactl")) return "cuda";
+    if (existsSync(join(nativeBuildDir, "cuda", "specdraft_engine.node")) && existsSync("/dev/nvidiactl"))
+        return "cuda";
     return "cpu";
 }

@@ -33,21 +33,25 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     const kvType = env.SPECDRAFT_KV_TYPE;
     if (kvType !== undefined && kvType !== "") {
         if (!(kvTypes as readonly string[]).includes(kvType)) {
-            throw new RangeError(`SPECDRAFT_KV_TYPE must be one of ${kvTypes.join(", ")}, got ${JSON.stringify(kvType)}.`);
+            throw new RangeError(
+                `SPECDRAFT_KV_TYPE must be one of ${kvTypes.join(", ")}, got ${JSON.stringify(kvType)}.`,
+            );
         }
         settings.kvType = kvType as KvType;
     }
     const flag = (name: string): boolean | undefined => {
         const value = env[name];
         if (value === undefined || value === "") return undefined;
-        if (value !== "0" && value !== "1") throw new RangeError(`${name} must be 0 or 1, got ${JSON.stringify(value)}.`);
+        if (value !== "0" && value !== "1")
+            throw new RangeError(`${name} must be 0 or 1, got ${JSON.stringify(value)}.`);
         return value === "1";
     };
     const integer = (name: string, min: number): number | undefined => {
         const value = env[name];
         if (value === undefined || value === "") return undefined;
         const parsed = Number(value);
-        if (!/^\d+$/.test(value) || parsed < min) throw new RangeError(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(value)}.`);
+        if (!/^\d+$/.test(value) || parsed < min)
+            throw new RangeError(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(value)}.`);
         return parsed;
     };
     const assign = <K extends keyof EngineEnvSettings>(key: K, value: EngineEnvSettings[K] | undefined) => {
@@ -62,7 +66,8 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     const pad = env.SPECDRAFT_PAD_BATCH;
     if (pad !== undefined && pad !== "") {
         const fraction = Number(pad);
-        if (!/^\d*\.?\d+$/.test(pad) || fraction > 1) throw new RangeError(`SPECDRAFT_PAD_BATCH must be a fraction 0–1, got ${JSON.stringify(pad)}.`);
+        if (!/^\d*\.?\d+$/.test(pad) || fraction > 1)
+            throw new RangeError(`SPECDRAFT_PAD_BATCH must be a fraction 0–1, got ${JSON.stringify(pad)}.`);
         settings.padBatch = fraction;
     }
     return settings;

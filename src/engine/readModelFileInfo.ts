@@ -31,13 +31,19 @@ export async function readModelFileInfo(modelPath: string): Promise<ModelFileInf
         if (error instanceof EngineLoadError) throw error;
         const code = (error as NodeJS.ErrnoException).code;
         throw new EngineLoadError(
-            code === "ENOENT" ? `Model file ${modelPath} does not exist.` : `Model file ${modelPath} cannot be read (${code}).`,
+            code === "ENOENT"
+                ? `Model file ${modelPath} does not exist.`
+                : `Model file ${modelPath} cannot be read (${code}).`,
         );
     }
 
     let info: Awaited<ReturnType<typeof readGgufFileInfo>>;
     try {
-        info = await readGgufFileInfo(modelPath, { sourceType: "filesystem", logWarnings: false, spliceSplitFiles: false });
+        info = await readGgufFileInfo(modelPath, {
+            sourceType: "filesystem",
+            logWarnings: false,
+            spliceSplitFiles: false,
+        });
     } catch (error) {
         const reason = error instanceof Error ? error.message : String(error);
         throw new EngineLoadError(`Model file ${modelPath} is not a valid GGUF file: ${oneLine(reason)}`);
@@ -78,7 +84,12 @@ const ggmlTypeBlocks: Readonly<Record<number, readonly [bytes: number, elements:
 /** Every tensor's data must lie inside the file: catches truncated downloads and copies. */
 function checkTensorsInside(
     modelPath: string,
-    tensors: readonly { name: string; fileOffset: number | bigint; dimensions: readonly (number | bigint)[]; ggmlType: GgmlType }[],
+    tensors: readonly {
+        name: string;
+        fileOffset: number | bigint;
+        dimensions: readonly (number | bigint)[];
+        ggmlType: GgmlType;
+    }[],
     fileBytes: number,
 ): void {
     if (tensors.length === 0) throw new EngineLoadError(`Model file ${modelPath} has no tensors.`);
@@ -116,8 +127,12 @@ function mainWeightType(tensors: readonly { dimensions: readonly (number | bigin
     }
     let best: GgmlType | undefined;
     for (const [type, entry] of byType) {
-        const current = best === undefined ? undefined : byType.get(best)!;
-        if (!current || entry.count > current.count || (entry.count === current.count && entry.elements > current.elements)) {
+        const current = best === undefined ? undefined : byType.get(best);
+        if (
+            !current ||
+            entry.count > current.count ||
+            (entry.count === current.count && entry.elements > current.elements)
+        ) {
             best = type;
         }
     }

@@ -38,7 +38,10 @@ export class GreedyDraftTokenPredictor extends TokenPredictor {
         // the KV cache keeps what it shares with everything but the last token; the rest is evaluated below
         await this.draftSequence.adaptStateToTokens(state.slice(0, -1), false);
         const draft: Token[] = [];
-        for await (const token of this.draftSequence.evaluate(state.slice(this.draftSequence.nextTokenIndex), { temperature: 0, yieldEogToken: true })) {
+        for await (const token of this.draftSequence.evaluate(state.slice(this.draftSequence.nextTokenIndex), {
+            temperature: 0,
+            yieldEogToken: true,
+        })) {
             draft.push(token);
             if (draft.length >= length || this.draftSequence.model.isEogToken(token)) break;
         }

@@ -6,8 +6,8 @@
  * failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
  */
 import { type Token, TokenPredictor } from "node-llama-cpp";
-import { createSpecdraftClient } from "../validate/createSpecdraftClient.js";
-import type { DraftClient } from "../validate/types.js";
+import { createSpecdraftClient } from "../client/createDraftClient.js";
+import type { DraftClient } from "../client/types.js";
 
 /** How long one draft request may take before the drafter counts as failing. */
 export const defaultDraftTimeoutMs = 5000;
@@ -38,7 +38,10 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
 
     constructor(options: HttpDraftTokenPredictorOptions) {
         super();
-        this.client = createSpecdraftClient(options.url, { name: options.url, timeoutMs: options.timeoutMs ?? defaultDraftTimeoutMs });
+        this.client = createSpecdraftClient(options.url, {
+            name: options.url,
+            timeoutMs: options.timeoutMs ?? defaultDraftTimeoutMs,
+        });
         this.draftLength = options.draftLength;
         this.vocabSize = options.vocabSize;
         this.onFailure = options.onFailure;
@@ -69,7 +72,8 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
         const outcome = await this.client.draft(this.stateTokens, this.draftLength);
         if (!outcome.ok) return this.fail(`${outcome.failure}: ${outcome.message}`);
         const bad = outcome.draft.findIndex((id) => id >= this.vocabSize);
-        if (bad >= 0) return this.fail(`malformed: draft[${bad}] = ${outcome.draft[bad]}, expected 0 ≤ id < ${this.vocabSize}`);
+        if (bad >= 0)
+            return this.fail(`malformed: draft[${bad}] = ${outcome.draft[bad]}, expected 0 ≤ id < ${this.vocabSize}`);
         return outcome.draft as Token[];
     }
 

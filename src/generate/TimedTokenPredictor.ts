@@ -18,7 +18,11 @@ export class TimedTokenPredictor extends TokenPredictor {
         return this.waitedMs / 1000;
     }
 
-    reset(params: { targetSequence: LlamaContextSequence; stateTokens: Token[]; evaluateOptions: Readonly<SequenceEvaluateOptions> }): Promise<void> | void {
+    reset(params: {
+        targetSequence: LlamaContextSequence;
+        stateTokens: Token[];
+        evaluateOptions: Readonly<SequenceEvaluateOptions>;
+    }): Promise<void> | void {
         return this.inner.reset(params);
     }
 

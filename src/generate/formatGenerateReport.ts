@@ -14,10 +14,12 @@ export function formatGenerateReport(summary: GenerateSummary): string {
         ["τ (tokens per target step)", "1.00", summary.tau.toFixed(2)],
         ["draft tokens accepted / offered", "–", `${speculative.accepted} / ${speculative.drafted}`],
         ["draft time share", "–", `${(summary.draftTimeShare * 100).toFixed(1)} %`],
-        ["outputs identical", "", summary.identical ? "yes" : "NO"]
+        ["outputs identical", "", summary.identical ? "yes" : "NO"],
     ];
-    const widths = [0, 1, 2].map((column) => Math.max(...rows.map((row) => row[column]!.length)));
-    const lines = rows.map((row) => `${row[0].padEnd(widths[0]!)}  ${row[1].padStart(widths[1]!)}  ${row[2].padStart(widths[2]!)}`);
+    const widths = [0, 1, 2].map((column) => Math.max(...rows.map((row) => row[column].length)));
+    const lines = rows.map(
+        (row) => `${row[0].padEnd(widths[0])}  ${row[1].padStart(widths[1])}  ${row[2].padStart(widths[2])}`,
+    );
     const { maxTokens, draftLength, runs, gpu } = summary.settings;
     lines.push(`${summary.prompts.length} prompts × ${runs} runs, max ${maxTokens} tokens, k = ${draftLength}, ${gpu}`);
     return lines.join("\n");

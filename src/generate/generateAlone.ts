@@ -6,7 +6,11 @@ import type { GenerationRun } from "./types.js";
  * Generates up to `maxTokens` greedy tokens after `prompt` on `sequence` (a sequence without a token predictor).
  * The sequence's history is cleared first, so every run evaluates its prompt from scratch.
  */
-export async function generateAlone(sequence: LlamaContextSequence, prompt: readonly number[], maxTokens: number): Promise<GenerationRun> {
+export async function generateAlone(
+    sequence: LlamaContextSequence,
+    prompt: readonly number[],
+    maxTokens: number,
+): Promise<GenerationRun> {
     await sequence.clearHistory();
     const tokens: number[] = [];
     const started = performance.now();

@@ -24,7 +24,7 @@ export async function generateWithExactVerifier(
     predictor: TimedTokenPredictor,
     prompt: readonly number[],
     maxTokens: number,
-    draftLength: number
+    draftLength: number,
 ): Promise<GenerationRun> {
     await sequence.clearHistory();
     const model = sequence.model;
@@ -37,7 +37,11 @@ export async function generateWithExactVerifier(
     const started = performance.now();
 
     predictor.updateInputTokens(prompt.slice() as Token[]);
-    await predictor.reset({ targetSequence: sequence, stateTokens: prompt.slice() as Token[], evaluateOptions: { temperature: 0 } });
+    await predictor.reset({
+        targetSequence: sequence,
+        stateTokens: prompt.slice() as Token[],
+        evaluateOptions: { temperature: 0 },
+    });
     // tokens not yet in the target's KV cache; the last one is the one whose next token we need
     let pending: Token[] = prompt.slice() as Token[];
     try {
@@ -47,7 +51,7 @@ export async function generateWithExactVerifier(
             if (room < 0) break;
             const drafts = (await predictor.predictTokens()).slice(0, Math.min(draftLength, room));
             const input: ControlledEvaluateInputItem[] = pending.slice(0, -1);
-            input.push([pending[pending.length - 1]!, greedyNext]);
+            input.push([pending[pending.length - 1], greedyNext]);
             for (const draft of drafts) input.push([draft, greedyNext]);
             const outputs = await sequence.controlledEvaluate(input);
             targetSteps++;
@@ -65,7 +69,9 @@ export async function generateWithExactVerifier(
             accepted += stepAccepted;
             const rejected = drafts.length - stepAccepted;
             if (rejected > 0)
-                await sequence.eraseContextTokenRanges([{ start: sequence.nextTokenIndex - rejected, end: sequence.nextTokenIndex }]);
+                await sequence.eraseContextTokenRanges([
+                    { start: sequence.nextTokenIndex - rejected, end: sequence.nextTokenIndex },
+                ]);
 
             let finished = false;
             for (const token of stepTokens) {
@@ -78,7 +84,7 @@ export async function generateWithExactVerifier(
             }
             if (finished || tokens.length >= maxTokens) break;
             predictor.pushTokens(stepTokens);
-            pending = [stepTokens[stepTokens.length - 1]!];
+            pending = [stepTokens[stepTokens.length - 1]];
         }
     } finally {
         await predictor.stop();

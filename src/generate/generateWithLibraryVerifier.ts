@@ -18,7 +18,7 @@ export async function generateWithLibraryVerifier(
     sequence: LlamaContextSequence,
     predictor: TimedTokenPredictor,
     prompt: readonly number[],
-    maxTokens: number
+    maxTokens: number,
 ): Promise<GenerationRun> {
     await sequence.clearHistory();
     predictor.updateInputTokens(prompt.slice() as Token[]);
@@ -39,6 +39,6 @@ export async function generateWithLibraryVerifier(
         targetSteps: tokens.length - used,
         drafted: after.validated - before.validated + (after.refuted - before.refuted),
         accepted: used,
-        draftSeconds: predictor.waitedSeconds - waitedBefore
+        draftSeconds: predictor.waitedSeconds - waitedBefore,
     };
 }

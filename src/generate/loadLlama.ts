@@ -16,7 +16,9 @@ export async function loadLlama(gpu: GpuChoice): Promise<Llama> {
     if (gpu === "cuda" && llama.gpu !== "cuda") {
         const found = llama.gpu === false ? "the CPU" : llama.gpu;
         await llama.dispose();
-        throw new Error(`--gpu cuda: expected a CUDA build of llama.cpp, found ${found} (build one with \`npx node-llama-cpp source build --gpu cuda\`)`);
+        throw new Error(
+            `--gpu cuda: expected a CUDA build of llama.cpp, found ${found} (build one with \`npx node-llama-cpp source build --gpu cuda\`)`,
+        );
     }
     return llama;
 }

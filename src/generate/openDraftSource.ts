@@ -1,12 +1,18 @@
 /**
  * Opens one of the three draft sources as a node-llama-cpp TokenPredictor, after checking that its vocabulary is the
- * target's: a specdraft server over HTTP, an in-process draft GGUF, or prompt lookup (no model).
+ * target's (a server's from its `GET /info`, a GGUF's from its metadata): a specdraft server over HTTP, an in-process
+ * draft GGUF, or prompt lookup (no model).
  */
-import { DraftSequenceTokenPredictor, InputLookupTokenPredictor, type Llama, type TokenPredictor } from "node-llama-cpp";
-import { checkVocabularies } from "./checkVocabularies.js";
+import {
+    DraftSequenceTokenPredictor,
+    InputLookupTokenPredictor,
+    type Llama,
+    type TokenPredictor,
+} from "node-llama-cpp";
+import { withTrailingSlash } from "../client/createDraftClient.js";
+import { GenerateError } from "./errors.js";
 import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
-import { fetchDrafterInfo } from "./fetchDrafterInfo.js";
-import { HttpDraftTokenPredictor, defaultDraftTimeoutMs } from "./HttpDraftTokenPredictor.js";
+import { defaultDraftTimeoutMs, HttpDraftTokenPredictor } from "./HttpDraftTokenPredictor.js";
 import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import type { DraftSourceKind } from "./types.js";
 
@@ -48,7 +54,10 @@ export interface DraftSource {
 /** Vocabulary check first (no weights loaded yet for a mismatch), then the predictor. Throws GenerateError on mismatch. */
 export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourceOptions): Promise<DraftSource> {
     if (spec.kind === "ngram") {
-        const predictor = new InputLookupTokenPredictor({ patternLength: { min: 1 }, predictionLength: { min: 1, max: options.draftLength } });
+        const predictor = new InputLookupTokenPredictor({
+            patternLength: { min: 1 },
+            predictionLength: { min: 1, max: options.draftLength },
+        });
         return { kind: "ngram", label: "prompt-lookup", predictor, close: async () => predictor.dispose() };
     }
 
@@ -58,7 +67,9 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         try {
             fingerprint = (await fetchDrafterInfo(spec.url, timeoutMs)).vocabFingerprint;
         } catch (error) {
-            options.warn(`drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`);
+            options.warn(
+                `drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`,
+            );
         }
         if (fingerprint !== undefined) checkVocabularies(options.target, { label: spec.url, fingerprint });
         const predictor = new HttpDraftTokenPredictor({
@@ -67,16 +78,26 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             vocabSize: options.target.size,
             timeoutMs,
             onFailure: options.warn,
-            disabled: fingerprint === undefined
+            disabled: fingerprint === undefined,
         });
-        return { kind: "http", label: spec.url, vocabFingerprint: fingerprint, predictor, close: async () => predictor.dispose() };
+        return {
+            kind: "http",
+            label: spec.url,
+            vocabFingerprint: fingerprint,
+            predictor,
+            close: async () => predictor.dispose(),
+        };
     }
 
     const vocabulary = await readGgufVocabulary(spec.path);
     checkVocabularies(options.target, { label: spec.path, fingerprint: vocabulary.fingerprint });
     const model = await options.llama.loadModel({ modelPath: spec.path });
     try {
-        const context = await model.createContext({ contextSize: options.contextSize, sequences: 1, threads: options.threads });
+        const context = await model.createContext({
+            contextSize: options.contextSize,
+            sequences: 1,
+            threads: options.threads,
+        });
         const predictor =
             options.draftModelPredictor === "lock-step"
                 ? new GreedyDraftTokenPredictor(context.getSequence(), options.draftLength)
@@ -84,7 +105,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
                       // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
                       minTokens: options.draftLength,
                       maxTokens: options.draftLength,
-                      minConfidence: 0
+                      minConfidence: 0,
                   });
         return {
             kind: "model",
@@ -95,10 +116,67 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
                 predictor.dispose();
                 await context.dispose();
                 await model.dispose();
-            }
+            },
         };
     } catch (error) {
         await model.dispose();
         throw error;
     }
+}
+
+/**
+ * Refuses a drafter whose vocabulary is not the target's, since its token ids would stand for other text: throws
+ * `vocab_mismatch` naming both sides when the fingerprints differ.
+ */
+function checkVocabularies(
+    target: { label: string; fingerprint: string },
+    drafter: { label: string; fingerprint: string },
+): void {
+    if (target.fingerprint === drafter.fingerprint) return;
+    throw new GenerateError(
+        "vocab_mismatch",
+        `Vocabulary mismatch: the drafter ${drafter.label} has vocabulary fingerprint ${drafter.fingerprint.slice(0, 16)}…, ` +
+            `expected the target ${target.label}'s ${target.fingerprint.slice(0, 16)}…. ` +
+            "Speculative decoding needs a drafter built on the target's tokenizer.",
+    );
+}
+
+/** What a server's `GET /info` says about its drafter, as far as the vocabulary check needs. */
+interface DrafterInfo {
+    model: string;
+    vocabSize: number;
+    vocabFingerprint: string;
+}
+
+/**
+ * A specdraft server's model name and vocabulary from its `GET /info`. Throws with a message saying what failed
+ * (network, HTTP status, shape).
+ */
+async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<DrafterInfo> {
+    const url = new URL("info", withTrailingSlash(baseUrl)).href;
+    let response: Response;
+    try {
+        response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    } catch (error) {
+        const cause = (error as { cause?: { code?: string } }).cause;
+        throw new Error(`GET ${url}: ${cause?.code ?? (error as Error).message}`);
+    }
+    const text = await response.text();
+    if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}: ${text.slice(0, 200)}`);
+    let body: unknown;
+    try {
+        body = JSON.parse(text);
+    } catch {
+        throw new Error(`GET ${url}: answer is not JSON: ${text.slice(0, 80)}`);
+    }
+    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown };
+    if (typeof info.vocab_fingerprint !== "string" || typeof info.vocab_size !== "number")
+        throw new Error(
+            `GET ${url}: expected "vocab_fingerprint" (string) and "vocab_size" (number), found ${text.slice(0, 120)}`,
+        );
+    return {
+        model: typeof info.model === "string" ? info.model : "?",
+        vocabSize: info.vocab_size,
+        vocabFingerprint: info.vocab_fingerprint,
+    };
 }

@@ -5,8 +5,8 @@
  */
 import type { Llama, LlamaContext, LlamaModel } from "node-llama-cpp";
 import { defaultThreads } from "../engine/defaultThreads.js";
-import { GenerateError } from "./errors.js";
 import { comparePromptRuns } from "./comparePromptRuns.js";
+import { GenerateError } from "./errors.js";
 import { generateAlone } from "./generateAlone.js";
 import { generateWithExactVerifier } from "./generateWithExactVerifier.js";
 import { generateWithLibraryVerifier } from "./generateWithLibraryVerifier.js";
@@ -88,10 +88,11 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         const model = targetModel;
         const prompts = options.prompts.map((prompt) => ({
             ...prompt,
-            tokens: Array.isArray(prompt.tokens) ? prompt.tokens : model.tokenize(prompt.tokens.text)
+            tokens: Array.isArray(prompt.tokens) ? prompt.tokens : model.tokenize(prompt.tokens.text),
         }));
         for (const prompt of prompts) checkPrompt(prompt.id, prompt.tokens, targetVocabulary.size);
-        const contextSize = options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
+        const contextSize =
+            options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
 
         source = await openDraftSource(options.draft, {
             draftLength,
@@ -101,7 +102,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             contextSize,
             threads,
             timeoutMs: options.timeoutMs,
-            warn
+            warn,
         });
         const predictor = new TimedTokenPredictor(source.predictor);
 
@@ -113,7 +114,9 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         contexts.push(speculativeContext);
         const aloneSequence = aloneContext.getSequence();
         const speculativeSequence =
-            verifier === "node-llama-cpp" ? speculativeContext.getSequence({ tokenPredictor: predictor }) : speculativeContext.getSequence();
+            verifier === "node-llama-cpp"
+                ? speculativeContext.getSequence({ tokenPredictor: predictor })
+                : speculativeContext.getSequence();
 
         const speculate = (tokens: number[]): Promise<GenerationRun> =>
             verifier === "node-llama-cpp"
@@ -147,8 +150,15 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             target: { path: options.target, vocabFingerprint: targetVocabulary.fingerprint },
             draft: { kind: source.kind, source: source.label, vocabFingerprint: source.vocabFingerprint },
             verifier,
-            settings: { maxTokens, draftLength, runs, gpu: llama.gpu === false ? "cpu" : llama.gpu, contextSize, threads },
-            warnings
+            settings: {
+                maxTokens,
+                draftLength,
+                runs,
+                gpu: llama.gpu === false ? "cpu" : llama.gpu,
+                contextSize,
+                threads,
+            },
+            warnings,
         });
     } finally {
         await source?.close();
@@ -159,8 +169,12 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
 }
 
 function checkPrompt(id: string, tokens: readonly number[], vocabSize: number): void {
-    if (tokens.length === 0) throw new GenerateError("bad_input", `prompt ${JSON.stringify(id)}: expected at least one token, found none`);
+    if (tokens.length === 0)
+        throw new GenerateError("bad_input", `prompt ${JSON.stringify(id)}: expected at least one token, found none`);
     const bad = tokens.findIndex((token) => !Number.isSafeInteger(token) || token < 0 || token >= vocabSize);
     if (bad >= 0)
-        throw new GenerateError("bad_input", `prompt ${JSON.stringify(id)}: token ${bad} is ${tokens[bad]}, expected 0 ≤ id < ${vocabSize} (the target's vocabulary)`);
+        throw new GenerateError(
+            "bad_input",
+            `prompt ${JSON.stringify(id)}: token ${bad} is ${tokens[bad]}, expected 0 ≤ id < ${vocabSize} (the target's vocabulary)`,
+        );
 }

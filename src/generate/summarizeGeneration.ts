@@ -3,7 +3,7 @@ import type { GenerateSummary, GenerationRun, ModeTotals, PromptResult } from ".
 
 export function summarizeGeneration(
     prompts: PromptResult[],
-    about: Pick<GenerateSummary, "target" | "draft" | "verifier" | "settings" | "warnings">
+    about: Pick<GenerateSummary, "target" | "draft" | "verifier" | "settings" | "warnings">,
 ): GenerateSummary {
     const alone = totals(prompts.flatMap((p) => p.alone));
     const speculative = totals(prompts.flatMap((p) => p.speculative));
@@ -16,7 +16,7 @@ export function summarizeGeneration(
         tau: ratio(speculative.tokens, speculative.targetSteps),
         draftTimeShare: ratio(speculative.draftSeconds, speculative.seconds),
         identical: prompts.every((p) => p.identical),
-        finishedAt: new Date().toISOString()
+        finishedAt: new Date().toISOString(),
     };
 }
 
@@ -31,7 +31,7 @@ function totals(runs: GenerationRun[]): ModeTotals {
         targetSteps: sum((run) => run.targetSteps),
         drafted: sum((run) => run.drafted),
         accepted: sum((run) => run.accepted),
-        draftSeconds: sum((run) => run.draftSeconds)
+        draftSeconds: sum((run) => run.draftSeconds),
     };
 }
 

@@ -62,7 +62,14 @@ export interface GenerateSummary {
     target: { path: string; vocabFingerprint: string };
     draft: { kind: DraftSourceKind; source: string; vocabFingerprint?: string };
     verifier: VerifierKind;
-    settings: { maxTokens: number; draftLength: number; runs: number; gpu: string; contextSize: number; threads?: number };
+    settings: {
+        maxTokens: number;
+        draftLength: number;
+        runs: number;
+        gpu: string;
+        contextSize: number;
+        threads?: number;
+    };
     prompts: PromptResult[];
     alone: ModeTotals;
     speculative: ModeTotals;

@@ -4,7 +4,7 @@
  */
 
 import type { DraftEngine } from "../engine/types.js";
-import { apiError, type ApiError } from "./errors.js";
+import { type ApiError, apiError } from "./errors.js";
 import { retryAfterSeconds } from "./serveDefaults.js";
 
 export type SlotStatus = "loading" | "ok" | "stopping";

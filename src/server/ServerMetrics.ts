@@ -10,7 +10,9 @@ import type { EngineObserver } from "../engine/types.js";
 /** Latency buckets in seconds: drafts take milliseconds on a GPU and up to seconds on a small CPU. */
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 /** Per-step times in seconds: a decode step takes ~0.1–10 ms on a GPU, up to ~100 ms on a small CPU. */
-const stepBuckets = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25];
+const stepBuckets = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25,
+];
 /** Sequences per llama_decode: powers of two up to the largest stream counts we run. */
 const batchBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 

@@ -12,9 +12,9 @@ import { draftRoutes } from "./routes/draftRoutes.js";
 import { healthRoutes } from "./routes/healthRoutes.js";
 import { infoRoutes } from "./routes/infoRoutes.js";
 import { metricsRoutes } from "./routes/metricsRoutes.js";
+import { ServerMetrics } from "./ServerMetrics.js";
 import type { ErrorResponse } from "./schemas/errorSchemas.js";
 import { sharedSchemas } from "./schemas/sharedSchemas.js";
-import { ServerMetrics } from "./ServerMetrics.js";
 import { defaultBodyLimit, defaultDraftLength } from "./serveDefaults.js";
 import { toApiError } from "./toApiError.js";
 
@@ -72,7 +72,7 @@ export function buildApp(options: AppOptions = {}): App {
     });
 
     app.setNotFoundHandler((request) => {
-        throw apiError("not_found", { method: request.method, url: request.url.split("?")[0]! });
+        throw apiError("not_found", { method: request.method, url: request.url.split("?")[0] });
     });
 
     // on shutdown, close each connection after its answer; a kept-alive socket would hold app.close() for the
@@ -82,7 +82,12 @@ export function buildApp(options: AppOptions = {}): App {
     });
 
     app.addHook("onResponse", async (request, reply) => {
-        metrics.recordRequest(request.routeOptions.url ?? "unmatched", request.method, reply.statusCode, reply.elapsedTime / 1000);
+        metrics.recordRequest(
+            request.routeOptions.url ?? "unmatched",
+            request.method,
+            reply.statusCode,
+            reply.elapsedTime / 1000,
+        );
     });
 
     app.register(healthRoutes, { slot });

@@ -39,12 +39,16 @@ export async function buildOpenApiDocument(): Promise<JsonObject> {
         if (schema.description !== undefined) operation.description = schema.description;
         if (schema.tags !== undefined) operation.tags = schema.tags;
         if (schema.body !== undefined) {
-            operation.requestBody = { required: true, content: { "application/json": { schema: toOpenApi(schema.body) } } };
+            operation.requestBody = {
+                required: true,
+                content: { "application/json": { schema: toOpenApi(schema.body) } },
+            };
         }
         const responses: JsonObject = {};
         for (const [status, body] of Object.entries((schema.response ?? {}) as Record<string, unknown>)) {
             const json = toOpenApi(body) as JsonObject;
-            const contentType = status === "200" && schema.produces !== undefined ? schema.produces[0]! : "application/json";
+            const contentType =
+                status === "200" && schema.produces !== undefined ? schema.produces[0] : "application/json";
             const response: JsonObject = {
                 description: statusText[status] ?? status,
                 content: { [contentType]: { schema: json } },
@@ -61,7 +65,8 @@ export async function buildOpenApiDocument(): Promise<JsonObject> {
         }
         const methods = Array.isArray(route.method) ? route.method : [route.method];
         for (const method of methods) {
-            const item = (paths[route.url] ??= {}) as JsonObject;
+            paths[route.url] ??= {};
+            const item = paths[route.url] as JsonObject;
             item[method.toLowerCase()] = { ...operation, responses };
         }
     }

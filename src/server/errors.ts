@@ -77,10 +77,15 @@ export const errorCatalog = {
 export type ErrorCode = keyof typeof errorCatalog;
 
 /** The `{name}` slots of a template, as a union of names. */
-type TemplateSlots<T extends string> = T extends `${string}{${infer Slot}}${infer Rest}` ? Slot | TemplateSlots<Rest> : never;
+type TemplateSlots<T extends string> = T extends `${string}{${infer Slot}}${infer Rest}`
+    ? Slot | TemplateSlots<Rest>
+    : never;
 
 /** The values an error of `code` needs for its message. */
-export type ErrorParams<C extends ErrorCode> = Record<TemplateSlots<(typeof errorCatalog)[C]["template"]>, string | number>;
+export type ErrorParams<C extends ErrorCode> = Record<
+    TemplateSlots<(typeof errorCatalog)[C]["template"]>,
+    string | number
+>;
 
 /** An error answered to the client as `{"error": {code, message}}` with the catalog's status. */
 export class ApiError extends Error {

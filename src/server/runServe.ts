@@ -51,7 +51,9 @@ export async function runServe(
             stopping = true;
             // EngineLoadError already names the file
             const reason = describe(error, options);
-            io.err.write(`specdraft serve: ${error instanceof EngineLoadError ? reason : `cannot load ${options.modelPath}: ${reason}`}\n`);
+            io.err.write(
+                `specdraft serve: ${error instanceof EngineLoadError ? reason : `cannot load ${options.modelPath}: ${reason}`}\n`,
+            );
             server.close().finally(() => resolve(1));
         });
     });
@@ -62,7 +64,8 @@ export async function runServe(
 /** One line saying what went wrong. */
 function describe(error: unknown, options: ServeOptions): string {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === "EADDRINUSE") return `cannot listen on ${options.host}:${options.port}: the address is already in use.`;
+    if (code === "EADDRINUSE")
+        return `cannot listen on ${options.host}:${options.port}: the address is already in use.`;
     if (code === "EACCES") return `cannot listen on ${options.host}:${options.port}: permission denied.`;
     const message = error instanceof Error ? error.message : String(error);
     return message.replace(/\s+/g, " ").trim();

@@ -5,9 +5,9 @@
 
 import type { AddressInfo } from "node:net";
 import type { GpuChoice, LoadEngineOptions } from "../engine/loadEngine.js";
-import type { DraftEngine } from "../engine/types.js";
-import { buildApp, type App } from "./buildApp.js";
 import { readModelFileInfo } from "../engine/readModelFileInfo.js";
+import type { DraftEngine } from "../engine/types.js";
+import { type App, buildApp } from "./buildApp.js";
 
 /** src/engine/loadEngine.ts's loadEngine, or a stand-in for tests. */
 export type EngineLoader = (options: LoadEngineOptions) => Promise<DraftEngine>;
@@ -55,7 +55,11 @@ export interface RunningServer extends App {
 /** Token drafted from at warm-up: id 0 exists in every vocabulary. */
 const warmUpContext = [0];
 
-export async function startServer(options: ServeOptions, loadEngine: EngineLoader, io: ServerIo): Promise<RunningServer> {
+export async function startServer(
+    options: ServeOptions,
+    loadEngine: EngineLoader,
+    io: ServerIo,
+): Promise<RunningServer> {
     // a missing, corrupt or truncated model ends serve here, in one line, before the port opens
     const model = await readModelFileInfo(options.modelPath);
 
@@ -67,7 +71,9 @@ export async function startServer(options: ServeOptions, loadEngine: EngineLoade
     const { app, slot, metrics } = built;
     await app.listen({ host: options.host, port: options.port });
     const url = formatUrl(app.server.address() as AddressInfo);
-    io.err.write(`specdraft: listening at ${url}, loading ${options.modelPath} (${model.architecture}, ${formatBytes(model.fileBytes)})…\n`);
+    io.err.write(
+        `specdraft: listening at ${url}, loading ${options.modelPath} (${model.architecture}, ${formatBytes(model.fileBytes)})…\n`,
+    );
 
     let engine: DraftEngine | undefined;
     const ready = (async () => {
@@ -81,7 +87,9 @@ export async function startServer(options: ServeOptions, loadEngine: EngineLoade
             ...(options.threads === undefined ? {} : { threads: options.threads }),
         });
         if (options.draftLength + 1 > engine.info.contextSize) {
-            throw new Error(`--draft-len ${options.draftLength} does not fit the context size ${engine.info.contextSize}`);
+            throw new Error(
+                `--draft-len ${options.draftLength} does not fit the context size ${engine.info.contextSize}`,
+            );
         }
         await engine.draft(warmUpContext, 1);
         slot.fill(engine);

@@ -41,7 +41,11 @@ export function toApiError(error: unknown, request: FastifyRequest, context: Err
 function fromEngineError(error: EngineError): ApiError {
     switch (error.code) {
         case "queue_full":
-            return apiError("queue_full", { retryAfter: retryAfterSeconds }, { "retry-after": String(retryAfterSeconds) });
+            return apiError(
+                "queue_full",
+                { retryAfter: retryAfterSeconds },
+                { "retry-after": String(retryAfterSeconds) },
+            );
         case "context_overflow":
         case "invalid_token":
             // the route checks both before drafting; this is the engine's own wording of the same problem
@@ -64,16 +68,17 @@ function fromValidation(
     if (first === undefined) return apiError("invalid_body", { path: "body", problem: "is invalid" });
     const path = first.instancePath;
     const tokenList = /^\/(tokens|prefix)$/.exec(path);
-    if (tokenList !== null && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList[1]! });
+    if (tokenList !== null && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList[1] });
     const tokenItem = /^\/(?:tokens|prefix)\/(\d+)$/.exec(path);
     if (tokenItem !== null) {
         return apiError("invalid_token", {
             id: describeValue(valueAt(request.body, path)),
-            index: tokenItem[1]!,
+            index: tokenItem[1],
             vocabSize: context.vocabSize ?? "?",
         });
     }
-    if (path === "/n") return apiError("invalid_draft_length", { n: describeValue(valueAt(request.body, path)), max: maxDraftLength });
+    if (path === "/n")
+        return apiError("invalid_draft_length", { n: describeValue(valueAt(request.body, path)), max: maxDraftLength });
     return apiError("invalid_body", {
         path: path === "" ? "body" : path.slice(1).replaceAll("/", "."),
         problem: first.message ?? "is invalid",

@@ -1,6 +1,7 @@
 /** The table `specdraft validate` prints at the end: one column per server, side by side. */
 import type { WalkSummary } from "./types.js";
 
+/** One row per figure, one column per server, columns aligned. */
 export function formatComparisonTable(summaries: readonly WalkSummary[]): string {
     const rows: [string, (s: WalkSummary) => string][] = [
         ["τ", (s) => fixed(s.tau, 4)],
@@ -12,12 +13,15 @@ export function formatComparisonTable(summaries: readonly WalkSummary[]): string
         ["p50 latency ms", (s) => fixed(s.latency_ms.p50, 1)],
         ["p95 latency ms", (s) => fixed(s.latency_ms.p95, 1)],
         ["serving s", (s) => fixed(s.serving_seconds, 1)],
-        ["failures", (s) => String(s.failures.total)]
+        ["failures", (s) => String(s.failures.total)],
     ];
     const header = ["", ...summaries.map((s) => s.server.name)];
     const body = rows.map(([label, cell]) => [label, ...summaries.map(cell)]);
     const widths = header.map((_, column) => Math.max(...[header, ...body].map((row) => row[column].length)));
-    const line = (row: string[]): string => row.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join("  ");
+    const line = (row: string[]): string =>
+        row
+            .map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column])))
+            .join("  ");
     const rule = widths.map((w) => "─".repeat(w)).join("  ");
     return [line(header), rule, ...body.map(line)].join("\n");
 }

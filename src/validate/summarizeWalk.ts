@@ -2,14 +2,15 @@
  * Reduces a walk to the figures summary.json holds: τ = Σ L ÷ Σ steps, τ-macro = mean of L ÷ steps, per-category τ,
  * the histogram of accepted lengths a = 0..k, per-position acceptance P(d[i] ok | d[0..i−1] ok), latency and failures.
  */
-import { percentile } from "./percentile.js";
-import { draftFailureKinds, type CategorySummary, type PositionAcceptance, type WalkResult, type WalkSummary } from "./types.js";
+import { draftFailureKinds } from "../client/types.js";
+import type { CategorySummary, PositionAcceptance, WalkResult, WalkSummary } from "./types.js";
 
 /** Category name for conversations whose line had no "category". */
 export const uncategorized = "uncategorized";
 /** Bars in the latency distribution plot. Defaults to `20`. */
 export const latencyHistogramBins = 20;
 
+/** What summary.json records besides the walk itself. */
 export interface SummarizeOptions {
     /** The data file and how many of its lines were rejected, recorded in the summary. */
     data?: { file: string; rejectedLines: number };
@@ -17,6 +18,7 @@ export interface SummarizeOptions {
     createdAt?: Date;
 }
 
+/** The summary.json figures of one server's walk. */
 export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}): WalkSummary {
     const k = result.draftLength;
     const histogram = new Array<number>(k + 1).fill(0);
@@ -64,11 +66,16 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
         position,
         attempts: n,
         accepted: acceptedAt[position],
-        rate: n > 0 ? acceptedAt[position] / n : null
+        rate: n > 0 ? acceptedAt[position] / n : null,
     }));
     const perCategory: Record<string, CategorySummary> = {};
     for (const [name, c] of [...categories].sort(([a], [b]) => a.localeCompare(b)))
-        perCategory[name] = { tau: c.steps > 0 ? c.tokens / c.steps : null, tokens: c.tokens, steps: c.steps, samples: c.samples };
+        perCategory[name] = {
+            tau: c.steps > 0 ? c.tokens / c.steps : null,
+            tokens: c.tokens,
+            steps: c.steps,
+            samples: c.samples,
+        };
 
     const summary: WalkSummary = {
         metric: "mean_acceptance_length",
@@ -89,14 +96,14 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
             p95: roundMs(percentile(latencies, 95)),
             p99: roundMs(percentile(latencies, 99)),
             mean: roundMs(latencies.length > 0 ? latencies.reduce((sum, x) => sum + x, 0) / latencies.length : null),
-            max: roundMs(latencies.length > 0 ? latencies[latencies.length - 1] : null)
+            max: roundMs(latencies.length > 0 ? latencies[latencies.length - 1] : null),
         },
         latency_histogram_ms: latencyHistogram(latencies),
         serving_seconds: result.servingSeconds,
         failures,
         concurrency: result.concurrency,
         timeout_ms: result.timeoutMs,
-        created_at: (options.createdAt ?? new Date()).toISOString()
+        created_at: (options.createdAt ?? new Date()).toISOString(),
     };
     if (options.data) summary.data = { file: options.data.file, rejected_lines: options.data.rejectedLines };
     return summary;
@@ -124,4 +131,16 @@ function niceStep(x: number): number {
 
 function roundMs(ms: number | null): number | null {
     return ms === null ? null : Math.round(ms * 1000) / 1000;
+}
+
+/**
+ * The `p`-th percentile (0 ≤ p ≤ 100) of `sortedValues` (ascending), or null for no values: linear interpolation
+ * between closest ranks (numpy's default). The benches report their latencies with it too.
+ */
+export function percentile(sortedValues: readonly number[], p: number): number | null {
+    if (sortedValues.length === 0) return null;
+    const rank = (p / 100) * (sortedValues.length - 1);
+    const below = Math.floor(rank);
+    const above = Math.min(below + 1, sortedValues.length - 1);
+    return sortedValues[below] + (sortedValues[above] - sortedValues[below]) * (rank - below);
 }

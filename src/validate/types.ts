@@ -1,9 +1,11 @@
 /**
- * Shared types of the validator: held-out conversations, draft servers, the walk's records and the summary it writes.
+ * Shared types of the validator: held-out conversations, the walk's records and the summary it writes.
  *
- * A conversation's path: JSONL line (parseHeldOutLine) → walkConversation asks a DraftClient for drafts step by step →
- * WalkResult per server (walkHeldOut) → summarizeWalk → summary.json / report.html / the terminal table.
+ * A conversation's path: JSONL line (parseHeldOutLine) → walkConversation asks a DraftClient (src/client) for drafts
+ * step by step → WalkResult per server (walkHeldOut) → summarizeWalk → summary.json / report.html / the terminal table.
  */
+
+import type { DraftFailureKind } from "../client/types.js";
 
 /** One held-out conversation: the prompt and the target model's greedy continuation of it. */
 export interface Conversation {
@@ -21,36 +23,6 @@ export interface RejectedLine {
     /** 1-based. */
     lineNumber: number;
     message: string;
-}
-
-/** Why a draft request did not give a usable draft. Each one is scored as an empty draft. */
-export type DraftFailureKind =
-    /** No answer within the timeout. */
-    | "timeout"
-    /** The server answered with a non-2xx status. */
-    | "http"
-    /** The connection failed (refused, reset). */
-    | "network"
-    /** A 2xx answer that was not the protocol's JSON (no draft array, non-integer ids, more ids than asked). */
-    | "malformed";
-
-export const draftFailureKinds: readonly DraftFailureKind[] = ["timeout", "http", "network", "malformed"];
-
-/** What one draft request gave. */
-export type DraftOutcome =
-    | { ok: true; draft: number[]; latencyMs: number }
-    | { ok: false; failure: DraftFailureKind; message: string; latencyMs: number };
-
-/** A draft server speaking one protocol. */
-export interface DraftClient {
-    /** Short name for tables and report folders. */
-    readonly name: string;
-    /** The server's base URL as given (with its protocol prefix, if any). */
-    readonly url: string;
-    /** How long one request may take, whole answer included; longer counts as a `timeout` failure. */
-    readonly timeoutMs: number;
-    /** Asks for `n` greedy draft tokens after `tokens`. Never throws: failures come back as outcomes. */
-    draft(tokens: readonly number[], n: number): Promise<DraftOutcome>;
 }
 
 /** One step of the walk. */
@@ -94,6 +66,7 @@ export interface PositionAcceptance {
     rate: number | null;
 }
 
+/** τ and its counts over one category's conversations. */
 export interface CategorySummary {
     tau: number | null;
     tokens: number;

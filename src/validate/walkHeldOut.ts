@@ -1,15 +1,26 @@
 /**
- * Walks a held-out set against one server: conversations run concurrently (a fixed pool of workers takes the next
- * conversation as it finishes one), each conversation's steps strictly in order.
+ * The validator's walk, exactly as speculative decoding with a greedy target would advance through a conversation:
+ *
+ *     pos = 0
+ *     while pos < L:
+ *         d = draft(P + C[0:pos], k)
+ *         a = leading i < min(k, L − pos) with d[i] == C[pos + i]   (stops at the first mismatch)
+ *         pos += min(a + 1, L − pos)                                (the target's own token comes free)
+ *         steps += 1
+ *
+ * A failed, timed-out or malformed answer is scored as an empty draft (a = 0) and recorded with its failure kind.
+ * A held-out set is walked against one server with conversations running concurrently (a fixed pool of workers takes
+ * the next conversation as it finishes one), each conversation's steps strictly in order.
  */
-import { walkConversation } from "./walkConversation.js";
-import type { Conversation, ConversationWalk, DraftClient, DraftFailureKind, WalkResult } from "./types.js";
+import type { DraftClient, DraftFailureKind } from "../client/types.js";
+import type { Conversation, ConversationWalk, WalkResult, WalkStep } from "./types.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 export const defaultConcurrency = 32;
 /** Draft tokens asked for per request (k). Defaults to `16`. */
 export const defaultDraftLength = 16;
 
+/** How to walk: draft length, concurrency, progress. */
 export interface WalkHeldOutOptions {
     /** Draft tokens per request (k). Defaults to `16`. */
     draftLength?: number;
@@ -19,11 +30,18 @@ export interface WalkHeldOutOptions {
     onProgress?: (advanced: number, failure: DraftFailureKind | undefined) => void;
 }
 
-export async function walkHeldOut(conversations: readonly Conversation[], client: DraftClient, options: WalkHeldOutOptions = {}): Promise<WalkResult> {
+/** Walks every conversation against `client`; the result keeps them in input order. */
+export async function walkHeldOut(
+    conversations: readonly Conversation[],
+    client: DraftClient,
+    options: WalkHeldOutOptions = {},
+): Promise<WalkResult> {
     const draftLength = options.draftLength ?? defaultDraftLength;
     const concurrency = options.concurrency ?? defaultConcurrency;
-    if (!Number.isInteger(draftLength) || draftLength < 1) throw new Error(`draft length: expected an integer ≥ 1, found ${draftLength}`);
-    if (!Number.isInteger(concurrency) || concurrency < 1) throw new Error(`concurrency: expected an integer ≥ 1, found ${concurrency}`);
+    if (!Number.isInteger(draftLength) || draftLength < 1)
+        throw new Error(`draft length: expected an integer ≥ 1, found ${draftLength}`);
+    if (!Number.isInteger(concurrency) || concurrency < 1)
+        throw new Error(`concurrency: expected an integer ≥ 1, found ${concurrency}`);
 
     const walks: ConversationWalk[] = new Array<ConversationWalk>(conversations.length);
     let next = 0;
@@ -31,7 +49,7 @@ export async function walkHeldOut(conversations: readonly Conversation[], client
         while (next < conversations.length) {
             const index = next++;
             walks[index] = await walkConversation(conversations[index], client, draftLength, (step, advanced) =>
-                options.onProgress?.(advanced, step.failure)
+                options.onProgress?.(advanced, step.failure),
             );
         }
     };
@@ -44,6 +62,38 @@ export async function walkHeldOut(conversations: readonly Conversation[], client
         concurrency,
         timeoutMs: client.timeoutMs,
         conversations: walks,
-        servingSeconds
+        servingSeconds,
     };
+}
+
+/** Walks `conversation` against `client` with drafts of `draftLength` tokens; calls `onStep` after each step. */
+async function walkConversation(
+    conversation: Conversation,
+    client: DraftClient,
+    draftLength: number,
+    onStep?: (step: WalkStep, advanced: number) => void,
+): Promise<ConversationWalk> {
+    const prompt = conversation.promptTokens;
+    const continuation = conversation.continuationTokens;
+    const length = continuation.length;
+    const steps: WalkStep[] = [];
+    let pos = 0;
+    while (pos < length) {
+        const context = prompt.concat(continuation.slice(0, pos));
+        const outcome = await client.draft(context, draftLength);
+        const cap = Math.min(draftLength, length - pos);
+        const draft = outcome.ok ? outcome.draft : [];
+        let accepted = 0;
+        while (accepted < cap && accepted < draft.length && draft[accepted] === continuation[pos + accepted])
+            accepted++;
+        const advanced = Math.min(accepted + 1, length - pos);
+        pos += advanced;
+        const step: WalkStep = { accepted, cap, latencyMs: outcome.latencyMs };
+        if (!outcome.ok) step.failure = outcome.failure;
+        steps.push(step);
+        onStep?.(step, advanced);
+    }
+    const walk: ConversationWalk = { id: conversation.id, tokens: length, steps };
+    if (conversation.category !== undefined) walk.category = conversation.category;
+    return walk;
 }

@@ -14,6 +14,7 @@ export interface WrittenReport {
     comparison?: string;
 }
 
+/** Writes the files for `summaries` (one per server, in order) under `dir`, creating it. */
 export async function writeReport(dir: string, summaries: readonly WalkSummary[]): Promise<WrittenReport> {
     await mkdir(dir, { recursive: true });
     if (summaries.length === 1) {
@@ -50,8 +51,8 @@ export async function writeReport(dir: string, summaries: readonly WalkSummary[]
             requests_per_second: s.requests_per_second,
             latency_ms: s.latency_ms,
             serving_seconds: s.serving_seconds,
-            failures: s.failures
-        }))
+            failures: s.failures,
+        })),
     };
     written.comparison = path.join(dir, "comparison.json");
     await writeAtomically(written.comparison, `${JSON.stringify(comparison, null, 2)}\n`);

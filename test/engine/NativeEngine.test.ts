@@ -80,12 +80,12 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
     const reference = await draftConversationsAlone(alone.engine, prompts, rounds, n, 5);
     assert.equal(alone.counters.reused, 0, "the reference engine must not reuse prefixes");
     // drafts vary from prompt to prompt (a model that always says the same thing would prove nothing)
-    assert.ok(new Set(reference.drafts[0]!.map((d) => d.join(","))).size > 28);
+    assert.ok(new Set(reference.drafts[0].map((d) => d.join(","))).size > 28);
 
     const batched = await openEngine(t, { streams: 32 });
     const tokenCount = (requests: readonly number[][]) => requests.reduce((sum, request) => sum + request.length, 0);
     for (let r = 0; r < rounds; r++) {
-        const requests = reference.requests[r]!;
+        const requests = reference.requests[r];
         const before = { ...batched.counters };
         const drafts = await Promise.all(requests.map((request) => batched.engine.draft(request, n)));
         assert.deepEqual(drafts, reference.drafts[r], `round ${r}: batched drafts differ from drafts alone`);
@@ -97,12 +97,15 @@ test("a draft alone == the same request among 32 concurrent ones == the same req
         } else {
             // each conversation evaluates only what follows its cached context: accepted draft tokens + 1
             assert.ok(evaluated <= requests.length * (n + 1), `round ${r}: evaluated ${evaluated} tokens`);
-            assert.ok(reused >= tokenCount(reference.requests[r - 1]!), `round ${r}: reused only ${reused} tokens`);
+            assert.ok(reused >= tokenCount(reference.requests[r - 1]), `round ${r}: reused only ${reused} tokens`);
         }
     }
     // one decode per step for all 32 sequences (plus the prefill), not one per sequence
     const steps = batched.counters.decodes.filter(([tokens, sequences]) => tokens === 32 && sequences === 32);
-    assert.ok(steps.length >= rounds * (n - 1), `expected batched steps, got ${JSON.stringify(batched.counters.decodes.slice(0, 20))}`);
+    assert.ok(
+        steps.length >= rounds * (n - 1),
+        `expected batched steps, got ${JSON.stringify(batched.counters.decodes.slice(0, 20))}`,
+    );
     assert.ok(batched.counters.maxQueueDepth >= 32);
 });
 
@@ -115,8 +118,8 @@ test("requests joining while others draft (prefill and draft steps in one decode
     const batched = await openEngine(t, { streams: 17 });
     // A long "carrier" draft is certainly in flight (a 2-token tick beside it has resolved) when the requests start
     // arriving, so at least the first one's prefill shares a decode with draft steps whatever the CPU's speed.
-    const carried = batched.engine.draft(carrier!, 300);
-    await batched.engine.draft(tick!, 2);
+    const carried = batched.engine.draft(carrier, 300);
+    await batched.engine.draft(tick, 2);
     const drafts: Promise<number[]>[] = [];
     for (const prompt of prompts) {
         drafts.push(batched.engine.draft(prompt, 24));
@@ -160,13 +163,13 @@ test("prompts longer than one llama_decode batch are split over several decodes 
 test("endId stops the draft right after that token", async (t) => {
     const { engine } = await openEngine(t);
     const [prompt] = randomPrompts(1, 4000, 31);
-    const full = await engine.draft(prompt!, 16);
+    const full = await engine.draft(prompt, 16);
     const stop = full.findIndex((token, i) => i >= 2 && !full.slice(0, i).includes(token));
     assert.ok(stop >= 2);
-    assert.deepEqual(await engine.draft(prompt!, 16, { endId: full[stop] }), full.slice(0, stop + 1));
+    assert.deepEqual(await engine.draft(prompt, 16, { endId: full[stop] }), full.slice(0, stop + 1));
     // an endId that never comes changes nothing
-    const absent = [...Array(4003).keys()].find((id) => !full.includes(id))!;
-    assert.deepEqual(await engine.draft(prompt!, 16, { endId: absent }), full);
+    const absent = [...Array(4003).keys()].find((id) => !full.includes(id));
+    assert.deepEqual(await engine.draft(prompt, 16, { endId: absent }), full);
 });
 
 test("bad input: context overflow, invalid token ids, empty prompt", async (t) => {
@@ -190,24 +193,30 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     await assert.rejects(engine.draft([1, 2, 3], 4, { signal: AbortSignal.abort() }), isEngineError("aborted"));
 
     const [long, other, tick] = randomPrompts(3, 4000, 41);
-    const expectedOther = await engine.draft(other!, 300);
+    const expectedOther = await engine.draft(other, 300);
     const controller = new AbortController();
     counters.decodes.length = 0;
-    const aborted = engine.draft(long!, 300, { signal: controller.signal });
-    const neighbour = engine.draft(other!, 300);
+    const aborted = engine.draft(long, 300, { signal: controller.signal });
+    const neighbour = engine.draft(other, 300);
     // abort mid-draft: once a 2-token "tick" drafted beside them has resolved, the run holding all three has decoded
     // steps (no fixed sleep: how many steps a few ms hold depends on the CPU path and the machine's load)
-    await engine.draft(tick!, 2);
+    await engine.draft(tick, 2);
     controller.abort();
     await assert.rejects(aborted, isEngineError("aborted"));
     assert.deepEqual(await neighbour, expectedOther);
     // after the abort the steps carry only the neighbour
     const twoSequenceSteps = counters.decodes.filter(([tokens, sequences]) => tokens === 2 && sequences === 2).length;
-    assert.ok(counters.decodes.some(([, sequences]) => sequences >= 2), `both requests were in one round ${JSON.stringify(counters.decodes.slice(0, 4))}`);
-    assert.ok(counters.decodes.some(([tokens, sequences]) => tokens === 1 && sequences === 1), "the aborted sequence left the batch");
+    assert.ok(
+        counters.decodes.some(([, sequences]) => sequences >= 2),
+        `both requests were in one round ${JSON.stringify(counters.decodes.slice(0, 4))}`,
+    );
+    assert.ok(
+        counters.decodes.some(([tokens, sequences]) => tokens === 1 && sequences === 1),
+        "the aborted sequence left the batch",
+    );
     assert.ok(twoSequenceSteps < 299, `${twoSequenceSteps} steps still carried both sequences`);
     // the engine keeps working, and its slot is usable again
-    assert.equal((await engine.draft(long!, 4)).length, 4);
+    assert.equal((await engine.draft(long, 4)).length, 4);
 });
 
 test("queue_full when more requests wait than maxQueue", async (t) => {
@@ -234,23 +243,30 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
         observer: {
             onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => counters.depths.push(depth),
-            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) => steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
+            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) =>
+                steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
         },
     });
     const [long, short, tick] = randomPrompts(3, 4000, 43);
-    const expectedShort = await engine.draft(short!, 8);
-    const expectedLong = await engine.draft(long!, 300);
-    const expectedTick = await engine.draft(tick!, 2);
+    const expectedShort = await engine.draft(short, 8);
+    const expectedLong = await engine.draft(long, 300);
+    const expectedTick = await engine.draft(tick, 2);
     counters.decodes.length = 0;
     counters.depths.length = 0;
     steps.length = 0;
 
     const order: string[] = [];
-    const longDraft = engine.draft(long!, 300).then((draft) => (order.push("long"), draft));
+    const longDraft = engine.draft(long, 300).then((draft) => {
+        order.push("long");
+        return draft;
+    });
     // A 2-token "tick" drafted beside the long one resolves mid-run once the run has decoded its steps: only then is
     // the long draft certainly in flight (a fixed sleep was not enough on a slow CPU path or a loaded machine).
-    assert.deepEqual(await engine.draft(tick!, 2), expectedTick);
-    const shortDraft = engine.draft(short!, 8).then((draft) => (order.push("short"), draft));
+    assert.deepEqual(await engine.draft(tick, 2), expectedTick);
+    const shortDraft = engine.draft(short, 8).then((draft) => {
+        order.push("short");
+        return draft;
+    });
     assert.deepEqual(await shortDraft, expectedShort);
     assert.deepEqual(await longDraft, expectedLong);
     assert.deepEqual(order, ["short", "long"], "the short request waited for the long draft");
@@ -259,10 +275,17 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
     // then alone to the end — one decode per step of the long draft
     const sequences = counters.decodes.map(([, s]) => s);
     const joint = sequences.flatMap((s, i) => (s === 2 ? [i] : []));
-    assert.equal(joint.length, 10, `the tick's 2 and the short draft's 8 joint steps: ${JSON.stringify(sequences.slice(0, 40))}`);
-    const firstJoint = joint[2]!;
-    assert.ok(firstJoint > joint[1]!, "the short request joined after the tick had finished");
-    assert.deepEqual(joint.slice(2), Array.from({ length: 8 }, (_, i) => firstJoint + i));
+    assert.equal(
+        joint.length,
+        10,
+        `the tick's 2 and the short draft's 8 joint steps: ${JSON.stringify(sequences.slice(0, 40))}`,
+    );
+    const [, tickEnd, firstJoint] = joint as [number, number, number];
+    assert.ok(firstJoint > tickEnd, "the short request joined after the tick had finished");
+    assert.deepEqual(
+        joint.slice(2),
+        Array.from({ length: 8 }, (_, i) => firstJoint + i),
+    );
     assert.ok(firstJoint + 8 < 300, "the short draft ran inside the long one");
     assert.equal(counters.decodes.length, 300, "one decode per step of the long draft");
     // every decode step's timing was reported, once
@@ -275,7 +298,10 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
     // reuses it for the long runs of identical steps in between
     const reused = steps.map(([, , , , graphReused]) => graphReused);
     assert.equal(reused[firstJoint], false, "the graph was reused although a sequence joined");
-    assert.ok(reused.filter(Boolean).length > 250, `graph reused in only ${reused.filter(Boolean).length} of 300 steps`);
+    assert.ok(
+        reused.filter(Boolean).length > 250,
+        `graph reused in only ${reused.filter(Boolean).length} of 300 steps`,
+    );
 });
 
 test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of many steps", async (t) => {
@@ -296,8 +322,12 @@ test("padding steps to all streams (padBatch) drafts the same, keeps each slot's
     for (let round = 0; round < 3; round++) {
         const expected = await Promise.all(requests.map((request) => plain.engine.draft(request, n)));
         // the later rounds reuse the prefix each slot cached, with throwaway tokens written past it meanwhile
-        assert.deepEqual(await Promise.all(requests.map((request) => padded.engine.draft(request, n))), expected, `round ${round}`);
-        requests = requests.map((request, i) => nextRequest(request, expected[i]!, random, 4000));
+        assert.deepEqual(
+            await Promise.all(requests.map((request) => padded.engine.draft(request, n))),
+            expected,
+            `round ${round}`,
+        );
+        requests = requests.map((request, i) => nextRequest(request, expected[i], random, 4000));
     }
     assert.ok(padded.counters.reused > 0);
     // decode steps of 4–7 drafting sequences carry 8 tokens; prefill steps are never padded

@@ -34,16 +34,20 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
         const order = [...requests.keys()];
         for (let i = order.length - 1; i > 0; i--) {
             const j = random(i + 1);
-            [order[i], order[j]] = [order[j]!, order[i]!];
+            [order[i], order[j]] = [order[j], order[i]];
         }
-        const results = await Promise.all(order.map((i) => batched.draft(requests[i]!, n)));
+        const results = await Promise.all(order.map((i) => batched.draft(requests[i], n)));
         const drafts: number[][] = new Array(streams);
-        order.forEach((i, k) => (drafts[i] = results[k]!));
+        for (const [k, i] of order.entries()) drafts[i] = results[k];
         for (let i = 0; i < streams; i++) {
-            const expected = await alone.draft(requests[i]!, n);
-            if (drafts[i]!.join(",") !== expected.join(",")) wrong++;
+            const expected = await alone.draft(requests[i], n);
+            if (drafts[i].join(",") !== expected.join(",")) wrong++;
         }
-        requests = requests.map((request, i) => nextRequest(request, drafts[i]!, random, 4000));
+        requests = requests.map((request, i) => nextRequest(request, drafts[i], random, 4000));
     }
-    assert.equal(wrong, 0, `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`);
+    assert.equal(
+        wrong,
+        0,
+        `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`,
+    );
 });

@@ -24,18 +24,18 @@ test("the fingerprint equals Python's sha256 of json.dumps(tokens, ensure_ascii=
 test("the fingerprint escapes like Python's json.dumps for control characters, quotes and non-ASCII", () => {
     // json.dumps(["a\"b", "\\", "\n\t\u0001", "Ġé中", "\u007f"], ensure_ascii=False, separators=(",", ":"))
     const python = '["a\\"b","\\\\","\\n\\t\\u0001","Ġé中","\u007f"]';
-    assert.equal(JSON.stringify(["a\"b", "\\", "\n\t\u0001", "Ġé中", "\u007f"]), python);
+    assert.equal(JSON.stringify(['a"b', "\\", "\n\t\u0001", "Ġé中", "\u007f"]), python);
     assert.notEqual(vocabFingerprint(["a", "b"]), vocabFingerprint(["b", "a"]));
 });
 
 test("a different vocabulary has a different fingerprint; the same vocabulary quantized differently has the same", async () => {
     const [a, b, q4] = await Promise.all([tinyModel, tinyModelVocab2, tinyModelQ4].map((p) => readModelFileInfo(p)));
-    assert.notEqual(a!.vocabFingerprint, b!.vocabFingerprint);
-    assert.equal(b!.vocabSize, 3003);
-    assert.equal(a!.vocabFingerprint, q4!.vocabFingerprint);
-    assert.deepEqual([a!.quantization, b!.quantization, q4!.quantization], ["Q8_0", "F32", "Q4_0"]);
-    assert.equal(a!.architecture, "qwen3");
-    assert.match(a!.modelName, /tiny-qwen3/);
+    assert.notEqual(a.vocabFingerprint, b.vocabFingerprint);
+    assert.equal(b.vocabSize, 3003);
+    assert.equal(a.vocabFingerprint, q4.vocabFingerprint);
+    assert.deepEqual([a.quantization, b.quantization, q4.quantization], ["Q8_0", "F32", "Q4_0"]);
+    assert.equal(a.architecture, "qwen3");
+    assert.match(a.modelName, /tiny-qwen3/);
 });
 
 test("a missing or corrupt model file gives a one-line EngineLoadError", async (t) => {

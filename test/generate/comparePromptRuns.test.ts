@@ -1,8 +1,7 @@
 /** The lossless check: each speculative run against the target-alone run of the same round, and the failure line. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { comparePromptRuns, describeMismatch } from "../../src/generate/comparePromptRuns.js";
-import { firstDifference } from "../../src/generate/firstDifference.js";
+import { comparePromptRuns, describeMismatch, firstDifference } from "../../src/generate/comparePromptRuns.js";
 import type { GenerationRun } from "../../src/generate/types.js";
 
 function run(tokens: number[]): GenerationRun {
@@ -25,11 +24,17 @@ test("identical runs: no difference and no mismatch line", () => {
 });
 
 test("a differing second run is named with its round and first differing position", () => {
-    const result = comparePromptRuns("p", undefined, 3, [run([1, 2, 3]), run([1, 2, 3])], [run([1, 2, 3]), run([1, 2, 9, 4])]);
+    const result = comparePromptRuns(
+        "p",
+        undefined,
+        3,
+        [run([1, 2, 3]), run([1, 2, 3])],
+        [run([1, 2, 3]), run([1, 2, 9, 4])],
+    );
     assert.equal(result.identical, false);
     assert.deepEqual(result.firstDifference, { run: 1, position: 2, expected: 3, actual: 9 });
     assert.equal(
         describeMismatch(result),
-        'output mismatch: prompt "p", run 2: speculative output differs from the target alone at position 2 (expected token 3, found 9)'
+        'output mismatch: prompt "p", run 2: speculative output differs from the target alone at position 2 (expected token 3, found 9)',
     );
 });

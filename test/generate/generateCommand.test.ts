@@ -7,11 +7,12 @@ import { spawn } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { runGenerateCommand } from "../../src/cli/generateCommand.js";
 import type { GenerateSummary } from "../../src/generate/types.js";
-import { collectingIo, otherVocabModel, quantizedDrafter, targetModel, testThreads } from "./testModels.js";
+import { captureIo } from "../helpers/captureIo.js";
+import { otherVocabModel, quantizedDrafter, targetModel, testThreads } from "./testModels.js";
 
 let folder: string;
 let dataFile: string;
@@ -19,11 +20,16 @@ before(async () => {
     folder = await mkdtemp(join(tmpdir(), "specdraft-generate-"));
     dataFile = join(folder, "held-out.jsonl");
     const lines = [
-        { id: "a", category: "code", prompt_tokens: [750, 912, 2877, 11, 293, 982, 262, 470, 264, 488, 293, 198], continuation_tokens: [1, 2] },
+        {
+            id: "a",
+            category: "code",
+            prompt_tokens: [750, 912, 2877, 11, 293, 982, 262, 470, 264, 488, 293, 198],
+            continuation_tokens: [1, 2],
+        },
         { id: "b", prompt_tokens: [40, 1079, 264, 1075, 13, 40, 1079], continuation_tokens: [] },
-        { id: "broken", prompt_tokens: "not a list", continuation_tokens: [] }
+        { id: "broken", prompt_tokens: "not a list", continuation_tokens: [] },
     ];
-    await writeFile(dataFile, lines.map((line) => JSON.stringify(line)).join("\n") + "\n");
+    await writeFile(dataFile, `${lines.map((line) => JSON.stringify(line)).join("\n")}\n`);
 });
 after(async () => {
     await rm(folder, { recursive: true, force: true });
@@ -31,21 +37,33 @@ after(async () => {
 
 test("--data with --out: a side-by-side table, a JSON summary with identical outputs, rejected lines reported", async () => {
     const out = join(folder, "summary.json");
-    const { io, stdout, stderr } = collectingIo();
+    const io = captureIo();
     const { exitCode } = await runGenerateCommand(
-        { target: targetModel, draftModel: quantizedDrafter, data: dataFile, out, maxTokens: 24, draftLen: 4, runs: 1, gpu: "cpu", verifier: "exact", threads: testThreads, progress: false },
-        io
+        {
+            target: targetModel,
+            draftModel: quantizedDrafter,
+            data: dataFile,
+            out,
+            maxTokens: 24,
+            draftLen: 4,
+            runs: 1,
+            gpu: "cpu",
+            verifier: "exact",
+            threads: testThreads,
+            progress: false,
+        },
+        io,
     );
-    assert.equal(exitCode, 0, stderr());
-    assert.match(stderr(), /held-out\.jsonl:3: rejected: "prompt_tokens"/);
-    assert.match(stdout(), /tokens\/s/);
-    assert.match(stdout(), /outputs identical\s+yes/);
+    assert.equal(exitCode, 0, io.text().err);
+    assert.match(io.text().err, /held-out\.jsonl:3: rejected: "prompt_tokens"/);
+    assert.match(io.text().out, /tokens\/s/);
+    assert.match(io.text().out, /outputs identical\s+yes/);
     const summary = JSON.parse(await readFile(out, "utf8")) as GenerateSummary;
     assert.deepEqual(
         summary.prompts.map((p) => p.id),
-        ["a", "b"]
+        ["a", "b"],
     );
-    assert.equal(summary.prompts[0]!.category, "code");
+    assert.equal(summary.prompts[0].category, "code");
     assert.equal(summary.identical, true);
     assert.equal(summary.draft.kind, "model");
     assert.equal(summary.verifier, "exact");
@@ -54,26 +72,37 @@ test("--data with --out: a side-by-side table, a JSON summary with identical out
 });
 
 test("a draft model with another vocabulary: exit ≠ 0 and a message saying so", async () => {
-    const { io, stderr } = collectingIo();
+    const io = captureIo();
     const { exitCode, summary } = await runGenerateCommand(
-        { target: targetModel, draftModel: otherVocabModel, prompt: "hello", maxTokens: 4, gpu: "cpu", threads: testThreads, progress: false },
-        io
+        {
+            target: targetModel,
+            draftModel: otherVocabModel,
+            prompt: "hello",
+            maxTokens: 4,
+            gpu: "cpu",
+            threads: testThreads,
+            progress: false,
+        },
+        io,
     );
     assert.notEqual(exitCode, 0);
     assert.equal(summary, undefined);
-    assert.match(stderr(), /Vocabulary mismatch: the drafter .*tiny-qwen3-vocab2\.gguf/);
+    assert.match(io.text().err, /Vocabulary mismatch: the drafter .*tiny-qwen3-vocab2\.gguf/);
 });
 
 test("usage errors name the problem: two draft sources, no prompt, an unknown --draft", async () => {
     for (const [options, pattern] of [
-        [{ draftModel: quantizedDrafter, draft: "ngram", prompt: "x" }, /exactly one of --drafter URL, --draft-model FILE\.gguf, --draft ngram; found 2/],
+        [
+            { draftModel: quantizedDrafter, draft: "ngram", prompt: "x" },
+            /exactly one of --drafter URL, --draft-model FILE\.gguf, --draft ngram; found 2/,
+        ],
         [{ draft: "ngram" }, /exactly one of --prompt TEXT, --data FILE\.jsonl/],
-        [{ draft: "bigram", prompt: "x" }, /--draft: expected "ngram", found "bigram"/]
+        [{ draft: "bigram", prompt: "x" }, /--draft: expected "ngram", found "bigram"/],
     ] as const) {
-        const { io, stderr } = collectingIo();
+        const io = captureIo();
         const { exitCode } = await runGenerateCommand({ target: targetModel, progress: false, ...options }, io);
         assert.equal(exitCode, 2, JSON.stringify(options));
-        assert.match(stderr(), pattern);
+        assert.match(io.text().err, pattern);
     }
 });
 
@@ -81,8 +110,26 @@ test("the CLI process: --prompt with prompt lookup prints the table and exits 0"
     const cli = fileURLToPath(new URL("../../src/cli/main.ts", import.meta.url));
     const child = spawn(
         process.execPath,
-        ["--import", "tsx", cli, "generate", "--target", targetModel, "--draft", "ngram", "--prompt", "a b c a b c a b", "--max-tokens", "16", "--gpu", "cpu", "--threads", "1", "--no-progress"],
-        { stdio: ["ignore", "pipe", "pipe"] }
+        [
+            "--import",
+            "tsx",
+            cli,
+            "generate",
+            "--target",
+            targetModel,
+            "--draft",
+            "ngram",
+            "--prompt",
+            "a b c a b c a b",
+            "--max-tokens",
+            "16",
+            "--gpu",
+            "cpu",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+        { stdio: ["ignore", "pipe", "pipe"] },
     );
     let out = "";
     let err = "";

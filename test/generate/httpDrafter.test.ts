@@ -41,10 +41,10 @@ async function serve(modelPath: string): Promise<RunningServer> {
             gpu: "cpu",
             maxQueue: 16,
             bodyLimit: 1024 * 1024,
-            logRequests: false
+            logRequests: false,
         },
         (options) => loadEngine({ ...options, threads: testThreads }),
-        io
+        io,
     );
     try {
         await server.ready;
@@ -55,7 +55,10 @@ async function serve(modelPath: string): Promise<RunningServer> {
     return server;
 }
 
-async function generateWith(url: string, verifier: VerifierKind = "exact"): Promise<{ summary: GenerateSummary; warnings: string[] }> {
+async function generateWith(
+    url: string,
+    verifier: VerifierKind = "exact",
+): Promise<{ summary: GenerateSummary; warnings: string[] }> {
     const warnings: string[] = [];
     const summary = await runGenerate({
         target: targetModel,
@@ -68,7 +71,7 @@ async function generateWith(url: string, verifier: VerifierKind = "exact"): Prom
         timeoutMs: 2000,
         llama,
         verifier,
-        onWarning: (message) => warnings.push(message)
+        onWarning: (message) => warnings.push(message),
     });
     return { summary, warnings };
 }
@@ -76,8 +79,8 @@ async function generateWith(url: string, verifier: VerifierKind = "exact"): Prom
 function assertLossless(summary: GenerateSummary): void {
     for (const prompt of summary.prompts) {
         assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
-        assert.ok(prompt.alone[0]!.tokens.length > 0);
-        assert.deepEqual(prompt.speculative[0]!.tokens, prompt.alone[0]!.tokens);
+        assert.ok(prompt.alone[0].tokens.length > 0);
+        assert.deepEqual(prompt.speculative[0].tokens, prompt.alone[0].tokens);
     }
 }
 
@@ -91,7 +94,8 @@ for (const verifier of ["exact", "node-llama-cpp"] as const) {
             assert.equal(summary.draft.kind, "http");
             assert.equal(summary.draft.vocabFingerprint, summary.target.vocabFingerprint);
             assert.ok(summary.speculative.accepted > 0, "the server's drafts are accepted");
-            if (verifier === "exact") assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);
+            if (verifier === "exact")
+                assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);
         } finally {
             await server.close();
         }
@@ -113,13 +117,15 @@ test("a server with another vocabulary is refused with a message naming it", asy
 });
 
 /** Listens on a free loopback port with `handler`; returns its URL and a close function. */
-async function fakeServer(handler: Parameters<typeof createServer>[1]): Promise<{ url: string; close: () => Promise<void> }> {
+async function fakeServer(
+    handler: Parameters<typeof createServer>[1],
+): Promise<{ url: string; close: () => Promise<void> }> {
     const server: Server = createServer(handler);
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const { port } = server.address() as AddressInfo;
     return {
         url: `http://127.0.0.1:${port}`,
-        close: () => new Promise<void>((resolve) => server.close(() => resolve()))
+        close: () => new Promise<void>((resolve) => server.close(() => resolve())),
     };
 }
 
@@ -129,7 +135,7 @@ test("a closed port: a warning, then the target alone, identical output", async 
     await closed.close();
     const { summary, warnings } = await generateWith(closed.url);
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0]!, /not answering .*ECONNREFUSED.*target alone/);
+    assert.match(warnings[0], /not answering .*ECONNREFUSED.*target alone/);
     assertLossless(summary);
     assert.equal(summary.speculative.drafted, 0);
     assert.deepEqual(summary.warnings, warnings);
@@ -138,7 +144,7 @@ test("a closed port: a warning, then the target alone, identical output", async 
 for (const [name, draftAnswer] of [
     ["HTTP 500", { status: 500, body: '{"error":{"code":"internal","message":"boom"}}' }],
     ["garbage", { status: 200, body: "<html>not json</html>" }],
-    ["ids outside the vocabulary", { status: 200, body: '{"draft":[1,2,99999999]}' }]
+    ["ids outside the vocabulary", { status: 200, body: '{"draft":[1,2,99999999]}' }],
 ] as const) {
     test(`a drafter answering ${name}: a warning, then the target alone, identical output`, async () => {
         const target = await readGgufVocabulary(targetModel);
@@ -147,7 +153,9 @@ for (const [name, draftAnswer] of [
             request.resume();
             if (request.url === "/info") {
                 response.setHeader("content-type", "application/json");
-                response.end(JSON.stringify({ model: "fake", vocab_size: target.size, vocab_fingerprint: target.fingerprint }));
+                response.end(
+                    JSON.stringify({ model: "fake", vocab_size: target.size, vocab_fingerprint: target.fingerprint }),
+                );
                 return;
             }
             draftRequests++;
@@ -159,7 +167,7 @@ for (const [name, draftAnswer] of [
                 draftRequests = 0;
                 const { summary, warnings } = await generateWith(server.url, verifier);
                 assert.equal(warnings.length, 1, `${verifier}: ${JSON.stringify(warnings)}`);
-                assert.match(warnings[0]!, /failed .*target alone/);
+                assert.match(warnings[0], /failed .*target alone/);
                 assert.equal(draftRequests, 1, "after the first failure no more drafts are asked for");
                 assertLossless(summary);
                 assert.equal(summary.speculative.accepted, 0);

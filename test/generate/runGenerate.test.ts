@@ -8,7 +8,7 @@ import { availableParallelism } from "node:os";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
 import { GenerateError } from "../../src/generate/errors.js";
-import { runGenerate, type RunGenerateOptions } from "../../src/generate/runGenerate.js";
+import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
 import type { GenerateSummary, VerifierKind } from "../../src/generate/types.js";
 import { cpuLlama, otherVocabModel, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
 
@@ -24,14 +24,23 @@ const maxTokens = 40;
 const draftLength = 6;
 
 function generate(options: Partial<RunGenerateOptions> & Pick<RunGenerateOptions, "draft">): Promise<GenerateSummary> {
-    return runGenerate({ target: targetModel, prompts: testPrompts, maxTokens, draftLength, gpu: "cpu", threads: testThreads, llama, ...options });
+    return runGenerate({
+        target: targetModel,
+        prompts: testPrompts,
+        maxTokens,
+        draftLength,
+        gpu: "cpu",
+        threads: testThreads,
+        llama,
+        ...options,
+    });
 }
 
 function assertLossless(summary: GenerateSummary): void {
     for (const prompt of summary.prompts) {
         assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
-        assert.ok(prompt.alone[0]!.tokens.length > 0, `prompt ${prompt.id} generated nothing`);
-        assert.deepEqual(prompt.speculative[0]!.tokens, prompt.alone[0]!.tokens);
+        assert.ok(prompt.alone[0].tokens.length > 0, `prompt ${prompt.id} generated nothing`);
+        assert.deepEqual(prompt.speculative[0].tokens, prompt.alone[0].tokens);
     }
     assert.equal(summary.identical, true);
     assert.equal(summary.speculative.tokens, summary.alone.tokens);
@@ -53,9 +62,12 @@ for (const verifier of ["exact", "node-llama-cpp"] as const satisfies readonly V
     test(`${verifier} verifier, a quantized drafter of the same vocabulary: identical output`, async () => {
         const summary = await generate({ draft: { kind: "model", path: quantizedDrafter }, verifier, runs: 2 });
         assertLossless(summary);
-        assert.equal(summary.prompts[0]!.speculative.length, 2);
+        assert.equal(summary.prompts[0].speculative.length, 2);
         assert.ok(summary.speculative.drafted > 0, "drafts were offered");
-        assert.ok(summary.draftTimeShare > 0 && summary.draftTimeShare < 1, `draft time share ${summary.draftTimeShare}`);
+        assert.ok(
+            summary.draftTimeShare > 0 && summary.draftTimeShare < 1,
+            `draft time share ${summary.draftTimeShare}`,
+        );
     });
 
     test(`${verifier} verifier, prompt lookup: identical output`, async () => {
@@ -67,7 +79,15 @@ for (const verifier of ["exact", "node-llama-cpp"] as const satisfies readonly V
 }
 
 test("without threads given, every context gets the CPUs less one, not node-llama-cpp's oversubscribing default", async () => {
-    const summary = await runGenerate({ target: targetModel, prompts: testPrompts.slice(0, 1), maxTokens: 8, draftLength, gpu: "cpu", llama, draft: { kind: "ngram" } });
+    const summary = await runGenerate({
+        target: targetModel,
+        prompts: testPrompts.slice(0, 1),
+        maxTokens: 8,
+        draftLength,
+        gpu: "cpu",
+        llama,
+        draft: { kind: "ngram" },
+    });
     assert.equal(summary.settings.threads, Math.max(1, Math.min(availableParallelism() - 1, 8)));
     assertLossless(summary);
 });
@@ -83,10 +103,13 @@ test("a draft model with another vocabulary is refused before generating", async
 });
 
 test("a prompt token outside the target's vocabulary is bad input", async () => {
-    await assert.rejects(generate({ draft: { kind: "ngram" }, prompts: [{ id: "big", tokens: [1, 2, 999999] }] }), (error: unknown) => {
-        assert.ok(error instanceof GenerateError);
-        assert.equal(error.code, "bad_input");
-        assert.match(error.message, /token 2 is 999999/);
-        return true;
-    });
+    await assert.rejects(
+        generate({ draft: { kind: "ngram" }, prompts: [{ id: "big", tokens: [1, 2, 999999] }] }),
+        (error: unknown) => {
+            assert.ok(error instanceof GenerateError);
+            assert.equal(error.code, "bad_input");
+            assert.match(error.message, /token 2 is 999999/);
+            return true;
+        },
+    );
 });

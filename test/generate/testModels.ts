@@ -1,5 +1,4 @@
-/** Shared pieces of the generate tests: fixture paths, a CPU llama.cpp, prompts and a quiet CommandIo. */
-import { PassThrough } from "node:stream";
+/** Shared pieces of the generate tests: fixture paths, a CPU llama.cpp and prompts. */
 import { fileURLToPath } from "node:url";
 import { getLlama, type Llama, LlamaLogLevel } from "node-llama-cpp";
 import type { GeneratePrompt } from "../../src/generate/runGenerate.js";
@@ -21,16 +20,5 @@ export function cpuLlama(): Promise<Llama> {
 /** Code-like prompts: prompt lookup finds repeats in them, and the tiny models continue them differently. */
 export const testPrompts: GeneratePrompt[] = [
     { id: "py", tokens: { text: "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef" } },
-    { id: "ids", category: "raw", tokens: [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876] }
+    { id: "ids", category: "raw", tokens: [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876] },
 ];
-
-/** A CommandIo whose output is collected. */
-export function collectingIo(): { io: { out: PassThrough; err: PassThrough }; stdout: () => string; stderr: () => string } {
-    const out = new PassThrough();
-    const err = new PassThrough();
-    let outText = "";
-    let errText = "";
-    out.setEncoding("utf8").on("data", (chunk: string) => (outText += chunk));
-    err.setEncoding("utf8").on("data", (chunk: string) => (errText += chunk));
-    return { io: { out, err }, stdout: () => outText, stderr: () => errText };
-}

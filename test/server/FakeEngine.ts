@@ -23,7 +23,7 @@ export interface FakeEngineOptions {
 
 /** The fake's rule: the draft of `tokens` (without end id). */
 export function fakeDraft(tokens: readonly number[], n: number, vocabSize = 1000): number[] {
-    const last = tokens[tokens.length - 1]!;
+    const last = tokens[tokens.length - 1];
     return Array.from({ length: n }, (_, i) => (last + i + 1) % vocabSize);
 }
 
@@ -88,9 +88,11 @@ export class FakeEngine implements DraftEngine {
 
     async draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
         if (this.closed) throw new EngineError("engine_closed", "The engine is closed.");
-        if (this.inFlight >= this.maxQueue) throw new EngineError("queue_full", `Queue full: ${this.inFlight} requests.`);
+        if (this.inFlight >= this.maxQueue)
+            throw new EngineError("queue_full", `Queue full: ${this.inFlight} requests.`);
         const badIndex = tokens.findIndex((id) => !Number.isInteger(id) || id < 0 || id >= this.info.vocabSize);
-        if (badIndex >= 0) throw new EngineError("invalid_token", `Invalid token id ${tokens[badIndex]} at index ${badIndex}.`);
+        if (badIndex >= 0)
+            throw new EngineError("invalid_token", `Invalid token id ${tokens[badIndex]} at index ${badIndex}.`);
         if (tokens.length + n > this.info.contextSize) throw new EngineError("context_overflow", "Context overflow.");
         this.calls.push({ tokens: [...tokens], n, endId: options.endId });
         this.inFlight++;
@@ -124,11 +126,12 @@ export class FakeEngine implements DraftEngine {
 
     private async waitForGate(signal: AbortSignal | undefined): Promise<void> {
         if (signal?.aborted) throw this.abort();
-        if (this.gate === undefined) return;
+        const gate = this.gate;
+        if (gate === undefined) return;
         await new Promise<void>((resolve, reject) => {
             const onAbort = () => reject(this.abort());
             signal?.addEventListener("abort", onAbort, { once: true });
-            this.gate!.then(() => {
+            gate.then(() => {
                 signal?.removeEventListener("abort", onAbort);
                 resolve();
             });

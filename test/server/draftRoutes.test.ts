@@ -33,7 +33,11 @@ describe("specdraft form", () => {
         assert.deepEqual((await post({ tokens: [3], n: 1 })).json(), { draft: [4] });
         const wide = buildTestApp({ contextSize: 1024 });
         try {
-            const res = await wide.app.inject({ method: "POST", url: "/draft", payload: { tokens: [3], n: maxDraftLength } });
+            const res = await wide.app.inject({
+                method: "POST",
+                url: "/draft",
+                payload: { tokens: [3], n: maxDraftLength },
+            });
             assert.deepEqual(res.json(), { draft: fakeDraft([3], maxDraftLength) });
         } finally {
             await wide.app.close();
@@ -45,9 +49,12 @@ describe("specdraft form", () => {
     test("ignores unknown keys, __proto__ and constructor included", async () => {
         const res = await post({ tokens: [9], n: 2, temperature: 0 });
         assert.deepEqual(res.json(), { draft: [10, 11] });
-        const poisoned = await post('{"tokens": [9], "n": 2, "__proto__": {"n": 5}, "constructor": {"prototype": {}}}', {
-            "content-type": "application/json",
-        });
+        const poisoned = await post(
+            '{"tokens": [9], "n": 2, "__proto__": {"n": 5}, "constructor": {"prototype": {}}}',
+            {
+                "content-type": "application/json",
+            },
+        );
         assert.deepEqual(poisoned.json(), { draft: [10, 11] });
     });
 });
@@ -105,7 +112,13 @@ describe("TensorRT-LLM external drafter form", () => {
 });
 
 describe("bad input answers 4xx with a catalog error and the server keeps serving", () => {
-    const cases: { name: string; send: () => ReturnType<typeof post>; status: number; code: string; message?: string }[] = [
+    const cases: {
+        name: string;
+        send: () => ReturnType<typeof post>;
+        status: number;
+        code: string;
+        message?: string;
+    }[] = [
         {
             name: "malformed JSON",
             send: () => post('{"tokens": [1, 2', { "content-type": "application/json" }),
@@ -221,10 +234,14 @@ describe("bad input answers 4xx with a catalog error and the server keeps servin
             send: () => app.inject({ method: "GET", url: "/drafts?x=1" }),
             status: 404,
             code: "not_found",
-            message:
-                "No route GET /drafts: expected one of POST /draft, GET /health, GET /info, GET /metrics.",
+            message: "No route GET /drafts: expected one of POST /draft, GET /health, GET /info, GET /metrics.",
         },
-        { name: "wrong method", send: () => app.inject({ method: "GET", url: "/draft" }), status: 404, code: "not_found" },
+        {
+            name: "wrong method",
+            send: () => app.inject({ method: "GET", url: "/draft" }),
+            status: 404,
+            code: "not_found",
+        },
     ];
 
     for (const c of cases) {

@@ -33,7 +33,10 @@ test("request, latency, decode, prefix and queue metrics move", async () => {
 
         assert.equal(sample(after, "specdraft_http_requests_total", ok200), 2);
         assert.equal(sample(after, "specdraft_http_requests_total", bad400), 1);
-        assert.equal(sample(after, "specdraft_http_requests_total", '{route="unmatched",method="GET",status="404"}'), 1);
+        assert.equal(
+            sample(after, "specdraft_http_requests_total", '{route="unmatched",method="GET",status="404"}'),
+            1,
+        );
         assert.equal(sample(after, "specdraft_http_request_duration_seconds_count", '{route="/draft"}'), 3);
         // the second context extends the first: its first 8 tokens come from the (fake) cache
         assert.equal(sample(after, "specdraft_prefix_tokens_evaluated_total"), 8 + 2);

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { buildApp, type App } from "../../src/server/buildApp.js";
+import { type App, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
 import { cliPath, repoRoot, spawnServe } from "./serveProcess.js";
 
@@ -25,7 +25,14 @@ const threads = 1;
 async function realApp(modelPath = tinyModel): Promise<App> {
     const metrics = new ServerMetrics();
     const built = buildApp({ metrics, draftLength });
-    const engine = await loadEngine({ modelPath, streams, contextSize, gpu: "cpu", threads, observer: metrics.engineObserver });
+    const engine = await loadEngine({
+        modelPath,
+        streams,
+        contextSize,
+        gpu: "cpu",
+        threads,
+        observer: metrics.engineObserver,
+    });
     built.slot.fill(engine);
     return built;
 }
@@ -33,6 +40,13 @@ async function realApp(modelPath = tinyModel): Promise<App> {
 async function closeApp({ app, slot }: App): Promise<void> {
     await app.close();
     await slot.loaded?.close();
+}
+
+/** The loaded engine's vocabulary size (realApp loads it before returning). */
+function vocabSizeOf(app: App): number {
+    const engine = app.slot.loaded;
+    assert.ok(engine, "the engine is loaded");
+    return engine.info.vocabSize;
 }
 
 async function draft(app: App, tokens: number[], n = draftLength): Promise<number[]> {
@@ -67,7 +81,7 @@ describe("real engine", () => {
     });
 
     test("a draft alone == the same draft in a batch of 32 == after prefix reuse, with fewer tokens evaluated", async () => {
-        const vocabSize = alone.slot.loaded!.info.vocabSize;
+        const vocabSize = vocabSizeOf(alone);
         const cs = contexts(vocabSize);
         const aloneDrafts: number[][] = [];
         for (const c of cs) aloneDrafts.push(await draft(alone, c));
@@ -81,7 +95,7 @@ describe("real engine", () => {
         assert.ok(sequencesSum / decodes > 1, `drafts were batched: ${sequencesSum} sequences over ${decodes} decodes`);
 
         // one walk step: the first 5 drafted tokens accepted + 1 corrected token
-        const grown = [...cs[0]!, ...aloneDrafts[0]!.slice(0, 5), (aloneDrafts[0]![5]! + 1) % (vocabSize - 3)];
+        const grown = [...cs[0], ...aloneDrafts[0].slice(0, 5), (aloneDrafts[0][5] + 1) % (vocabSize - 3)];
         const evaluatedBefore = await counter(batched, "specdraft_prefix_tokens_evaluated_total");
         const reusedBefore = await counter(batched, "specdraft_prefix_tokens_reused_total");
         const reusedDraft = await draft(batched, grown);
@@ -95,30 +109,37 @@ describe("real engine", () => {
         } finally {
             await closeApp(fresh);
         }
-        assert.ok(reused >= cs[0]!.length, `reused ${reused} of ${grown.length}`);
+        assert.ok(reused >= cs[0].length, `reused ${reused} of ${grown.length}`);
         assert.ok(evaluated < grown.length, `evaluated ${evaluated} of ${grown.length}`);
         assert.equal(evaluated + reused, grown.length);
     });
 
     test("TensorRT-LLM form: the same draft as draft_tokens, cut after end_id and at max_sequence_length", async () => {
-        const context = contexts(alone.slot.loaded!.info.vocabSize)[3]!;
+        const context = contexts(vocabSizeOf(alone))[3];
         const full = await draft(alone, context);
         const trt = async (body: object) => {
-            const res = await alone.app.inject({ method: "POST", url: "/draft", payload: { prefix: context, ...body } });
+            const res = await alone.app.inject({
+                method: "POST",
+                url: "/draft",
+                payload: { prefix: context, ...body },
+            });
             assert.equal(res.statusCode, 200, res.body);
             return res.json();
         };
         assert.deepEqual(await trt({ request_id: 11 }), { draft_tokens: full, request_id: 11 });
-        const endId = full[2]!;
+        const endId = full[2];
         assert.deepEqual(await trt({ end_id: endId }), { draft_tokens: full.slice(0, full.indexOf(endId) + 1) });
         assert.deepEqual(await trt({ max_sequence_length: context.length + 3 }), { draft_tokens: full.slice(0, 3) });
     });
 
     test("an out-of-vocabulary id names the model's vocabulary size", async () => {
-        const vocabSize = alone.slot.loaded!.info.vocabSize;
+        const vocabSize = vocabSizeOf(alone);
         const res = await alone.app.inject({ method: "POST", url: "/draft", payload: { tokens: [1, 2, vocabSize] } });
         assert.equal(res.statusCode, 400);
-        assert.equal(res.json().error.message, `Invalid token id ${vocabSize} at index 2: expected 0 ≤ id < ${vocabSize}.`);
+        assert.equal(
+            res.json().error.message,
+            `Invalid token id ${vocabSize} at index 2: expected 0 ≤ id < ${vocabSize}.`,
+        );
     });
 });
 
@@ -145,7 +166,21 @@ test("/info: the fingerprint follows the vocabulary, not the weights", async () 
 });
 
 test("the CLI serves a real model: ready line, a draft, SIGTERM → exit 0", async () => {
-    const serve = spawnServe(cliPath, ["serve", "--model", tinyModel, "--port", "0", "--gpu", "cpu", "--streams", "2", "--context", "128", "--threads", "1"]);
+    const serve = spawnServe(cliPath, [
+        "serve",
+        "--model",
+        tinyModel,
+        "--port",
+        "0",
+        "--gpu",
+        "cpu",
+        "--streams",
+        "2",
+        "--context",
+        "128",
+        "--threads",
+        "1",
+    ]);
     try {
         const [, url] = await serve.waitForLine(/serving .* at (http:\/\/\S+)\n/);
         const res = await fetch(`${url}/draft`, {
@@ -165,9 +200,13 @@ test("the CLI serves a real model: ready line, a draft, SIGTERM → exit 0", asy
 
 test("without --model the CLI serves the default drafter of the package, whatever the working directory", async () => {
     const defaultModel = join(repoRoot, "models/specdraft-default.gguf");
-    const serve = spawnServe(cliPath, ["serve", "--port", "0", "--gpu", "cpu", "--streams", "1", "--context", "64", "--threads", "1"], {
-        cwd: "/",
-    });
+    const serve = spawnServe(
+        cliPath,
+        ["serve", "--port", "0", "--gpu", "cpu", "--streams", "1", "--context", "64", "--threads", "1"],
+        {
+            cwd: "/",
+        },
+    );
     try {
         // either it loads (listening … loading <path>) or the file is not there yet (Model file <path> …): both name it
         await Promise.race([serve.exited, serve.waitForStderr(/listening at/)]);

@@ -23,12 +23,15 @@ async function expectOneLineFailure(args: string[], reason: RegExp) {
     assert.notEqual(code, 0);
     const lines = serve.stderr().trim().split("\n");
     assert.equal(lines.length, 1, serve.stderr());
-    assert.match(lines[0]!, reason);
+    assert.match(lines[0], reason);
     assert.doesNotMatch(serve.stderr(), /listening/);
 }
 
 test("a missing model file exits 1 with one line", async () => {
-    await expectOneLineFailure(["--model", join(scratch, "nope.gguf")], /^specdraft serve: Model file .*nope\.gguf does not exist\.$/);
+    await expectOneLineFailure(
+        ["--model", join(scratch, "nope.gguf")],
+        /^specdraft serve: Model file .*nope\.gguf does not exist\.$/,
+    );
 });
 
 test("a file that is not GGUF exits 1 with one line", async () => {
@@ -41,7 +44,10 @@ test("a truncated GGUF exits 1 with one line", async () => {
     const path = join(scratch, "truncated.gguf");
     const bytes = await readFile(goodModel);
     await writeFile(path, bytes.subarray(0, Math.floor(bytes.length / 2)));
-    await expectOneLineFailure(["--model", path], /truncated\.gguf is truncated: tensor \S+ ends at byte \d+ but the file has \d+ bytes\.$/);
+    await expectOneLineFailure(
+        ["--model", path],
+        /truncated\.gguf is truncated: tensor \S+ ends at byte \d+ but the file has \d+ bytes\.$/,
+    );
 });
 
 test("a model the engine cannot load exits 1 after listening", async () => {

@@ -29,7 +29,7 @@ export function spawnServe(script: string, args: string[], options: { cwd?: stri
     let out = "";
     let err = "";
     const lineWaiters: { pattern: RegExp; resolve: (m: RegExpMatchArray) => void }[] = [];
-    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
         out += chunk;
         for (const waiter of [...lineWaiters]) {
             const match = out.match(waiter.pattern);
@@ -40,7 +40,7 @@ export function spawnServe(script: string, args: string[], options: { cwd?: stri
         }
     });
     const stderrWaiters: { pattern: RegExp; resolve: () => void }[] = [];
-    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
         err += chunk;
         for (const waiter of [...stderrWaiters]) {
             if (waiter.pattern.test(err)) {

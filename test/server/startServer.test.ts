@@ -124,7 +124,11 @@ test("a body over --body-limit answers 413 body_too_large over the socket; small
         await server.ready;
         const big = JSON.stringify({ tokens: Array.from({ length: 600 }, () => 1) });
         assert.ok(big.length > 1000);
-        const res = await fetch(`${server.url}/draft`, { method: "POST", headers: { "content-type": "application/json" }, body: big });
+        const res = await fetch(`${server.url}/draft`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: big,
+        });
         assert.equal(res.status, 413);
         assert.deepEqual(await res.json(), {
             error: { code: "body_too_large", message: "Request body too large: expected at most 1000 bytes." },

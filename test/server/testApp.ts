@@ -1,6 +1,6 @@
 /** Builds the app around a FakeEngine (already loaded) for in-process tests. */
 
-import { buildApp, type App, type AppOptions } from "../../src/server/buildApp.js";
+import { type App, type AppOptions, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
 import { FakeEngine, type FakeEngineOptions } from "./FakeEngine.js";
 

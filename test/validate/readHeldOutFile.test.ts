@@ -19,7 +19,7 @@ const lines = [
     /* 10 */ `[1,2,3]`,
     /* 11 */ `{"id":"g","category":7,"prompt_tokens":[1],"continuation_tokens":[]}`,
     /* 12 */ `{"id":"h","prompt_tokens":[7],"continuation_tokens":[]}`,
-    /* 13 */ `{"id":"i","prompt_tokens":[8],"continuation_tokens":"[5]"}`
+    /* 13 */ `{"id":"i","prompt_tokens":[8],"continuation_tokens":"[5]"}`,
 ];
 
 test("every malformed line is rejected with its 1-based number and what was wrong", async () => {
@@ -28,13 +28,19 @@ test("every malformed line is rejected with its 1-based number and what was wron
         const file = path.join(dir, "held.jsonl");
         await writeFile(file, `${lines.join("\n")}\n`);
         const { conversations, rejected } = await readHeldOutFile(file);
-        assert.deepEqual(conversations.map((c) => [c.id, c.lineNumber, c.category]), [
-            ["a", 1, "code"],
-            ["h", 12, undefined]
-        ]);
+        assert.deepEqual(
+            conversations.map((c) => [c.id, c.lineNumber, c.category]),
+            [
+                ["a", 1, "code"],
+                ["h", 12, undefined],
+            ],
+        );
         assert.deepEqual(conversations[0].promptTokens, [1, 2]);
         assert.deepEqual(conversations[0].continuationTokens, [3, 4]);
-        assert.deepEqual(rejected.map((r) => r.lineNumber), [2, 3, 4, 5, 7, 8, 9, 10, 11, 13]);
+        assert.deepEqual(
+            rejected.map((r) => r.lineNumber),
+            [2, 3, 4, 5, 7, 8, 9, 10, 11, 13],
+        );
         const message = (line: number): string => rejected.find((r) => r.lineNumber === line)?.message ?? "";
         assert.match(message(2), /not JSON/);
         assert.match(message(3), /"id": expected a non-empty string, found nothing/);
@@ -48,7 +54,10 @@ test("every malformed line is rejected with its 1-based number and what was wron
         assert.match(message(13), /"continuation_tokens": expected an array/);
 
         const limited = await readHeldOutFile(file, { limit: 1 });
-        assert.deepEqual(limited.conversations.map((c) => c.id), ["a"]);
+        assert.deepEqual(
+            limited.conversations.map((c) => c.id),
+            ["a"],
+        );
     } finally {
         await rm(dir, { recursive: true, force: true });
     }

@@ -4,11 +4,11 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { createDraftClient } from "../../src/validate/createDraftClient.js";
+import { createDraftClient } from "../../src/client/createDraftClient.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
 import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
-import { conversation, draftWithPlantedError, locate } from "./helpers/continuationOracle.js";
-import { sendJson, startFakeServer } from "./helpers/startFakeServer.js";
+import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
+import { sendJson, startFakeServer } from "../helpers/startFakeServer.js";
 
 // k = 4 throughout.
 //  c1: L = 10, error at draft index 2 → a = 2, advance 3 per step: pos 0 → 3 → 6 → 9; at pos 9 the cap is
@@ -23,7 +23,7 @@ const conversations = [
     conversation("c2", 2, 17, "code"),
     conversation("c3", 3, 5, "chat"),
     conversation("c4", 4, 1),
-    conversation("c5", 5, 0)
+    conversation("c5", 5, 0),
 ];
 const errorAt: Record<string, number | undefined> = { c1: 2, c2: undefined, c3: 0, c4: undefined, c5: undefined };
 
@@ -31,15 +31,32 @@ test("τ, τ-macro, histogram, per-position and per-category figures match the r
     const server = await startFakeServer((path, body, response) => {
         const { tokens, n } = body as { tokens: number[]; n: number };
         const hit = locate(conversations, tokens);
-        if (path !== "/draft" || !hit) return sendJson(response, 400, { error: { code: "unknown", message: "not a test prompt" } });
-        sendJson(response, 200, { draft: draftWithPlantedError(hit.conversation, hit.position, n, errorAt[hit.conversation.id]) });
+        if (path !== "/draft" || !hit)
+            return sendJson(response, 400, { error: { code: "unknown", message: "not a test prompt" } });
+        sendJson(response, 200, {
+            draft: draftWithPlantedError(hit.conversation, hit.position, n, errorAt[hit.conversation.id]),
+        });
     });
     try {
         const client = createDraftClient(server.url, 5_000);
         const result = await walkHeldOut(conversations, client, { draftLength: 4, concurrency: 3 });
-        assert.deepEqual(result.conversations.map((c) => c.steps.length), [4, 4, 5, 1, 0]);
-        assert.deepEqual(result.conversations[0].steps.map((s) => [s.accepted, s.cap]), [[2, 4], [2, 4], [2, 4], [1, 1]]);
-        assert.deepEqual(result.conversations[2].steps.map((s) => s.cap), [4, 4, 3, 2, 1]);
+        assert.deepEqual(
+            result.conversations.map((c) => c.steps.length),
+            [4, 4, 5, 1, 0],
+        );
+        assert.deepEqual(
+            result.conversations[0].steps.map((s) => [s.accepted, s.cap]),
+            [
+                [2, 4],
+                [2, 4],
+                [2, 4],
+                [1, 1],
+            ],
+        );
+        assert.deepEqual(
+            result.conversations[2].steps.map((s) => s.cap),
+            [4, 4, 3, 2, 1],
+        );
 
         const summary = summarizeWalk(result);
         assert.equal(summary.tokens, 33); // 10 + 17 + 5 + 1 + 0
@@ -57,20 +74,30 @@ test("τ, τ-macro, histogram, per-position and per-category figures match the r
                 [14, 9], // every step checks d[0]; all but c3's five accept it
                 [7, 7], // c1 ×3 (cap 4) and c2 ×4; c1's last and c4 have cap 1
                 [6, 3], // c1 ×3 (a = 2 stops here) and c2's three full steps
-                [3, 3] // c2's three full steps
-            ]
+                [3, 3], // c2's three full steps
+            ],
         );
-        assert.deepEqual(summary.per_position_acceptance.map((p) => p.rate), [9 / 14, 1, 0.5, 1]);
+        assert.deepEqual(
+            summary.per_position_acceptance.map((p) => p.rate),
+            [9 / 14, 1, 0.5, 1],
+        );
         assert.deepEqual(summary.per_category, {
             chat: { tau: 1, tokens: 5, steps: 5, samples: 1 },
             code: { tau: 27 / 8, tokens: 27, steps: 8, samples: 2 },
-            uncategorized: { tau: 1, tokens: 1, steps: 1, samples: 2 }
+            uncategorized: { tau: 1, tokens: 1, steps: 1, samples: 2 },
         });
         assert.equal(summary.failures.total, 0);
         assert.equal(summary.requests, 14);
         assert.equal(server.requests.length, 14);
-        assert.ok(summary.latency_ms.p50 !== null && summary.latency_ms.p95 !== null && summary.latency_ms.p50 <= summary.latency_ms.p95);
-        assert.equal(summary.latency_histogram_ms.counts.reduce((a, b) => a + b, 0), 14);
+        assert.ok(
+            summary.latency_ms.p50 !== null &&
+                summary.latency_ms.p95 !== null &&
+                summary.latency_ms.p50 <= summary.latency_ms.p95,
+        );
+        assert.equal(
+            summary.latency_histogram_ms.counts.reduce((a, b) => a + b, 0),
+            14,
+        );
     } finally {
         await server.close();
     }
@@ -83,7 +110,9 @@ test("each conversation's requests extend its own context in order, also when wa
         // answer in a scrambled order so concurrent conversations interleave
         await new Promise((resolve) => setTimeout(resolve, (tokens.length * 7) % 5));
         if (!hit) return sendJson(response, 400, {});
-        sendJson(response, 200, { draft: draftWithPlantedError(hit.conversation, hit.position, n, errorAt[hit.conversation.id]) });
+        sendJson(response, 200, {
+            draft: draftWithPlantedError(hit.conversation, hit.position, n, errorAt[hit.conversation.id]),
+        });
     });
     try {
         await walkHeldOut(conversations, createDraftClient(server.url, 5_000), { draftLength: 4, concurrency: 5 });
@@ -110,7 +139,9 @@ test("the default draft length is 16 and a perfect drafter advances 17 tokens pe
     const server = await startFakeServer((_path, body, response) => {
         const { tokens, n } = body as { tokens: number[]; n: number };
         const hit = locate(long, tokens);
-        sendJson(response, 200, { draft: hit ? draftWithPlantedError(hit.conversation, hit.position, n, undefined) : [] });
+        sendJson(response, 200, {
+            draft: hit ? draftWithPlantedError(hit.conversation, hit.position, n, undefined) : [],
+        });
     });
     try {
         const summary = summarizeWalk(await walkHeldOut(long, createDraftClient(server.url)));
@@ -118,7 +149,10 @@ test("the default draft length is 16 and a perfect drafter advances 17 tokens pe
         assert.equal(summary.steps, 3);
         assert.equal(summary.tau, 40 / 3);
         assert.equal(summary.acceptance_histogram.length, 17);
-        assert.deepEqual(server.requests.map((r) => (r.body as { n: number }).n), [16, 16, 16]);
+        assert.deepEqual(
+            server.requests.map((r) => (r.body as { n: number }).n),
+            [16, 16, 16],
+        );
     } finally {
         await server.close();
     }

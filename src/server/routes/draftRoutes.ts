@@ -10,7 +10,6 @@ import type { FastifyPluginAsync } from "fastify";
 import type { DraftEngine } from "../../engine/types.js";
 import type { EngineSlot } from "../EngineSlot.js";
 import { apiError } from "../errors.js";
-import { refTo } from "../schemas/refTo.js";
 import {
     DraftAnswer,
     DraftBody,
@@ -20,6 +19,7 @@ import {
     type TrtDraftResponse,
 } from "../schemas/draftSchemas.js";
 import { ErrorResponse } from "../schemas/errorSchemas.js";
+import { refTo } from "../schemas/refTo.js";
 
 export interface DraftRoutesOptions {
     slot: EngineSlot;
@@ -58,7 +58,8 @@ export const draftRoutes: FastifyPluginAsync<DraftRoutesOptions> = async (app, {
             if ("prefix" in body) {
                 const maxLength = body.max_sequence_length ?? Number.POSITIVE_INFINITY;
                 const n = Math.max(0, Math.min(body.n ?? draftLength, maxLength - body.prefix.length));
-                const endId = body.end_id !== undefined && body.end_id !== null && body.end_id >= 0 ? body.end_id : undefined;
+                const endId =
+                    body.end_id !== undefined && body.end_id !== null && body.end_id >= 0 ? body.end_id : undefined;
                 const draft = await draftChecked(engine, body.prefix, n, endId, signal);
                 const requestId = body.request_id;
                 return requestId === undefined || requestId === null
@@ -92,7 +93,7 @@ async function draftChecked(
 ): Promise<number[]> {
     const { vocabSize, contextSize } = engine.info;
     const badIndex = tokens.findIndex((id) => id >= vocabSize);
-    if (badIndex >= 0) throw apiError("invalid_token", { id: tokens[badIndex]!, index: badIndex, vocabSize });
+    if (badIndex >= 0) throw apiError("invalid_token", { id: tokens[badIndex], index: badIndex, vocabSize });
     if (tokens.length + n > contextSize) {
         throw apiError("context_overflow", { tokens: tokens.length, n, total: tokens.length + n, contextSize });
     }

@@ -6,7 +6,7 @@
  * A body with a `prefix` key is read as the TensorRT-LLM form.
  */
 
-import { Type, type Static } from "@sinclair/typebox";
+import { type Static, Type } from "@sinclair/typebox";
 import { maxDraftLength } from "../serveDefaults.js";
 import { refTo } from "./refTo.js";
 
@@ -36,7 +36,10 @@ export const TrtDraftRequest = Type.Object(
         prefix: Type.Array(TokenId, { minItems: 1, description: "The sequence so far: prompt + generated tokens." }),
         // JSON Schema type lists (not anyOf) so a wrong type is reported as "must be integer,null"
         request_id: Type.Optional(
-            Type.Unsafe<number | string | null>({ type: ["integer", "string", "null"], description: "Echoed in the answer." }),
+            Type.Unsafe<number | string | null>({
+                type: ["integer", "string", "null"],
+                description: "Echoed in the answer.",
+            }),
         ),
         end_id: Type.Optional(
             Type.Unsafe<number | null>({
@@ -47,7 +50,8 @@ export const TrtDraftRequest = Type.Object(
         max_sequence_length: Type.Optional(
             Type.Unsafe<number | null>({
                 type: ["integer", "null"],
-                description: "Longest the sequence may grow: the draft is cut to max_sequence_length − prefix length (≥ 0).",
+                description:
+                    "Longest the sequence may grow: the draft is cut to max_sequence_length − prefix length (≥ 0).",
             }),
         ),
         n: Type.Optional(DraftLength),
@@ -64,8 +68,9 @@ export const DraftBody = Type.Unsafe<DraftRequest | TrtDraftRequest>({
     $id: "DraftBody",
     description: "A body with a `prefix` key is a TrtDraftRequest, otherwise a DraftRequest.",
     if: { type: "object", required: ["prefix"] },
-    then: Type.Ref(TrtDraftRequest.$id!),
-    else: Type.Ref(DraftRequest.$id!),
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then/else keyword, not a thenable
+    then: refTo(TrtDraftRequest),
+    else: refTo(DraftRequest),
 });
 
 export const DraftResponse = Type.Object(

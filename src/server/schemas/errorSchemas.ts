@@ -1,7 +1,7 @@
 /** The body of every error answer (codes and messages: src/server/errors.ts). */
 
-import { Type, type Static } from "@sinclair/typebox";
-import { errorCatalog, type ErrorCode } from "../errors.js";
+import { type Static, Type } from "@sinclair/typebox";
+import { type ErrorCode, errorCatalog } from "../errors.js";
 
 export const ErrorResponse = Type.Object(
     {

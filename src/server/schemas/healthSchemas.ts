@@ -1,6 +1,6 @@
 /** `GET /health`: loading → ok → stopping. */
 
-import { Type, type Static } from "@sinclair/typebox";
+import { type Static, Type } from "@sinclair/typebox";
 
 export const HealthResponse = Type.Object(
     {

@@ -1,6 +1,6 @@
 /** `GET /info`: what the loaded drafter is, so clients can check that its token ids match their target's. */
 
-import { Type, type Static } from "@sinclair/typebox";
+import { type Static, Type } from "@sinclair/typebox";
 
 export const InfoResponse = Type.Object(
     {

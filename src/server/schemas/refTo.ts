@@ -1,6 +1,6 @@
 /** A `$ref` to a schema registered by `$id` (see sharedSchemas.ts), typed as the schema it points to. */
 
-import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { type Static, type TSchema, Type } from "@sinclair/typebox";
 
 export function refTo<T extends TSchema>(schema: T) {
     if (schema.$id === undefined) throw new Error("refTo needs a schema with an $id");

@@ -4,7 +4,12 @@ import type { DraftEngine } from "../../../src/engine/types.js";
 import { seededRandom } from "./engineFixtures.js";
 
 /** The request a conversation sends next, given its last request and the draft it got. */
-export function nextRequest(previous: readonly number[], draft: readonly number[], random: (max: number) => number, vocabSize: number): number[] {
+export function nextRequest(
+    previous: readonly number[],
+    draft: readonly number[],
+    random: (max: number) => number,
+    vocabSize: number,
+): number[] {
     const accepted = random(draft.length + 1);
     return [...previous, ...draft.slice(0, accepted), random(vocabSize)];
 }
@@ -25,10 +30,12 @@ export async function draftConversationsAlone(
     const drafts: number[][][] = [];
     for (let r = 0; r < rounds; r++) {
         const roundDrafts: number[][] = [];
-        for (const request of requests[r]!) roundDrafts.push(await engine.draft(request, n));
+        for (const request of requests[r]) roundDrafts.push(await engine.draft(request, n));
         drafts.push(roundDrafts);
         if (r + 1 < rounds) {
-            requests.push(requests[r]!.map((request, i) => nextRequest(request, roundDrafts[i]!, random, engine.info.vocabSize)));
+            requests.push(
+                requests[r].map((request, i) => nextRequest(request, roundDrafts[i], random, engine.info.vocabSize)),
+            );
         }
     }
     return { requests, drafts };

@@ -35,5 +35,8 @@ export function seededRandom(seed: number): (max: number) => number {
 /** `count` distinct prompts of 8–67 token ids below `vocabSize` (the first id is the prompt's index). */
 export function randomPrompts(count: number, vocabSize: number, seed: number): number[][] {
     const random = seededRandom(seed);
-    return Array.from({ length: count }, (_, i) => [i, ...Array.from({ length: 7 + random(60) }, () => random(vocabSize))]);
+    return Array.from({ length: count }, (_, i) => [
+        i,
+        ...Array.from({ length: 7 + random(60) }, () => random(vocabSize)),
+    ]);
 }

@@ -1,0 +1,70 @@
+/**
+ * The layout of a packed drafter folder (`specdraft pack` writes it, `specdraft selfcheck` runs it):
+ *
+ *     DIR/serve.sh            starts `specdraft serve` on $PORT
+ *     DIR/architecture.json   what the model is (ArchitectureFile below)
+ *     DIR/data_manifest.json  what it was trained on (dataManifest.ts)
+ *     DIR/<model>.gguf        the drafter
+ */
+
+/** File names inside the folder, and the `format` architecture.json carries. */
+export const serveScriptName = "serve.sh";
+export const architectureFileName = "architecture.json";
+export const dataManifestFileName = "data_manifest.json";
+export const drafterFolderFormat = "specdraft-drafter/1";
+
+/** architecture.json. */
+export interface ArchitectureFile {
+    format: typeof drafterFolderFormat;
+    /** The GGUF's file name inside the folder. */
+    model_file: string;
+    model_name: string | null;
+    /** `general.architecture`, e.g. `qwen3`. */
+    architecture: string;
+    /** The target family the drafter was made for, pinned to a revision. */
+    base_model: { name: string; revision: string | null } | null;
+    /** The type holding most weight elements, e.g. `Q4_0`. */
+    quantization: string;
+    file_type: string | null;
+    /** Tokens drafted per request by default (serve.sh passes it as --draft-len). */
+    draft_length: number;
+    vocab_size: number;
+    /** sha256 hex of JSON.stringify(tokenizer.ggml.tokens): must equal the target's. */
+    vocab_fingerprint: string;
+    context_length: number | null;
+    embedding_length: number | null;
+    block_count: number | null;
+    feed_forward_length: number | null;
+    head_count: number | null;
+    head_count_kv: number | null;
+    parameters: number;
+    /** The model file's size. */
+    size_bytes: number;
+    model_sha256: string;
+    packed_by: string;
+    packed_at: string;
+}
+
+/** Checks the fields a grader relies on; returns the file or a message naming the first problem. */
+export function checkArchitectureFile(value: unknown): ArchitectureFile | string {
+    if (typeof value !== "object" || value === null || Array.isArray(value)) return "expected a JSON object";
+    const a = value as Record<string, unknown>;
+    for (const field of ["model_file", "architecture", "quantization", "vocab_fingerprint"] as const)
+        if (typeof a[field] !== "string" || (a[field] as string).length === 0)
+            return `"${field}": expected a non-empty string`;
+    if (!/^[0-9a-f]{64}$/.test(a.vocab_fingerprint as string))
+        return `"vocab_fingerprint": expected 64 lowercase hex digits`;
+    if ((a.model_file as string).includes("/") || (a.model_file as string).startsWith("."))
+        return `"model_file": expected a file name inside the folder`;
+    for (const field of ["draft_length", "vocab_size", "size_bytes"] as const)
+        if (typeof a[field] !== "number" || !Number.isInteger(a[field]) || (a[field] as number) < 1)
+            return `"${field}": expected an integer ≥ 1`;
+    const base = a.base_model;
+    if (
+        base !== null &&
+        base !== undefined &&
+        (typeof base !== "object" || typeof (base as Record<string, unknown>).name !== "string")
+    )
+        return `"base_model": expected {"name", "revision"} or null`;
+    return value as ArchitectureFile;
+}
