@@ -5,12 +5,13 @@
 #
 # From the checkout on the GPU machine, with .whl (the gguf wheel) and .prose (prose.tar.xz) brought along, both made
 # by bench/gpu/stage.sh:
-#   bash train/scripts/gpu_lab.sh RESULTS [LIMIT]
+#   bash train/scripts/gpu_lab.sh RESULTS [LIMIT [LAB ARGS...]]     e.g. ... 560 --set pretrain_target.time_budget_s=120
 # The corpus: code is the machine's own Python, its stdlib plus its site-packages (NOTES.md: ~300 MB of source; the
 # preset takes 120 MB); prose is one folder per Debian doc package in .prose/prose.tar.xz (the machine cannot install
 # packages), unpacked once per machine and passed as --prose for each package.
 set -uo pipefail
 results=${1:?results dir}; limit=${2:-560}
+shift $(( $# < 2 ? $# : 2 ))  # what remains goes to the lab command (e.g. --set overrides: recorded in lab_state.json)
 lab=${LAB_DIR:-/tmp/lab}
 mkdir -p "$results"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
@@ -25,7 +26,7 @@ if [ -f .prose/prose.tar.xz ]; then
   fi
   for dir in "$prose"/*/; do prose_args+=(--prose "${dir%/}"); done
 fi  # without it the lab stops at once, naming the prose it lacks
-timeout --signal=INT "$limit" python3 -m specdraft_train lab --preset lab --out "$lab" --extra "$site" "${prose_args[@]}"
+timeout --signal=INT "$limit" python3 -m specdraft_train lab --preset lab --out "$lab" --extra "$site" "${prose_args[@]}" "$@"
 rc=$?
 if [ -f "$lab/lab_report.json" ]; then
   cp "$lab/lab_report.json" "$lab/lab_report.md" "$lab/data_manifest.json" "$lab/architecture.json" \
