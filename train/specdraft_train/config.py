@@ -198,7 +198,7 @@ LAB = LabPreset(
     # Code: the GPU machine's stdlib plus the --extra DIRs the coordinator passes (site-packages), a hash-ordered
     # 120 MB; prose: all of linux-doc-6.1, python3.11-doc and git-doc (~42 MB), seen twice in pretraining. NOTES'
     # calibration with 120 MB code + 28 MB kernel docs gave τ(base) 6.37; more prose and 512-token prompts aim lower.
-    # 120 MB is ~8,000 code files and the prose ~5,900: 4 % held out (and 4 % dev) gives each of the 18 categories
+    # 120 MB is ~8,000 code files and the prose ~5,900: 4 % held out (and 4 % dev) gives each of the 12 categories
     # its first-round candidates on mostly distinct files (NOTES held out 1 in 25 prose files).
     corpus=CorpusConfig(heldout_per_mille=40, dev_per_mille=40, max_code_bytes=120_000_000),
     tokenizer=TokenizerConfig(vocab_size=16_384, max_train_bytes=64_000_000, prose_repeats=2),
@@ -223,13 +223,17 @@ LAB = LabPreset(
         seq_len=1024, batch_size=32, max_steps=1500, lr=2e-3, warmup_steps=50, ckpt_every=400, time_budget_s=45,
         seed=1,
     ),
-    # 8,192 KD continuations of ≤256 tokens and 18 categories × (32 held-out + 24 dev) conversations, 1.5×
-    # oversampled: 16 + 3 batches of 512 of 256 decode steps each (the first H200 lab: 110 s for 8,192 + 256).
+    # Continuations of exactly 128 tokens (those that stop earlier are not kept for held-out/dev): the 2026-12-01 H200
+    # smoke run with ≤256 saw 91 % of continuation 4-grams repeat earlier text (greedy small-model text loops the
+    # longer it runs) and τ(base Q4_0 PTQ) 8.65; NOTES' calibration with 128 tokens had 70-80 % and τ(base) 6.37.
+    # 32,768 KD continuations (4.2M tokens, 2× the old lab's) at the static engine's ~90k tok/s: ~50 s with the eval
+    # sets (12 categories × (32 held-out + 24 dev), 1.5× oversampled); batches of 1,024 rows (the engine's per-step
+    # floor is kernel launches, so rows are the lever).
     reference=ReferenceConfig(
-        prompt_lengths=(64, 192, 512), max_new_tokens=256, min_continuation_tokens=128, train_prompts=8_192,
-        heldout_per_category=32, dev_per_category=24, batch_size=512, shard_prompts=2048,
+        prompt_lengths=(64, 192, 512), max_new_tokens=128, min_continuation_tokens=128, train_prompts=32_768,
+        heldout_per_category=32, dev_per_category=24, batch_size=1024, shard_prompts=4096,
     ),
-    # A 7.3M drafter on 8k × ≤768-token sequences: ~130 steps per epoch at over 1M tok/s, so epochs are cheap; dev
+    # A 7.3M drafter on 32k × ≤640-token sequences: ~512 steps per epoch (the smoke run: 15 steps/s), ~2 epochs; dev
     # macro τ every 100 steps keeps the best checkpoint, 10 evaluations without a new best count as a plateau, the
     # budget caps the total.
     distill=DistillConfig(

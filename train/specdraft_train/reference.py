@@ -155,10 +155,12 @@ def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizer
     """Up to ``counts[c]`` prompts of each category from one split's documents, in draw order.
 
     Per kind, the files go in a seeded order, and each file in turn serves the category furthest behind its count
-    (largest share still missing; ties in category order) among those it is long enough for and has not served yet.
+    (largest share still missing; ties in category order) among those it is long enough for and still has room for.
     Passes over the files repeat while some category still lacks prompts and the last pass served one. So the first
-    pass puts the categories on distinct files, every position of every length is reached however many files there
-    are, and a file serves each category at most once. An inner window starts at a seeded random token ≥ 1.
+    pass puts the categories on distinct files and every position of every length is reached however many files there
+    are. A file has one opening, so it serves an ``open`` category once; it serves an ``inner`` category at most as
+    many times as it holds disjoint windows of that length (len − 1) // length, each a new seeded random window
+    starting at a token ≥ 1 — so a corpus of few long files can still fill a large training set.
     """
     selected: dict[Category, list[Prompt]] = {c: [] for c in counts}
     for kind_index, kind in enumerate(KINDS):
@@ -169,7 +171,8 @@ def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizer
         rng = np.random.default_rng([seed, SPLIT_SEED_OFFSETS[split], kind_index])
         order = rng.permutation(len(documents_of_kind))
         tokens_at = _LazyTokens(documents_of_kind, order, tokenizer)
-        served: list[set[Category]] = [set() for _ in order]
+        served: list[dict[Category, int]] = [{} for _ in order]
+        starts_used: list[set[tuple[Category, int]]] = [set() for _ in order]
         served_any = True
         while served_any:
             served_any = False
@@ -178,17 +181,28 @@ def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizer
                 if not missing:
                     break
                 tokens = tokens_at(position)
-                fitting = [c for c in missing if c.fits(len(tokens)) and c not in served[position]]
+                fitting = [c for c in missing if c.fits(len(tokens)) and served[position].get(c, 0) < _room(c, len(tokens), split)]
                 if not fitting:
                     continue
                 category = max(fitting, key=lambda c: (1 - len(selected[c]) / counts[c], -wanted.index(c)))
                 start = 0 if category.position == "open" else int(rng.integers(1, len(tokens) - category.length + 1))
+                # a file's next window of a category is a new one (room ≤ the file's possible starts, so this ends)
+                while (category, start) in starts_used[position]:
+                    start = int(rng.integers(1, len(tokens) - category.length + 1))
+                starts_used[position].add((category, start))
                 document = documents_of_kind[order[position]]
                 selected[category].append(Prompt(f"{split}/{document.sha256[:12]}/{start}+{category.length}",
                                                  category.name, tokens[start : start + category.length].tolist()))
-                served[position].add(category)
+                served[position][category] = served[position].get(category, 0) + 1
                 served_any = True
     return selected
+
+
+def _room(category: Category, n_tokens: int, split: str) -> int:
+    """How many prompts of ``category`` one file of ``n_tokens`` may give (select_prompts says why)."""
+    if split != "train" or category.position == "open":
+        return 1
+    return max(1, (n_tokens - 1) // category.length)
 
 
 def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:

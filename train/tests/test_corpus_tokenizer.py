@@ -188,5 +188,5 @@ def test_presets_fit_their_longest_prompt_and_continuation_into_the_pretraining_
     for preset in (MICRO, LAB):
         check_preset(preset)
     assert max(LAB.reference.prompt_lengths) >= LAB.target.max_position_embeddings // 2  # long = half the context
-    with pytest.raises(ValueError, match=r"768 tokens, more than pretrain_target.seq_len 512"):
+    with pytest.raises(ValueError, match=r"640 tokens, more than pretrain_target.seq_len 512"):
         check_preset(apply_settings(LAB, ["pretrain_target.seq_len=512"]))
