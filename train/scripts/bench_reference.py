@@ -29,8 +29,9 @@ import dataclasses
 import json
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,10 +41,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train/: runs wit
 
 from specdraft_train.config import ModelConfig  # noqa: E402
 from specdraft_train.generation import (  # noqa: E402
-    GreedyOutput, StaticEngineConfig, StaticGreedyEngine, generate_greedy_hf, timed,
+    GreedyOutput,
+    StaticEngineConfig,
+    StaticGreedyEngine,
+    generate_greedy_hf,
+    timed,
 )
 from specdraft_train.models import (  # noqa: E402
-    load_causal_lm, new_model, parameter_count, qwen3_config, resolve_device,
+    load_causal_lm,
+    new_model,
+    parameter_count,
+    qwen3_config,
+    resolve_device,
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -57,9 +66,15 @@ def build_model(args: argparse.Namespace, device: torch.device) -> tuple[torch.n
         model = load_causal_lm(args.checkpoint, device, DTYPES[args.dtype])
         source = {"checkpoint": args.checkpoint}
     else:
-        shape = ModelConfig(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                            num_key_value_heads=args.kv_heads, head_dim=args.head_dim, intermediate_size=args.ffn,
-                            max_position_embeddings=args.context)
+        shape = ModelConfig(
+            hidden_size=args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads,
+            head_dim=args.head_dim,
+            intermediate_size=args.ffn,
+            max_position_embeddings=args.context,
+        )
         config = qwen3_config(shape, args.vocab, eos_token_id=0, pad_token_id=0)
         config.initializer_range = args.init_std
         model = new_model(config, seed=args.seed).to(device=device, dtype=DTYPES[args.dtype]).eval()
@@ -112,8 +127,9 @@ def agreement(static: Sequence[GreedyOutput], hf: Sequence[GreedyOutput]) -> dic
     }
 
 
-def measure(function: Any, *args: Any, device: torch.device,
-            **kwargs: Any) -> tuple[list[GreedyOutput], dict[str, Any]]:
+def measure(
+    function: Any, *args: Any, device: torch.device, **kwargs: Any
+) -> tuple[list[GreedyOutput], dict[str, Any]]:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     outputs, seconds = timed(function, *args, device=device, **kwargs)
@@ -143,11 +159,19 @@ def main() -> int:
     p.add_argument("--lengths", default="64,192,512", help="prompt lengths, cycled (default: 64,192,512)")
     p.add_argument("--new-tokens", type=int, default=128, help="continuation cap (default: 128)")
     p.add_argument("--batch-size", type=int, default=1024, help="static engine's rows cap (default: 1024)")
-    p.add_argument("--hf-prompts", type=int, default=768, help="the HF peer's prompts, the first of the static "
-                   "engine's (default: 768)")
+    p.add_argument(
+        "--hf-prompts",
+        type=int,
+        default=768,
+        help="the HF peer's prompts, the first of the static engine's (default: 768)",
+    )
     p.add_argument("--hf-batch-size", type=int, default=256, help="HF generate's batch (default: 256)")
-    p.add_argument("--decode-attention", default="matmul,sdpa", help="the static engine's decode attention; the "
-                   "first is the one reported and compared, the others are timed too (default: matmul,sdpa)")
+    p.add_argument(
+        "--decode-attention",
+        default="matmul,sdpa",
+        help="the static engine's decode attention; the "
+        "first is the one reported and compared, the others are timed too (default: matmul,sdpa)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = p.parse_args()
@@ -164,19 +188,36 @@ def main() -> int:
     generate_greedy_hf(model, warmup, WARMUP_NEW_TOKENS, stop, stop[0], TOP_K, args.hf_batch_size, device)
     StaticGreedyEngine(model, device).generate(warmup, WARMUP_NEW_TOKENS, stop, TOP_K)
 
-    hf_outputs, hf = measure(generate_greedy_hf, model, hf_prompts, args.new_tokens, stop, stop[0], TOP_K,
-                             args.hf_batch_size, device, device=device)
+    hf_outputs, hf = measure(
+        generate_greedy_hf,
+        model,
+        hf_prompts,
+        args.new_tokens,
+        stop,
+        stop[0],
+        TOP_K,
+        args.hf_batch_size,
+        device,
+        device=device,
+    )
     runs = {}
     for kernel in args.decode_attention.split(","):
         engine = StaticGreedyEngine(model, device, StaticEngineConfig(decode_attention=kernel))
-        outputs, run = measure(engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=args.batch_size,
-                               device=device)
+        outputs, run = measure(
+            engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=args.batch_size, device=device
+        )
         stats = engine.stats
-        run.update(decode_attention=kernel, cuda_graph=stats.used_cuda_graph,
-                   cuda_graph_failure=stats.cuda_graph_failure, batches=stats.batches,
-                   padded_batches=stats.padded_batches, graph_captures=stats.graph_captures,
-                   graph_capture_seconds=stats.graph_capture_seconds, decode_steps=stats.decode_steps,
-                   batch_shapes=sorted(set(stats.batch_shapes)))
+        run.update(
+            decode_attention=kernel,
+            cuda_graph=stats.used_cuda_graph,
+            cuda_graph_failure=stats.cuda_graph_failure,
+            batches=stats.batches,
+            padded_batches=stats.padded_batches,
+            graph_captures=stats.graph_captures,
+            graph_capture_seconds=stats.graph_capture_seconds,
+            decode_steps=stats.decode_steps,
+            batch_shapes=sorted(set(stats.batch_shapes)),
+        )
         runs[kernel] = (outputs, run)
     static_outputs, static = runs[args.decode_attention.split(",")[0]]
     report = {
@@ -184,9 +225,16 @@ def main() -> int:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "model": model_info,
-        "workload": {"prompts": len(prompts), "lengths": lengths, "new_tokens": args.new_tokens, "top_k": TOP_K,
-                     "static_batch_size": args.batch_size, "hf_prompts": len(hf_prompts),
-                     "hf_batch_size": args.hf_batch_size, "stop_ids": stop},
+        "workload": {
+            "prompts": len(prompts),
+            "lengths": lengths,
+            "new_tokens": args.new_tokens,
+            "top_k": TOP_K,
+            "static_batch_size": args.batch_size,
+            "hf_prompts": len(hf_prompts),
+            "hf_batch_size": args.hf_batch_size,
+            "stop_ids": stop,
+        },
         "hf": hf,
         "static": static,
         "static_decode_attention_tokens_per_s": {k: r["tokens_per_s"] for k, (_, r) in runs.items()},
@@ -195,9 +243,11 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"hf {hf['tokens_per_s']:,.0f} tok/s ({hf['tokens']} tokens) | static {static['tokens_per_s']:,.0f} tok/s "
-          f"({static['tokens']} tokens, CUDA graph: {static['cuda_graph']}) | speed-up {report['speedup']:.1f}x | "
-          f"identical {report['agreement']['identical_share']:.1%}")
+    print(
+        f"hf {hf['tokens_per_s']:,.0f} tok/s ({hf['tokens']} tokens) | static {static['tokens_per_s']:,.0f} tok/s "
+        f"({static['tokens']} tokens, CUDA graph: {static['cuda_graph']}) | speed-up {report['speedup']:.1f}x | "
+        f"identical {report['agreement']['identical_share']:.1%}"
+    )
     print(json.dumps(report, indent=2))
     return 0
 

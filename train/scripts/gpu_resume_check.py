@@ -42,19 +42,45 @@ TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per
 TARGET = replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100)
 PRETRAIN = replace(MICRO.pretrain_drafter, max_steps=12, batch_size=8, ckpt_every=4)
 PRETRAIN_FLAGS = ("--max-steps", "12", "--batch-size", "8", "--ckpt-every", "4")
-REFERENCE = replace(MICRO.reference, max_new_tokens=32, train_prompts=64, dev_prompts=16, heldout_prompts=8,
-                    batch_size=64, shard_prompts=64)
-DISTILL = replace(MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32,
-                  replay_batch_size=4)
-DISTILL_FLAGS = ("--epochs", "2", "--batch-size", "8", "--ckpt-every", "2", "--eval-every", "3", "--replay-weight",
-                 "0.5", "--set", "replay_seq_len=32", "--set", "replay_batch_size=4")
+REFERENCE = replace(
+    MICRO.reference,
+    max_new_tokens=32,
+    train_prompts=64,
+    dev_prompts=16,
+    heldout_prompts=8,
+    batch_size=64,
+    shard_prompts=64,
+)
+DISTILL = replace(
+    MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32, replay_batch_size=4
+)
+DISTILL_FLAGS = (
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--ckpt-every",
+    "2",
+    "--eval-every",
+    "3",
+    "--replay-weight",
+    "0.5",
+    "--set",
+    "replay_seq_len=32",
+    "--set",
+    "replay_batch_size=4",
+)
 HALT_PRETRAIN, HALT_DISTILL = 4, 4  # mid-run: of 12 pretrain steps; of 16 distill steps, evaluated at 3, 6, …
 RESUME_NOISE_FACTOR = 4.0  # a resumed run may differ from the straight one by a few times the run-to-run noise
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specdraft_train", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "specdraft_train", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def max_difference(a_dir: Path, b_dir: Path) -> float:
@@ -85,8 +111,10 @@ def compare_history(straight: Path, again: Path, resumed: Path, after_step: int)
         return False
     difference = max(abs(a - b) for a, b in zip(losses[0], losses[2]))
     noise = max(abs(a - b) for a, b in zip(losses[0], losses[1]))
-    print(f"gpu_resume_check: distill: dev macro τ at steps {steps[0]}: "
-          f"{[round(h['dev_macro_tau'], 3) for h in histories[2]]} (resumed)")
+    print(
+        f"gpu_resume_check: distill: dev macro τ at steps {steps[0]}: "
+        f"{[round(h['dev_macro_tau'], 3) for h in histories[2]]} (resumed)"
+    )
     return within_noise(f"distill: train loss at the {len(losses[0])} evaluations after the kill", difference, noise)
 
 
@@ -104,8 +132,21 @@ def main() -> int:
         print(f"gpu_resume_check: {time.time() - start:5.1f} s: {name}", flush=True)
 
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-resume-check."))
-    d = {name: work / name for name in ("corpus", "tokenizer", "target", "base", "base-again", "base-resumed",
-                                        "reference", "distilled", "distilled-again", "distilled-resumed")}
+    d = {
+        name: work / name
+        for name in (
+            "corpus",
+            "tokenizer",
+            "target",
+            "base",
+            "base-again",
+            "base-resumed",
+            "reference",
+            "distilled",
+            "distilled-again",
+            "distilled-resumed",
+        )
+    }
     phase("corpus, tokenizer")
     corpus.build_corpus(d["corpus"], TINY_CORPUS, corpus.stdlib_root(), [])
     tokenizer.build(d["corpus"], d["tokenizer"], TokenizerConfig(vocab_size=512))
@@ -114,13 +155,27 @@ def main() -> int:
     phase("pretrain: straight twice, killed, resumed")
     for name in ("base", "base-again"):
         pretrain.run(d["corpus"], d["tokenizer"], d[name], "drafter", "micro", PRETRAIN, args.device)
-    pretrain_args = ("pretrain", "--corpus", str(d["corpus"]), "--tokenizer", str(d["tokenizer"]), "--out",
-                     str(d["base-resumed"]), "--role", "drafter", "--preset", "micro", "--device", args.device,
-                     *PRETRAIN_FLAGS)
+    pretrain_args = (
+        "pretrain",
+        "--corpus",
+        str(d["corpus"]),
+        "--tokenizer",
+        str(d["tokenizer"]),
+        "--out",
+        str(d["base-resumed"]),
+        "--role",
+        "drafter",
+        "--preset",
+        "micro",
+        "--device",
+        args.device,
+        *PRETRAIN_FLAGS,
+    )
     killed = cli(*pretrain_args, "--halt-after-steps", str(HALT_PRETRAIN))
     if killed.returncode != -9:
-        print(f"gpu_resume_check: pretrain was not killed as planned (exit {killed.returncode})\n"
-              f"{killed.stderr[-3000:]}")
+        print(
+            f"gpu_resume_check: pretrain was not killed as planned (exit {killed.returncode})\n{killed.stderr[-3000:]}"
+        )
         ok = False
     try:
         pretrain.run(d["corpus"], d["tokenizer"], d["base-resumed"], "drafter", "micro", PRETRAIN, args.device)
@@ -134,19 +189,41 @@ def main() -> int:
     reference.run(d["target"], d["reference"], REFERENCE, corpus_dir=d["corpus"], device_name=args.device)
     phase("distill: straight twice, killed, resumed")
     for name in ("distilled", "distilled-again"):
-        distill.run(d["base"], d["reference"], d[name], DISTILL, device_name=args.device, epochs=2,
-                    replay_tokens=d["tokenizer"])
-    distill_args = ("distill", "--drafter", str(d["base"]), "--reference", str(d["reference"]), "--out",
-                    str(d["distilled-resumed"]), "--preset", "micro", "--device", args.device,
-                    "--replay-tokens", str(d["tokenizer"]), *DISTILL_FLAGS)
+        distill.run(
+            d["base"], d["reference"], d[name], DISTILL, device_name=args.device, epochs=2, replay_tokens=d["tokenizer"]
+        )
+    distill_args = (
+        "distill",
+        "--drafter",
+        str(d["base"]),
+        "--reference",
+        str(d["reference"]),
+        "--out",
+        str(d["distilled-resumed"]),
+        "--preset",
+        "micro",
+        "--device",
+        args.device,
+        "--replay-tokens",
+        str(d["tokenizer"]),
+        *DISTILL_FLAGS,
+    )
     killed = cli(*distill_args, "--halt-after-steps", str(HALT_DISTILL))
     if killed.returncode != -9:
-        print(f"gpu_resume_check: distill was not killed as planned (exit {killed.returncode})\n"
-              f"{killed.stderr[-3000:]}")
+        print(
+            f"gpu_resume_check: distill was not killed as planned (exit {killed.returncode})\n{killed.stderr[-3000:]}"
+        )
         ok = False
     try:
-        distill.run(d["base"], d["reference"], d["distilled-resumed"], DISTILL, device_name=args.device, epochs=2,
-                    replay_tokens=d["tokenizer"])
+        distill.run(
+            d["base"],
+            d["reference"],
+            d["distilled-resumed"],
+            DISTILL,
+            device_name=args.device,
+            epochs=2,
+            replay_tokens=d["tokenizer"],
+        )
         ok = compare_weights("distill", d["distilled"], d["distilled-again"], d["distilled-resumed"]) and ok
         ok = compare_history(d["distilled"], d["distilled-again"], d["distilled-resumed"], HALT_DISTILL) and ok
     except Exception as error:
@@ -154,9 +231,11 @@ def main() -> int:
         ok = False
     if ok and args.work is None:
         shutil.rmtree(work, ignore_errors=True)  # kept on FAIL, to look into
-    print(f"gpu_resume_check: {'PASS' if ok else 'FAIL'} ({time.time() - start:.0f} s on "
-          f"{torch.cuda.get_device_name() if args.device.startswith('cuda') else args.device}"
-          f"{'' if ok and args.work is None else f'; work dir {work}'})")
+    print(
+        f"gpu_resume_check: {'PASS' if ok else 'FAIL'} ({time.time() - start:.0f} s on "
+        f"{torch.cuda.get_device_name() if args.device.startswith('cuda') else args.device}"
+        f"{'' if ok and args.work is None else f'; work dir {work}'})"
+    )
     return 0 if ok else 1
 
 

@@ -7,6 +7,7 @@ fingerprints for the named tensors are the CPU's, and prints how many values dif
 
     python scripts/refingerprint_qat.py CHECKPOINT_DIR OUT_STATE TENSOR [TENSOR ...]
 """
+
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """The training pipeline's command line: one subcommand per stage; stages talk only through files.
 
-    python -m specdraft_train --help
-    python -m specdraft_train lab --preset micro --out runs/micro
+python -m specdraft_train --help
+python -m specdraft_train lab --preset micro --out runs/micro
 """
 
 from __future__ import annotations
@@ -28,10 +28,15 @@ def _stage_module(name: str) -> ModuleType | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specdraft_train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for torch (default: torch's, one per core); 1 is fastest on a busy machine")
+    parser = argparse.ArgumentParser(
+        prog="python -m specdraft_train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: torch's, one per core); 1 is fastest on a busy machine",
+    )
     subparsers = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
     for name in STAGE_MODULES:
         module = _stage_module(name)

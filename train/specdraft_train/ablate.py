@@ -32,9 +32,10 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import distill
 from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
@@ -65,8 +66,10 @@ def parse_variant(text: str) -> Variant:
     name, colon, rest = text.partition(":")
     name = name.strip()
     if not colon or not VARIANT_NAME.match(name):
-        raise ValueError(f"--variant {text!r}: expected NAME:SECTION.FIELD=VALUE,… with NAME of letters, digits and "
-                         "._+- (e.g. 'tvd:distill.loss=tvd')")
+        raise ValueError(
+            f"--variant {text!r}: expected NAME:SECTION.FIELD=VALUE,… with NAME of letters, digits and "
+            "._+- (e.g. 'tvd:distill.loss=tvd')"
+        )
     settings, qat = [], True
     for setting in (s.strip() for s in SETTING_SPLIT.split(rest) if s.strip()):
         key, eq, value = setting.partition("=")
@@ -76,8 +79,9 @@ def parse_variant(text: str) -> Variant:
         elif section == "variant" and field_name in VARIANT_FIELDS and value.strip().lower() in ("true", "false"):
             qat = value.strip().lower() == "true"
         else:
-            raise ValueError(f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE or "
-                             "variant.qat=true|false")
+            raise ValueError(
+                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE or variant.qat=true|false"
+            )
     return Variant(name, tuple(settings), qat)
 
 
@@ -118,17 +122,23 @@ def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     for name, category in result["by_category"].items():
         b, t = base["by_category"].get(name), target["by_category"].get(name)
         by_category[name] = {
-            "tau": category["tau"], "top1": category.get("top1"),
-            "base_tau": b["tau"] if b else None, "target_tau": t["tau"] if t else None,
+            "tau": category["tau"],
+            "top1": category.get("top1"),
+            "base_tau": b["tau"] if b else None,
+            "target_tau": t["tau"] if t else None,
             "over_base": category["tau"] / b["tau"] if b else None,
             "gap_closed": gap_closed(category["tau"], b["tau"], t["tau"]) if b and t else None,
         }
     base_macro = sum(base["by_category"][n]["tau"] for n in by_category if n in base["by_category"]) / max(
-        sum(n in base["by_category"] for n in by_category), 1)
+        sum(n in base["by_category"] for n in by_category), 1
+    )
     target_macro = sum(target["by_category"][n]["tau"] for n in by_category if n in target["by_category"]) / max(
-        sum(n in target["by_category"] for n in by_category), 1)
+        sum(n in target["by_category"] for n in by_category), 1
+    )
     return {
-        "tau": result["tau"], "macro_tau": result["macro_tau"], "top1": result["top1"],
+        "tau": result["tau"],
+        "macro_tau": result["macro_tau"],
+        "top1": result["top1"],
         "over_base": result["tau"] / base["tau"],
         "gap_closed": gap_closed(result["tau"], base["tau"], target["tau"]),
         "macro_gap_closed": gap_closed(result["macro_tau"], base_macro, target_macro),
@@ -145,8 +155,10 @@ class VariantProgress:
         self.path = directory / "progress.json"
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if self.data and self.data.get("spec") != variant.spec():
-            raise ValueError(f"{directory} holds variant {variant.name!r} run with {self.data.get('spec')}, not "
-                             f"{variant.spec()}: give the new settings another name, or another --out")
+            raise ValueError(
+                f"{directory} holds variant {variant.name!r} run with {self.data.get('spec')}, not "
+                f"{variant.spec()}: give the new settings another name, or another --out"
+            )
         self.data.setdefault("spec", variant.spec())
         self.data.setdefault("seconds", {})
         self.data.setdefault("interrupted_seconds", {})
@@ -168,8 +180,9 @@ class VariantProgress:
         atomic_write_json(self.path, self.data)
 
 
-def run_variant(lab: Path, out: Path, preset: LabPreset, variant: Variant, reference: dict[str, Any],
-                device_name: str) -> dict[str, Any]:
+def run_variant(
+    lab: Path, out: Path, preset: LabPreset, variant: Variant, reference: dict[str, Any], device_name: str
+) -> dict[str, Any]:
     """Distill (+ QAT) and score one variant into ``out/NAME``; returns its result (also written as result.json)."""
     directory = out / variant.name
     directory.mkdir(parents=True, exist_ok=True)
@@ -178,15 +191,23 @@ def run_variant(lab: Path, out: Path, preset: LabPreset, variant: Variant, refer
     distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
     replay = lab / "tokenizer"
     print(f"ablate: {variant.name}: distill …", file=sys.stderr)
-    progress.run_stage("distill", lambda: distill.run(lab / "base", lab / "reference", distilled, config,
-                                                      device_name=device_name, replay_tokens=replay),
-                       lambda: stage_complete(distilled, "distill"))
+    progress.run_stage(
+        "distill",
+        lambda: distill.run(
+            lab / "base", lab / "reference", distilled, config, device_name=device_name, replay_tokens=replay
+        ),
+        lambda: stage_complete(distilled, "distill"),
+    )
     stages = [distilled]
     if variant.qat:
         print(f"ablate: {variant.name}: distill --qat …", file=sys.stderr)
-        progress.run_stage("distill --qat", lambda: distill.run(distilled, lab / "reference", qat_dir, config, qat=True,
-                                                                device_name=device_name, replay_tokens=replay),
-                           lambda: stage_complete(qat_dir, "distill"))
+        progress.run_stage(
+            "distill --qat",
+            lambda: distill.run(
+                distilled, lab / "reference", qat_dir, config, qat=True, device_name=device_name, replay_tokens=replay
+            ),
+            lambda: stage_complete(qat_dir, "distill"),
+        )
         stages.append(qat_dir)
     final = stages[-1]
     heldout_path = lab / "reference" / "heldout.jsonl"
@@ -196,8 +217,9 @@ def run_variant(lab: Path, out: Path, preset: LabPreset, variant: Variant, refer
     evaluated: dict[str, Any] = {}
 
     def evaluate() -> None:
-        q4, mode = drafter_tau(final, conversations, preset.evaluate.k, device, q4=True,
-                               batch_size=preset.evaluate.batch_size)
+        q4, mode = drafter_tau(
+            final, conversations, preset.evaluate.k, device, q4=True, batch_size=preset.evaluate.batch_size
+        )
         fp32, _ = drafter_tau(final, conversations, preset.evaluate.k, device, batch_size=preset.evaluate.batch_size)
         evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
 
@@ -215,9 +237,20 @@ def run_variant(lab: Path, out: Path, preset: LabPreset, variant: Variant, refer
         "data_tokens": sum(m["metrics"]["train_tokens"] for m in manifests),
         "replay_tokens": sum(m["metrics"]["replay_tokens"] for m in manifests),
         "examples": manifests[0]["metrics"]["examples"],
-        "stages": {("qat" if m["params"]["qat"] else "distill"): {
-            k: m["metrics"][k] for k in ("steps", "best_step", "best_dev_macro_tau", "stopped_by_plateau",
-                                         "stopped_by_time_budget", "train_seconds")} for m in manifests},
+        "stages": {
+            ("qat" if m["params"]["qat"] else "distill"): {
+                k: m["metrics"][k]
+                for k in (
+                    "steps",
+                    "best_step",
+                    "best_dev_macro_tau",
+                    "stopped_by_plateau",
+                    "stopped_by_time_budget",
+                    "train_seconds",
+                )
+            }
+            for m in manifests
+        },
         "device": str(device),
         # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200.
         "device_seconds": round(sum(progress.data["seconds"].values()), 2),
@@ -252,44 +285,68 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     for r in rows:
         settings = ", ".join(r["spec"]["distill_settings"] + ([] if r["spec"]["qat"] else ["variant.qat=false"]))
-        lines.append(f"| {r['name']} | `{settings or 'lab defaults'}` | {r['weights']} | {_fmt(r['tau'])} | "
-                     f"{_fmt(r['macro_tau'])} | {_fmt(r['top1'])} | {_fmt(r['over_base'])} | {_pct(r['gap_closed'])} | "
-                     f"{'yes' if r['beats_base_everywhere'] else 'no'} | {r['data_tokens']:,} | "
-                     f"{r['device_seconds']:.1f} |")
-    lines += ["", "## τ by category (gap closed)", "",
-              "| variant | " + " | ".join(categories) + " |", "|---|" + "---|" * len(categories)]
+        lines.append(
+            f"| {r['name']} | `{settings or 'lab defaults'}` | {r['weights']} | {_fmt(r['tau'])} | "
+            f"{_fmt(r['macro_tau'])} | {_fmt(r['top1'])} | {_fmt(r['over_base'])} | {_pct(r['gap_closed'])} | "
+            f"{'yes' if r['beats_base_everywhere'] else 'no'} | {r['data_tokens']:,} | "
+            f"{r['device_seconds']:.1f} |"
+        )
+    lines += [
+        "",
+        "## τ by category (gap closed)",
+        "",
+        "| variant | " + " | ".join(categories) + " |",
+        "|---|" + "---|" * len(categories),
+    ]
     lines.append("| lab base, Q4_0 PTQ | " + " | ".join(_fmt(base["by_category"][c]["tau"]) for c in categories) + " |")
     if "distilled_q4_0_qat" in reference:  # the lab's own recipe, for comparison
         lab_qat = reference["distilled_q4_0_qat"]["by_category"]
         cells = []
         for c in categories:
-            closed = (gap_closed(lab_qat[c]["tau"], base["by_category"][c]["tau"], target["by_category"][c]["tau"])
-                      if c in lab_qat and c in target["by_category"] else None)
+            closed = (
+                gap_closed(lab_qat[c]["tau"], base["by_category"][c]["tau"], target["by_category"][c]["tau"])
+                if c in lab_qat and c in target["by_category"]
+                else None
+            )
             cells.append(f"{_fmt(lab_qat[c]['tau'])} ({_pct(closed)})" if c in lab_qat else "—")
         lines.append("| lab distilled, Q4_0 QAT | " + " | ".join(cells) + " |")
     for r in rows:
-        cells = [f"{_fmt(r['by_category'][c]['tau'])} ({_pct(r['by_category'][c]['gap_closed'])})"
-                 if c in r["by_category"] else "—" for c in categories]
+        cells = [
+            f"{_fmt(r['by_category'][c]['tau'])} ({_pct(r['by_category'][c]['gap_closed'])})"
+            if c in r["by_category"]
+            else "—"
+            for c in categories
+        ]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
-    lines.append("| target as its own drafter | "
-                 + " | ".join(_fmt(target["by_category"].get(c, {}).get("tau")) for c in categories) + " |")
+    lines.append(
+        "| target as its own drafter | "
+        + " | ".join(_fmt(target["by_category"].get(c, {}).get("tau")) for c in categories)
+        + " |"
+    )
     return "\n".join(lines) + "\n"
 
 
-def write_summary(lab: Path, out: Path, order: list[str], reference: dict[str, Any], k: int,
-                  heldout: dict[str, Any]) -> dict[str, Any]:
+def write_summary(
+    lab: Path, out: Path, order: list[str], reference: dict[str, Any], k: int, heldout: dict[str, Any]
+) -> dict[str, Any]:
     """ablation.json / ablation.md over every finished variant in ``out``: this command's first, in its order."""
     finished = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob(f"*/{RESULT_FILE}"))}
     names = [n for n in order if n in finished] + [n for n in sorted(finished) if n not in order]
-    summary = {"lab": str(lab), "k": k, "heldout": heldout, "lab_reference": reference,
-               "variants": [finished[n] for n in names]}
+    summary = {
+        "lab": str(lab),
+        "k": k,
+        "heldout": heldout,
+        "lab_reference": reference,
+        "variants": [finished[n] for n in names],
+    }
     atomic_write_json(out / "ablation.json", summary)
     atomic_write_text(out / "ablation.md", markdown(summary))
     return summary
 
 
-def run_ablation(lab: Path, out: Path, variants: list[Variant], device_name: str = "auto",
-                 time_budget_s: float | None = None) -> dict[str, Any]:
+def run_ablation(
+    lab: Path, out: Path, variants: list[Variant], device_name: str = "auto", time_budget_s: float | None = None
+) -> dict[str, Any]:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("ablate runs its variants one after another in one process; start it without torchrun")
     names = [v.name for v in variants]
@@ -297,8 +354,9 @@ def run_ablation(lab: Path, out: Path, variants: list[Variant], device_name: str
         raise ValueError(f"--variant names must differ: {names}")
     preset = lab_preset(lab)
     if time_budget_s is not None:
-        variants = [Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat)
-                    for v in variants]
+        variants = [
+            Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat) for v in variants
+        ]
     for variant in variants:
         variant_config(preset, variant)  # refuse a mistyped setting before any variant spends device time
     for stage, kind in (("base", "pretrain"), ("reference", "reference"), ("tokenizer", "tokenizer")):
@@ -307,8 +365,11 @@ def run_ablation(lab: Path, out: Path, variants: list[Variant], device_name: str
     reference = lab_reference_tau(lab)
     heldout_path = lab / "reference" / "heldout.jsonl"
     conversations = read_conversations(heldout_path)
-    heldout = {"path": str(heldout_path), "conversations": len(conversations),
-               "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)}
+    heldout = {
+        "path": str(heldout_path),
+        "conversations": len(conversations),
+        "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
+    }
     out.mkdir(parents=True, exist_ok=True)
     for variant in variants:
         result_path = out / variant.name / RESULT_FILE
@@ -317,24 +378,41 @@ def run_ablation(lab: Path, out: Path, variants: list[Variant], device_name: str
             print(f"ablate: {variant.name}: finished in {result_path.parent}, skipped", file=sys.stderr)
             continue
         result = run_variant(lab, out, preset, variant, reference, device_name)
-        print(f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
-              f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
-              f"gap closed {_pct(result['gap_closed'])}, "
-              f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s", file=sys.stderr)
+        print(
+            f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
+            f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
+            f"gap closed {_pct(result['gap_closed'])}, "
+            f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s",
+            file=sys.stderr,
+        )
         write_summary(lab, out, names, reference, preset.evaluate.k, heldout)
     return write_summary(lab, out, names, reference, preset.evaluate.k, heldout)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("ablate", help="distillation variants from a finished lab, scored by held-out category",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "ablate",
+        help="distillation variants from a finished lab, scored by held-out category",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--lab", required=True, type=Path, help="a finished lab directory (through its evaluate stage)")
     p.add_argument("--out", required=True, type=Path, help="ablation directory (rerun the same command to resume)")
-    p.add_argument("--variant", dest="variants", action="append", required=True, type=str,
-                   metavar="NAME:SECTION.FIELD=VALUE,…", help="a variant (repeatable), e.g. "
-                   "'tvd:distill.loss=tvd,variant.qat=false'")
-    p.add_argument("--time-budget", type=float, default=None, help="distill.time_budget_s of every variant's distill "
-                   "runs (default: the lab's)")
+    p.add_argument(
+        "--variant",
+        dest="variants",
+        action="append",
+        required=True,
+        type=str,
+        metavar="NAME:SECTION.FIELD=VALUE,…",
+        help="a variant (repeatable), e.g. 'tvd:distill.loss=tvd,variant.qat=false'",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="distill.time_budget_s of every variant's distill runs (default: the lab's)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.set_defaults(func=main)
 
@@ -343,7 +421,9 @@ def main(args: argparse.Namespace) -> int:
     variants = [parse_variant(v) for v in args.variants]
     summary = run_ablation(args.lab, args.out, variants, args.device, args.time_budget)
     for row in summary["variants"]:
-        print(f"{row['name']}: τ {row['tau']:.3f} ({row['weights']}), macro τ {row['macro_tau']:.3f}, "
-              f"× base {row['over_base']:.3f}, gap closed {_pct(row['gap_closed'])}")
+        print(
+            f"{row['name']}: τ {row['tau']:.3f} ({row['weights']}), macro τ {row['macro_tau']:.3f}, "
+            f"× base {row['over_base']:.3f}, gap closed {_pct(row['gap_closed'])}"
+        )
     print(f"report: {args.out / 'ablation.md'}")
     return 0

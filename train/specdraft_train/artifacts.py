@@ -16,8 +16,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 MANIFEST_NAME = "manifest.json"
 HASH_CHUNK_BYTES = 1 << 20  # 1 MiB reads: hashing speed plateaus well before this
@@ -160,7 +161,9 @@ def verify_stage_dir(stage_dir: str | os.PathLike[str], stage: str | tuple[str, 
         raise ArtifactError(f"{root}: no {MANIFEST_NAME}; the stage that writes it has not finished")
     allowed = (stage,) if isinstance(stage, str) else stage
     if allowed is not None and manifest.get("stage") not in allowed:
-        raise ArtifactError(f"{root}: expected output of stage {'/'.join(allowed)}, found stage {manifest.get('stage')!r}")
+        raise ArtifactError(
+            f"{root}: expected output of stage {'/'.join(allowed)}, found stage {manifest.get('stage')!r}"
+        )
     for rel, info in manifest["outputs"].items():
         path = root / rel
         if not path.is_file():

@@ -162,33 +162,72 @@ MICRO = LabPreset(
     name="micro",
     # The lab's design at CPU scale: ~0.7 MB of small stdlib files and ~0.6 MB of git's documentation (git-doc), large
     # held-out/dev shares so that every one of the 12 categories finds its candidates on distinct files.
-    corpus=CorpusConfig(max_file_bytes=24_000, heldout_per_mille=150, dev_per_mille=100, max_code_bytes=700_000,
-                        max_prose_bytes=600_000),
+    corpus=CorpusConfig(
+        max_file_bytes=24_000, heldout_per_mille=150, dev_per_mille=100, max_code_bytes=700_000, max_prose_bytes=600_000
+    ),
     # Small softmax: most CPU time would otherwise go to the LM head. Prose twice as in the lab (exercises the repeat).
     tokenizer=TokenizerConfig(vocab_size=1024, prose_repeats=2),
     target=ModelConfig(
-        hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        intermediate_size=384, max_position_embeddings=512,
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        intermediate_size=384,
+        max_position_embeddings=512,
     ),
     # The drafter is far weaker than the target (and pretrained for fewer steps), so distilling the target's habits
     # into it helps visibly: CI asserts τ(distilled, Q4_0 QAT) > τ(base, Q4_0 PTQ).
     drafter=ModelConfig(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-        intermediate_size=192, max_position_embeddings=512,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        intermediate_size=192,
+        max_position_embeddings=512,
     ),
     pretrain_target=PretrainConfig(
-        seq_len=128, batch_size=16, max_steps=200, lr=3e-3, warmup_steps=20, ckpt_every=100, eval_batches=4,
+        seq_len=128,
+        batch_size=16,
+        max_steps=200,
+        lr=3e-3,
+        warmup_steps=20,
+        ckpt_every=100,
+        eval_batches=4,
     ),
     pretrain_drafter=PretrainConfig(
-        seq_len=128, batch_size=16, max_steps=120, lr=3e-3, warmup_steps=10, ckpt_every=60, eval_batches=4, seed=1,
+        seq_len=128,
+        batch_size=16,
+        max_steps=120,
+        lr=3e-3,
+        warmup_steps=10,
+        ckpt_every=60,
+        eval_batches=4,
+        seed=1,
     ),
     # Long = 64 = half the 128-token pretraining window, as 512 is half the lab's 1,024; 64 + 48 fits that window.
     reference=ReferenceConfig(
-        prompt_lengths=(16, 32, 64), max_new_tokens=48, min_continuation_tokens=32, train_prompts=384,
-        heldout_per_category=6, dev_per_category=3, batch_size=64, shard_prompts=128,
+        prompt_lengths=(16, 32, 64),
+        max_new_tokens=48,
+        min_continuation_tokens=32,
+        train_prompts=384,
+        heldout_per_category=6,
+        dev_per_category=3,
+        batch_size=64,
+        shard_prompts=128,
     ),
-    distill=DistillConfig(epochs=3, batch_size=16, lr=2e-3, warmup_steps=5, ckpt_every=40, qat_epochs=1, qat_lr=1e-3,
-                          replay_seq_len=64, replay_batch_size=4),
+    distill=DistillConfig(
+        epochs=3,
+        batch_size=16,
+        lr=2e-3,
+        warmup_steps=5,
+        ckpt_every=40,
+        qat_epochs=1,
+        qat_lr=1e-3,
+        replay_seq_len=64,
+        replay_batch_size=4,
+    ),
     evaluate=EvalConfig(),
     prose_packages=("git-doc",),
 )
@@ -204,23 +243,45 @@ LAB = LabPreset(
     tokenizer=TokenizerConfig(vocab_size=16_384, max_train_bytes=64_000_000, prose_repeats=2),
     # 88M parameters, NOTES' calibration target (held-out loss 3.08 after 240 s at 248k tok/s).
     target=ModelConfig(
-        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4, head_dim=64,
-        intermediate_size=2048, max_position_embeddings=1024,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        intermediate_size=2048,
+        max_position_embeddings=1024,
     ),
     # ~7.3M parameters (4.2M of them the tied embedding), NOTES' base size.
     drafter=ModelConfig(
-        hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-        intermediate_size=768, max_position_embeddings=1024,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=768,
+        max_position_embeddings=1024,
     ),
     # Sequences of the whole 1,024-token context: a 512-token prompt plus its ≤256-token continuation sits at
     # positions a 512-token window never trains. NOTES: 248k tok/s at seq 512; 1,700 steps × 32k tokens ≈ 56M
     # tokens ≈ 240 s (the budget stops it if seq 1024 is slower), under one pass over the ~67M-token stream.
     pretrain_target=PretrainConfig(
-        seq_len=1024, batch_size=32, max_steps=1700, lr=1.5e-3, warmup_steps=100, ckpt_every=400, time_budget_s=240,
+        seq_len=1024,
+        batch_size=32,
+        max_steps=1700,
+        lr=1.5e-3,
+        warmup_steps=100,
+        ckpt_every=400,
+        time_budget_s=240,
     ),
     # NOTES: 7.3M at 1.13M tok/s → 45 s is ~1,500 steps of 32k tokens; the base stays honest-but-weak.
     pretrain_drafter=PretrainConfig(
-        seq_len=1024, batch_size=32, max_steps=1500, lr=2e-3, warmup_steps=50, ckpt_every=400, time_budget_s=45,
+        seq_len=1024,
+        batch_size=32,
+        max_steps=1500,
+        lr=2e-3,
+        warmup_steps=50,
+        ckpt_every=400,
+        time_budget_s=45,
         seed=1,
     ),
     # Continuations of exactly 128 tokens (those that stop earlier are not kept for held-out/dev): the 2026-12-01 H200
@@ -230,15 +291,29 @@ LAB = LabPreset(
     # sets (12 categories × (32 held-out + 24 dev), 1.5× oversampled); batches of 1,024 rows (the engine's per-step
     # floor is kernel launches, so rows are the lever).
     reference=ReferenceConfig(
-        prompt_lengths=(64, 192, 512), max_new_tokens=128, min_continuation_tokens=128, train_prompts=32_768,
-        heldout_per_category=32, dev_per_category=24, batch_size=1024, shard_prompts=4096,
+        prompt_lengths=(64, 192, 512),
+        max_new_tokens=128,
+        min_continuation_tokens=128,
+        train_prompts=32_768,
+        heldout_per_category=32,
+        dev_per_category=24,
+        batch_size=1024,
+        shard_prompts=4096,
     ),
     # A 7.3M drafter on 32k × ≤640-token sequences: ~512 steps per epoch (the smoke run: 15 steps/s), ~2 epochs; dev
     # macro τ every 100 steps keeps the best checkpoint, 10 evaluations without a new best count as a plateau, the
     # budget caps the total.
     distill=DistillConfig(
-        epochs=8, batch_size=64, lr=1e-3, warmup_steps=30, ckpt_every=200, time_budget_s=150, qat_epochs=1,
-        qat_lr=2e-4, eval_every=100, patience=10,
+        epochs=8,
+        batch_size=64,
+        lr=1e-3,
+        warmup_steps=30,
+        ckpt_every=200,
+        time_budget_s=150,
+        qat_epochs=1,
+        qat_lr=2e-4,
+        eval_every=100,
+        patience=10,
     ),
     evaluate=EvalConfig(),
     prose_packages=("linux-doc-6.1", "python3.11-doc", "git-doc"),
@@ -259,9 +334,11 @@ def check_preset(preset: LabPreset) -> None:
     for section in ("pretrain_target", "pretrain_drafter"):
         seq_len = getattr(preset, section).seq_len
         if longest > seq_len:
-            raise ValueError(f"preset {preset.name}: the longest prompt ({max(preset.reference.prompt_lengths)}) plus "
-                             f"max_new_tokens ({preset.reference.max_new_tokens}) is {longest} tokens, more than "
-                             f"{section}.seq_len {seq_len}: the models never train those positions")
+            raise ValueError(
+                f"preset {preset.name}: the longest prompt ({max(preset.reference.prompt_lengths)}) plus "
+                f"max_new_tokens ({preset.reference.max_new_tokens}) is {longest} tokens, more than "
+                f"{section}.seq_len {seq_len}: the models never train those positions"
+            )
 
 
 def override(config: Any, **changes: Any) -> Any:

@@ -18,9 +18,10 @@ import json
 import platform
 import sysconfig
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text, sha256_bytes, write_manifest
 from .config import CorpusConfig, get_preset, override
@@ -105,8 +106,13 @@ def scan_sources(roots: list[SourceRoot], config: CorpusConfig) -> tuple[list[Do
         for path in iter_source_files(root.path, root.kind):
             data = path.read_bytes()
             sha = sha256_bytes(data)
-            record: dict[str, Any] = {"kind": root.kind, "source": root.name, "path": str(path.relative_to(root.path)),
-                                      "bytes": len(data), "sha256": sha}
+            record: dict[str, Any] = {
+                "kind": root.kind,
+                "source": root.name,
+                "path": str(path.relative_to(root.path)),
+                "bytes": len(data),
+                "sha256": sha,
+            }
             records.append(record)
             if not config.min_file_bytes <= len(data) <= config.max_file_bytes:
                 record["split"] = "excluded:size"
@@ -152,8 +158,9 @@ def _summary(documents: list[Document]) -> dict[str, Any]:
     return {"files": len(documents), "bytes": sum(d.bytes for d in documents), "kinds": kinds}
 
 
-def build_corpus(out_dir: str | Path, config: CorpusConfig, stdlib: Path | None, extras: list[Path],
-                 prose: list[Path] | None = None) -> dict[str, Any]:
+def build_corpus(
+    out_dir: str | Path, config: CorpusConfig, stdlib: Path | None, extras: list[Path], prose: list[Path] | None = None
+) -> dict[str, Any]:
     start = time.time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,15 +174,19 @@ def build_corpus(out_dir: str | Path, config: CorpusConfig, stdlib: Path | None,
             roots.append(SourceRoot(f"{'extra' if kind == 'code' else 'prose'}:{directory.name}", kind, directory))
     documents, records = scan_sources(roots, config)
     if not documents:
-        raise ValueError(f"no text files of {config.min_file_bytes}–{config.max_file_bytes} bytes under "
-                         f"{[str(r.path) for r in roots]}")
+        raise ValueError(
+            f"no text files of {config.min_file_bytes}–{config.max_file_bytes} bytes under "
+            f"{[str(r.path) for r in roots]}"
+        )
     by_split: dict[str, list[Document]] = {s: [] for s in SPLITS}
     for doc in documents:
         by_split[split_of(doc.sha256, config)].append(doc)
     for split in SPLITS:
         lines = [
-            json.dumps({"kind": d.kind, "source": d.source, "path": d.path, "sha256": d.sha256, "text": d.text},
-                       ensure_ascii=False)
+            json.dumps(
+                {"kind": d.kind, "source": d.source, "path": d.path, "sha256": d.sha256, "text": d.text},
+                ensure_ascii=False,
+            )
             for d in by_split[split]
         ]
         atomic_write_text(out / f"{split}.jsonl", "".join(line + "\n" for line in lines))
@@ -199,13 +210,22 @@ def build_corpus(out_dir: str | Path, config: CorpusConfig, stdlib: Path | None,
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("corpus", help="collect code (stdlib + --extra) and prose (--prose), split by hash",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "corpus",
+        help="collect code (stdlib + --extra) and prose (--prose), split by hash",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--extra", action="append", default=[], type=Path, help="another code tree, *.py (repeatable)")
-    p.add_argument("--prose", action="append", default=[], type=Path,
-                   help="a prose tree, *.rst/*.txt/*.md (repeatable; fetch_prose.sh makes one per Debian package)")
+    p.add_argument(
+        "--prose",
+        action="append",
+        default=[],
+        type=Path,
+        help="a prose tree, *.rst/*.txt/*.md (repeatable; fetch_prose.sh makes one per Debian package)",
+    )
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--no-stdlib", action="store_true", help="no stdlib: only --extra and --prose directories")
     p.add_argument("--max-code-bytes", type=int, default=None, help="cap the code (default: preset's; 0 = all)")
@@ -214,8 +234,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    config = override(get_preset(args.preset).corpus, max_code_bytes=args.max_code_bytes,
-                      max_prose_bytes=args.max_prose_bytes)
+    config = override(
+        get_preset(args.preset).corpus, max_code_bytes=args.max_code_bytes, max_prose_bytes=args.max_prose_bytes
+    )
     stdlib = None if args.no_stdlib else (args.stdlib or stdlib_root())
     manifest = build_corpus(args.out, config, stdlib, args.extra, args.prose)
     print(json.dumps(manifest["summary"]))

@@ -62,9 +62,10 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,15 +75,32 @@ from torch import nn
 from .artifacts import input_record, read_manifest, sha256_file, verify_stage_dir, write_manifest
 from .config import DistillConfig, apply_settings, get_preset, override
 from .models import (
-    architecture_summary, autocast_context, checkpoint_info, load_causal_lm, save_checkpoint, verify_checkpoint,
+    architecture_summary,
+    autocast_context,
+    checkpoint_info,
+    load_causal_lm,
+    save_checkpoint,
+    verify_checkpoint,
 )
 from .pretrain import ChunkSampler
 from .reference import TrainExample, read_train_examples
 from .tau import TauResult, model_tau, read_conversations
 from .tokenizer import load_token_stream, token_file
 from .training import (
-    DistributedContext, ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer,
-    open_summary_writer, progress_bar, rank_slice, set_lr, stop_by_budget, unwrap, wrap_ddp,
+    DistributedContext,
+    ResumeState,
+    finish_distributed,
+    halt_for_test,
+    init_distributed,
+    lr_at,
+    make_optimizer,
+    open_summary_writer,
+    progress_bar,
+    rank_slice,
+    set_lr,
+    stop_by_budget,
+    unwrap,
+    wrap_ddp,
 )
 
 QAT_STATE_FILE = "qat_state.safetensors"
@@ -113,8 +131,9 @@ def select_examples(examples: Sequence[TrainExample], config: DistillConfig) -> 
     return kept
 
 
-def collate(examples: Sequence[TrainExample], pad_id: int, device: torch.device,
-            replay_chunks: np.ndarray | None = None) -> dict[str, torch.Tensor]:
+def collate(
+    examples: Sequence[TrainExample], pad_id: int, device: torch.device, replay_chunks: np.ndarray | None = None
+) -> dict[str, torch.Tensor]:
     """Right-padded inputs P + C[:-1] and, for every continuation token, where its prediction sits.
 
     ``replay_chunks`` (R, S + 1) of pretraining text become R more rows of the same forward (one forward per step,
@@ -138,7 +157,9 @@ def collate(examples: Sequence[TrainExample], pad_id: int, device: torch.device,
         "rows": torch.tensor(rows, device=device),  # (N,) N = continuation tokens in the batch
         "cols": torch.tensor(cols, device=device),  # (N,)
         "positions": torch.tensor(positions, device=device),  # (N,) j: the position inside its continuation
-        "labels": torch.from_numpy(np.concatenate([np.asarray(e.continuation_tokens) for e in examples])).long().to(device),
+        "labels": torch.from_numpy(np.concatenate([np.asarray(e.continuation_tokens) for e in examples]))
+        .long()
+        .to(device),
         "topk_ids": torch.from_numpy(np.concatenate([e.topk_ids for e in examples])).long().to(device),  # (N, K)
         "topk_logprobs": torch.from_numpy(np.concatenate([e.topk_logprobs for e in examples])).to(device),  # (N, K)
     }
@@ -163,8 +184,10 @@ def load_replay_tokens(source: Path) -> tuple[np.ndarray, dict[str, Any]]:
         return load_token_stream(source, "train"), {"kind": "tokenizer stage", **input_record(source, manifest)}
     files = sorted(source.glob("*.npy")) if source.is_dir() else [source]
     if not files or not all(f.is_file() and f.suffix == ".npy" for f in files):
-        raise ValueError(f"--replay-tokens {source}: expected a tokenizer stage directory, a .npy token array, or a "
-                         "directory of .npy token arrays")
+        raise ValueError(
+            f"--replay-tokens {source}: expected a tokenizer stage directory, a .npy token array, or a "
+            "directory of .npy token arrays"
+        )
     arrays = [np.load(f).astype(np.int32).reshape(-1) for f in files]
     return np.concatenate(arrays), {"kind": "token arrays", "files": {str(f): sha256_file(f) for f in files}}
 
@@ -309,8 +332,10 @@ class TrainWindow:
             return {}
         names = sorted(self.sums)
         device = self.sums[names[0]].device
-        values = torch.stack([self.sums[n].float() for n in names]
-                             + [torch.tensor(self.counts[c], device=device) for c in ("tokens", "replay_tokens")])
+        values = torch.stack(
+            [self.sums[n].float() for n in names]
+            + [torch.tensor(self.counts[c], device=device) for c in ("tokens", "replay_tokens")]
+        )
         values = ctx.all_reduce_sum(values).tolist()
         tokens, replay_tokens = values[-2], values[-1]
         steps = self.counts["steps"]  # each rank adds its share of the global mean loss: the sum is the mean
@@ -328,8 +353,12 @@ class TrainWindow:
 def dev_entry(result: TauResult) -> dict[str, Any]:
     """A dev evaluation as the history records it."""
     by_category = {name: {"tau": c["tau"], "top1": c.get("top1")} for name, c in result.by_category.items()}
-    return {"dev_tau": result.tau, "dev_macro_tau": result.macro_tau, "dev_top1": result.top1,
-            "dev_by_category": by_category}
+    return {
+        "dev_tau": result.tau,
+        "dev_macro_tau": result.macro_tau,
+        "dev_top1": result.top1,
+        "dev_by_category": by_category,
+    }
 
 
 def log_dev(tb: Any, entry: dict[str, Any], step: int) -> None:
@@ -342,16 +371,19 @@ def log_dev(tb: Any, entry: dict[str, Any], step: int) -> None:
     tb.flush()
 
 
-def check_vocabularies(drafter: str | Path, reference_manifest: dict[str, Any], vocab_size: int,
-                       examples: Sequence[TrainExample]) -> None:
+def check_vocabularies(
+    drafter: str | Path, reference_manifest: dict[str, Any], vocab_size: int, examples: Sequence[TrainExample]
+) -> None:
     """Refuse a drafter whose token ids cannot be the target's: different lab tokenizer, or ids out of range."""
     drafter_info = checkpoint_info(drafter)
     target_info = reference_manifest["inputs"].get("target", {})
     ours = drafter_info.get("outputs", {}).get("tokenizer.json")
     theirs = target_info.get("outputs", {}).get("tokenizer.json")
     if ours and theirs and ours != theirs:
-        raise ValueError(f"drafter {drafter} has another tokenizer.json than the target of the reference data "
-                         f"(sha256 {ours[:12]}… vs {theirs[:12]}…)")
+        raise ValueError(
+            f"drafter {drafter} has another tokenizer.json than the target of the reference data "
+            f"(sha256 {ours[:12]}… vs {theirs[:12]}…)"
+        )
     top = max((max(e.continuation_tokens + e.prompt_tokens) for e in examples), default=0)
     if top >= vocab_size:
         raise ValueError(f"reference data uses token id {top}; the drafter's vocabulary has {vocab_size}")
@@ -362,8 +394,10 @@ def check_replay_tokenizer(drafter: str | Path, replay: ReplayText) -> None:
     ours = checkpoint_info(drafter).get("outputs", {}).get("tokenizer.json")
     theirs = replay.record.get("outputs", {}).get("tokenizer.json")
     if ours and theirs and ours != theirs:
-        raise ValueError(f"replay text {replay.record.get('path')} was tokenized with another tokenizer.json than "
-                         f"drafter {drafter}'s (sha256 {theirs[:12]}… vs {ours[:12]}…)")
+        raise ValueError(
+            f"replay text {replay.record.get('path')} was tokenized with another tokenizer.json than "
+            f"drafter {drafter}'s (sha256 {theirs[:12]}… vs {ours[:12]}…)"
+        )
 
 
 def load_qat_state_into(qat: Any, path: Path) -> None:
@@ -383,9 +417,17 @@ def load_qat_state_into(qat: Any, path: Path) -> None:
 
 
 def run(
-    drafter: str | Path, reference_dir: Path, out_dir: Path, config: DistillConfig, qat: bool = False,
-    clip_search: bool = False, device_name: str = "auto", halt_after_steps: int | None = None,
-    epochs: int | None = None, lr: float | None = None, replay_tokens: Path | None = None,
+    drafter: str | Path,
+    reference_dir: Path,
+    out_dir: Path,
+    config: DistillConfig,
+    qat: bool = False,
+    clip_search: bool = False,
+    device_name: str = "auto",
+    halt_after_steps: int | None = None,
+    epochs: int | None = None,
+    lr: float | None = None,
+    replay_tokens: Path | None = None,
 ) -> dict[str, Any] | None:
     """Distill into ``drafter`` and write the best dev checkpoint to ``out_dir``; returns the manifest (rank 0).
 
@@ -403,9 +445,14 @@ def run(
     examples = select_examples(available, config)
     dev = read_conversations(reference_dir / "dev.jsonl")
     if not examples:
-        raise ValueError(f"{reference_dir}: no training examples" + (
-            f" of categories {list(config.categories)} (it has {sorted({e.category for e in available})})"
-            if available else ""))
+        raise ValueError(
+            f"{reference_dir}: no training examples"
+            + (
+                f" of categories {list(config.categories)} (it has {sorted({e.category for e in available})})"
+                if available
+                else ""
+            )
+        )
     model = load_causal_lm(drafter, ctx.device)
     vocab_size = model.get_input_embeddings().weight.shape[0]
     check_vocabularies(drafter, reference_manifest, vocab_size, examples)
@@ -429,8 +476,16 @@ def run(
     eval_every = config.eval_every or steps_per_epoch
     resume = ResumeState(out_dir / "resume")
     step = 0
-    extra: dict[str, Any] = {"train_seconds": 0.0, "history": [], "best": None, "evals_since_best": 0,
-                             "last_eval_step": None, "train_tokens": 0, "replay_tokens": 0, "last": {}}
+    extra: dict[str, Any] = {
+        "train_seconds": 0.0,
+        "history": [],
+        "best": None,
+        "evals_since_best": 0,
+        "last_eval_step": None,
+        "train_tokens": 0,
+        "replay_tokens": 0,
+        "last": {},
+    }
     if resume.exists():
         step, extra = resume.load(model, optimizer)
         if ctx.is_main:
@@ -446,8 +501,12 @@ def run(
         """Rank 0 measures dev τ, keeps the best checkpoint by macro τ; every rank learns whether it plateaued."""
         extra["last_eval_step"] = step
         if ctx.is_main:
-            entry = {"step": step, "epoch": step / steps_per_epoch,
-                     **dev_entry(model_tau(unwrap(ddp_model), dev, config.eval_k, ctx.device)), **extra["last"]}
+            entry = {
+                "step": step,
+                "epoch": step / steps_per_epoch,
+                **dev_entry(model_tau(unwrap(ddp_model), dev, config.eval_k, ctx.device)),
+                **extra["last"],
+            }
             extra["history"].append(entry)
             best = extra["best"]
             if best is None or entry["dev_macro_tau"] > best["dev_macro_tau"]:
@@ -460,9 +519,12 @@ def run(
             best = extra["best"]
             postfix.update(dev_tau=f"{entry['dev_macro_tau']:.3f}", best=f"{best['dev_macro_tau']:.3f}@{best['step']}")
             bar.set_postfix(postfix, refresh=False)  # a refresh now would bypass the bar's rate limit in log files
-            bar.write(f"distill: step {step} (epoch {entry['epoch']:.2f}) dev macro τ {entry['dev_macro_tau']:.3f}, "
-                      f"τ {entry['dev_tau']:.3f}, top-1 {entry['dev_top1']:.3f} (best macro τ "
-                      f"{best['dev_macro_tau']:.3f} at step {best['step']})", file=sys.stderr)
+            bar.write(
+                f"distill: step {step} (epoch {entry['epoch']:.2f}) dev macro τ {entry['dev_macro_tau']:.3f}, "
+                f"τ {entry['dev_tau']:.3f}, top-1 {entry['dev_top1']:.3f} (best macro τ "
+                f"{best['dev_macro_tau']:.3f} at step {best['step']})",
+                file=sys.stderr,
+            )
         if config.patience <= 0:
             return False
         plateau = ctx.is_main and extra["evals_since_best"] >= config.patience
@@ -495,8 +557,12 @@ def run(
         global_indices = order[within * global_batch : (within + 1) * global_batch]
         # Every rank knows the whole global batch, so its token count needs no collective (nor a GPU sync).
         n_global = sum(len(examples[i].continuation_tokens) for i in global_indices)
-        batch = collate([examples[i] for i in global_indices[my_rows]], pad_id, ctx.device,
-                        replay.chunks(step) if replay is not None else None)
+        batch = collate(
+            [examples[i] for i in global_indices[my_rows]],
+            pad_id,
+            ctx.device,
+            replay.chunks(step) if replay is not None else None,
+        )
         set_lr(optimizer, lr_at(step, max_steps, config.warmup_steps, peak_lr, config.min_lr_ratio))
         with autocast_context(ctx.device):
             sums = loss_sums(ddp_model, batch, config)
@@ -512,8 +578,12 @@ def run(
         step += 1
         extra["train_tokens"] += n_global
         extra["replay_tokens"] += replay.tokens_per_step if replay is not None else 0
-        window.add(loss / ctx.world_size, sums.parts, len(batch["labels"]),
-                   len(batch["replay_labels"]) if "replay_labels" in batch else 0)
+        window.add(
+            loss / ctx.world_size,
+            sums.parts,
+            len(batch["labels"]),
+            len(batch["replay_labels"]) if "replay_labels" in batch else 0,
+        )
         bar.update(1)
         evaluating = step % eval_every == 0
         saving = (step % config.ckpt_every == 0 or evaluating) and step < max_steps
@@ -554,37 +624,63 @@ def run(
         if replay is not None:
             inputs["replay"] = replay.record
         manifest = write_manifest(
-            out_dir, "distill", outputs=outputs,
-            params={"config": config.__dict__, "qat": qat, "clip_search": clip_search, "epochs": epochs,
-                    "lr": peak_lr, "global_batch": global_batch, "world_size": ctx.world_size,
-                    "replay": replay is not None},
+            out_dir,
+            "distill",
+            outputs=outputs,
+            params={
+                "config": config.__dict__,
+                "qat": qat,
+                "clip_search": clip_search,
+                "epochs": epochs,
+                "lr": peak_lr,
+                "global_batch": global_batch,
+                "world_size": ctx.world_size,
+                "replay": replay is not None,
+            },
             inputs=inputs,
             extra={
                 "architecture": architecture_summary(model),
                 "metrics": {
-                    "steps": step, "steps_per_epoch": steps_per_epoch, "examples": len(examples),
-                    "examples_available": len(available), "train_tokens": extra["train_tokens"],
-                    "replay_tokens": extra["replay_tokens"], "best_dev_macro_tau": best["dev_macro_tau"],
-                    "best_dev_tau": best["dev_tau"], "best_dev_top1": best["dev_top1"], "best_step": best["step"],
-                    "best_epoch": best["epoch"], "history": extra["history"],
-                    "stopped_by_time_budget": stopped_by_budget, "stopped_by_plateau": stopped_by_plateau,
-                    "train_seconds": train_seconds, "seconds": time.time() - start_time,
+                    "steps": step,
+                    "steps_per_epoch": steps_per_epoch,
+                    "examples": len(examples),
+                    "examples_available": len(available),
+                    "train_tokens": extra["train_tokens"],
+                    "replay_tokens": extra["replay_tokens"],
+                    "best_dev_macro_tau": best["dev_macro_tau"],
+                    "best_dev_tau": best["dev_tau"],
+                    "best_dev_top1": best["dev_top1"],
+                    "best_step": best["step"],
+                    "best_epoch": best["epoch"],
+                    "history": extra["history"],
+                    "stopped_by_time_budget": stopped_by_budget,
+                    "stopped_by_plateau": stopped_by_plateau,
+                    "train_seconds": train_seconds,
+                    "seconds": time.time() - start_time,
                     "drafter_verified": drafter_manifest is not None,
                 },
             },
         )
-        print(f"distill: best dev macro τ {best['dev_macro_tau']:.3f} (τ {best['dev_tau']:.3f}, top-1 "
-              f"{best['dev_top1']:.3f}) at step {best['step']} of {step}; {extra['train_tokens']:,} continuation "
-              f"tokens in {train_seconds:.1f} s" + (" (plateau)" if stopped_by_plateau else "")
-              + (" (time budget)" if stopped_by_budget else ""), file=sys.stderr)
+        print(
+            f"distill: best dev macro τ {best['dev_macro_tau']:.3f} (τ {best['dev_tau']:.3f}, top-1 "
+            f"{best['dev_top1']:.3f}) at step {best['step']} of {step}; {extra['train_tokens']:,} continuation "
+            f"tokens in {train_seconds:.1f} s"
+            + (" (plateau)" if stopped_by_plateau else "")
+            + (" (time budget)" if stopped_by_budget else ""),
+            file=sys.stderr,
+        )
         shutil.rmtree(out_dir / "resume", ignore_errors=True)
     finish_distributed(ctx)
     return manifest
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("distill", help="distill the target's continuations into the drafter (+ --qat)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "distill",
+        help="distill the target's continuations into the drafter (+ --qat)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--drafter", required=True, help="starting drafter: lab checkpoint, local HF model, or HF id")
     p.add_argument("--reference", required=True, type=Path, help="output directory of the reference stage")
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
@@ -595,32 +691,84 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int, default=None, help="epochs (default: preset's; qat_epochs with --qat)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: preset's; qat_lr with --qat)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch in continuations (default: preset's)")
-    p.add_argument("--time-budget", type=float, default=None, help="stop after this many training seconds (default: preset's)")
-    p.add_argument("--ckpt-every", type=int, default=None, help="steps between resumable checkpoints (default: preset's)")
+    p.add_argument(
+        "--time-budget", type=float, default=None, help="stop after this many training seconds (default: preset's)"
+    )
+    p.add_argument(
+        "--ckpt-every", type=int, default=None, help="steps between resumable checkpoints (default: preset's)"
+    )
     p.add_argument("--loss", choices=LOSSES, default=None, help="per-position loss (default: preset's)")
-    p.add_argument("--eval-every", type=int, default=None, help="steps between dev evaluations, 0 = epoch ends "
-                   "(default: preset's)")
-    p.add_argument("--patience", type=int, default=None, help="evaluations without a new best before stopping, "
-                   "0 = never (default: preset's)")
-    p.add_argument("--replay-tokens", type=Path, default=None, help="replay text: a lab tokenizer directory, a .npy "
-                   "token array or a directory of them (used when replay_weight > 0)")
+    p.add_argument(
+        "--eval-every", type=int, default=None, help="steps between dev evaluations, 0 = epoch ends (default: preset's)"
+    )
+    p.add_argument(
+        "--patience",
+        type=int,
+        default=None,
+        help="evaluations without a new best before stopping, 0 = never (default: preset's)",
+    )
+    p.add_argument(
+        "--replay-tokens",
+        type=Path,
+        default=None,
+        help="replay text: a lab tokenizer directory, a .npy "
+        "token array or a directory of them (used when replay_weight > 0)",
+    )
     p.add_argument("--replay-weight", type=float, default=None, help="weight of the replay LM loss (default: preset's)")
-    p.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
-                   help="any DistillConfig field, e.g. --set ce_weight=1 --set 'categories=[\"code/inner\"]' "
-                        "(repeatable; JSON values)")
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any DistillConfig field, e.g. --set ce_weight=1 --set 'categories=[\"code/inner\"]' "
+        "(repeatable; JSON values)",
+    )
     p.add_argument("--halt-after-steps", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     preset = apply_settings(get_preset(args.preset), [f"distill.{s}" for s in args.settings])
-    config = override(preset.distill, batch_size=args.batch_size, time_budget_s=args.time_budget,
-                      ckpt_every=args.ckpt_every, loss=args.loss, eval_every=args.eval_every, patience=args.patience,
-                      replay_weight=args.replay_weight)
-    manifest = run(args.drafter, args.reference, args.out, config, args.qat, args.clip_search, args.device,
-                   args.halt_after_steps, args.epochs, args.lr, args.replay_tokens)
+    config = override(
+        preset.distill,
+        batch_size=args.batch_size,
+        time_budget_s=args.time_budget,
+        ckpt_every=args.ckpt_every,
+        loss=args.loss,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        replay_weight=args.replay_weight,
+    )
+    manifest = run(
+        args.drafter,
+        args.reference,
+        args.out,
+        config,
+        args.qat,
+        args.clip_search,
+        args.device,
+        args.halt_after_steps,
+        args.epochs,
+        args.lr,
+        args.replay_tokens,
+    )
     if manifest is not None:
         metrics = manifest["metrics"]
-        print(json.dumps({k: metrics[k] for k in ("best_dev_macro_tau", "best_dev_tau", "best_dev_top1", "best_step",
-                                                  "steps", "train_tokens", "train_seconds")}))
+        print(
+            json.dumps(
+                {
+                    k: metrics[k]
+                    for k in (
+                        "best_dev_macro_tau",
+                        "best_dev_tau",
+                        "best_dev_top1",
+                        "best_step",
+                        "steps",
+                        "train_tokens",
+                        "train_seconds",
+                    )
+                }
+            )
+        )
     return 0

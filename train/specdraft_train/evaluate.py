@@ -24,9 +24,21 @@ import torch
 
 from .artifacts import atomic_write_json, read_manifest, sha256_file, verify_stage_dir
 from .config import EvalConfig
-from .models import checkpoint_info, is_local_checkpoint, load_causal_lm, parameter_count, resolve_device, verify_checkpoint
+from .models import (
+    checkpoint_info,
+    is_local_checkpoint,
+    load_causal_lm,
+    parameter_count,
+    resolve_device,
+    verify_checkpoint,
+)
 from .tau import (
-    Conversation, TauResult, model_tau, ngram_tau, read_conversations, repeated_ngram_share,
+    Conversation,
+    TauResult,
+    model_tau,
+    ngram_tau,
+    read_conversations,
+    repeated_ngram_share,
     repeated_ngram_share_by_category,
 )
 
@@ -38,8 +50,14 @@ def qat_state_path(checkpoint: str | Path) -> Path | None:
     return path if is_local_checkpoint(checkpoint) and path.is_file() else None
 
 
-def drafter_tau(checkpoint: str | Path, conversations: list[Conversation], k: int, device: torch.device,
-                q4: bool = False, batch_size: int = 32) -> tuple[TauResult, str]:
+def drafter_tau(
+    checkpoint: str | Path,
+    conversations: list[Conversation],
+    k: int,
+    device: torch.device,
+    q4: bool = False,
+    batch_size: int = 32,
+) -> tuple[TauResult, str]:
     """τ of one drafter, as trained or as a Q4_0 GGUF holds it; returns (result, how it was quantized)."""
     verify_checkpoint(checkpoint)
     model = load_causal_lm(checkpoint, device)
@@ -65,13 +83,26 @@ def verify_heldout(heldout: Path) -> None:
         verify_stage_dir(heldout.parent)
 
 
-def evaluate(heldout: Path, drafters: list[str], k: int, device: torch.device, q4: bool, ngram: bool,
-             target: str | None, config: EvalConfig = EvalConfig()) -> dict[str, Any]:
+def evaluate(
+    heldout: Path,
+    drafters: list[str],
+    k: int,
+    device: torch.device,
+    q4: bool,
+    ngram: bool,
+    target: str | None,
+    config: EvalConfig | None = None,
+) -> dict[str, Any]:
+    config = config or EvalConfig()
     verify_heldout(heldout)
     conversations = read_conversations(heldout)
     report: dict[str, Any] = {
-        "heldout": {"path": str(heldout), "sha256": sha256_file(heldout), "conversations": len(conversations),
-                    "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)},
+        "heldout": {
+            "path": str(heldout),
+            "sha256": sha256_file(heldout),
+            "conversations": len(conversations),
+            "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
+        },
         "k": k,
         "repeated_4gram_share": repeated_ngram_share(conversations, 4),
         "repeated_4gram_share_by_category": repeated_ngram_share_by_category(conversations, 4),
@@ -92,14 +123,21 @@ def evaluate(heldout: Path, drafters: list[str], k: int, device: torch.device, q
     if target is not None:
         verify_checkpoint(target)
         model = load_causal_lm(target, device)
-        report["target_as_drafter"] = {"target": checkpoint_info(target), "parameters": parameter_count(model),
-                                       **model_tau(model, conversations, k, device, config.batch_size).to_dict()}
+        report["target_as_drafter"] = {
+            "target": checkpoint_info(target),
+            "parameters": parameter_count(model),
+            **model_tau(model, conversations, k, device, config.batch_size).to_dict(),
+        }
     return report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("evaluate", help="τ of drafters (as trained / Q4_0) on held-out JSONL; n-gram peer",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "evaluate",
+        help="τ of drafters (as trained / Q4_0) on held-out JSONL; n-gram peer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--heldout", required=True, type=Path, help="validator-format JSONL (reference's heldout.jsonl)")
     p.add_argument("--drafter", action="append", default=[], help="drafter to evaluate (repeatable): dir or HF id")
     p.add_argument("--target", default=None, help="also evaluate the target as its own drafter (sanity τ ≈ k+1)")
@@ -117,11 +155,16 @@ def main(args: argparse.Namespace) -> int:
     report = evaluate(args.heldout, args.drafter, args.k, resolve_device(args.device), args.q4, args.ngram, args.target)
     if args.out is not None:
         atomic_write_json(args.out, report)
-        lines = [f"{e['drafter']['path']}: τ {e['as_trained']['tau']:.3f} (macro {e['as_trained']['macro_tau']:.3f}, "
-                 f"top-1 {e['as_trained']['top1']:.3f})"
-                 + (f", Q4_0 ({e['q4_0']['mode']}) {e['q4_0']['tau']:.3f} (top-1 {e['q4_0']['top1']:.3f})"
-                    if "q4_0" in e else "")
-                 for e in report["drafters"]]
+        lines = [
+            f"{e['drafter']['path']}: τ {e['as_trained']['tau']:.3f} (macro {e['as_trained']['macro_tau']:.3f}, "
+            f"top-1 {e['as_trained']['top1']:.3f})"
+            + (
+                f", Q4_0 ({e['q4_0']['mode']}) {e['q4_0']['tau']:.3f} (top-1 {e['q4_0']['top1']:.3f})"
+                if "q4_0" in e
+                else ""
+            )
+            for e in report["drafters"]
+        ]
         if "ngram" in report:
             lines.append(f"n-gram peer: τ {report['ngram']['tau']:.3f}")
         if "target_as_drafter" in report:

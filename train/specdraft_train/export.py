@@ -70,7 +70,10 @@ def read_config(checkpoint_dir: Path) -> dict[str, Any]:
     config = json.loads((checkpoint_dir / "config.json").read_text())
     architectures = config.get("architectures") or []
     if "Qwen3ForCausalLM" not in architectures and config.get("model_type") != "qwen3":
-        raise ValueError(f"{checkpoint_dir}: expected a Qwen3ForCausalLM checkpoint, found {architectures or config.get('model_type')}.")
+        raise ValueError(
+            f"{checkpoint_dir}: expected a Qwen3ForCausalLM checkpoint, "
+            f"found {architectures or config.get('model_type')}."
+        )
     return config
 
 
@@ -102,8 +105,9 @@ def _rope_theta(config: dict[str, Any]) -> float | None:
     return theta
 
 
-def add_model_metadata(writer: gguf.GGUFWriter, config: dict[str, Any], name: str, file_type: LlamaFileType,
-                       n_params: int) -> None:
+def add_model_metadata(
+    writer: gguf.GGUFWriter, config: dict[str, Any], name: str, file_type: LlamaFileType, n_params: int
+) -> None:
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(name)
     writer.add_size_label(gguf.size_label(n_params, 0, 0, 0))
@@ -160,7 +164,9 @@ def vocab_tokens(checkpoint_dir: Path, vocab_size: int) -> tuple[list[str], list
         if i in added:
             if not added[i].normalized:
                 # llama.cpp assumes CONTROL/USER_DEFINED tokens pre-normalized (convert_hf_to_gguf.py does the same)
-                token = tokenizer.decode(tokenizer.encode(token, add_special_tokens=False).ids, skip_special_tokens=False)
+                token = tokenizer.decode(
+                    tokenizer.encode(token, add_special_tokens=False).ids, skip_special_tokens=False
+                )
             if added[i].special or _looks_special(token):
                 types.append(gguf.TokenType.CONTROL)
             else:
@@ -203,8 +209,9 @@ class EncodedTensor:
     shape: tuple[int, ...]
 
 
-def encode_tensor(hf_name: str, weight: torch.Tensor, qtype: GGMLQuantizationType,
-                  qat: LoadedQatState | None) -> np.ndarray:
+def encode_tensor(
+    hf_name: str, weight: torch.Tensor, qtype: GGMLQuantizationType, qat: LoadedQatState | None
+) -> np.ndarray:
     """The bytes (or F32/F16 array) GGUF stores for ``weight``; with a QAT state, the blocks training computed."""
     w = weight.to(torch.float32)
     if qtype == GGMLQuantizationType.F32:
@@ -226,8 +233,9 @@ def encode_tensor(hf_name: str, weight: torch.Tensor, qtype: GGMLQuantizationTyp
     return data
 
 
-def encode_tensors(tensors: dict[str, torch.Tensor], config: dict[str, Any], out_type: str,
-                   qat: LoadedQatState | None) -> list[EncodedTensor]:
+def encode_tensors(
+    tensors: dict[str, torch.Tensor], config: dict[str, Any], out_type: str, qat: LoadedQatState | None
+) -> list[EncodedTensor]:
     tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, config["num_hidden_layers"])
     tied = bool(config.get("tie_word_embeddings", False))
     if qat is not None:
@@ -261,9 +269,11 @@ def manifest_path(out_path: Path) -> Path:
     return out_path.with_name(out_path.name + MANIFEST_SUFFIX)
 
 
-def export_gguf(checkpoint_dir: Path, out_path: Path, out_type: str = "Q4_0", qat_state: Path | None = None,
-                progress: bool = False) -> Path:
-    """Write ``checkpoint_dir`` (HF Qwen3 ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` to ``out_path``.
+def export_gguf(
+    checkpoint_dir: Path, out_path: Path, out_type: str = "Q4_0", qat_state: Path | None = None, progress: bool = False
+) -> Path:
+    """Write ``checkpoint_dir`` (HF Qwen3 ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` at
+    ``out_path``.
 
     ``qat_state``: the file ``QatState.save`` wrote; the Q4_0 blocks are then exactly those QAT trained with.
     Returns ``out_path``; its sha256 is in ``<out_path>.manifest.json``.
@@ -302,16 +312,19 @@ def export_gguf(checkpoint_dir: Path, out_path: Path, out_type: str = "Q4_0", qa
     type_counts: dict[str, int] = {}
     for t in encoded:
         type_counts[t.qtype.name] = type_counts.get(t.qtype.name, 0) + 1
-    atomic_write_json(manifest_path(out_path), {
-        "stage": "export",
-        "created_unix": time.time(),
-        "params": {"out_type": out_type, "qat_state": qat_state is not None},
-        "inputs": inputs,
-        "outputs": {out_path.name: {"sha256": sha256_file(out_path), "bytes": out_path.stat().st_size}},
-        "tensor_types": type_counts,
-        "special_token_ids": special_ids,
-        "n_params": n_params,
-    })
+    atomic_write_json(
+        manifest_path(out_path),
+        {
+            "stage": "export",
+            "created_unix": time.time(),
+            "params": {"out_type": out_type, "qat_state": qat_state is not None},
+            "inputs": inputs,
+            "outputs": {out_path.name: {"sha256": sha256_file(out_path), "bytes": out_path.stat().st_size}},
+            "tensor_types": type_counts,
+            "special_token_ids": special_ids,
+            "n_params": n_params,
+        },
+    )
     return out_path
 
 
@@ -320,15 +333,28 @@ def export_gguf(checkpoint_dir: Path, out_path: Path, out_type: str = "Q4_0", qa
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser("export", help="write a checkpoint as GGUF (F32/F16/Q8_0/Q4_0, QAT-exact Q4_0)",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="HF checkpoint directory (config.json, "
-                        "model.safetensors, tokenizer.json)")
+    parser = subparsers.add_parser(
+        "export",
+        help="write a checkpoint as GGUF (F32/F16/Q8_0/Q4_0, QAT-exact Q4_0)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="HF checkpoint directory (config.json, model.safetensors, tokenizer.json)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="GGUF file to write")
-    parser.add_argument("--type", dest="out_type", choices=OUT_TYPES, default="Q4_0",
-                        help="tensor type of the file. Defaults to Q4_0.")
-    parser.add_argument("--qat-state", type=Path, default=None,
-                        help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to none.")
+    parser.add_argument(
+        "--type", dest="out_type", choices=OUT_TYPES, default="Q4_0", help="tensor type of the file. Defaults to Q4_0."
+    )
+    parser.add_argument(
+        "--qat-state",
+        type=Path,
+        default=None,
+        help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to none.",
+    )
     parser.set_defaults(func=main)
 
 
@@ -336,6 +362,8 @@ def main(args: argparse.Namespace) -> int:
     out = export_gguf(args.checkpoint, args.out, args.out_type, args.qat_state, progress=True)
     manifest = json.loads(manifest_path(out).read_text())
     info = manifest["outputs"][out.name]
-    print(f"export: wrote {out} ({info['bytes'] / 1e6:.1f} MB, {args.out_type}, sha256 {info['sha256'][:16]}…; "
-          f"tensors {manifest['tensor_types']})")
+    print(
+        f"export: wrote {out} ({info['bytes'] / 1e6:.1f} MB, {args.out_type}, sha256 {info['sha256'][:16]}…; "
+        f"tensors {manifest['tensor_types']})"
+    )
     return 0

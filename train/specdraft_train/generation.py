@@ -53,8 +53,9 @@ import functools
 import math
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -181,13 +182,19 @@ class StaticKVCache:
         self.write_positions: torch.Tensor | None = None  # (Q,) slots the next forward writes
         self.read_length = length
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx == len(self.keys):
             for store, states in ((self.keys, key_states), (self.values, value_states)):
                 # zeros, not empty: unwritten slots are masked, and a masked NaN would still poison the softmax sum
-                store.append(torch.zeros((self.rows, states.shape[1], self.length, states.shape[3]),
-                                         dtype=self.dtype or states.dtype, device=states.device))
+                store.append(
+                    torch.zeros(
+                        (self.rows, states.shape[1], self.length, states.shape[3]),
+                        dtype=self.dtype or states.dtype,
+                        device=states.device,
+                    )
+                )
         elif layer_idx > len(self.keys):
             raise RuntimeError(f"layer {layer_idx} wrote before layer {len(self.keys)}: expected layers in order")
         keys = self.keys[layer_idx][self.batch_rows]  # (b, KVH, S, D), a view
@@ -197,9 +204,18 @@ class StaticKVCache:
         return keys[:, :, : self.read_length], values[:, :, : self.read_length]
 
 
-def _static_cache_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                            attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                            *, fused: bool, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def _static_cache_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    *,
+    fused: bool,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """Attention over :class:`StaticKVCache` keys: query (B, H, Q, D), key/value (B, KVH, S, D), mask (B, 1, Q, S).
 
     Returns (B, Q, H, D) like transformers' attention functions. The query is cast to the cache's dtype, as autocast
@@ -208,8 +224,9 @@ def _static_cache_attention(module: nn.Module, query: torch.Tensor, key: torch.T
     query = query.to(key.dtype)
     batch, heads, q_length, head_dim = query.shape
     if q_length > 1:  # prefill: transformers' own SDPA path
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     kv_heads = key.shape[1]
     # Query head h reads KV head h // group (repeat_kv's layout), so a KV head's queries are its `group` query rows.
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)  # (B, KVH, G, D)
@@ -256,8 +273,10 @@ def _check_supported(model: nn.Module) -> None:
         raise ValueError(f"{type(model).__name__}: the static engine runs decoder-only models; use --engine hf")
     other = sorted({t for t in getattr(config, "layer_types", None) or [] if t != "full_attention"})
     if other:
-        raise ValueError(f"{type(model).__name__} has {', '.join(other)} layers: the static engine supports full "
-                         "attention only; use --engine hf")
+        raise ValueError(
+            f"{type(model).__name__} has {', '.join(other)} layers: the static engine supports full "
+            "attention only; use --engine hf"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -267,8 +286,16 @@ def _check_supported(model: nn.Module) -> None:
 class _BatchBuffers:
     """Every tensor a decode step reads or writes, for one batch shape; the CUDA graph is captured against these."""
 
-    def __init__(self, rows: int, length: int, steps: int, top_k: int | None, stop_ids: torch.Tensor,
-                 cache_dtype: torch.dtype | None, device: torch.device):
+    def __init__(
+        self,
+        rows: int,
+        length: int,
+        steps: int,
+        top_k: int | None,
+        stop_ids: torch.Tensor,
+        cache_dtype: torch.dtype | None,
+        device: torch.device,
+    ):
         self.key = (rows, length, steps, top_k)
         self.rows, self.length, self.steps = rows, length, steps
         self.cache = StaticKVCache(rows, length, cache_dtype)
@@ -301,25 +328,38 @@ class StaticGreedyEngine:
         self._logits_kwargs = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
-                 top_k: int | None, max_batch_size: int | None = None, progress: bool = False) -> list[GreedyOutput]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        top_k: int | None,
+        max_batch_size: int | None = None,
+        progress: bool = False,
+    ) -> list[GreedyOutput]:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens {max_new_tokens}: expected at least 1")
         results: list[GreedyOutput | None] = [None] * len(prompts)
         if self.config.decode_attention not in DECODE_ATTENTIONS:
-            raise ValueError(f"decode_attention {self.config.decode_attention!r}: expected one of "
-                             f"{', '.join(DECODE_ATTENTIONS)}")
-        with _static_attention(self.model, DECODE_ATTENTIONS[self.config.decode_attention]), \
-                autocast_context(self.device):
+            raise ValueError(
+                f"decode_attention {self.config.decode_attention!r}: expected one of {', '.join(DECODE_ATTENTIONS)}"
+            )
+        with (
+            _static_attention(self.model, DECODE_ATTENTIONS[self.config.decode_attention]),
+            autocast_context(self.device),
+        ):
             cache_dtype = _cache_dtype(self.model, self.device)
-            batches = plan_batches([len(p) for p in prompts],
-                                   self._rows_for(max_new_tokens, cache_dtype, max_batch_size),
-                                   self.config.min_pad_multiple)
+            batches = plan_batches(
+                [len(p) for p in prompts],
+                self._rows_for(max_new_tokens, cache_dtype, max_batch_size),
+                self.config.min_pad_multiple,
+            )
             stop = torch.tensor(list(stop_ids), dtype=torch.long, device=self.device)
             bar = _progress_bar(progress)
             for batch in batches:
-                outputs = self._run_batch([prompts[i] for i in batch.indices], batch, max_new_tokens, stop,
-                                          top_k, cache_dtype)
+                outputs = self._run_batch(
+                    [prompts[i] for i in batch.indices], batch, max_new_tokens, stop, top_k, cache_dtype
+                )
                 for index, output in zip(batch.indices, outputs):
                     results[index] = output
                 if bar is not None:
@@ -331,8 +371,9 @@ class StaticGreedyEngine:
 
     # -- planning --------------------------------------------------------------------------------------------------
 
-    def _rows_for(self, max_new_tokens: int, cache_dtype: torch.dtype | None,
-                  max_batch_size: int | None) -> Callable[[int], int]:
+    def _rows_for(
+        self, max_new_tokens: int, cache_dtype: torch.dtype | None, max_batch_size: int | None
+    ) -> Callable[[int], int]:
         """Rows per batch at a prompt width: the caller's cap, and on CUDA what fits the KV budget."""
         cap = max_batch_size or 1 << 30
         if self.device.type != "cuda":
@@ -345,16 +386,25 @@ class StaticGreedyEngine:
 
     # -- one batch -------------------------------------------------------------------------------------------------
 
-    def _run_batch(self, prompts: list[Sequence[int]], batch: Batch, max_new_tokens: int, stop: torch.Tensor,
-                   top_k: int | None, cache_dtype: torch.dtype | None) -> list[GreedyOutput]:
+    def _run_batch(
+        self,
+        prompts: list[Sequence[int]],
+        batch: Batch,
+        max_new_tokens: int,
+        stop: torch.Tensor,
+        top_k: int | None,
+        cache_dtype: torch.dtype | None,
+    ) -> list[GreedyOutput]:
         rows, width = len(prompts), batch.width
         length = width + max_new_tokens
         buffers = self._buffers
-        if buffers is None or buffers.key != (rows, length, max_new_tokens, top_k) or \
-                not torch.equal(buffers.stop_ids, stop):
+        if (
+            buffers is None
+            or buffers.key != (rows, length, max_new_tokens, top_k)
+            or not torch.equal(buffers.stop_ids, stop)
+        ):
             self._buffers = buffers = None  # release the previous shape's cache and graph first
-            buffers = self._buffers = _BatchBuffers(rows, length, max_new_tokens, top_k, stop, cache_dtype,
-                                                    self.device)
+            buffers = self._buffers = _BatchBuffers(rows, length, max_new_tokens, top_k, stop, cache_dtype, self.device)
         self.stats.batches += 1
         self.stats.padded_batches += int(batch.padded)
         self.stats.batch_shapes.append((rows, length))
@@ -379,8 +429,14 @@ class StaticGreedyEngine:
         steps = self._decode(buffers, max_new_tokens)
         return self._collect(buffers, steps)
 
-    def _prefill(self, buffers: _BatchBuffers, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor, padded: bool) -> None:
+    def _prefill(
+        self,
+        buffers: _BatchBuffers,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        padded: bool,
+    ) -> None:
         rows, width = input_ids.shape
         cache = buffers.cache
         cache.write_positions = torch.arange(width, device=self.device)  # (T,)
@@ -391,8 +447,14 @@ class StaticGreedyEngine:
             part = slice(start, min(rows, start + chunk))
             cache.batch_rows = part
             mask = _prefill_mask(attention_mask[part]) if padded else None  # None: causal, flash attention
-            logits = self.model(input_ids=input_ids[part], position_ids=position_ids[part], attention_mask=mask,
-                                past_key_values=cache, use_cache=True, **self._logits_kwargs).logits
+            logits = self.model(
+                input_ids=input_ids[part],
+                position_ids=position_ids[part],
+                attention_mask=mask,
+                past_key_values=cache,
+                use_cache=True,
+                **self._logits_kwargs,
+            ).logits
             self._select(buffers, logits[:, -1], part, self._zero)  # (b, V): the last prompt position
             self.stats.prefill_forwards += 1
 
@@ -411,9 +473,14 @@ class StaticGreedyEngine:
 
     def _decode_step(self, buffers: _BatchBuffers) -> None:
         buffers.visible.index_fill_(1, buffers.slot, True)  # the slot this step writes: the token sees itself
-        logits = self.model(input_ids=buffers.input_ids, position_ids=buffers.position_ids,
-                            attention_mask=buffers.visible[:, None, None, :],  # (B, 1, 1, S)
-                            past_key_values=buffers.cache, use_cache=True, **self._logits_kwargs).logits
+        logits = self.model(
+            input_ids=buffers.input_ids,
+            position_ids=buffers.position_ids,
+            attention_mask=buffers.visible[:, None, None, :],  # (B, 1, 1, S)
+            past_key_values=buffers.cache,
+            use_cache=True,
+            **self._logits_kwargs,
+        ).logits
         self._select(buffers, logits[:, -1], slice(None), buffers.step)  # (B, V)
         buffers.slot.add_(1)
         buffers.position_ids.add_(1)
@@ -471,8 +538,10 @@ class StaticGreedyEngine:
             return graph
         except Exception as error:  # noqa: BLE001 (any failure: decode eagerly instead)
             self.stats.cuda_graph_failure = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-            print(f"generation: CUDA graph capture failed ({self.stats.cuda_graph_failure}); decoding eagerly",
-                  file=sys.stderr)
+            print(
+                f"generation: CUDA graph capture failed ({self.stats.cuda_graph_failure}); decoding eagerly",
+                file=sys.stderr,
+            )
             return None
         finally:
             torch.cuda.synchronize(self.device)
@@ -548,14 +617,22 @@ class TopKCapture(LogitsProcessor):
 
 @torch.no_grad()
 def generate_greedy_hf(
-    model: nn.Module, prompts: Sequence[Sequence[int]], max_new_tokens: int, stop_ids: Sequence[int],
-    pad_token_id: int, top_k: int | None, batch_size: int, device: torch.device, progress: bool = False,
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    pad_token_id: int,
+    top_k: int | None,
+    batch_size: int,
+    device: torch.device,
+    progress: bool = False,
 ) -> list[GreedyOutput]:
     """HF ``generate``, batched: prompts sorted by length share batches (equal lengths need no padding), others are
     left-padded; a logits processor captures the top-k. The reference stage's original path, kept as the peer."""
     eos = [int(t) for t in stop_ids]
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
-                              pad_token_id=pad_token_id)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=pad_token_id
+    )
     results: list[GreedyOutput | None] = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     bar = _progress_bar(progress)
@@ -571,7 +648,9 @@ def generate_greedy_hf(
         capture = TopKCapture(top_k) if top_k else None
         with autocast_context(device):
             output = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config,
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=config,
                 logits_processor=LogitsProcessorList([capture] if capture else []),
             )
         generated = output[:, width:].cpu().numpy()  # (B, steps)

@@ -23,21 +23,34 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from . import corpus, distill, pretrain, reference, tokenizer
 from .artifacts import (
-    atomic_write_json, atomic_write_text, read_manifest, sha256_file, stage_complete, verify_stage_dir, write_manifest,
+    atomic_write_json,
+    atomic_write_text,
+    read_manifest,
+    sha256_file,
+    stage_complete,
+    verify_stage_dir,
+    write_manifest,
 )
 from .config import LabPreset, apply_settings, check_preset, get_preset
 from .corpus import FETCH_PROSE, PROSE_CACHE
 from .evaluate import drafter_tau, verify_heldout
 from .models import architecture_summary, load_causal_lm, resolve_device
 from .tau import (
-    TauResult, category_order, gap_closed, model_tau, ngram_tau, read_conversations, repeated_ngram_share,
+    TauResult,
+    category_order,
+    gap_closed,
+    model_tau,
+    ngram_tau,
+    read_conversations,
+    repeated_ngram_share,
     repeated_ngram_share_by_category,
 )
 
@@ -48,10 +61,14 @@ GOAL_QAT_OVER_BASE_PTQ = 1.5
 GOAL_QAT_OVER_DISTILLED = 0.98
 # Every τ the lab reports, in report order, with its label. Gap closed runs from BASELINE to CEILING.
 VARIANTS = (
-    ("base", "base, as trained"), ("base_q4_0_ptq", "base, Q4_0 PTQ"),
-    ("distilled", "distilled, as trained"), ("distilled_q4_0_ptq", "distilled, Q4_0 PTQ"),
-    ("distilled_qat_latent", "distilled + QAT, latent fp32"), ("distilled_q4_0_qat", "distilled, Q4_0 QAT"),
-    ("ngram", "n-gram prompt lookup"), ("target_as_drafter", "target as its own drafter"),
+    ("base", "base, as trained"),
+    ("base_q4_0_ptq", "base, Q4_0 PTQ"),
+    ("distilled", "distilled, as trained"),
+    ("distilled_q4_0_ptq", "distilled, Q4_0 PTQ"),
+    ("distilled_qat_latent", "distilled + QAT, latent fp32"),
+    ("distilled_q4_0_qat", "distilled, Q4_0 QAT"),
+    ("ngram", "n-gram prompt lookup"),
+    ("target_as_drafter", "target as its own drafter"),
 )
 BASELINE = "base_q4_0_ptq"
 CEILING = "target_as_drafter"
@@ -60,16 +77,20 @@ CEILING = "target_as_drafter"
 class LabState:
     """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran."""
 
-    def __init__(self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str],
-                 prose: list[Path] | None = None):
+    def __init__(
+        self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str], prose: list[Path] | None = None
+    ):
         self.path = out / STATE_FILE
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if self.data and self.data.get("preset") != preset.name:
-            raise ValueError(f"{out} holds a lab of preset {self.data.get('preset')!r}, not {preset.name!r}: "
-                             "use another --out")
+            raise ValueError(
+                f"{out} holds a lab of preset {self.data.get('preset')!r}, not {preset.name!r}: use another --out"
+            )
         if self.data and self.data.get("settings", []) != settings:
-            raise ValueError(f"{out} was run with --set {self.data.get('settings', [])}, not {settings}: finished "
-                             "stages would not match; use another --out")
+            raise ValueError(
+                f"{out} was run with --set {self.data.get('settings', [])}, not {settings}: finished "
+                "stages would not match; use another --out"
+            )
         self.data.setdefault("preset", preset.name)
         self.data.setdefault("settings", settings)
         self.data.setdefault("extras", [str(e) for e in extras])
@@ -134,17 +155,24 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
     k, batch = preset.evaluate.k, preset.evaluate.batch_size
     results: dict[str, Any] = {
         "k": k,
-        "heldout": {"path": str(heldout_path), "sha256": sha256_file(heldout_path), "conversations": len(conversations),
-                    "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations)},
+        "heldout": {
+            "path": str(heldout_path),
+            "sha256": sha256_file(heldout_path),
+            "conversations": len(conversations),
+            "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
+        },
         "repeated_4gram_share": repeated_ngram_share(conversations, 4),
         "repeated_4gram_share_by_category": repeated_ngram_share_by_category(conversations, 4),
         "tau": {},
     }
     tau = results["tau"]
     for key, directory, q4 in (
-        ("base", "base", False), ("base_q4_0_ptq", "base", True),
-        ("distilled", "distilled", False), ("distilled_q4_0_ptq", "distilled", True),
-        ("distilled_qat_latent", "distilled-qat", False), ("distilled_q4_0_qat", "distilled-qat", True),
+        ("base", "base", False),
+        ("base_q4_0_ptq", "base", True),
+        ("distilled", "distilled", False),
+        ("distilled_q4_0_ptq", "distilled", True),
+        ("distilled_qat_latent", "distilled-qat", False),
+        ("distilled_q4_0_qat", "distilled-qat", True),
     ):
         result, mode = drafter_tau(out / directory, conversations, k, device, q4=q4, batch_size=batch)
         tau[key] = tau_entry(result, checkpoint=directory, weights=mode)
@@ -161,8 +189,10 @@ def comparison(tau: dict[str, Any]) -> dict[str, Any]:
     base, ceiling = tau[BASELINE], tau[CEILING]
 
     def against(value: float, base_value: float, ceiling_value: float) -> dict[str, float | None]:
-        return {"over_base_q4_0_ptq": value / base_value if base_value else None,
-                "gap_closed": gap_closed(value, base_value, ceiling_value)}
+        return {
+            "over_base_q4_0_ptq": value / base_value if base_value else None,
+            "gap_closed": gap_closed(value, base_value, ceiling_value),
+        }
 
     result = {}
     for key, entry in tau.items():
@@ -192,9 +222,11 @@ def goals(tau: dict[str, Any]) -> dict[str, Any]:
         "qat_over_distilled": qat["tau"] / distilled["tau"],
         "qat_over_distilled_goal": GOAL_QAT_OVER_DISTILLED,
         "qat_beats_ngram_by_category": per_category,
-        "all_lab_goals_met": (qat["tau"] >= GOAL_QAT_OVER_BASE_PTQ * base_ptq["tau"]
-                              and qat["tau"] >= GOAL_QAT_OVER_DISTILLED * distilled["tau"]
-                              and all(per_category.values())),
+        "all_lab_goals_met": (
+            qat["tau"] >= GOAL_QAT_OVER_BASE_PTQ * base_ptq["tau"]
+            and qat["tau"] >= GOAL_QAT_OVER_DISTILLED * distilled["tau"]
+            and all(per_category.values())
+        ),
     }
 
 
@@ -216,8 +248,11 @@ def data_manifest(out: Path) -> dict[str, Any]:
     sources = json.loads((out / "corpus" / "sources.json").read_text())
     prose_repeats = verify_stage_dir(out / "tokenizer", "tokenizer")["prose_repeats"]
     fed = {
-        "train": ["tokenizer", f"pretrain target and base (prose × {prose_repeats} in the token stream)",
-                  "reference train prompts → distill"],
+        "train": [
+            "tokenizer",
+            f"pretrain target and base (prose × {prose_repeats} in the token stream)",
+            "reference train prompts → distill",
+        ],
         "dev": ["pretrain dev loss", "reference dev prompts → distill epoch selection (dev τ)"],
         "heldout": ["reference held-out prompts → evaluate (lab_report τ)"],
     }
@@ -226,9 +261,15 @@ def data_manifest(out: Path) -> dict[str, Any]:
         manifest = read_manifest(out / stage_dir)
         if manifest is not None:
             artifacts[stage_dir] = {rel: info["sha256"] for rel, info in manifest["outputs"].items()}
-    return {"python_version": sources["python_version"], "roots": sources["roots"], "split_feeds": fed,
-            "prose_repeats": prose_repeats, "summary": sources["summary"], "files": sources["files"],
-            "artifacts": artifacts}
+    return {
+        "python_version": sources["python_version"],
+        "roots": sources["roots"],
+        "split_feeds": fed,
+        "prose_repeats": prose_repeats,
+        "summary": sources["summary"],
+        "files": sources["files"],
+        "artifacts": artifacts,
+    }
 
 
 def drafter_architecture(out: Path) -> dict[str, Any]:
@@ -283,8 +324,10 @@ def markdown_report(report: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     for label, trained, ptq, qat in rows:
-        lines.append(f"| {label} | {_fmt(tau[trained]['tau'])} | {_fmt(tau[ptq]['tau'] if ptq else None)} | "
-                     f"{_fmt(tau[qat]['tau'] if qat else None)} |")
+        lines.append(
+            f"| {label} | {_fmt(tau[trained]['tau'])} | {_fmt(tau[ptq]['tau'] if ptq else None)} | "
+            f"{_fmt(tau[qat]['tau'] if qat else None)} |"
+        )
     lines += [
         f"| n-gram prompt lookup (n ≤ {tau['ngram']['n_max']}) | {_fmt(tau['ngram']['tau'])} | | |",
         f"| target as its own drafter (sanity ≈ k+1) | {_fmt(tau['target_as_drafter']['tau'])} | | |",
@@ -298,21 +341,38 @@ def markdown_report(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for key in keys:
-        lines.append(f"| {labels[key]} | {_fmt(tau[key]['tau'])} | {_against(versus[key]['overall'])} | "
-                     f"{_fmt(tau[key]['macro_tau'])} | {_against(versus[key]['macro'])} |")
-    lines += ["", "## τ by category", "",
-              "| category | conversations | repeated 4-grams | " + " | ".join(labels[k] for k in keys) + " |",
-              "|---|---|---|" + "---|" * len(keys)]
+        lines.append(
+            f"| {labels[key]} | {_fmt(tau[key]['tau'])} | {_against(versus[key]['overall'])} | "
+            f"{_fmt(tau[key]['macro_tau'])} | {_against(versus[key]['macro'])} |"
+        )
+    lines += [
+        "",
+        "## τ by category",
+        "",
+        "| category | conversations | repeated 4-grams | " + " | ".join(labels[k] for k in keys) + " |",
+        "|---|---|---|" + "---|" * len(keys),
+    ]
     for name in categories:
         cells = [_fmt(tau[k]["by_category"].get(name, {}).get("tau")) for k in keys]
-        lines.append(f"| {name} | {tau[BASELINE]['by_category'][name]['conversations']} | {repeated[name]:.0%} | "
-                     + " | ".join(cells) + " |")
-    lines.append(f"| all | {evaluation['heldout']['conversations']} | {evaluation['repeated_4gram_share']:.0%} | "
-                 + " | ".join(_fmt(tau[k]["tau"]) for k in keys) + " |")
+        lines.append(
+            f"| {name} | {tau[BASELINE]['by_category'][name]['conversations']} | {repeated[name]:.0%} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    lines.append(
+        f"| all | {evaluation['heldout']['conversations']} | {evaluation['repeated_4gram_share']:.0%} | "
+        + " | ".join(_fmt(tau[k]["tau"]) for k in keys)
+        + " |"
+    )
     lines.append("| macro | | | " + " | ".join(_fmt(tau[k]["macro_tau"]) for k in keys) + " |")
     compared = [k for k in keys if k not in (BASELINE, CEILING)]
-    lines += ["", "## Ratio to the base Q4_0 PTQ drafter · gap closed, by category", "",
-              "| category | " + " | ".join(labels[k] for k in compared) + " |", "|---|" + "---|" * len(compared)]
+    lines += [
+        "",
+        "## Ratio to the base Q4_0 PTQ drafter · gap closed, by category",
+        "",
+        "| category | " + " | ".join(labels[k] for k in compared) + " |",
+        "|---|" + "---|" * len(compared),
+    ]
     for name in categories:
         lines.append(f"| {name} | " + " | ".join(_against(versus[k]["by_category"][name]) for k in compared) + " |")
     lines.append("| all | " + " | ".join(_against(versus[k]["overall"]) for k in compared) + " |")
@@ -337,8 +397,10 @@ def markdown_report(report: dict[str, Any]) -> str:
         if isinstance(info, dict):
             lines.append(f"| {name} | {info['parameters']:,} | {info['safetensors_bytes']:,} |")
     if "drafter_gguf_q4_0_bytes" in report["model_sizes"]:
-        lines.append(f"\nDrafter GGUF (Q4_0, QAT): {report['model_sizes']['drafter_gguf_q4_0_bytes']:,} bytes "
-                     f"(`{report['export'].get('path')}`).")
+        lines.append(
+            f"\nDrafter GGUF (Q4_0, QAT): {report['model_sizes']['drafter_gguf_q4_0_bytes']:,} bytes "
+            f"(`{report['export'].get('path')}`)."
+        )
     else:
         lines.append(f"\nGGUF export: {report['export'].get('skipped', 'not written')}.")
     lines += ["", "| stage | seconds |", "|---|---|"]
@@ -354,13 +416,20 @@ def preset_prose(preset: LabPreset) -> list[Path]:
     if missing:
         raise FileNotFoundError(
             f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
-            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR")
+            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR"
+        )
     return folders
 
 
-def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = "auto",
-            stdlib: Path | None = None, settings: list[str] | None = None,
-            prose: list[Path] | None = None) -> dict[str, Any]:
+def run_lab(
+    out: Path,
+    preset_name: str,
+    extras: list[Path],
+    device_name: str = "auto",
+    stdlib: Path | None = None,
+    settings: list[str] | None = None,
+    prose: list[Path] | None = None,
+) -> dict[str, Any]:
     """The whole lab in ``out``; ``prose`` defaults to the preset's packages in the prose cache (looked up only when
     the corpus stage has to run)."""
     settings = settings or []
@@ -371,41 +440,103 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
     out.mkdir(parents=True, exist_ok=True)
     state = LabState(out, preset, extras, settings, prose)
     device = resolve_device(device_name)
-    d = {name: out / name for name in ("corpus", "tokenizer", "target", "base", "reference", "distilled",
-                                       "distilled-qat", "eval", "export")}
-    run_stage(state, "corpus", d["corpus"],
-              lambda: corpus.build_corpus(d["corpus"], preset.corpus, stdlib or corpus.stdlib_root(), extras,
-                                          prose or preset_prose(preset)),
-              lambda: stage_complete(d["corpus"], "corpus"))
-    run_stage(state, "tokenizer", d["tokenizer"],
-              lambda: tokenizer.build(d["corpus"], d["tokenizer"], preset.tokenizer),
-              lambda: stage_complete(d["tokenizer"], "tokenizer"))
-    for role, name, config, model in (("target", "target", preset.pretrain_target, preset.target),
-                                      ("drafter", "base", preset.pretrain_drafter, preset.drafter)):
-        run_stage(state, f"pretrain {name}", d[name],
-                  lambda role=role, name=name, config=config, model=model: pretrain.run(
-                      d["corpus"], d["tokenizer"], d[name], role, preset.name, config, device_name,
-                      model_config=model),
-                  lambda name=name: stage_complete(d[name], "pretrain"))
-    run_stage(state, "reference", d["reference"],
-              lambda: reference.run(d["target"], d["reference"], preset.reference, corpus_dir=d["corpus"],
-                                    corpus_config=preset.corpus, device_name=device_name),
-              lambda: stage_complete(d["reference"], "reference"))
+    d = {
+        name: out / name
+        for name in (
+            "corpus",
+            "tokenizer",
+            "target",
+            "base",
+            "reference",
+            "distilled",
+            "distilled-qat",
+            "eval",
+            "export",
+        )
+    }
+    run_stage(
+        state,
+        "corpus",
+        d["corpus"],
+        lambda: corpus.build_corpus(
+            d["corpus"], preset.corpus, stdlib or corpus.stdlib_root(), extras, prose or preset_prose(preset)
+        ),
+        lambda: stage_complete(d["corpus"], "corpus"),
+    )
+    run_stage(
+        state,
+        "tokenizer",
+        d["tokenizer"],
+        lambda: tokenizer.build(d["corpus"], d["tokenizer"], preset.tokenizer),
+        lambda: stage_complete(d["tokenizer"], "tokenizer"),
+    )
+    for role, name, config, model in (
+        ("target", "target", preset.pretrain_target, preset.target),
+        ("drafter", "base", preset.pretrain_drafter, preset.drafter),
+    ):
+        run_stage(
+            state,
+            f"pretrain {name}",
+            d[name],
+            lambda role=role, name=name, config=config, model=model: pretrain.run(
+                d["corpus"], d["tokenizer"], d[name], role, preset.name, config, device_name, model_config=model
+            ),
+            lambda name=name: stage_complete(d[name], "pretrain"),
+        )
+    run_stage(
+        state,
+        "reference",
+        d["reference"],
+        lambda: reference.run(
+            d["target"],
+            d["reference"],
+            preset.reference,
+            corpus_dir=d["corpus"],
+            corpus_config=preset.corpus,
+            device_name=device_name,
+        ),
+        lambda: stage_complete(d["reference"], "reference"),
+    )
     # The base's pretraining text (the tokenizer stage's train split) for distill's replay loss, when its weight is > 0.
-    run_stage(state, "distill", d["distilled"],
-              lambda: distill.run(d["base"], d["reference"], d["distilled"], preset.distill, device_name=device_name,
-                                  replay_tokens=d["tokenizer"]),
-              lambda: stage_complete(d["distilled"], "distill"))
-    run_stage(state, "distill --qat", d["distilled-qat"],
-              lambda: distill.run(d["distilled"], d["reference"], d["distilled-qat"], preset.distill, qat=True,
-                                  device_name=device_name, replay_tokens=d["tokenizer"]),
-              lambda: stage_complete(d["distilled-qat"], "distill"))
+    run_stage(
+        state,
+        "distill",
+        d["distilled"],
+        lambda: distill.run(
+            d["base"],
+            d["reference"],
+            d["distilled"],
+            preset.distill,
+            device_name=device_name,
+            replay_tokens=d["tokenizer"],
+        ),
+        lambda: stage_complete(d["distilled"], "distill"),
+    )
+    run_stage(
+        state,
+        "distill --qat",
+        d["distilled-qat"],
+        lambda: distill.run(
+            d["distilled"],
+            d["reference"],
+            d["distilled-qat"],
+            preset.distill,
+            qat=True,
+            device_name=device_name,
+            replay_tokens=d["tokenizer"],
+        ),
+        lambda: stage_complete(d["distilled-qat"], "distill"),
+    )
 
     def evaluate_stage() -> None:
         results = evaluate_lab(out, preset, device)
         atomic_write_json(d["eval"] / "results.json", results)
-        write_manifest(d["eval"], "evaluate", outputs=["results.json"],
-                       inputs={name: str(d[name]) for name in ("reference", "base", "distilled", "distilled-qat", "target")})
+        write_manifest(
+            d["eval"],
+            "evaluate",
+            outputs=["results.json"],
+            inputs={name: str(d[name]) for name in ("reference", "base", "distilled", "distilled-qat", "target")},
+        )
 
     run_stage(state, "evaluate", d["eval"], evaluate_stage, lambda: stage_complete(d["eval"], "evaluate"))
     evaluation = json.loads((d["eval"] / "results.json").read_text())
@@ -416,10 +547,15 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
     if available:
         from .export import export_gguf
 
-        run_stage(state, "export", d["export"],
-                  lambda: export_gguf(d["distilled-qat"], gguf_path, "Q4_0",
-                                      qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE),
-                  lambda: export_complete(gguf_path))
+        run_stage(
+            state,
+            "export",
+            d["export"],
+            lambda: export_gguf(
+                d["distilled-qat"], gguf_path, "Q4_0", qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE
+            ),
+            lambda: export_complete(gguf_path),
+        )
         export_info = {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
     else:
         export_info = {"skipped": why}
@@ -433,7 +569,8 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
         "settings": settings,
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.node()} ({platform.machine()}, {torch.get_num_threads()} torch threads"
-                   + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "") + ")",
+        + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
+        + ")",
         "device": str(device),
         "evaluation": evaluation,
         "comparison": comparison(evaluation["tau"]),
@@ -445,8 +582,11 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
         "stage_seconds": state.data["stage_seconds"],
         "export": export_info,
         "preset_config": preset.to_dict(),
-        "files": {"data_manifest": "data_manifest.json", "architecture": "architecture.json",
-                  "heldout": "reference/heldout.jsonl"},
+        "files": {
+            "data_manifest": "data_manifest.json",
+            "architecture": "architecture.json",
+            "heldout": "reference/heldout.jsonl",
+        },
     }
     atomic_write_json(out / "lab_report.json", report)
     atomic_write_text(out / "lab_report.md", markdown_report(report))
@@ -454,20 +594,36 @@ def run_lab(out: Path, preset_name: str, extras: list[Path], device_name: str = 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("lab", help="all stages end to end (resumable) with lab_report.json/.md",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "lab",
+        help="all stages end to end (resumable) with lab_report.json/.md",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", required=True, type=Path, help="lab directory (rerun the same command to resume)")
     p.add_argument("--preset", default="micro", help="micro (CPU) | lab (one H200) (default: micro)")
-    p.add_argument("--extra", action="append", default=[], type=Path,
-                   help="more code trees for the corpus (repeatable)")
-    p.add_argument("--prose", action="append", default=[], type=Path,
-                   help="prose trees for the corpus (repeatable; default: the preset's packages under "
-                        f"{PROSE_CACHE}, made by scripts/fetch_prose.sh)")
+    p.add_argument(
+        "--extra", action="append", default=[], type=Path, help="more code trees for the corpus (repeatable)"
+    )
+    p.add_argument(
+        "--prose",
+        action="append",
+        default=[],
+        type=Path,
+        help="prose trees for the corpus (repeatable; default: the preset's packages under "
+        f"{PROSE_CACHE}, made by scripts/fetch_prose.sh)",
+    )
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    p.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="override a preset value, e.g. --set reference.train_prompts=16384 "
-                        "--set pretrain_target.time_budget_s=240 (repeatable; sections as in config.py)")
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a preset value, e.g. --set reference.train_prompts=16384 "
+        "--set pretrain_target.time_budget_s=240 (repeatable; sections as in config.py)",
+    )
     p.set_defaults(func=main)
 
 

@@ -18,8 +18,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase, Qwen3Config
-from transformers import Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from .artifacts import MANIFEST_NAME, read_manifest, verify_stage_dir
 from .config import ModelConfig
@@ -119,8 +125,16 @@ def architecture_summary(model: nn.Module) -> dict[str, Any]:
         "config": {
             k: getattr(config, k)
             for k in (
-                "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings", "rms_norm_eps",
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "max_position_embeddings",
+                "tie_word_embeddings",
+                "rms_norm_eps",
                 "rope_parameters",
             )
             if hasattr(config, k)

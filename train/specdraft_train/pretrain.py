@@ -1,7 +1,8 @@
 """Stage `pretrain`: train a Qwen3-architecture model from scratch on the corpus's train split.
 
 `--role target` builds the lab target, `--role drafter` the base drafter (sizes from the preset). The train split as
-the tokenizer stage tokenized it (each document followed by <|endoftext|>) is cut into `seq_len + 1`-token chunks; every epoch visits
+the tokenizer stage tokenized it (each document followed by <|endoftext|>) is cut into `seq_len + 1`-token chunks;
+every epoch visits
 the chunks in a permutation seeded by (seed, epoch), so the data order depends only on the step — which is what lets a
 killed run resume to the same weights. Resumable state goes to ``OUT/resume/state.pt`` every `ckpt_every` steps; the
 finished model is an HF checkpoint in OUT with tokenizer files and a manifest. Progress: a tqdm bar (loss, tokens/s);
@@ -30,13 +31,31 @@ from torch import nn
 from .artifacts import input_record, verify_stage_dir, write_manifest
 from .config import ModelConfig, PretrainConfig, get_preset, override
 from .models import (
-    architecture_summary, autocast_context, new_model, qwen3_config, save_checkpoint, lab_generation_config,
+    architecture_summary,
+    autocast_context,
+    lab_generation_config,
+    new_model,
+    qwen3_config,
+    save_checkpoint,
+)
+from .models import (
     load_tokenizer as load_hf_tokenizer,
 )
 from .tokenizer import END_OF_TEXT, load_token_stream
 from .training import (
-    ResumeState, finish_distributed, halt_for_test, init_distributed, lr_at, make_optimizer, open_summary_writer,
-    progress_bar, rank_slice, set_lr, stop_by_budget, unwrap, wrap_ddp,
+    ResumeState,
+    finish_distributed,
+    halt_for_test,
+    init_distributed,
+    lr_at,
+    make_optimizer,
+    open_summary_writer,
+    progress_bar,
+    rank_slice,
+    set_lr,
+    stop_by_budget,
+    unwrap,
+    wrap_ddp,
 )
 
 LOG_EVERY_STEPS = 50
@@ -52,7 +71,9 @@ class ChunkSampler:
         self.n_chunks = (n_tokens - 1) // seq_len
         self.steps_per_epoch = self.n_chunks // batch_size
         if self.steps_per_epoch == 0:
-            raise ValueError(f"{n_tokens} tokens make {self.n_chunks} chunks of {seq_len}: fewer than one batch of {batch_size}")
+            raise ValueError(
+                f"{n_tokens} tokens make {self.n_chunks} chunks of {seq_len}: fewer than one batch of {batch_size}"
+            )
         self._epoch = -1
         self._perm = np.zeros(0, dtype=np.int64)
 
@@ -64,7 +85,9 @@ class ChunkSampler:
         return self._perm[within * self.batch_size : (within + 1) * self.batch_size]
 
 
-def chunk_batch(tokens: np.ndarray, indices: np.ndarray, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_batch(
+    tokens: np.ndarray, indices: np.ndarray, seq_len: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     rows = np.stack([tokens[i * seq_len : i * seq_len + seq_len + 1] for i in indices])  # (B, T + 1)
     batch = torch.from_numpy(rows.astype(np.int64)).to(device)
     return batch[:, :-1], batch[:, 1:]  # input_ids (B, T), labels (B, T)
@@ -136,8 +159,9 @@ def run(
         elapsed = extra["train_seconds"] + time.time() - segment_start
         if stop_by_budget(ctx, elapsed, config.time_budget_s):
             if ctx.is_main:
-                bar.write(f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}",
-                          file=sys.stderr)
+                bar.write(
+                    f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}", file=sys.stderr
+                )
             break
         lr = lr_at(step, config.max_steps, config.warmup_steps, config.lr, config.min_lr_ratio)
         set_lr(optimizer, lr)
@@ -177,18 +201,28 @@ def run(
         if final_dev_loss is not None:
             tb.add_scalar("dev/loss", final_dev_loss, step)
         tb.close()
-        losses = [f"{name} loss {value:.4f}" for name, value in (("train", extra["last_loss"]), ("dev", final_dev_loss))
-                  if value is not None]
-        print(f"pretrain[{role}]: {step} steps, {', '.join(losses)}, "
-              f"{step * tokens_per_step / max(train_seconds, 1e-9):,.0f} tok/s over {train_seconds:.1f} s",
-              file=sys.stderr)
+        losses = [
+            f"{name} loss {value:.4f}"
+            for name, value in (("train", extra["last_loss"]), ("dev", final_dev_loss))
+            if value is not None
+        ]
+        print(
+            f"pretrain[{role}]: {step} steps, {', '.join(losses)}, "
+            f"{step * tokens_per_step / max(train_seconds, 1e-9):,.0f} tok/s over {train_seconds:.1f} s",
+            file=sys.stderr,
+        )
         files = save_checkpoint(model, out_dir, tokenizer_dir)
         manifest = write_manifest(
             out_dir,
             "pretrain",
             outputs=files,
-            params={"role": role, "preset": preset_name, "config": config.__dict__, "model": model_config.__dict__,
-                    "world_size": ctx.world_size},
+            params={
+                "role": role,
+                "preset": preset_name,
+                "config": config.__dict__,
+                "model": model_config.__dict__,
+                "world_size": ctx.world_size,
+            },
             inputs={
                 "corpus": input_record(corpus_dir, corpus_manifest),
                 "tokenizer": input_record(tokenizer_dir, tokenizer_manifest),
@@ -212,8 +246,12 @@ def run(
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("pretrain", help="train the lab target or base drafter from scratch (DDP-ready)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "pretrain",
+        help="train the lab target or base drafter from scratch (DDP-ready)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--corpus", required=True, type=Path, help="output directory of the corpus stage")
     p.add_argument("--tokenizer", required=True, type=Path, help="output directory of the tokenizer stage")
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
@@ -222,8 +260,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (default: preset's)")
-    p.add_argument("--time-budget", type=float, default=None, help="stop after this many training seconds (default: preset's)")
-    p.add_argument("--ckpt-every", type=int, default=None, help="steps between resumable checkpoints (default: preset's)")
+    p.add_argument(
+        "--time-budget", type=float, default=None, help="stop after this many training seconds (default: preset's)"
+    )
+    p.add_argument(
+        "--ckpt-every", type=int, default=None, help="steps between resumable checkpoints (default: preset's)"
+    )
     p.add_argument("--halt-after-steps", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL here
     p.set_defaults(func=main)
 
@@ -231,10 +273,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     preset = get_preset(args.preset)
     base = preset.pretrain_target if args.role == "target" else preset.pretrain_drafter
-    config = override(base, max_steps=args.max_steps, batch_size=args.batch_size, time_budget_s=args.time_budget,
-                      ckpt_every=args.ckpt_every)
-    manifest = run(args.corpus, args.tokenizer, args.out, args.role, args.preset, config, args.device,
-                   args.halt_after_steps)
+    config = override(
+        base,
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        time_budget_s=args.time_budget,
+        ckpt_every=args.ckpt_every,
+    )
+    manifest = run(
+        args.corpus, args.tokenizer, args.out, args.role, args.preset, config, args.device, args.halt_after_steps
+    )
     if manifest is not None:
         print(json.dumps(manifest["metrics"]))
     return 0

@@ -10,7 +10,8 @@ and ``gguf.quants.Q4_0``, both reproduced here operation by operation in fp32):
     q   = min(15, trunc(x * id + 8.5))   x * id rounded to fp32 first, then + 8.5 rounded again (no FMA)
     x'  = (q - 8) * fp16(d)
 
-Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x * (1 / d))``, ``x' = q * fp16(d)``.
+Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x * (1 / d))``,
+``x' = q * fp16(d)``.
 
 Keep the fake quantization in eager mode: under torch.compile the multiply and add may fuse into one rounding (FMA),
 and ``bf16`` autocast rounds the fake-quantized weights again inside the matmul (the GGUF still holds the exact
@@ -26,7 +27,8 @@ under QAT computes with exactly the weights the GGUF holds.
     with qat.unwrapped():                            # latent fp32 weights under their HF names
         model.save_pretrained(ckpt_dir)
     qat.save(ckpt_dir / "qat_state.safetensors")     # per-block clip factors + fingerprints for export
-    # python -m specdraft_train export --checkpoint ckpt_dir --out d.gguf --type Q4_0 --qat-state ckpt_dir/qat_state.safetensors
+    # python -m specdraft_train export --checkpoint ckpt_dir --out d.gguf --type Q4_0 \
+    #     --qat-state ckpt_dir/qat_state.safetensors
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -403,7 +405,8 @@ def ggml_activation_rule(cpu_variant: str) -> str:
 
 def q8_0_activation_terms(x: Tensor, rule: str = "simd") -> tuple[Tensor, Tensor]:
     """What ggml rounds when it quantizes ``x``'s rows to Q8_0: ``(scaled, d)``, ``scaled = x * id`` per element
-    ``(n_blocks, 32)`` before rounding and the fp32 scale ``d = amax / 127`` ``(n_blocks, 1)`` before its fp16 rounding."""
+    ``(n_blocks, 32)`` before rounding and the fp32 scale ``d = amax / 127`` ``(n_blocks, 1)`` before its fp16
+    rounding."""
     if rule not in ACTIVATION_RULES:
         raise ValueError(f"Unknown activation rounding rule {rule!r}: expected one of {', '.join(ACTIVATION_RULES)}.")
     blocks = x.to(torch.float32).reshape(-1, QK)  # (n_blocks, 32)
@@ -429,8 +432,9 @@ def round_activations_q8_0(x: Tensor, rule: str = "simd") -> Tensor:
 
 
 @contextlib.contextmanager
-def ggml_activation_rounding(state: QatState,
-                             rounding: Callable[[Tensor], Tensor] = round_activations_q8_0) -> Iterator[None]:
+def ggml_activation_rounding(
+    state: QatState, rounding: Callable[[Tensor], Tensor] = round_activations_q8_0
+) -> Iterator[None]:
     """Within the block, every ``nn.Linear`` whose weight the GGUF quantizes rounds its input as ggml's CPU backend
     does, so a QAT model's logits match llama.cpp's to float32 summation order (a check and an eval aid; training
     without it is the usual QAT, since the GPU backends round activations differently or not at all).
@@ -469,7 +473,9 @@ def load_qat_state(path: str | Path) -> LoadedQatState:
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata() or {}
         if metadata.get("format") != QAT_STATE_FORMAT:
-            raise ValueError(f"{path}: not a QAT state file (format {metadata.get('format')!r}, expected {QAT_STATE_FORMAT!r}).")
+            raise ValueError(
+                f"{path}: not a QAT state file (format {metadata.get('format')!r}, expected {QAT_STATE_FORMAT!r})."
+            )
         clips = {key.removesuffix(".clip"): f.get_tensor(key) for key in f.keys()}
     return LoadedQatState(
         out_type=metadata["out_type"],

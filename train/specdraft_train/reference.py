@@ -18,8 +18,10 @@ and log-probs at every continuation position (written one shard at a time, so a 
 ``manifest.json`` (prompts per split and category, candidates generated). The target is a lab checkpoint or any HF
 id / local path (real path: e.g. Qwen/Qwen3-8B):
 
-    python -m specdraft_train reference --target runs/lab/target --corpus runs/lab/corpus --out runs/lab/reference --preset micro
-    python -m specdraft_train reference --target Qwen/Qwen3-8B --chat prompts.jsonl --out runs/real/reference --dtype bfloat16
+    python -m specdraft_train reference --target runs/lab/target --corpus runs/lab/corpus --out runs/lab/reference \
+        --preset micro
+    python -m specdraft_train reference --target Qwen/Qwen3-8B --chat prompts.jsonl --out runs/real/reference \
+        --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +47,7 @@ from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_r
 from .config import CorpusConfig, ReferenceConfig, get_preset, override
 from .corpus import KINDS, Document, read_documents, split_of
 from .generation import StaticGreedyEngine, generate_greedy_hf
-from .models import autocast_context, checkpoint_info, load_causal_lm, load_tokenizer, resolve_device, verify_checkpoint
+from .models import checkpoint_info, load_causal_lm, load_tokenizer, resolve_device, verify_checkpoint
 from .tau import Conversation, conversation_json
 
 EVAL_SPLITS = ("dev", "heldout")
@@ -109,8 +112,13 @@ class Category:
 def corpus_categories(kinds: Iterable[str], lengths: Sequence[int]) -> list[Category]:
     """Every category of the given kinds, in report order: kind, then position, then length."""
     present = set(kinds)
-    return [Category(kind, position, length) for kind in KINDS if kind in present for position in POSITIONS
-            for length in lengths]
+    return [
+        Category(kind, position, length)
+        for kind in KINDS
+        if kind in present
+        for position in POSITIONS
+        for length in lengths
+    ]
 
 
 def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
@@ -150,8 +158,13 @@ class _LazyTokens:
         return self.encoded[index]
 
 
-def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizerBase, counts: dict[Category, int],
-                   split: str, seed: int) -> dict[Category, list[Prompt]]:
+def select_prompts(
+    documents: Sequence[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    counts: dict[Category, int],
+    split: str,
+    seed: int,
+) -> dict[Category, list[Prompt]]:
     """Up to ``counts[c]`` prompts of each category from one split's documents, in draw order.
 
     Per kind, the files go in a seeded order, and each file in turn serves the category furthest behind its count
@@ -181,7 +194,11 @@ def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizer
                 if not missing:
                     break
                 tokens = tokens_at(position)
-                fitting = [c for c in missing if c.fits(len(tokens)) and served[position].get(c, 0) < _room(c, len(tokens), split)]
+                fitting = [
+                    c
+                    for c in missing
+                    if c.fits(len(tokens)) and served[position].get(c, 0) < _room(c, len(tokens), split)
+                ]
                 if not fitting:
                     continue
                 category = max(fitting, key=lambda c: (1 - len(selected[c]) / counts[c], -wanted.index(c)))
@@ -191,8 +208,13 @@ def select_prompts(documents: Sequence[Document], tokenizer: PreTrainedTokenizer
                     start = int(rng.integers(1, len(tokens) - category.length + 1))
                 starts_used[position].add((category, start))
                 document = documents_of_kind[order[position]]
-                selected[category].append(Prompt(f"{split}/{document.sha256[:12]}/{start}+{category.length}",
-                                                 category.name, tokens[start : start + category.length].tolist()))
+                selected[category].append(
+                    Prompt(
+                        f"{split}/{document.sha256[:12]}/{start}+{category.length}",
+                        category.name,
+                        tokens[start : start + category.length].tolist(),
+                    )
+                )
                 served[position][category] = served[position].get(category, 0) + 1
                 served_any = True
     return selected
@@ -213,7 +235,9 @@ def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str
     return [int(t) for t in rendered]
 
 
-def chat_prompts(path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig) -> dict[str, list[Prompt]]:
+def chat_prompts(
+    path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig
+) -> dict[str, list[Prompt]]:
     """Chat prompts by split: a line's own "split", else the corpus rule applied to the sha256 of its messages."""
     by_split: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
     with open(path, encoding="utf-8") as f:
@@ -222,13 +246,18 @@ def chat_prompts(path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: 
                 continue
             row = json.loads(line)
             if "messages" not in row:
-                raise ValueError(f"{path}:{line_no}: expected a JSON object with \"messages\"")
+                raise ValueError(f'{path}:{line_no}: expected a JSON object with "messages"')
             digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
             split = row.get("split") or split_of(digest, corpus_config)
             if split not in by_split:
                 raise ValueError(f"{path}:{line_no}: split {split!r}: expected train, dev or heldout")
-            by_split[split].append(Prompt(str(row.get("id", f"chat/{digest[:12]}")), str(row.get("category", "chat")),
-                                          render_chat(tokenizer, row["messages"])))
+            by_split[split].append(
+                Prompt(
+                    str(row.get("id", f"chat/{digest[:12]}")),
+                    str(row.get("category", "chat")),
+                    render_chat(tokenizer, row["messages"]),
+                )
+            )
     return by_split
 
 
@@ -246,8 +275,15 @@ def stop_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list
 
 @torch.no_grad()
 def generate_continuations(
-    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Prompt], max_new_tokens: int,
-    batch_size: int, device: torch.device, top_k: int | None, engine: str = "static", progress: bool = False,
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    batch_size: int,
+    device: torch.device,
+    top_k: int | None,
+    engine: str = "static",
+    progress: bool = False,
 ) -> list[Continuation]:
     """Greedy continuations up to and including the first stop token, with the top-k log-probs when ``top_k``.
 
@@ -258,12 +294,14 @@ def generate_continuations(
     eos = stop_ids(model, tokenizer)
     tokens = [p.tokens for p in prompts]
     if engine == "static":
-        outputs = StaticGreedyEngine(model, device).generate(tokens, max_new_tokens, eos, top_k,
-                                                             max_batch_size=batch_size, progress=progress)
+        outputs = StaticGreedyEngine(model, device).generate(
+            tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress
+        )
     elif engine == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-        outputs = generate_greedy_hf(model, tokens, max_new_tokens, eos, pad, top_k, batch_size, device,
-                                     progress=progress)
+        outputs = generate_greedy_hf(
+            model, tokens, max_new_tokens, eos, pad, top_k, batch_size, device, progress=progress
+        )
     else:
         raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     return [
@@ -311,19 +349,23 @@ def read_train_examples(reference_dir: str | Path) -> list[TrainExample]:
         ids = described.get("ids") or [""] * (len(po) - 1)
         categories = described.get("categories") or [""] * (len(po) - 1)
         for i in range(len(po) - 1):
-            examples.append(TrainExample(
-                t["prompt_tokens"][po[i] : po[i + 1]].tolist(),
-                t["continuation_tokens"][co[i] : co[i + 1]].tolist(),
-                t["topk_ids"][co[i] : co[i + 1]],
-                t["topk_logprobs"][co[i] : co[i + 1]].astype(np.float32),
-                ids[i],
-                categories[i],
-            ))
+            examples.append(
+                TrainExample(
+                    t["prompt_tokens"][po[i] : po[i + 1]].tolist(),
+                    t["continuation_tokens"][co[i] : co[i + 1]].tolist(),
+                    t["topk_ids"][co[i] : co[i + 1]],
+                    t["topk_logprobs"][co[i] : co[i + 1]].astype(np.float32),
+                    ids[i],
+                    categories[i],
+                )
+            )
     return examples
 
 
 def write_conversations(path: Path, prompts: Sequence[Prompt], continuations: Sequence[Continuation]) -> None:
-    lines = [conversation_json(Conversation(p.id, p.category, p.tokens, c.tokens)) for p, c in zip(prompts, continuations)]
+    lines = [
+        conversation_json(Conversation(p.id, p.category, p.tokens, c.tokens)) for p, c in zip(prompts, continuations)
+    ]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
@@ -352,8 +394,12 @@ class EvalPool:
     kept: list[tuple[Prompt, Continuation]] = field(default_factory=list)
 
 
-def corpus_eval_pools(documents: dict[str, list[Document]], tokenizer: PreTrainedTokenizerBase,
-                      categories: Sequence[Category], config: ReferenceConfig) -> list[EvalPool]:
+def corpus_eval_pools(
+    documents: dict[str, list[Document]],
+    tokenizer: PreTrainedTokenizerBase,
+    categories: Sequence[Category],
+    config: ReferenceConfig,
+) -> list[EvalPool]:
     """Every corpus category of dev and held-out, with up to MAX_CANDIDATES_PER_KEPT candidates per kept prompt."""
     pools = []
     for split, keep in (("dev", config.dev_per_category), ("heldout", config.heldout_per_category)):
@@ -362,9 +408,11 @@ def corpus_eval_pools(documents: dict[str, list[Document]], tokenizer: PreTraine
         for category in categories:
             if len(selected[category]) < keep:
                 shortest = category.length + (1 if category.position == "inner" else 0)
-                raise ValueError(f"{split} category {category.name}: {len(selected[category])} candidate prompts for "
-                                 f"{keep}: the {split} split has too few {category.kind} files of at least "
-                                 f"{shortest} tokens (a larger corpus or a larger {split} share)")
+                raise ValueError(
+                    f"{split} category {category.name}: {len(selected[category])} candidate prompts for "
+                    f"{keep}: the {split} split has too few {category.kind} files of at least "
+                    f"{shortest} tokens (a larger corpus or a larger {split} share)"
+                )
             pools.append(EvalPool(split, category.name, selected[category], keep, config.min_continuation_tokens))
     return pools
 
@@ -381,8 +429,13 @@ def chat_eval_pools(prompts: dict[str, list[Prompt]], config: ReferenceConfig) -
     return pools
 
 
-def generate_eval_sets(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, pools: Sequence[EvalPool],
-                       config: ReferenceConfig, device: torch.device) -> int:
+def generate_eval_sets(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    pools: Sequence[EvalPool],
+    config: ReferenceConfig,
+    device: torch.device,
+) -> int:
     """Fill every pool with its first `keep` candidates whose continuation has at least `min_tokens` tokens (the target
     stops where it stops: a continuation is never forced past <|endoftext|>). Returns the prompts generated.
 
@@ -398,18 +451,29 @@ def generate_eval_sets(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
             if missing <= 0:
                 continue
             if pool.tried >= len(pool.candidates):
-                raise ValueError(f"{pool.split} category {pool.category}: only {len(pool.kept)} of {pool.keep} target "
-                                 f"continuations reached {pool.min_tokens} tokens, from all {len(pool.candidates)} "
-                                 "candidates (the target ends them early): lower reference.min_continuation_tokens "
-                                 "or give the corpus more files of this kind")
-            take = math.ceil(pool.keep * config.eval_oversample if pool.tried == 0
-                             else missing * 2 * config.eval_oversample)
+                raise ValueError(
+                    f"{pool.split} category {pool.category}: only {len(pool.kept)} of {pool.keep} target "
+                    f"continuations reached {pool.min_tokens} tokens, from all {len(pool.candidates)} "
+                    "candidates (the target ends them early): lower reference.min_continuation_tokens "
+                    "or give the corpus more files of this kind"
+                )
+            take = math.ceil(
+                pool.keep * config.eval_oversample if pool.tried == 0 else missing * 2 * config.eval_oversample
+            )
             batch += [(pool, prompt) for prompt in pool.candidates[pool.tried : pool.tried + take]]
             pool.tried = min(pool.tried + take, len(pool.candidates))
         if not batch:
             return generated
-        continuations = generate_continuations(model, tokenizer, [prompt for _, prompt in batch], config.max_new_tokens,
-                                               config.batch_size, device, top_k=None, engine=config.engine)
+        continuations = generate_continuations(
+            model,
+            tokenizer,
+            [prompt for _, prompt in batch],
+            config.max_new_tokens,
+            config.batch_size,
+            device,
+            top_k=None,
+            engine=config.engine,
+        )
         generated += len(batch)
         for (pool, prompt), continuation in zip(batch, continuations):  # in candidate order within each pool
             if len(continuation.tokens) >= pool.min_tokens and len(pool.kept) < pool.keep:
@@ -421,15 +485,23 @@ def generate_eval_sets(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBas
 
 
 def run(
-    target: str | Path, out_dir: Path, config: ReferenceConfig, corpus_dir: Path | None = None,
-    chat: Path | None = None, corpus_config: CorpusConfig | None = None, device_name: str = "auto",
-    dtype: str = "float32", halt_after_shards: int | None = None,
+    target: str | Path,
+    out_dir: Path,
+    config: ReferenceConfig,
+    corpus_dir: Path | None = None,
+    chat: Path | None = None,
+    corpus_config: CorpusConfig | None = None,
+    device_name: str = "auto",
+    dtype: str = "float32",
+    halt_after_shards: int | None = None,
 ) -> dict[str, Any]:
     if corpus_dir is None and chat is None:
         raise ValueError("reference needs prompts: give --corpus, --chat, or both")
     if corpus_dir is not None and config.min_continuation_tokens > config.max_new_tokens:
-        raise ValueError(f"reference.min_continuation_tokens {config.min_continuation_tokens} > max_new_tokens "
-                         f"{config.max_new_tokens}: no held-out continuation could qualify")
+        raise ValueError(
+            f"reference.min_continuation_tokens {config.min_continuation_tokens} > max_new_tokens "
+            f"{config.max_new_tokens}: no held-out continuation could qualify"
+        )
     start_time = time.time()
     device = resolve_device(device_name)
     target_manifest = verify_checkpoint(target)
@@ -448,8 +520,11 @@ def run(
             train += selected[category]
             train_asked[category.name] = train_counts[category]
             if len(selected[category]) < train_counts[category]:
-                print(f"reference: train category {category.name}: {len(selected[category])} prompts of "
-                      f"{train_counts[category]} asked (too few long-enough train files)", file=sys.stderr)
+                print(
+                    f"reference: train category {category.name}: {len(selected[category])} prompts of "
+                    f"{train_counts[category]} asked (too few long-enough train files)",
+                    file=sys.stderr,
+                )
         pools += corpus_eval_pools(documents, tokenizer, categories, config)
     if chat is not None:
         from .artifacts import sha256_file
@@ -462,8 +537,10 @@ def run(
         if not any(pool.keep for pool in pools if pool.split == split):
             raise ValueError(f"no {split} prompts: the {split} split has no file long enough for the prompt lengths")
     out_dir.mkdir(parents=True, exist_ok=True)
-    candidates = {"train": train, **{split: [p for pool in pools if pool.split == split for p in pool.candidates]
-                                     for split in EVAL_SPLITS}}
+    candidates = {
+        "train": train,
+        **{split: [p for pool in pools if pool.split == split for p in pool.candidates] for split in EVAL_SPLITS},
+    }
     fingerprint = _plan_fingerprint(inputs["target"], candidates, config)
     progress_path = out_dir / "progress.json"
     if progress_path.is_file() and json.loads(progress_path.read_text()).get("plan") != fingerprint:
@@ -485,13 +562,24 @@ def run(
         if path.is_file():
             continue  # finished before a restart (written atomically, under the same plan)
         generation_start = time.time()
-        continuations = generate_continuations(model, tokenizer, shard_prompts, config.max_new_tokens,
-                                                config.batch_size, device, top_k=config.top_k,
-                                                engine=config.engine, progress=True)
+        continuations = generate_continuations(
+            model,
+            tokenizer,
+            shard_prompts,
+            config.max_new_tokens,
+            config.batch_size,
+            device,
+            top_k=config.top_k,
+            engine=config.engine,
+            progress=True,
+        )
         write_train_shard(path, shard_prompts, continuations)
         tokens = sum(len(c.tokens) for c in continuations)
-        print(f"reference: shard {index + 1}/{len(shards)}: {len(shard_prompts)} continuations, {tokens} tokens, "
-              f"{tokens / (time.time() - generation_start):,.0f} tok/s", file=sys.stderr)
+        print(
+            f"reference: shard {index + 1}/{len(shards)}: {len(shard_prompts)} continuations, {tokens} tokens, "
+            f"{tokens / (time.time() - generation_start):,.0f} tok/s",
+            file=sys.stderr,
+        )
         if halt_after_shards is not None and index + 1 >= halt_after_shards:
             import os
             import signal
@@ -503,51 +591,97 @@ def run(
     for pool in pools:
         by_category[pool.split][pool.category] = len(pool.kept)
     return write_manifest(
-        out_dir, "reference", outputs=outputs,
+        out_dir,
+        "reference",
+        outputs=outputs,
         params={"config": config.__dict__, "dtype": dtype, "device": str(device)},
         inputs=inputs,
-        extra={"prompts": {split: sum(counts.values()) for split, counts in by_category.items()},
-               "categories": by_category, "train_asked": train_asked,
-               "eval_candidates": {"generated": eval_generated, "kept": sum(len(pool.kept) for pool in pools)},
-               "target_verified": target_manifest is not None, "seconds": time.time() - start_time},
+        extra={
+            "prompts": {split: sum(counts.values()) for split, counts in by_category.items()},
+            "categories": by_category,
+            "train_asked": train_asked,
+            "eval_candidates": {"generated": eval_generated, "kept": sum(len(pool.kept) for pool in pools)},
+            "target_verified": target_manifest is not None,
+            "seconds": time.time() - start_time,
+        },
     )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("reference", help="the target's greedy continuations (+ top-k log-probs for training)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "reference",
+        help="the target's greedy continuations (+ top-k log-probs for training)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--target", required=True, help="target: lab checkpoint directory, local HF model, or HF id")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--corpus", type=Path, default=None, help="corpus stage directory (prompts from its files)")
-    p.add_argument("--chat", type=Path, default=None, help="chat prompts JSONL ({\"messages\": [...]} per line)")
+    p.add_argument("--chat", type=Path, default=None, help='chat prompts JSONL ({"messages": [...]} per line)')
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="weights' dtype (default: float32; "
-                   "bfloat16 for real models)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="weights' dtype (default: float32; bfloat16 for real models)",
+    )
     p.add_argument("--train-prompts", type=int, default=None, help="training continuations (default: preset's)")
-    p.add_argument("--dev-per-category", type=int, default=None, help="dev conversations per category "
-                   "(default: preset's)")
-    p.add_argument("--heldout-per-category", type=int, default=None, help="held-out conversations per category "
-                   "(default: preset's)")
-    p.add_argument("--min-continuation-tokens", type=int, default=None, help="held-out/dev continuations shorter "
-                   "than this are dropped, more candidates generated (default: preset's)")
+    p.add_argument(
+        "--dev-per-category", type=int, default=None, help="dev conversations per category (default: preset's)"
+    )
+    p.add_argument(
+        "--heldout-per-category", type=int, default=None, help="held-out conversations per category (default: preset's)"
+    )
+    p.add_argument(
+        "--min-continuation-tokens",
+        type=int,
+        default=None,
+        help="held-out/dev continuations shorter than this are dropped, more candidates generated (default: preset's)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=None, help="continuation cap (default: preset's)")
-    p.add_argument("--batch-size", type=int, default=None, help="prompts per batch; the static engine takes fewer "
-                   "when its KV-cache budget holds fewer (default: preset's)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="prompts per batch; the static engine takes fewer "
+        "when its KV-cache budget holds fewer (default: preset's)",
+    )
     p.add_argument("--shard-prompts", type=int, default=None, help="prompts per resumable shard (default: preset's)")
-    p.add_argument("--engine", choices=ENGINES, default=None, help="static: static KV cache + CUDA-graph decode; hf: "
-                   "HF generate, the slower peer (default: preset's, static)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="static: static KV cache + CUDA-graph decode; hf: "
+        "HF generate, the slower peer (default: preset's, static)",
+    )
     p.add_argument("--halt-after-shards", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     preset = get_preset(args.preset)
-    config = override(preset.reference, train_prompts=args.train_prompts, dev_per_category=args.dev_per_category,
-                      heldout_per_category=args.heldout_per_category, max_new_tokens=args.max_new_tokens,
-                      min_continuation_tokens=args.min_continuation_tokens, batch_size=args.batch_size,
-                      shard_prompts=args.shard_prompts, engine=args.engine)
-    manifest = run(args.target, args.out, config, args.corpus, args.chat, preset.corpus, args.device, args.dtype,
-                   args.halt_after_shards)
+    config = override(
+        preset.reference,
+        train_prompts=args.train_prompts,
+        dev_per_category=args.dev_per_category,
+        heldout_per_category=args.heldout_per_category,
+        max_new_tokens=args.max_new_tokens,
+        min_continuation_tokens=args.min_continuation_tokens,
+        batch_size=args.batch_size,
+        shard_prompts=args.shard_prompts,
+        engine=args.engine,
+    )
+    manifest = run(
+        args.target,
+        args.out,
+        config,
+        args.corpus,
+        args.chat,
+        preset.corpus,
+        args.device,
+        args.dtype,
+        args.halt_after_shards,
+    )
     print(json.dumps(manifest["prompts"]))
     return 0

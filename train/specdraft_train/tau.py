@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -51,17 +51,28 @@ def read_conversations(path: str | Path) -> list[Conversation]:
                 continue
             row = json.loads(line)
             try:
-                conversations.append(Conversation(str(row["id"]), str(row.get("category", "all")),
-                                                  [int(t) for t in row["prompt_tokens"]],
-                                                  [int(t) for t in row["continuation_tokens"]]))
+                conversations.append(
+                    Conversation(
+                        str(row["id"]),
+                        str(row.get("category", "all")),
+                        [int(t) for t in row["prompt_tokens"]],
+                        [int(t) for t in row["continuation_tokens"]],
+                    )
+                )
             except KeyError as missing:
                 raise ValueError(f"{path}:{line_no}: missing field {missing}") from None
     return conversations
 
 
 def conversation_json(c: Conversation) -> str:
-    return json.dumps({"id": c.id, "category": c.category, "prompt_tokens": c.prompt_tokens,
-                       "continuation_tokens": c.continuation_tokens})
+    return json.dumps(
+        {
+            "id": c.id,
+            "category": c.category,
+            "prompt_tokens": c.prompt_tokens,
+            "continuation_tokens": c.continuation_tokens,
+        }
+    )
 
 
 def walk_steps(matches: Sequence[bool], k: int) -> int:
@@ -94,8 +105,15 @@ class TauResult:
         return float(np.mean([c["tau"] for c in self.by_category.values()])) if self.by_category else self.tau
 
     def to_dict(self) -> dict[str, object]:
-        return {"tau": self.tau, "macro_tau": self.macro_tau, "top1": self.top1, "tokens": self.tokens,
-                "steps": self.steps, "conversations": self.conversations, "by_category": self.by_category}
+        return {
+            "tau": self.tau,
+            "macro_tau": self.macro_tau,
+            "top1": self.top1,
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "conversations": self.conversations,
+            "by_category": self.by_category,
+        }
 
 
 def gap_closed(tau: float, tau_base: float, tau_target: float) -> float | None:
@@ -140,14 +158,17 @@ def summarize(per_conversation: Iterable[tuple[Conversation, int, int | None]]) 
 
 
 @torch.no_grad()
-def greedy_matches(model: nn.Module, conversations: Sequence[Conversation], device: torch.device,
-                   batch_size: int = 32) -> list[np.ndarray]:
+def greedy_matches(
+    model: nn.Module, conversations: Sequence[Conversation], device: torch.device, batch_size: int = 32
+) -> list[np.ndarray]:
     """For each conversation, ``matches[j] = argmax(model(P + C)[len(P) + j - 1]) == C[j]`` as a bool array (L,)."""
     was_training = model.training
     model.eval()
     results: list[np.ndarray | None] = [None] * len(conversations)
-    order = sorted(range(len(conversations)), key=lambda i: -len(conversations[i].prompt_tokens)
-                   - len(conversations[i].continuation_tokens))  # similar lengths share a batch: less padding
+    order = sorted(
+        range(len(conversations)),
+        key=lambda i: -len(conversations[i].prompt_tokens) - len(conversations[i].continuation_tokens),
+    )  # similar lengths share a batch: less padding
     for start in range(0, len(order), batch_size):
         batch = [conversations[i] for i in order[start : start + batch_size]]
         # The last continuation token is never an input (nothing after it is scored).
@@ -169,8 +190,9 @@ def greedy_matches(model: nn.Module, conversations: Sequence[Conversation], devi
     return results  # type: ignore[return-value]
 
 
-def model_tau(model: nn.Module, conversations: Sequence[Conversation], k: int, device: torch.device,
-              batch_size: int = 32) -> TauResult:
+def model_tau(
+    model: nn.Module, conversations: Sequence[Conversation], k: int, device: torch.device, batch_size: int = 32
+) -> TauResult:
     matches = greedy_matches(model, conversations, device, batch_size)
     return summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
 
@@ -217,8 +239,9 @@ def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int,
 
 
 def ngram_tau(conversations: Sequence[Conversation], k: int, n_max: int = 3) -> TauResult:
-    return summarize((c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max), None)
-                     for c in conversations)
+    return summarize(
+        (c, ngram_walk_steps(c.prompt_tokens, c.continuation_tokens, k, n_max), None) for c in conversations
+    )
 
 
 def _repeated_ngrams(c: Conversation, n: int) -> tuple[int, int]:

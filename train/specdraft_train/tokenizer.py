@@ -93,7 +93,11 @@ def tokenizer_config_json(tokenizer: Tokenizer) -> dict[str, Any]:
     for content in (*SPECIAL_TOKENS, *THINK_TOKENS):
         token_id = tokenizer.token_to_id(content)
         added[str(token_id)] = {
-            "content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
             "special": content in SPECIAL_TOKENS,
         }
     return {
@@ -199,8 +203,10 @@ def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) 
     # Repeats follow the split once through: pretraining visits chunks in a seeded permutation, so where in the
     # stream a repeat sits does not matter.
     repeats = [part for doc, part in zip(documents, encoded) for _ in range(stream_weight(doc.kind, config) - 1)]
-    streams = {"train": np.concatenate([*encoded, *repeats]) if encoded else np.zeros(0, dtype=np.int32),
-               "dev": token_stream(tokenizer, [d.text for d in read_documents(corpus_dir, "dev")])}
+    streams = {
+        "train": np.concatenate([*encoded, *repeats]) if encoded else np.zeros(0, dtype=np.int32),
+        "dev": token_stream(tokenizer, [d.text for d in read_documents(corpus_dir, "dev")]),
+    }
     for split, tokens in streams.items():
         save_token_stream(out / token_file(split), tokens)
     once = {kind: sum(len(p) for d, p in zip(documents, encoded) if d.kind == kind) for kind in KINDS}
@@ -216,12 +222,14 @@ def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) 
             "bytes_per_token": round(bytes_per_token, 3),
             "tokens": {split: int(len(tokens)) for split, tokens in streams.items()},
             # the train split's tokens of each kind, once, and as the pretraining stream holds them
-            "train_tokens_by_kind": {kind: {"once": once[kind], "in_stream": once[kind] * stream_weight(kind, config)}
-                                     for kind in KINDS},
+            "train_tokens_by_kind": {
+                kind: {"once": once[kind], "in_stream": once[kind] * stream_weight(kind, config)} for kind in KINDS
+            },
             "prose_repeats": config.prose_repeats,
             "training_documents": len(training_documents),
-            "training_bytes_by_kind": {kind: sum(d.bytes for d in training_documents if d.kind == kind)
-                                       for kind in KINDS},
+            "training_bytes_by_kind": {
+                kind: sum(d.bytes for d in training_documents if d.kind == kind) for kind in KINDS
+            },
             "special_ids": special_ids(tokenizer),
             "seconds": time.time() - start,
         },
@@ -229,8 +237,12 @@ def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("tokenizer", help="train the lab's byte-level BPE (Qwen2-style) on the train split",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "tokenizer",
+        help="train the lab's byte-level BPE (Qwen2-style) on the train split",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--corpus", required=True, type=Path, help="output directory of the corpus stage")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")

@@ -192,7 +192,7 @@ def stop_by_budget(ctx: DistributedContext, elapsed_s: float, budget_s: float) -
 
 
 def halt_for_test(step: int, halt_after: int | None) -> None:
-    """Hard-kill this process (SIGKILL, no cleanup) after ``halt_after`` steps: how the resume tests simulate a crash."""
+    """Hard-kill this process (SIGKILL, no cleanup) after ``halt_after`` steps: how resume tests simulate a crash."""
     if halt_after is not None and step >= halt_after:
         import signal
 
@@ -208,8 +208,16 @@ def progress_bar(ctx: DistributedContext, total: int, initial: int, desc: str) -
     from tqdm.auto import tqdm
 
     interactive = sys.stderr.isatty()
-    return tqdm(total=total, initial=initial, desc=desc, unit="step", disable=not ctx.is_main, dynamic_ncols=True,
-                mininterval=1.0 if interactive else 30.0, file=sys.stderr)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="step",
+        disable=not ctx.is_main,
+        dynamic_ncols=True,
+        mininterval=1.0 if interactive else 30.0,
+        file=sys.stderr,
+    )
 
 
 class NullSummaryWriter:

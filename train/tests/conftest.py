@@ -21,15 +21,41 @@ from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
 from specdraft_train.lab import preset_prose
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
-TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000,
-                           max_prose_bytes=200_000)
+TINY_CORPUS = CorpusConfig(
+    max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000, max_prose_bytes=200_000
+)
 TINY_TOKENIZER = TokenizerConfig(vocab_size=512, prose_repeats=2)
 # The micro preset's reference settings, scaled down; REFERENCE_FLAGS says the same on the command line.
-TINY_REFERENCE = replace(MICRO.reference, max_new_tokens=16, min_continuation_tokens=8, train_prompts=48,
-                         dev_per_category=1, heldout_per_category=2, batch_size=16, shard_prompts=16)
-REFERENCE_FLAGS = ("--preset", "micro", "--max-new-tokens", "16", "--min-continuation-tokens", "8",
-                   "--train-prompts", "48", "--dev-per-category", "1", "--heldout-per-category", "2",
-                   "--batch-size", "16", "--shard-prompts", "16", "--device", "cpu")
+TINY_REFERENCE = replace(
+    MICRO.reference,
+    max_new_tokens=16,
+    min_continuation_tokens=8,
+    train_prompts=48,
+    dev_per_category=1,
+    heldout_per_category=2,
+    batch_size=16,
+    shard_prompts=16,
+)
+REFERENCE_FLAGS = (
+    "--preset",
+    "micro",
+    "--max-new-tokens",
+    "16",
+    "--min-continuation-tokens",
+    "8",
+    "--train-prompts",
+    "48",
+    "--dev-per-category",
+    "1",
+    "--heldout-per-category",
+    "2",
+    "--batch-size",
+    "16",
+    "--shard-prompts",
+    "16",
+    "--device",
+    "cpu",
+)
 
 torch.set_num_threads(1)
 
@@ -39,16 +65,29 @@ def micro_prose() -> Path:
     return preset_prose(MICRO)[0]
 
 
-def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
-            runner: tuple[str, ...] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    runner: tuple[str, ...] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``python -m specdraft_train --threads 1 <args>`` in train/ (or ``runner`` + args, e.g. torchrun).
 
     ``timeout`` (seconds) turns a hang, e.g. DDP ranks waiting on each other forever, into a failed test."""
     command = [*(runner or (sys.executable, "-m", "specdraft_train", "--threads", "1")), *args]
-    result = subprocess.run(command, cwd=TRAIN_ROOT, capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    result = subprocess.run(
+        command,
+        cwd=TRAIN_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"{command} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+        raise AssertionError(
+            f"{command} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+        )
     return result
 
 
@@ -59,9 +98,23 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dirs = {name: root / name for name in ("corpus", "tokenizer", "target", "base", "reference")}
     corpus.build_corpus(dirs["corpus"], TINY_CORPUS, corpus.stdlib_root(), [], [micro_prose()])
     tokenizer.build(dirs["corpus"], dirs["tokenizer"], TINY_TOKENIZER)
-    pretrain.run(dirs["corpus"], dirs["tokenizer"], dirs["target"], "target", "micro",
-                 replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100), "cpu")
-    pretrain.run(dirs["corpus"], dirs["tokenizer"], dirs["base"], "drafter", "micro",
-                 replace(MICRO.pretrain_drafter, max_steps=8, batch_size=8, ckpt_every=100), "cpu")
+    pretrain.run(
+        dirs["corpus"],
+        dirs["tokenizer"],
+        dirs["target"],
+        "target",
+        "micro",
+        replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100),
+        "cpu",
+    )
+    pretrain.run(
+        dirs["corpus"],
+        dirs["tokenizer"],
+        dirs["base"],
+        "drafter",
+        "micro",
+        replace(MICRO.pretrain_drafter, max_steps=8, batch_size=8, ckpt_every=100),
+        "cpu",
+    )
     reference.run(dirs["target"], dirs["reference"], TINY_REFERENCE, corpus_dir=dirs["corpus"], device_name="cpu")
     return {**dirs, "root": root}

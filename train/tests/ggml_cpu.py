@@ -59,8 +59,12 @@ def variant_of(library_path: str) -> str:
 def build_shim(out_dir: Path) -> Path:
     """Compile the variant-pinning shim (the C compiler is already a requirement of the native engine)."""
     shim = out_dir / "ggml_cpu_variant.so"
-    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", "-o", str(shim), str(SHIM_SOURCE), "-ldl"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", "-o", str(shim), str(SHIM_SOURCE), "-ldl"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return shim
 
 

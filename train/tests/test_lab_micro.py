@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO
@@ -16,9 +17,16 @@ from specdraft_train.lab import run_lab
 from specdraft_train.reference import corpus_categories
 from specdraft_train.tau import gap_closed, read_conversations
 
-from conftest import run_cli
-
-STAGES = ("corpus", "tokenizer", "pretrain target", "pretrain base", "reference", "distill", "distill --qat", "evaluate")
+STAGES = (
+    "corpus",
+    "tokenizer",
+    "pretrain target",
+    "pretrain base",
+    "reference",
+    "distill",
+    "distill --qat",
+    "evaluate",
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +45,10 @@ def test_micro_lab_distilled_qat_beats_base_ptq(lab: Path):
     assert tau["target_as_drafter"]["tau"] > 15
     assert report["goals"]["qat_beats_base_ptq"] is True
     for entry in tau.values():
-        assert sum(c["conversations"] for c in entry["by_category"].values()) == report["evaluation"]["heldout"]["conversations"]
+        assert (
+            sum(c["conversations"] for c in entry["by_category"].values())
+            == report["evaluation"]["heldout"]["conversations"]
+        )
     assert 0 < report["evaluation"]["repeated_4gram_share"] < 1
     assert set(report["stage_seconds"]) >= set(STAGES)
     markdown = (lab / "lab_report.md").read_text()
@@ -62,16 +73,21 @@ def test_micro_lab_report_has_macro_tau_gap_closed_and_repetition_by_category(la
     names = list(base["by_category"])
     assert len(names) == 12 and set(evaluation["repeated_4gram_share_by_category"]) == set(names)
     assert qat["macro_tau"] == pytest.approx(sum(qat["by_category"][n]["tau"] for n in names) / 12)
-    assert comparison["distilled_q4_0_qat"]["overall"]["gap_closed"] == report["goals"]["qat_gap_closed"] == (
-        gap_closed(qat["tau"], base["tau"], target["tau"]))
+    assert (
+        comparison["distilled_q4_0_qat"]["overall"]["gap_closed"]
+        == report["goals"]["qat_gap_closed"]
+        == (gap_closed(qat["tau"], base["tau"], target["tau"]))
+    )
     assert comparison["base_q4_0_ptq"]["overall"] == {"over_base_q4_0_ptq": 1.0, "gap_closed": 0.0}
     for name in names:
         cell = comparison["distilled_q4_0_qat"]["by_category"][name]
         assert cell["over_base_q4_0_ptq"] == qat["by_category"][name]["tau"] / base["by_category"][name]["tau"]
-        assert cell["gap_closed"] == gap_closed(qat["by_category"][name]["tau"], base["by_category"][name]["tau"],
-                                                target["by_category"][name]["tau"])
+        assert cell["gap_closed"] == gap_closed(
+            qat["by_category"][name]["tau"], base["by_category"][name]["tau"], target["by_category"][name]["tau"]
+        )
     assert comparison["distilled_q4_0_qat"]["macro"]["gap_closed"] == gap_closed(
-        qat["macro_tau"], base["macro_tau"], target["macro_tau"])
+        qat["macro_tau"], base["macro_tau"], target["macro_tau"]
+    )
     markdown = (lab / "lab_report.md").read_text()
     assert "gap closed" in markdown and "| macro |" in markdown
     for name in names:  # a row in the per-category τ table and one in the ratio · gap-closed table
@@ -88,7 +104,10 @@ def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):
         assert {f["split"] for f in data["files"] if f["kind"] == kind} >= {"train", "dev", "heldout"}, kind
     assert [r["source"] for r in data["roots"] if r["kind"] == "prose"] == ["prose:git-doc"]
     assert data["prose_repeats"] == MICRO.tokenizer.prose_repeats == 2
-    assert data["artifacts"]["reference"]["heldout.jsonl"] == verify_stage_dir(lab / "reference")["outputs"]["heldout.jsonl"]["sha256"]
+    assert (
+        data["artifacts"]["reference"]["heldout.jsonl"]
+        == verify_stage_dir(lab / "reference")["outputs"]["heldout.jsonl"]["sha256"]
+    )
     architecture = json.loads((lab / "architecture.json").read_text())
     assert architecture["model_type"] == "qwen3" and architecture["parameters"] > 0
     report = json.loads((lab / "lab_report.json").read_text())

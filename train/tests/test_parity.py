@@ -29,9 +29,9 @@ import copy
 import functools
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import torch
@@ -101,7 +101,7 @@ def lab() -> Lab:
     g = torch.Generator().manual_seed(0)
     for _ in range(TRAIN_STEPS):
         starts = torch.randint(0, len(token_ids) - 65, (8,), generator=g)
-        batch = torch.stack([token_ids[s:s + 64] for s in starts])  # (8, 64)
+        batch = torch.stack([token_ids[s : s + 64] for s in starts])  # (8, 64)
         loss = model(input_ids=batch, labels=batch).loss
         optimizer.zero_grad()
         loss.backward()
@@ -109,7 +109,7 @@ def lab() -> Lab:
     prompts = []
     for length in PROMPT_LENGTHS:
         starts = torch.randint(0, len(token_ids) - length, (PROMPTS_PER_LENGTH,), generator=g)
-        prompts.append(torch.stack([token_ids[s:s + length] for s in starts]))
+        prompts.append(torch.stack([token_ids[s : s + length] for s in starts]))
     return Lab(tokenizer, model.eval(), prompts)
 
 
@@ -135,7 +135,7 @@ def torch_greedy(model: Qwen3ForCausalLM, prompts: torch.Tensor) -> tuple[torch.
         top2 = logits.topk(2, dim=-1).values  # (B, 2)
         gaps.append(top2[:, 0] - top2[:, 1])
         sequences = torch.cat([sequences, logits.argmax(dim=-1, keepdim=True)], dim=1)
-    return sequences[:, prompts.shape[1]:], first_log_probs, torch.stack(gaps, dim=1)
+    return sequences[:, prompts.shape[1] :], first_log_probs, torch.stack(gaps, dim=1)
 
 
 def log_prob_diff(expected: torch.Tensor, pairs: list[list[float]]) -> float:
@@ -152,16 +152,18 @@ def all_prompts(lab: Lab) -> list[list[int]]:
     return [row for batch in lab.prompts for row in batch.tolist()]
 
 
-def compare_with_llama_cpp(model: Qwen3ForCausalLM, gguf_path: Path, lab: Lab, label: str,
-                           settings: dict[str, object]) -> Parity:
+def compare_with_llama_cpp(
+    model: Qwen3ForCausalLM, gguf_path: Path, lab: Lab, label: str, settings: dict[str, object]
+) -> Parity:
     drafts, log_probs, margins = [], [], []
     for batch in lab.prompts:
         batch_drafts, batch_log_probs, batch_gaps = torch_greedy(model, batch)
         drafts += batch_drafts.tolist()
         log_probs += list(batch_log_probs)
         margins += batch_gaps[:, 0].tolist()
-    result = run_gguf_greedy(gguf_path, {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True,
-                                         **settings})
+    result = run_gguf_greedy(
+        gguf_path, {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True, **settings}
+    )
     parity = Parity(
         identical=sum(a == b for a, b in zip(drafts, result["drafts"])),
         total=len(drafts),
@@ -169,8 +171,10 @@ def compare_with_llama_cpp(model: Qwen3ForCausalLM, gguf_path: Path, lab: Lab, l
         first_margins=margins,
         first_agree=[a[0] == b[0] for a, b in zip(drafts, result["drafts"])],
     )
-    print(f"\n[parity] {label}: {parity.identical}/{parity.total} identical {DRAFT_LENGTH}-token greedy drafts, "
-          f"max |Δ log p| at the first step {parity.max_diff:.2e} (CPU backend {variant_of(result['cpuBackend'])})")
+    print(
+        f"\n[parity] {label}: {parity.identical}/{parity.total} identical {DRAFT_LENGTH}-token greedy drafts, "
+        f"max |Δ log p| at the first step {parity.max_diff:.2e} (CPU backend {variant_of(result['cpuBackend'])})"
+    )
     return parity
 
 
@@ -248,7 +252,9 @@ class FlippableRounding:
                 s = scaled.flatten()[index]
                 q[index] = s.floor() if q[index] == s.ceil() else s.ceil()
             else:
-                scale[index] = lower.flatten()[index] if scale[index] == upper.flatten()[index] else upper.flatten()[index]
+                scale[index] = (
+                    lower.flatten()[index] if scale[index] == upper.flatten()[index] else upper.flatten()[index]
+                )
         if not self.fp16_scale:
             scale = d.flatten()
         out = (q.reshape(scaled.shape) * scale[:, None]).reshape(x.shape).to(x.dtype)
@@ -257,8 +263,9 @@ class FlippableRounding:
 
 
 @torch.no_grad()
-def first_step_log_probs(model: Qwen3ForCausalLM, qat: QatState, prompt: list[int],
-                         rounding: FlippableRounding) -> torch.Tensor:
+def first_step_log_probs(
+    model: Qwen3ForCausalLM, qat: QatState, prompt: list[int], rounding: FlippableRounding
+) -> torch.Tensor:
     with ggml_activation_rounding(qat, rounding):
         logits = model(input_ids=torch.tensor([prompt]), use_cache=False).logits[0, -1]  # (V,)
     return torch.log_softmax(logits.double(), dim=-1)
@@ -270,8 +277,13 @@ class Explained:
     flips: list[Flip] = field(default_factory=list)
 
 
-def explain(model: Qwen3ForCausalLM, qat: QatState, prompt: list[int], pairs: list[list[float]],
-            make_rounding: Callable[[tuple[Flip, ...]], FlippableRounding]) -> Explained:
+def explain(
+    model: Qwen3ForCausalLM,
+    qat: QatState,
+    prompt: list[int],
+    pairs: list[list[float]],
+    make_rounding: Callable[[tuple[Flip, ...]], FlippableRounding],
+) -> Explained:
     """Greedily take the other side of the undecidable roundings nearest a tie while that brings llama.cpp's and
     PyTorch's first-step log-probs closer, until they agree within EXACT_TOLERANCE (or MAX_FLIPS are spent)."""
     rounding = make_rounding(())
@@ -307,23 +319,33 @@ class ExactParity:
     def line(self) -> str:
         worst = max(self.explained, key=lambda e: e.diff)
         flips = [f"{f.kind}@{f.margin:.1e}" for e in self.explained for f in e.flips]
-        return (f"{self.variant} ({self.rule}): {self.exact}/{len(self.explained)} prompts within {EXACT_TOLERANCE:g} "
-                f"(max {worst.diff:.2e}), {self.flipped} after flipping {flips or 'nothing'}; drafts identical "
-                f"{self.identical}/{len(self.explained)}, {self.diverged_at_near_tie} more part at a near-tie")
+        return (
+            f"{self.variant} ({self.rule}): {self.exact}/{len(self.explained)} prompts within {EXACT_TOLERANCE:g} "
+            f"(max {worst.diff:.2e}), {self.flipped} after flipping {flips or 'nothing'}; drafts identical "
+            f"{self.identical}/{len(self.explained)}, {self.diverged_at_near_tie} more part at a near-tie"
+        )
 
 
-def exact_parity(model: Qwen3ForCausalLM, qat: QatState, gguf_path: Path, lab: Lab,
-                 env: dict[str, str] | None = None,
-                 make_rounding: Callable[[str, tuple[Flip, ...]], FlippableRounding] | None = None) -> ExactParity:
+def exact_parity(
+    model: Qwen3ForCausalLM,
+    qat: QatState,
+    gguf_path: Path,
+    lab: Lab,
+    env: dict[str, str] | None = None,
+    make_rounding: Callable[[str, tuple[Flip, ...]], FlippableRounding] | None = None,
+) -> ExactParity:
     """llama.cpp's Q4_0 forward (plain-fp32 settings, CPU path chosen by ggml or pinned by ``env``) vs the
     fake-quantized model with that path's activation rounding."""
     prompts = all_prompts(lab)
-    result = run_gguf_greedy(gguf_path, {"prompts": prompts, "n": DRAFT_LENGTH, "probabilities": True,
-                                         **EXACT_SETTINGS}, env=env)
+    result = run_gguf_greedy(
+        gguf_path, {"prompts": prompts, "n": DRAFT_LENGTH, "probabilities": True, **EXACT_SETTINGS}, env=env
+    )
     variant = variant_of(result["cpuBackend"])
     rule = ggml_activation_rule(variant)
     make = functools.partial(make_rounding or FlippableRounding, rule)
-    explained = [explain(model, qat, prompt, pairs, make) for prompt, pairs in zip(prompts, result["firstProbabilities"])]
+    explained = [
+        explain(model, qat, prompt, pairs, make) for prompt, pairs in zip(prompts, result["firstProbabilities"])
+    ]
     identical = near_tie = 0
     drafts = []
     gaps = []
@@ -351,8 +373,10 @@ def test_q4_0_qat_export_drafts_like_the_fake_quantized_model(lab: Lab, qat_expo
     # Exact on the CPU path ggml picks for this machine, with that path's activation rounding emulated.
     model, qat, gguf_path = qat_export
     parity = exact_parity(model, qat, gguf_path, lab)
-    print(f"\n[parity] Q4_0+QAT GGUF vs fake-quantized model (no flash attention, F32 KV), CPU path picked by ggml: "
-          f"{parity.line()}")
+    print(
+        f"\n[parity] Q4_0+QAT GGUF vs fake-quantized model (no flash attention, F32 KV), CPU path picked by ggml: "
+        f"{parity.line()}"
+    )
     assert_exact(parity)
 
 
@@ -373,23 +397,32 @@ def test_the_exactness_check_rejects_a_wrong_rounding_emulation(lab: Lab, qat_ex
     # What the flip search may forgive is float32's indecision, not a wrong rule: with the activations' scales left
     # in fp32 (ggml stores them as fp16), or with no activation rounding at all, most prompts stay far apart.
     model, qat, gguf_path = qat_export
-    fp32_scales = exact_parity(model, qat, gguf_path, lab,
-                               make_rounding=lambda rule, flips: FlippableRounding(rule, flips, fp16_scale=False))
+    fp32_scales = exact_parity(
+        model, qat, gguf_path, lab, make_rounding=lambda rule, flips: FlippableRounding(rule, flips, fp16_scale=False)
+    )
     print(f"\n[parity] wrong emulation (fp32 activation scales): {fp32_scales.line()}")
     assert fp32_scales.exact <= 5
-    plain = compare_with_llama_cpp(model, gguf_path, lab, "Q4_0+QAT GGUF vs fake-quantized model without activation "
-                                   "rounding (wrong emulation)", EXACT_SETTINGS)
+    plain = compare_with_llama_cpp(
+        model,
+        gguf_path,
+        lab,
+        "Q4_0+QAT GGUF vs fake-quantized model without activation rounding (wrong emulation)",
+        EXACT_SETTINGS,
+    )
     assert plain.max_diff > 100 * EXACT_TOLERANCE
 
 
 def test_q4_0_qat_export_under_serving_defaults(lab: Lab, qat_export):
     # As served (flash attention, F16 KV cache), against the plain fake-quantized model: close, not exact.
     model, _, gguf_path = qat_export
-    parity = compare_with_llama_cpp(model, gguf_path, lab, "Q4_0+QAT GGUF (serving defaults) vs fake-quantized model",
-                                    {})
+    parity = compare_with_llama_cpp(
+        model, gguf_path, lab, "Q4_0+QAT GGUF (serving defaults) vs fake-quantized model", {}
+    )
     safe = [agree for agree, margin in zip(parity.first_agree, parity.first_margins) if margin > SAFE_MARGIN]
-    print(f"[parity] first draft token identical on {sum(safe)}/{len(safe)} prompts with a first-step gap "
-          f"> {SAFE_MARGIN}; all 16 identical on {parity.identical}/{parity.total}")
+    print(
+        f"[parity] first draft token identical on {sum(safe)}/{len(safe)} prompts with a first-step gap "
+        f"> {SAFE_MARGIN}; all 16 identical on {parity.identical}/{parity.total}"
+    )
     assert len(safe) >= 10 and all(safe)
     assert parity.max_diff < 0.3
     assert parity.identical >= parity.total // 2
@@ -398,7 +431,7 @@ def test_q4_0_qat_export_under_serving_defaults(lab: Lab, qat_export):
 # Varied text: code, unicode, whitespace runs, numbers, CJK, emoji, contractions, an added non-special token.
 TOKENIZER_TEXTS = [
     "Hello, world! I'm here; you're there. We'LL see what's what.",
-    "def f(x):\n    return {\"a\": [1, 2, 3]}  # comment\n\n\n\tif x >= 10_000: pass\r\n",
+    'def f(x):\n    return {"a": [1, 2, 3]}  # comment\n\n\n\tif x >= 10_000: pass\r\n',
     "    leading spaces, trailing spaces    \n\n  \t \t\n",
     "3.14159 2718281828 1,234,567.89 -42 0x1F 1e-9 12345678901234567890",
     "我想在apple工作1314151天～ 日本語のテキスト、한국어 텍스트.",
@@ -422,9 +455,18 @@ def test_qwen3_tokenizer_exports_and_tokenizes_identically(tmp_path: Path):
         shutil.copy(QWEN3_TOKENIZER_DIR / name, checkpoint / name)
     tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
     assert tokenizer.get_vocab_size(with_added_tokens=False) == 151_643
-    config = tiny_config(151_936, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, head_dim=16, eos_token_id=151_643, pad_token_id=151_643,
-                         bos_token_id=151_643)
+    config = tiny_config(
+        151_936,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        eos_token_id=151_643,
+        pad_token_id=151_643,
+        bos_token_id=151_643,
+    )
     torch.manual_seed(0)
     Qwen3ForCausalLM(config).save_pretrained(checkpoint)
     gguf_path = export_gguf(checkpoint, tmp_path / "qwen3-tok.gguf", "Q8_0")
@@ -433,8 +475,10 @@ def test_qwen3_tokenizer_exports_and_tokenizes_identically(tmp_path: Path):
     result = run_gguf_greedy(gguf_path, {"texts": TOKENIZER_TEXTS})
     mismatches = [(t, e, a) for t, e, a in zip(TOKENIZER_TEXTS, expected, result["tokens"]) if e != a]
     n_tokens = sum(map(len, expected))
-    print(f"\n[parity] Qwen3 tokenizer: {len(TOKENIZER_TEXTS) - len(mismatches)}/{len(TOKENIZER_TEXTS)} strings "
-          f"({n_tokens} tokens) tokenized identically by llama.cpp and HF tokenizers")
+    print(
+        f"\n[parity] Qwen3 tokenizer: {len(TOKENIZER_TEXTS) - len(mismatches)}/{len(TOKENIZER_TEXTS)} strings "
+        f"({n_tokens} tokens) tokenized identically by llama.cpp and HF tokenizers"
+    )
     assert not mismatches, json.dumps(mismatches[:3], ensure_ascii=False)
 
     # special tokens in text: parsed as specials by both when asked to

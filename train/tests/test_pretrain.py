@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_cli
 from safetensors.torch import load_file
 
 from specdraft_train import pretrain
 from specdraft_train.artifacts import ArtifactError, verify_stage_dir
 from specdraft_train.config import MICRO
-
-from conftest import run_cli
 
 STEPS = ["--max-steps", "6", "--batch-size", "4", "--ckpt-every", "3"]
 CONFIG = replace(MICRO.pretrain_drafter, max_steps=6, batch_size=4, ckpt_every=3)  # what STEPS says
@@ -26,9 +25,25 @@ def _pretrain_here(tiny: dict[str, Path], out: Path, tokenizer_dir: Path | None 
 
 
 def _pretrain(tiny: dict[str, Path], out: Path, *extra: str, check: bool = True, runner=None):
-    return run_cli("pretrain", "--corpus", str(tiny["corpus"]), "--tokenizer", str(tiny["tokenizer"]),
-                   "--out", str(out), "--role", "drafter", "--preset", "micro", "--device", "cpu", *STEPS, *extra,
-                   check=check, runner=runner)
+    return run_cli(
+        "pretrain",
+        "--corpus",
+        str(tiny["corpus"]),
+        "--tokenizer",
+        str(tiny["tokenizer"]),
+        "--out",
+        str(out),
+        "--role",
+        "drafter",
+        "--preset",
+        "micro",
+        "--device",
+        "cpu",
+        *STEPS,
+        *extra,
+        check=check,
+        runner=runner,
+    )
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -60,8 +75,11 @@ def test_killed_pretrain_resumes_to_identical_weights(tiny: dict[str, Path], str
 def test_ddp_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
     torchrun = shutil.which("torchrun") or str(Path(__import__("sys").executable).with_name("torchrun"))
     out = tmp_path / "ddp"
-    _pretrain(tiny, out, runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m",
-                                 "specdraft_train", "--threads", "1"))
+    _pretrain(
+        tiny,
+        out,
+        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "specdraft_train", "--threads", "1"),
+    )
     manifest = verify_stage_dir(out, "pretrain")
     assert manifest["params"]["world_size"] == 2
     a, b = _weights(straight), _weights(out)

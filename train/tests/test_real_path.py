@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from specdraft_train import distill, reference
 from specdraft_train.artifacts import verify_stage_dir
@@ -15,11 +16,20 @@ from specdraft_train.config import MICRO
 from specdraft_train.models import load_tokenizer
 from specdraft_train.tau import read_conversations
 
-from conftest import run_cli
-
-QUESTIONS = ["How do I read a file?", "What is a list comprehension?", "Explain os.path.join.", "Sort a dict by value.",
-             "What does yield do?", "How to parse JSON?", "Why use a virtualenv?", "What is __init__.py?",
-             "How do decorators work?", "What is a generator?", "Copy a list.", "Reverse a string."]
+QUESTIONS = [
+    "How do I read a file?",
+    "What is a list comprehension?",
+    "Explain os.path.join.",
+    "Sort a dict by value.",
+    "What does yield do?",
+    "How to parse JSON?",
+    "Why use a virtualenv?",
+    "What is __init__.py?",
+    "How do decorators work?",
+    "What is a generator?",
+    "Copy a list.",
+    "Reverse a string.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +39,29 @@ def chat_reference(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     with open(chat, "w") as f:
         for i, question in enumerate(QUESTIONS):
             split = "heldout" if i < 3 else "dev" if i < 5 else "train"
-            row = {"id": f"q{i}", "category": "short" if len(question) < 20 else "long", "split": split,
-                   "messages": [{"role": "system", "content": "Answer in Python."}, {"role": "user", "content": question}]}
+            row = {
+                "id": f"q{i}",
+                "category": "short" if len(question) < 20 else "long",
+                "split": split,
+                "messages": [{"role": "system", "content": "Answer in Python."}, {"role": "user", "content": question}],
+            }
             f.write(json.dumps(row) + "\n")
     out = root / "reference"
-    run_cli("reference", "--target", str(tiny["target"]), "--chat", str(chat), "--out", str(out), "--preset", "micro",
-            "--max-new-tokens", "16", "--device", "cpu")
+    run_cli(
+        "reference",
+        "--target",
+        str(tiny["target"]),
+        "--chat",
+        str(chat),
+        "--out",
+        str(out),
+        "--preset",
+        "micro",
+        "--max-new-tokens",
+        "16",
+        "--device",
+        "cpu",
+    )
     return chat, out
 
 
@@ -57,20 +84,36 @@ def test_chat_prompts_are_rendered_with_the_chat_template_thinking_off(tiny: dic
 def test_distill_and_evaluate_take_models_by_path(tiny: dict[str, Path], chat_reference, tmp_path: Path):
     _, reference = chat_reference
     distilled = tmp_path / "distilled"
-    distill.run(str(tiny["base"]), reference, distilled, replace(MICRO.distill, batch_size=4), epochs=1,
-                device_name="cpu")
+    distill.run(
+        str(tiny["base"]), reference, distilled, replace(MICRO.distill, batch_size=4), epochs=1, device_name="cpu"
+    )
     assert verify_stage_dir(distilled, "distill")["inputs"]["drafter"]["verified"] is True
     report_path = tmp_path / "eval.json"
-    result = run_cli("evaluate", "--heldout", str(reference / "heldout.jsonl"), "--drafter", str(tiny["base"]),
-                     "--drafter", str(distilled), "--target", str(tiny["target"]), "--ngram", "--out", str(report_path),
-                     "--device", "cpu")
+    result = run_cli(
+        "evaluate",
+        "--heldout",
+        str(reference / "heldout.jsonl"),
+        "--drafter",
+        str(tiny["base"]),
+        "--drafter",
+        str(distilled),
+        "--target",
+        str(tiny["target"]),
+        "--ngram",
+        "--out",
+        str(report_path),
+        "--device",
+        "cpu",
+    )
     report = json.loads(report_path.read_text())
     assert [d["drafter"]["path"] for d in report["drafters"]] == [str(tiny["base"]), str(distilled)]
     assert set(report["drafters"][0]["as_trained"]["by_category"]) <= {"short", "long"}
     held = read_conversations(reference / "heldout.jsonl")
     # Continuations are ≤ 16 = k tokens, so the target drafting for itself needs exactly one step per conversation.
     assert report["target_as_drafter"]["steps"] == len(held)
-    assert report["target_as_drafter"]["tau"] == pytest.approx(sum(len(c.continuation_tokens) for c in held) / len(held))
+    assert report["target_as_drafter"]["tau"] == pytest.approx(
+        sum(len(c.continuation_tokens) for c in held) / len(held)
+    )
     assert "target as drafter" in result.stdout and "n-gram peer" in result.stdout
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli
 
 from specdraft_train import reference
 from specdraft_train.artifacts import verify_stage_dir
@@ -20,11 +21,18 @@ from specdraft_train.config import LAB
 from specdraft_train.corpus import Document
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.reference import (
-    Category, Continuation, EvalPool, Prompt, corpus_categories, corpus_eval_pools, generate_continuations,
-    generate_eval_sets, read_train_examples, select_prompts, train_category_counts,
+    Category,
+    Continuation,
+    EvalPool,
+    Prompt,
+    corpus_categories,
+    corpus_eval_pools,
+    generate_continuations,
+    generate_eval_sets,
+    read_train_examples,
+    select_prompts,
+    train_category_counts,
 )
-
-from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli
 
 CPU = torch.device("cpu")
 
@@ -32,15 +40,19 @@ CPU = torch.device("cpu")
 def test_batched_left_padded_generation_equals_one_at_a_time(tiny: dict[str, Path]):
     model = load_causal_lm(tiny["target"], CPU)
     tokenizer = load_tokenizer(tiny["target"])
-    texts = ["import os\n", "def main(argv):\n    return", "class Foo(Bar):\n    \"\"\"Doc.\"\"\"\n\n    def __init__(self"]
+    texts = ["import os\n", "def main(argv):\n    return", 'class Foo(Bar):\n    """Doc."""\n\n    def __init__(self']
     prompts = [Prompt(str(i), "c", tokenizer(t, add_special_tokens=False)["input_ids"]) for i, t in enumerate(texts)]
     assert len({len(p.tokens) for p in prompts}) == 3  # mixed lengths: the batch is left-padded
     batched = generate_continuations(model, tokenizer, prompts, 12, batch_size=3, device=CPU, top_k=5)
     for prompt, together in zip(prompts, batched):
         alone = generate_continuations(model, tokenizer, [prompt], 12, batch_size=1, device=CPU, top_k=5)[0]
         assert together.tokens == alone.tokens
-        torch.testing.assert_close(torch.from_numpy(together.topk_logprobs).float(),
-                                   torch.from_numpy(alone.topk_logprobs).float(), atol=2e-3, rtol=0)
+        torch.testing.assert_close(
+            torch.from_numpy(together.topk_logprobs).float(),
+            torch.from_numpy(alone.topk_logprobs).float(),
+            atol=2e-3,
+            rtol=0,
+        )
         # The captured top-k are the target's teacher-forced log-probs at each continuation position.
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([prompt.tokens + together.tokens])).logits[0]
@@ -78,8 +90,16 @@ def test_reference_outputs_validator_jsonl_and_training_shards(tiny: dict[str, P
 
 def test_reference_killed_between_shards_resumes_to_the_same_files(tiny: dict[str, Path], tmp_path: Path):
     out = tmp_path / "reference"
-    args = ("reference", "--target", str(tiny["target"]), "--corpus", str(tiny["corpus"]), "--out", str(out),
-            *REFERENCE_FLAGS)
+    args = (
+        "reference",
+        "--target",
+        str(tiny["target"]),
+        "--corpus",
+        str(tiny["corpus"]),
+        "--out",
+        str(out),
+        *REFERENCE_FLAGS,
+    )
     killed = run_cli(*args, "--halt-after-shards", "1", check=False)
     assert killed.returncode == -9
     assert sorted(p.name for p in out.glob("train-*")) == ["train-00000.safetensors"]
@@ -112,7 +132,9 @@ def _synthetic_split(n_code: int, n_prose: int, seed: int) -> list[Document]:
     return documents
 
 
-def _check_windows(documents: list[Document], selected: dict[Category, list[Prompt]], distinct_files: bool = True) -> None:
+def _check_windows(
+    documents: list[Document], selected: dict[Category, list[Prompt]], distinct_files: bool = True
+) -> None:
     by_prefix = {d.sha256[:12]: d for d in documents}
     for category, prompts in selected.items():
         files = set()
@@ -127,7 +149,9 @@ def _check_windows(documents: list[Document], selected: dict[Category, list[Prom
         if distinct_files:
             assert len(files) == len(prompts)  # held-out/dev: a file serves a category once
         else:
-            assert len({p.id for p in prompts}) == len(prompts)  # train: a file may give several windows, never twice the same
+            assert len({p.id for p in prompts}) == len(
+                prompts
+            )  # train: a file may give several windows, never twice the same
 
 
 def test_prompts_reach_every_category_at_the_lab_scale():
@@ -175,6 +199,7 @@ def _fake_generation(lengths: dict[str, int], calls: list[int]):
     def generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, top_k, engine="static", progress=False):
         calls.append(len(prompts))
         return [Continuation([7] * min(lengths[p.id], max_new_tokens), None, None) for p in prompts]
+
     return generate
 
 
@@ -203,8 +228,11 @@ def test_eval_sets_fail_clearly_when_the_candidates_run_out(monkeypatch: pytest.
     prompts = [Prompt(f"x{i}", "prose/inner/512", [1]) for i in range(8)]
     monkeypatch.setattr(reference, "generate_continuations", _fake_generation({p.id: 5 for p in prompts}, []))
     pool = EvalPool("heldout", "prose/inner/512", prompts, 4, config.min_continuation_tokens)
-    with pytest.raises(ValueError, match=r"heldout category prose/inner/512: only 0 of 4 .* reached 10 tokens, "
-                                         r"from all 8 candidates"):
+    with pytest.raises(
+        ValueError,
+        match=r"heldout category prose/inner/512: only 0 of 4 .* reached 10 tokens, "
+        r"from all 8 candidates",
+    ):
         generate_eval_sets(None, None, [pool], config, torch.device("cpu"))
 
 
@@ -213,12 +241,17 @@ def test_eval_pools_draw_spare_candidates_and_refuse_a_split_too_small_for_a_cat
     config = replace(LAB.reference, prompt_lengths=(64, 512), heldout_per_category=8, dev_per_category=4)
     categories = corpus_categories(("code", "prose"), config.prompt_lengths)
     pools = corpus_eval_pools(documents, _CharTokenizer(), categories, config)
-    assert [(p.split, p.category, p.keep) for p in pools] == [(split, c.name, keep) for split, keep in
-                                                             (("dev", 4), ("heldout", 8)) for c in categories]
+    assert [(p.split, p.category, p.keep) for p in pools] == [
+        (split, c.name, keep) for split, keep in (("dev", 4), ("heldout", 8)) for c in categories
+    ]
     assert all(len(p.candidates) == p.keep * reference.MAX_CANDIDATES_PER_KEPT for p in pools if p.split == "dev")
-    with pytest.raises(ValueError, match=r"dev category code/open/2900: \d candidate prompts for 4: the dev split has "
-                                         r"too few code files of at least 2900 tokens"):
+    with pytest.raises(
+        ValueError,
+        match=r"dev category code/open/2900: \d candidate prompts for 4: the dev split has "
+        r"too few code files of at least 2900 tokens",
+    ):
         corpus_eval_pools(documents, _CharTokenizer(), corpus_categories(("code", "prose"), (2900,)), config)
     with pytest.raises(ValueError, match=r"heldout category code/inner/2900: .* of at least 2901 tokens"):
-        corpus_eval_pools(documents, _CharTokenizer(), [Category("code", "inner", 2900)],
-                          replace(config, dev_per_category=1))
+        corpus_eval_pools(
+            documents, _CharTokenizer(), [Category("code", "inner", 2900)], replace(config, dev_per_category=1)
+        )

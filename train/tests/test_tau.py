@@ -9,8 +9,16 @@ import torch
 from specdraft_train.config import ModelConfig
 from specdraft_train.models import new_model, qwen3_config
 from specdraft_train.tau import (
-    Conversation, category_order, gap_closed, model_tau, ngram_tau, ngram_walk_steps, repeated_ngram_share,
-    repeated_ngram_share_by_category, summarize, walk_steps,
+    Conversation,
+    category_order,
+    gap_closed,
+    model_tau,
+    ngram_tau,
+    ngram_walk_steps,
+    repeated_ngram_share,
+    repeated_ngram_share_by_category,
+    summarize,
+    walk_steps,
 )
 
 K = 16
@@ -33,8 +41,9 @@ def test_perfect_drafter_reaches_k_plus_one():
 def test_top1_agreement_and_macro_tau_by_category():
     long_easy = Conversation("a", "easy", [1], list(range(2, 2 + 34)))  # 34 tokens, all agreed: 2 steps, τ 17
     short_hard = [Conversation(f"h{i}", "hard", [1], [5, 6]) for i in range(2)]  # 2 tokens, none agreed: τ 1
-    result = summarize([(long_easy, walk_steps([True] * 34, K), 34)]
-                       + [(c, walk_steps([False, False], K), 0) for c in short_hard])
+    result = summarize(
+        [(long_easy, walk_steps([True] * 34, K), 34)] + [(c, walk_steps([False, False], K), 0) for c in short_hard]
+    )
     assert result.tau == (34 + 4) / (2 + 4)
     assert result.macro_tau == (17 + 1) / 2  # each category once, however many tokens it has
     assert result.top1 == 34 / 38
@@ -46,9 +55,20 @@ def test_top1_agreement_and_macro_tau_by_category():
 
 
 def _tiny_model(seed: int) -> torch.nn.Module:
-    config = qwen3_config(ModelConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                      num_key_value_heads=1, head_dim=32, intermediate_size=128,
-                                      max_position_embeddings=256), vocab_size=48, eos_token_id=0, pad_token_id=0)
+    config = qwen3_config(
+        ModelConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            intermediate_size=128,
+            max_position_embeddings=256,
+        ),
+        vocab_size=48,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     model = new_model(config, seed)
     with torch.no_grad():  # larger weights: sharper, less tie-prone argmaxes than the 0.02-std init
         for p in model.parameters():
@@ -79,8 +99,10 @@ def _slow_walk_steps(model: torch.nn.Module, prompt: list[int], continuation: li
 @torch.no_grad()
 def _slow_agreement(model: torch.nn.Module, prompt: list[int], continuation: list[int]) -> int:
     """Positions j where the model's greedy next token after P + C[:j] is C[j], one forward per position."""
-    return sum(int(model(input_ids=torch.tensor([prompt + continuation[:j]])).logits[0, -1].argmax()) == token
-               for j, token in enumerate(continuation))
+    return sum(
+        int(model(input_ids=torch.tensor([prompt + continuation[:j]])).logits[0, -1].argmax()) == token
+        for j, token in enumerate(continuation)
+    )
 
 
 @torch.no_grad()
@@ -97,7 +119,7 @@ def test_fast_tau_equals_real_greedy_drafting():
             if rng.random() < 0.15:
                 next_token = (next_token + 1 + rng.randrange(46)) % 48
             tokens.append(next_token)
-        conversations.append(Conversation(str(i), "c", prompt, tokens[len(prompt):]))
+        conversations.append(Conversation(str(i), "c", prompt, tokens[len(prompt) :]))
     fast = model_tau(model, conversations, k=6, device=torch.device("cpu"), batch_size=4)
     slow_steps = sum(_slow_walk_steps(model, c.prompt_tokens, c.continuation_tokens, 6) for c in conversations)
     assert fast.steps == slow_steps
@@ -171,11 +193,19 @@ def test_gap_closed_runs_from_the_base_to_the_target():
 
 def test_categories_sort_by_kind_position_and_length_as_numbers():
     names = ["prose/open/64", "code/open/512", "code/open/64", "code/inner/192", "chat", "code/open/192"]
-    assert sorted(names, key=category_order) == ["chat", "code/inner/192", "code/open/64", "code/open/192",
-                                                 "code/open/512", "prose/open/64"]
+    assert sorted(names, key=category_order) == [
+        "chat",
+        "code/inner/192",
+        "code/open/64",
+        "code/open/192",
+        "code/open/512",
+        "prose/open/64",
+    ]
     c = Conversation("a", "code/open/512", [1], [2])
     assert list(summarize([(c, 1, None), (Conversation("b", "code/open/64", [1], [2]), 1, None)]).by_category) == [
-        "code/open/64", "code/open/512"]
+        "code/open/64",
+        "code/open/512",
+    ]
 
 
 def test_repeated_4gram_share_by_category():

@@ -67,8 +67,9 @@ def test_summary_writer_writes_events_on_rank_0_only(tmp_path: Path):
     assert isinstance(other, NullSummaryWriter) and not (tmp_path / "r1").exists()
 
 
-def test_a_tensorboard_that_fails_to_import_does_not_stop_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys: pytest.CaptureFixture[str]):
+def test_a_tensorboard_that_fails_to_import_does_not_stop_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
     real_import = builtins.__import__
 
     def broken(name, *args, **kwargs):
