@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import torch
-from specdraft_train.export import export_gguf
 from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from specdraft_train.export import export_gguf
 
 SHAPES = {
     # Qwen/Qwen3-1.7B's config.json: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, FFN 6144, tied embeddings.
