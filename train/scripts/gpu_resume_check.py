@@ -37,7 +37,7 @@ from specdraft_train import corpus, distill, pretrain, reference, tokenizer
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
 
-TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_total_bytes=200_000)
+TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000)
 # The conftest fixture's sizes, where distillation measurably helps the base on dev.
 TARGET = replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100)
 PRETRAIN = replace(MICRO.pretrain_drafter, max_steps=12, batch_size=8, ckpt_every=4)
@@ -45,9 +45,10 @@ PRETRAIN_FLAGS = ("--max-steps", "12", "--batch-size", "8", "--ckpt-every", "4")
 REFERENCE = replace(
     MICRO.reference,
     max_new_tokens=32,
+    min_continuation_tokens=8,
     train_prompts=64,
-    dev_prompts=16,
-    heldout_prompts=8,
+    dev_per_category=3,
+    heldout_per_category=2,
     batch_size=64,
     shard_prompts=64,
 )

@@ -4,6 +4,9 @@ rerun's `RNG state must be a torch.ByteTensor`), and TensorBoard logging never s
 from __future__ import annotations
 
 import builtins
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,15 @@ def test_a_tensorboard_that_fails_to_import_does_not_stop_training(
     writer.add_scalar("train/loss", 1.0, 1)
     writer.close()
     assert "no TensorBoard logs (AttributeError" in capsys.readouterr().err
+
+
+def test_gpu_resume_check_script_runs_and_passes_on_the_cpu():
+    # The GPU machine runs this script once per session: it must not rot between sessions (a config rename broke it
+    # once), so CI runs it on the CPU, where it exercises the same kill-and-resume paths.
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_resume_check.py"
+    env = {**os.environ, "PYTHONPATH": str(script.parents[1]), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, str(script), "--device", "cpu"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    assert "PASS" in result.stdout + result.stderr
