@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -367,11 +368,14 @@ def apply_settings(preset: LabPreset, settings: list[str]) -> LabPreset:
         except json.JSONDecodeError:
             value = raw
         current = getattr(sub, field_name)
+        # The field's declared type, not its value's: a preset may write a float field as 150 (an int).
+        declared = typing.get_type_hints(type(sub)).get(field_name)
+        expected = declared if declared in (int, float, str, bool) else type(current)
         if isinstance(current, tuple):
             value = (value,) if isinstance(value, str) else tuple(value)  # a bare string is a one-element tuple
-        elif isinstance(current, float) and isinstance(value, int):
+        elif expected is float and type(value) is int:
             value = float(value)
-        if type(value) is not type(current):
-            raise ValueError(f"--set {setting!r}: {name} is a {type(current).__name__}, got {value!r}")
+        if type(value) is not expected:
+            raise ValueError(f"--set {setting!r}: {name} is a {expected.__name__}, got {value!r}")
         preset = dataclasses.replace(preset, **{section: dataclasses.replace(sub, **{field_name: value})})
     return preset

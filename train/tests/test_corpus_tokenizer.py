@@ -195,6 +195,14 @@ def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
     assert preset.reference.train_prompts == 1000 and preset.reference.prompt_lengths == (16, 24)
     assert preset.distill.lr == 1e-4 and preset.pretrain_target.time_budget_s == 30.0
     assert MICRO.reference.train_prompts == 384  # the preset itself is untouched
+    # A float field the preset wrote as an int (the lab's `time_budget_s=150`) still takes a float, as `ablate
+    # --time-budget 40` passes it; an int field refuses one.
+    from specdraft_train.config import LAB
+
+    assert type(LAB.distill.time_budget_s) is int
+    assert apply_settings(LAB, ["distill.time_budget_s=40.5"]).distill.time_budget_s == 40.5
+    with pytest.raises(ValueError, match="is a int"):
+        apply_settings(LAB, ["reference.train_prompts=1.5"])
     for bad, message in (
         ("reference.nope=1", "no setting"),
         ("reference.train_prompts=many", "is a int"),
