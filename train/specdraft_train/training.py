@@ -1,12 +1,15 @@
-"""What `pretrain` and `distill` share: DDP setup, the LR schedule, the resumable training state, progress and logs.
+"""What `pretrain` and `distill` share: DDP/FSDP setup, the LR schedule, the resumable training state, progress, logs.
 
-Both loops run unchanged as one process or under ``torchrun --nproc_per_node N``: each rank takes its slice of every
-global batch (so N ranks see exactly the data one process would), gradients are averaged by DDP, and only rank 0
-writes. The resumable state (weights, optimizer, step, RNG, loop extras) lives in one file replaced atomically, so a
-kill at any moment leaves either the previous state or the new one. Rank 0 shows a tqdm progress bar and writes
-TensorBoard event files into ``OUT/tb/`` (when the `tensorboard` package imports).
+Both loops run unchanged as one process or under ``torchrun --nproc-per-node N`` (NCCL between GPUs, gloo on the
+CPU): each rank takes its slice of every global batch (so N ranks see exactly the data one process would), gradients
+are averaged by DDP, or by FSDP (``wrap_model(..., fsdp=True)``: parameters, gradients and optimizer moments sharded
+over the ranks, for a drafter whose training state does not fit one GPU), and only rank 0 writes. The resumable
+state (weights, optimizer, step, RNG, loop extras) lives in one file replaced atomically, so a kill at any moment
+leaves either the previous state or the new one; under FSDP rank 0 gathers the shards into that one file. Rank 0
+shows a tqdm progress bar and writes TensorBoard event files into ``OUT/tb/`` (when the `tensorboard` package imports).
+`reference` and `lab` use the same process group (init_distributed) for their own sharding.
 
-    ctx = init_distributed("auto"); state = ResumeState(out_dir / "resume")
+    ctx = init_distributed("auto"); state = ResumeState(out_dir / "resume", ctx)
     bar = progress_bar(ctx, total=max_steps, initial=step, desc="distill"); tb = open_summary_writer(ctx, out_dir, step)
 """
 
@@ -34,6 +37,9 @@ class DistributedContext:
     rank: int
     world_size: int
     device: torch.device
+    # Whether init_distributed created the process group (and finish_distributed destroys it): a stage run by the lab
+    # under torchrun joins the lab's group and must leave it for the next stage.
+    owns_group: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -52,29 +58,57 @@ class DistributedContext:
             dist.all_reduce(value, op=dist.ReduceOp.SUM)
         return value
 
+    def broadcast_object(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (any picklable object; the other ranks' values are ignored)."""
+        if not self.distributed:
+            return value
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
 
-def init_distributed(device_name: str) -> DistributedContext:
-    """Join the process group torchrun describes (WORLD_SIZE > 1), NCCL on CUDA, gloo on CPU."""
+    def all_gather_object(self, value: Any) -> list[Any]:
+        """Every rank's ``value``, in rank order, on every rank."""
+        if not self.distributed:
+            return [value]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, value)
+        return gathered
+
+
+def init_distributed(device_name: str, backend: str | None = None, tf32: bool = True) -> DistributedContext:
+    """Join the process group torchrun describes (WORLD_SIZE > 1): NCCL on CUDA, gloo on CPU, unless ``backend``
+    says otherwise. A group that already exists (the lab's, when a stage runs inside it) is joined, not re-created.
+
+    Each rank takes the GPU of its LOCAL_RANK. ``tf32`` lets fp32 matmuls use TF32 on CUDA (training); `reference`
+    turns it off, so that its continuations do not change with the way the stage is launched.
+    """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     device = resolve_device(device_name)
+    owns_group = False
     if world_size > 1:
         if device.type == "cuda":
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cuda":
+            chosen = backend or ("nccl" if device.type == "cuda" else "gloo")
+            # device_id binds NCCL to this rank's GPU up front (and silences its guess-the-device warning)
+            device_id = device if chosen == "nccl" else None
+            dist.init_process_group(backend=chosen, device_id=device_id)
+            owns_group = True
+    if device.type == "cuda" and tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return DistributedContext(rank=rank, world_size=world_size, device=device)
+    return DistributedContext(rank=rank, world_size=world_size, device=device, owns_group=owns_group)
 
 
 def finish_distributed(ctx: DistributedContext) -> None:
+    """Wait for every rank; destroy the process group only where this context created it."""
     if ctx.distributed and dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
+        if ctx.owns_group:
+            dist.destroy_process_group()
 
 
 def rank_slice(global_batch: int, ctx: DistributedContext) -> slice:
@@ -89,6 +123,41 @@ def wrap_ddp(model: nn.Module, ctx: DistributedContext) -> nn.Module:
         return model
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def wrap_fsdp(model: nn.Module, ctx: DistributedContext) -> nn.Module:
+    """FSDP2 (``fully_shard``) over all ranks: each decoder layer is one unit (its weights gathered just before its
+    forward and backward, freed after), the embeddings, final norm and LM head the root unit. Returns the same module.
+
+    ``model`` may live on the CPU: fully_shard moves each rank's shards to the mesh's device, so the full weights
+    never sit on one GPU. Parameters stay fp32 and are gathered as fp32, the forward runs under the same bf16
+    autocast as DDP's, so FSDP trains exactly what DDP trains; gathering bf16 (``MixedPrecisionPolicy``) would halve
+    the traffic but change the numerics, and was not measured. Multi-node runs may prefer hybrid sharding (shard
+    within a node, replicate across) — a 2-D mesh here — which is not wired.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    layers = getattr(getattr(model, "model", None), "layers", None)  # HF decoders: model.model.layers
+    for layer in layers if layers is not None else []:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def wrap_model(model: nn.Module, ctx: DistributedContext, fsdp: bool = False) -> nn.Module:
+    """The model as the training loop runs it: itself (one process), DDP, or FSDP (``fsdp``, with several ranks)."""
+    if not ctx.distributed:
+        return model
+    return wrap_fsdp(model, ctx) if fsdp else wrap_ddp(model, ctx)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether ``model`` is FSDP-sharded: its forward, state gathering and loading then involve every rank."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def lr_at(step: int, max_steps: int, warmup_steps: int, peak_lr: float, min_lr_ratio: float) -> float:
@@ -138,30 +207,56 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
-class ResumeState:
-    """``resume/state.pt`` (the latest training state) and ``resume/best.pt`` (weights of the best evaluation)."""
+def _full_state_options() -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    def __init__(self, root: Path):
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+class ResumeState:
+    """``resume/state.pt`` (the latest training state) and ``resume/best.pt`` (weights of the best evaluation).
+
+    Call :meth:`save` and :meth:`save_best` on every rank: with a plain or DDP model only rank 0 writes (the replicas
+    are equal); with an FSDP model every rank gives its shards to rank 0 first (collective), which writes the full
+    state. Loading reads the one file on every rank (the output directory is shared, as it is for DDP), each FSDP
+    rank keeping its own shards. An FSDP state keys the optimizer's moments by parameter name (a DDP one by index),
+    so each resumes only the way it was saved. Gathering the whole state on rank 0's CPU bounds FSDP's resumable size
+    by one host's memory (a 1.7B drafter with AdamW: 27 GB; an 8B: ~130 GB) and makes a save as slow as one writer.
+    Sharded checkpoints (torch.distributed.checkpoint: a file per rank, written in parallel) lift both; not taken
+    because the state would then be a directory needing its own commit protocol (a pointer replaced once every
+    rank's files are in) instead of one os.replace, and the drafters in view (≤ 8B) fit a GPU host's memory.
+    """
+
+    def __init__(self, root: Path, ctx: DistributedContext | None = None):
         self.root = root
         self.state_path = root / "state.pt"
         self.best_path = root / "best.pt"
+        self.is_main = ctx is None or ctx.is_main
 
     def exists(self) -> bool:
         return self.state_path.is_file()
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, extra: dict[str, Any]) -> None:
-        payload = {
-            "step": step,
-            "model": unwrap(model).state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "rng": rng_state(),
-            "extra": extra,
-        }
+        if is_sharded(model):
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+            weights = get_model_state_dict(model, options=_full_state_options())
+            moments = get_optimizer_state_dict(model, optimizer, options=_full_state_options())
+            layout = "fsdp"
+        elif not self.is_main:
+            return
+        else:
+            weights, moments, layout = unwrap(model).state_dict(), optimizer.state_dict(), "single"
+        if not self.is_main:
+            return
+        payload = {"step": step, "model": weights, "optimizer": moments, "rng": rng_state(), "extra": extra}
+        if layout == "fsdp":
+            payload["layout"] = layout  # optimizer moments keyed by parameter name, not by index
         with AtomicFile(self.state_path) as tmp:
             torch.save(payload, tmp)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict[str, Any]]:
-        """Restore a saved state into ``model`` and ``optimizer`` wherever they live.
+        """Restore a saved state into ``model`` and ``optimizer`` wherever they live (every rank calls it).
 
         The file is read onto the CPU: ``load_state_dict`` copies weights onto the model's device and moves the
         optimizer's moments next to their parameters, while the RNG states must stay CPU ByteTensors (reading with
@@ -169,17 +264,63 @@ class ResumeState:
         ``TypeError: RNG state must be a torch.ByteTensor``).
         """
         payload = torch.load(self.state_path, map_location="cpu", weights_only=False)
-        unwrap(model).load_state_dict(payload["model"])
-        optimizer.load_state_dict(payload["optimizer"])
+        layout, wanted = payload.get("layout", "single"), "fsdp" if is_sharded(model) else "single"
+        if layout != wanted:
+            how = "with" if layout == "fsdp" else "without"
+            raise ValueError(
+                f"{self.state_path} was saved by a run {how} FSDP: resume it the same way ({how} --fsdp), or "
+                f"delete {self.root} to start over"
+            )
+        if layout == "fsdp":
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(
+                model,
+                optimizer,
+                model_state_dict=payload["model"],
+                optim_state_dict=payload["optimizer"],
+                options=StateDictOptions(full_state_dict=True),
+            )
+        else:
+            unwrap(model).load_state_dict(payload["model"])
+            optimizer.load_state_dict(payload["optimizer"])
         restore_rng_state(payload["rng"])
         return payload["step"], payload["extra"]
 
     def save_best(self, model: nn.Module) -> None:
+        if is_sharded(model):
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            weights = get_model_state_dict(model, options=_full_state_options())
+        elif self.is_main:
+            weights = {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
+        if not self.is_main:
+            return
         with AtomicFile(self.best_path) as tmp:
-            torch.save({k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}, tmp)
+            torch.save(weights, tmp)
 
     def load_best(self, model: nn.Module) -> None:
+        """Best weights into a plain (unsharded) model, e.g. a CPU copy that rank 0 saves as the stage's output."""
         unwrap(model).load_state_dict(torch.load(self.best_path, map_location="cpu", weights_only=True))
+
+
+def relaunch_under_torchrun(nproc_per_node: int, argv: list[str]) -> int:
+    """``python -m specdraft_train ARGV`` as ``nproc_per_node`` processes on this machine, through
+    torch.distributed.run (what ``torchrun`` runs), standalone: the rendezvous takes a free port, so two jobs on one
+    machine do not clash. Returns 0 when every rank succeeded, else 1 (torchrun has printed which rank failed)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    if "WORLD_SIZE" in os.environ:
+        raise ValueError("--nproc-per-node under torchrun: this process is already one of torchrun's ranks")
+    args = get_args_parser().parse_args(
+        ["--standalone", f"--nproc-per-node={nproc_per_node}", "-m", "specdraft_train", *argv]
+    )
+    try:
+        run(args)
+    except ChildFailedError:
+        return 1
+    return 0
 
 
 def stop_by_budget(ctx: DistributedContext, elapsed_s: float, budget_s: float) -> bool:
