@@ -45,13 +45,17 @@ method, tau.py); the checkpoint with the best **macro τ** (mean of per-category
 bar (loss, top-1 agreement, dev τ); TensorBoard events in ``OUT/tb/`` (loss and its parts, top-1 agreement, dev τ
 by category and macro). Under `--qat` the drafter's forward uses weights fake-quantized exactly as a GGUF Q4_0 file
 stores them (specdraft_train.quant); the output then also holds ``qat_state.safetensors`` for `export --qat-state`.
-Resumable (``OUT/resume/``) and DDP-ready like pretrain:
+Resumable (``OUT/resume/``). Under torchrun: DDP like pretrain (NCCL between GPUs, gloo on the CPU; the global batch
+is split over the ranks, so N ranks train what one process would), or FSDP with ``--fsdp`` (the drafter's weights,
+gradients and AdamW moments sharded over the ranks, for a drafter whose training state does not fit one GPU; not
+with --qat). The teacher is the stored top-k of the reference data either way (no target in memory):
 
     python -m specdraft_train distill --drafter runs/lab/base --reference runs/lab/reference --out runs/lab/distilled \\
         --replay-tokens runs/lab/tokenizer --set replay_weight=0.2 --set loss=prefix
     python -m specdraft_train distill --drafter runs/lab/distilled --reference runs/lab/reference \\
         --out runs/lab/distilled-qat --qat
-    torchrun --nproc_per_node 8 -m specdraft_train distill ...
+    torchrun --nproc-per-node 8 -m specdraft_train distill ...
+    torchrun --nproc-per-node 8 -m specdraft_train distill --fsdp --drafter Qwen/Qwen3-8B ...
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ from .training import (
     set_lr,
     stop_by_budget,
     unwrap,
-    wrap_ddp,
+    wrap_model,
 )
 
 QAT_STATE_FILE = "qat_state.safetensors"
@@ -453,7 +457,11 @@ def run(
                 else ""
             )
         )
-    model = load_causal_lm(drafter, ctx.device)
+    sharded = config.fsdp and ctx.distributed
+    if config.fsdp and qat:
+        raise ValueError("distill --fsdp with --qat: QAT's parametrized weights are not wired for FSDP; run QAT on DDP")
+    # Under FSDP the full drafter is read into CPU memory and each rank moves only its shards to its GPU.
+    model = load_causal_lm(drafter, torch.device("cpu") if sharded else ctx.device)
     vocab_size = model.get_input_embeddings().weight.shape[0]
     check_vocabularies(drafter, reference_manifest, vocab_size, examples)
     replay: ReplayText | None = None
@@ -469,12 +477,13 @@ def run(
 
         qat_state = prepare_qat(model, clip_search=clip_search)
     model.train()
+    ddp_model = wrap_model(model, ctx, fsdp=config.fsdp)  # before the optimizer: FSDP replaces the parameters
     optimizer = make_optimizer(model, peak_lr, config.weight_decay, ctx.device)
     global_batch = min(config.batch_size, len(examples) - len(examples) % ctx.world_size)
     steps_per_epoch = max(1, len(examples) // global_batch)
     max_steps = epochs * steps_per_epoch
     eval_every = config.eval_every or steps_per_epoch
-    resume = ResumeState(out_dir / "resume")
+    resume = ResumeState(out_dir / "resume", ctx)
     step = 0
     extra: dict[str, Any] = {
         "train_seconds": 0.0,
@@ -490,7 +499,6 @@ def run(
         step, extra = resume.load(model, optimizer)
         if ctx.is_main:
             print(f"distill: resuming at step {step}", file=sys.stderr)
-    ddp_model = wrap_ddp(model, ctx)
     my_rows = rank_slice(global_batch, ctx)
     bar = progress_bar(ctx, total=max_steps, initial=step, desc="distill --qat" if qat else "distill")
     tb = open_summary_writer(ctx, out_dir, step)
@@ -498,23 +506,27 @@ def run(
     postfix = {"epoch": "", "loss": "", "top1": "", "dev_tau": "", "best": ""}  # the bar's; parts go to TensorBoard
 
     def evaluate_dev() -> bool:
-        """Rank 0 measures dev τ, keeps the best checkpoint by macro τ; every rank learns whether it plateaued."""
+        """Rank 0 measures dev τ, keeps the best checkpoint by macro τ; every rank learns whether it plateaued.
+
+        Under FSDP every rank runs the same dev forwards (each layer's weights are gathered from all ranks) and
+        gives its shards to rank 0 for a new best; rank 0's numbers decide.
+        """
         extra["last_eval_step"] = step
+        tau = model_tau(unwrap(ddp_model), dev, config.eval_k, ctx.device) if ctx.is_main or sharded else None
+        new_best = False
         if ctx.is_main:
-            entry = {
-                "step": step,
-                "epoch": step / steps_per_epoch,
-                **dev_entry(model_tau(unwrap(ddp_model), dev, config.eval_k, ctx.device)),
-                **extra["last"],
-            }
+            entry = {"step": step, "epoch": step / steps_per_epoch, **dev_entry(tau), **extra["last"]}
             extra["history"].append(entry)
             best = extra["best"]
-            if best is None or entry["dev_macro_tau"] > best["dev_macro_tau"]:
+            new_best = best is None or entry["dev_macro_tau"] > best["dev_macro_tau"]
+            if new_best:
                 extra["best"] = {k: entry[k] for k in ("step", "epoch", "dev_macro_tau", "dev_tau", "dev_top1")}
                 extra["evals_since_best"] = 0
-                resume.save_best(ddp_model)
             else:
                 extra["evals_since_best"] += 1
+        if ctx.broadcast_object(new_best) if sharded else new_best:
+            resume.save_best(ddp_model)
+        if ctx.is_main:
             log_dev(tb, entry, step)
             best = extra["best"]
             postfix.update(dev_tau=f"{entry['dev_macro_tau']:.3f}", best=f"{best['dev_macro_tau']:.3f}@{best['step']}")
@@ -597,7 +609,7 @@ def run(
             segment_start = time.time()
             if ctx.is_main:
                 tb.flush()  # events so far on disk before the state a rerun resumes from
-                resume.save(model, optimizer, step, extra)
+            resume.save(model, optimizer, step, extra)  # every rank: under FSDP each gives rank 0 its shards
             ctx.barrier()
             halt_for_test(step, halt_after_steps)
         if stopped_by_plateau:
@@ -610,6 +622,8 @@ def run(
     train_seconds = extra["train_seconds"] + time.time() - segment_start
     manifest = None
     if ctx.is_main:
+        if sharded:  # the FSDP model holds only this rank's shards: the best weights go into a plain CPU copy
+            model = load_causal_lm(drafter, torch.device("cpu"))
         resume.load_best(model)
         outputs: list[str]
         if qat_state is not None:
@@ -635,6 +649,7 @@ def run(
                 "lr": peak_lr,
                 "global_batch": global_batch,
                 "world_size": ctx.world_size,
+                "fsdp": sharded,
                 "replay": replay is not None,
             },
             inputs=inputs,
@@ -686,6 +701,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
     p.add_argument("--qat", action="store_true", help="train through GGUF Q4_0 fake quantization (quant.py)")
     p.add_argument("--clip-search", action="store_true", help="with --qat: per-block clip search, refreshed each epoch")
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun: shard weights, gradients and optimizer over the ranks (FSDP) instead of DDP "
+        "(default: the preset's distill.fsdp, false)",
+    )
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--epochs", type=int, default=None, help="epochs (default: preset's; qat_epochs with --qat)")
@@ -739,6 +760,7 @@ def main(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         patience=args.patience,
         replay_weight=args.replay_weight,
+        fsdp=True if args.fsdp else None,
     )
     manifest = run(
         args.drafter,

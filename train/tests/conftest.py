@@ -60,6 +60,23 @@ REFERENCE_FLAGS = (
 torch.set_num_threads(1)
 
 
+def torchrun(nproc: int = 2) -> tuple[str, ...]:
+    """A ``run_cli`` runner: ``nproc`` ranks of ``python -m specdraft_train --threads 1`` under torch.distributed.run
+    (what ``torchrun`` runs), standalone: the rendezvous listens on a port the OS picks, so parallel test runs and
+    other jobs on the machine never collide on a fixed port."""
+    return (
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "specdraft_train",
+        "--threads",
+        "1",
+    )
+
+
 def micro_prose() -> Path:
     """The micro preset's prose folder (git-doc); a missing one fails with the command that fetches it."""
     return preset_prose(MICRO)[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_cli
+from conftest import run_cli, torchrun
 from safetensors.torch import load_file
 
 from specdraft_train import distill
@@ -373,13 +372,8 @@ def test_distill_stops_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
 
 
 def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     out = tmp_path / "ddp"
-    _distill(
-        tiny,
-        out,
-        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m", "specdraft_train", "--threads", "1"),
-    )
+    _distill(tiny, out, runner=torchrun(2), timeout=300)
     manifest = verify_stage_dir(out, "distill")
     assert manifest["params"]["world_size"] == 2
     a, b = _weights(straight), _weights(out)
@@ -395,7 +389,6 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
 
 def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
     # Only rank 0 evaluates; every rank must learn of the plateau and stop at the same step (else DDP hangs).
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     out = tmp_path / "ddp-flat"
     _distill(
         tiny,
@@ -407,10 +400,50 @@ def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: P
         "--patience",
         "2",
         timeout=120,
-        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "specdraft_train", "--threads", "1"),
+        runner=torchrun(2),
     )
     metrics = verify_stage_dir(out, "distill")["metrics"]
     assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2
+
+
+def test_fsdp_distill_matches_one_process_and_a_killed_run_resumes_bit_for_bit(
+    tiny: dict[str, Path], straight: Path, tmp_path: Path
+):
+    """FSDP over 2 gloo ranks: parameters, gradients and AdamW moments sharded, gradients reduce-scattered.
+
+    Against one process the weights and the train-loss trajectory agree to float summation order only (each rank's
+    half-batch gradient is summed by the collective, one process sums the whole batch inside its matmuls), so they
+    are compared within a tight tolerance. A killed FSDP run resumed under FSDP repeats the same collectives in the
+    same order on the same data, so that comparison is exact.
+    """
+    out = tmp_path / "fsdp"
+    _distill(tiny, out, "--fsdp", runner=torchrun(2), timeout=300)
+    manifest = verify_stage_dir(out, "distill")
+    assert manifest["params"]["world_size"] == 2 and manifest["params"]["fsdp"] is True
+    one, fsdp = _weights(straight), _weights(out)
+    assert one.keys() == fsdp.keys()  # the saved checkpoint has plain HF names, as one process writes
+    for name in one:
+        torch.testing.assert_close(one[name], fsdp[name], rtol=1e-4, atol=1e-5, msg=name)
+    histories = [verify_stage_dir(d, "distill")["metrics"]["history"] for d in (straight, out)]
+    assert [h["step"] for h in histories[1]] == [h["step"] for h in histories[0]]
+    for a, b in zip(histories[0][1:], histories[1][1:]):  # every logged window's mean loss, the whole run long
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["dev_macro_tau"] == a["dev_macro_tau"]
+
+    killed_dir = tmp_path / "fsdp-killed"
+    killed = _distill(tiny, killed_dir, "--fsdp", "--halt-after-steps", "4", check=False, runner=torchrun(2))
+    assert killed.returncode != 0 and (killed_dir / "resume" / "state.pt").is_file()
+    with pytest.raises(ValueError, match="saved by a run with FSDP: resume it the same way"):
+        _distill_here(tiny, killed_dir)  # the moments are keyed by name: a DDP/one-process run cannot take them
+    _distill(tiny, killed_dir, "--fsdp", runner=torchrun(2), timeout=300)
+    resumed = _weights(killed_dir)
+    for name in fsdp:
+        assert torch.equal(fsdp[name], resumed[name]), name
+    assert verify_stage_dir(killed_dir, "distill")["metrics"]["history"] == histories[1]
+
+
+def test_fsdp_refuses_qat(tiny: dict[str, Path], tmp_path: Path):
+    with pytest.raises(ValueError, match="--fsdp with --qat"):
+        _distill_here(tiny, tmp_path / "out", qat=True, config=replace(CONFIG, fsdp=True))
 
 
 def test_qat_distill_writes_a_qat_state_that_evaluation_uses(tiny: dict[str, Path], straight: Path, tmp_path: Path):
