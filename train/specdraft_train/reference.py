@@ -22,6 +22,17 @@ id / local path (real path: e.g. Qwen/Qwen3-8B):
         --preset micro
     python -m specdraft_train reference --target Qwen/Qwen3-8B --chat prompts.jsonl --out runs/real/reference \
         --dtype bfloat16
+    torchrun --nproc-per-node 8 -m specdraft_train reference --target Qwen/Qwen3-8B ...
+
+Under torchrun every rank selects the same prompts and loads the whole target on its own GPU; rank 0 generates the
+held-out and dev sets, and every rank takes the next training shard nobody has claimed yet (an exclusive file
+create in ``OUT/.claims/``), so a rank that is free takes the next shard, whoever was faster. A shard is the same
+``generate_continuations`` call over the same prompts whichever rank runs it, so the files are the ones one process
+writes, byte for byte wherever the batches are the same (on a GPU that needs batches bounded by ``batch_size``
+rather than by free memory; the lab's are). Each rank writes its shards atomically into OUT (a filesystem every
+rank sees), a rerun (with any number of ranks) generates only the missing ones, and rank 0 writes the manifest
+once every rank is done. The ranks exchange only the list of missing shards and counts: gloo (CPU), even between
+GPUs. The manifest's ``generation`` records the generation phase's wall time and tokens (tokens/s over all ranks).
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ import argparse
 import hashlib
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -47,8 +60,9 @@ from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_r
 from .config import CorpusConfig, ReferenceConfig, get_preset, override
 from .corpus import KINDS, Document, read_documents, split_of
 from .generation import StaticGreedyEngine, generate_greedy_hf
-from .models import checkpoint_info, load_causal_lm, load_tokenizer, resolve_device, verify_checkpoint
+from .models import checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
 from .tau import Conversation, conversation_json
+from .training import finish_distributed, init_distributed
 
 EVAL_SPLITS = ("dev", "heldout")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -392,6 +406,7 @@ class EvalPool:
     min_tokens: int
     tried: int = 0
     kept: list[tuple[Prompt, Continuation]] = field(default_factory=list)
+    generated_tokens: int = 0  # of every candidate generated, kept or not
 
 
 def corpus_eval_pools(
@@ -476,8 +491,29 @@ def generate_eval_sets(
         )
         generated += len(batch)
         for (pool, prompt), continuation in zip(batch, continuations):  # in candidate order within each pool
+            pool.generated_tokens += len(continuation.tokens)
             if len(continuation.tokens) >= pool.min_tokens and len(pool.kept) < pool.keep:
                 pool.kept.append((prompt, continuation))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Ranks
+
+CLAIMS_DIR = ".claims"  # in OUT: one empty file per training shard a rank has taken in this run
+
+
+def claim(path: Path) -> bool:
+    """Whether this rank is the first to claim ``path``: an exclusive create, which exactly one rank wins.
+
+    Dynamic rather than a fixed plan: rank 0 starts late (it generates the eval sets first), continuations stop at
+    different lengths, and a fixed plan would leave the ranks that finish first waiting. A file rather than a
+    counter in torch.distributed's store: the store's handle is private API, and OUT is shared by the ranks anyway.
+    """
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -494,7 +530,8 @@ def run(
     device_name: str = "auto",
     dtype: str = "float32",
     halt_after_shards: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
+    """Generate the reference data into ``out_dir``; returns the manifest (rank 0; None on the other ranks)."""
     if corpus_dir is None and chat is None:
         raise ValueError("reference needs prompts: give --corpus, --chat, or both")
     if corpus_dir is not None and config.min_continuation_tokens > config.max_new_tokens:
@@ -503,7 +540,8 @@ def run(
             f"{config.max_new_tokens}: no held-out continuation could qualify"
         )
     start_time = time.time()
-    device = resolve_device(device_name)
+    ctx = init_distributed(device_name, backend="gloo", tf32=False)
+    device = ctx.device
     target_manifest = verify_checkpoint(target)
     inputs: dict[str, Any] = {"target": checkpoint_info(target)}
     tokenizer = load_tokenizer(target)
@@ -542,59 +580,82 @@ def run(
         **{split: [p for pool in pools if pool.split == split for p in pool.candidates] for split in EVAL_SPLITS},
     }
     fingerprint = _plan_fingerprint(inputs["target"], candidates, config)
-    progress_path = out_dir / "progress.json"
-    if progress_path.is_file() and json.loads(progress_path.read_text()).get("plan") != fingerprint:
-        for stale in out_dir.glob("train-*.safetensors"):  # another target or other prompts: start over
-            stale.unlink()
-    atomic_write_json(progress_path, {"plan": fingerprint})
-    model = load_causal_lm(target, device, DTYPES[dtype])
-    outputs = []
-    eval_generated = generate_eval_sets(model, tokenizer, pools, config, device)
-    for split in EVAL_SPLITS:
-        path = out_dir / f"{split}.jsonl"
-        kept = [pair for pool in pools if pool.split == split for pair in pool.kept]
-        write_conversations(path, [prompt for prompt, _ in kept], [continuation for _, continuation in kept])
-        outputs.append(path.name)
     shards = [train[i : i + config.shard_prompts] for i in range(0, len(train), config.shard_prompts)]
-    for index, shard_prompts in enumerate(shards):
-        path = out_dir / f"train-{index:05d}.safetensors"
-        outputs.append(path.name)
-        if path.is_file():
-            continue  # finished before a restart (written atomically, under the same plan)
-        generation_start = time.time()
+    shard_names = [f"train-{index:05d}.safetensors" for index in range(len(shards))]
+    claims = out_dir / CLAIMS_DIR
+    if ctx.is_main:  # alone, before any rank writes
+        shutil.rmtree(claims, ignore_errors=True)  # an interrupted run's: its unfinished shards are missing again
+        claims.mkdir()
+        progress_path = out_dir / "progress.json"
+        if progress_path.is_file() and json.loads(progress_path.read_text()).get("plan") != fingerprint:
+            for stale in out_dir.glob("train-*.safetensors"):  # another target or other prompts: start over
+                stale.unlink()
+        for partial in out_dir.glob(".train-*.tmp"):  # a shard being written when its rank was killed
+            partial.unlink()
+        atomic_write_json(progress_path, {"plan": fingerprint})
+    # Shards finished before a restart (written atomically, under the same plan) are kept; rank 0's view decides.
+    pending = ctx.broadcast_object([i for i, name in enumerate(shard_names) if not (out_dir / name).is_file()])
+    model = load_causal_lm(target, device, DTYPES[dtype])
+    tag = f"reference[rank {ctx.rank}]" if ctx.distributed else "reference"
+    ctx.barrier()  # the generation phase, which the manifest times, starts on every rank at once
+    generation_start = time.time()
+    eval_generated = 0
+    if ctx.is_main:
+        eval_generated = generate_eval_sets(model, tokenizer, pools, config, device)
+        for split in EVAL_SPLITS:
+            kept = [pair for pool in pools if pool.split == split for pair in pool.kept]
+            write_conversations(
+                out_dir / f"{split}.jsonl", [prompt for prompt, _ in kept], [continuation for _, continuation in kept]
+            )
+    train_tokens = done = 0
+    for index in pending:
+        if not claim(claims / shard_names[index]):
+            continue  # another rank has it
+        shard_start = time.time()
         continuations = generate_continuations(
             model,
             tokenizer,
-            shard_prompts,
+            shards[index],
             config.max_new_tokens,
             config.batch_size,
             device,
             top_k=config.top_k,
             engine=config.engine,
-            progress=True,
+            progress=ctx.is_main,
         )
-        write_train_shard(path, shard_prompts, continuations)
+        write_train_shard(out_dir / shard_names[index], shards[index], continuations)
         tokens = sum(len(c.tokens) for c in continuations)
+        train_tokens += tokens
+        done += 1
         print(
-            f"reference: shard {index + 1}/{len(shards)}: {len(shard_prompts)} continuations, {tokens} tokens, "
-            f"{tokens / (time.time() - generation_start):,.0f} tok/s",
+            f"{tag}: shard {index + 1}/{len(shards)}: {len(shards[index])} continuations, {tokens} tokens, "
+            f"{tokens / (time.time() - shard_start):,.0f} tok/s",
             file=sys.stderr,
         )
-        if halt_after_shards is not None and index + 1 >= halt_after_shards:
-            import os
+        if halt_after_shards is not None and done >= halt_after_shards:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)  # tests: a crash between shards
+    eval_tokens = sum(pool.generated_tokens for pool in pools)
+    mine = {"rank": ctx.rank, "shards": done, "train_tokens": train_tokens, "eval_tokens": eval_tokens}
+    per_rank = ctx.all_gather_object({**mine, "seconds": time.time() - generation_start})  # waits for all
+    generation_seconds = time.time() - generation_start
+    if not ctx.is_main:
+        finish_distributed(ctx)
+        return None
+    shutil.rmtree(claims)
+    outputs = [f"{split}.jsonl" for split in EVAL_SPLITS] + shard_names
+    generated_tokens = sum(r["train_tokens"] + r["eval_tokens"] for r in per_rank)
     by_category: dict[str, dict[str, int]] = {split: {} for split in ("train", *EVAL_SPLITS)}
     for prompt in train:
         by_category["train"][prompt.category] = by_category["train"].get(prompt.category, 0) + 1
     for pool in pools:
         by_category[pool.split][pool.category] = len(pool.kept)
-    return write_manifest(
+    manifest = write_manifest(
         out_dir,
         "reference",
         outputs=outputs,
-        params={"config": config.__dict__, "dtype": dtype, "device": str(device)},
+        params={"config": config.__dict__, "dtype": dtype, "device": str(device), "world_size": ctx.world_size},
         inputs=inputs,
         extra={
             "prompts": {split: sum(counts.values()) for split, counts in by_category.items()},
@@ -603,8 +664,19 @@ def run(
             "eval_candidates": {"generated": eval_generated, "kept": sum(len(pool.kept) for pool in pools)},
             "target_verified": target_manifest is not None,
             "seconds": time.time() - start_time,
+            # This run's generation phase (a resumed run's covers only what it generated), over all ranks.
+            "generation": {
+                "world_size": ctx.world_size,
+                "seconds": generation_seconds,
+                "tokens": generated_tokens,
+                "tokens_per_s": generated_tokens / max(generation_seconds, 1e-9),
+                "train_shards": sum(r["shards"] for r in per_rank),
+                "per_rank": per_rank,
+            },
         },
     )
+    finish_distributed(ctx)
+    return manifest
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -683,5 +755,6 @@ def main(args: argparse.Namespace) -> int:
         args.dtype,
         args.halt_after_shards,
     )
-    print(json.dumps(manifest["prompts"]))
+    if manifest is not None:
+        print(json.dumps(manifest["prompts"]))
     return 0

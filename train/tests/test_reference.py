@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli
+from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli, torchrun
 
 from specdraft_train import reference
 from specdraft_train.artifacts import verify_stage_dir
@@ -109,6 +109,72 @@ def test_reference_killed_between_shards_resumes_to_the_same_files(tiny: dict[st
     ours = verify_stage_dir(out, "reference")["outputs"]
     straight = verify_stage_dir(tiny["reference"], "reference")["outputs"]
     assert ours == straight
+
+
+# 96 prompts in shards of 8: twelve shards, enough that the rank generating the eval sets (rank 0) takes some too.
+SHARDED = replace(TINY_REFERENCE, train_prompts=96, shard_prompts=8)
+SHARDED_FLAGS = (*REFERENCE_FLAGS, "--train-prompts", "96", "--shard-prompts", "8")  # what SHARDED says
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("one") / "reference"
+    reference.run(tiny["target"], out, SHARDED, corpus_dir=tiny["corpus"], device_name="cpu")
+    return out
+
+
+def _same_files(a: Path, b: Path) -> None:
+    """Both finished, listing the same outputs, each byte for byte equal."""
+    ours, theirs = verify_stage_dir(a, "reference")["outputs"], verify_stage_dir(b, "reference")["outputs"]
+    assert sorted(ours) == sorted(theirs) and len([n for n in ours if n.startswith("train-")]) == 12
+    for name in ours:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _reference_cli(tiny: dict[str, Path], out: Path, *extra: str, check: bool = True):
+    return run_cli(
+        "reference",
+        "--target",
+        str(tiny["target"]),
+        "--corpus",
+        str(tiny["corpus"]),
+        "--out",
+        str(out),
+        *SHARDED_FLAGS,
+        *extra,
+        check=check,
+        runner=torchrun(2),
+        timeout=300,
+    )
+
+
+def test_sharded_reference_on_two_ranks_writes_the_files_of_one_process(tiny: dict[str, Path], one_process: Path):
+    out = one_process.parent / "two-ranks"
+    _reference_cli(tiny, out)
+    _same_files(one_process, out)  # every shard is the same generate call over the same prompts, wherever it ran
+    manifest = verify_stage_dir(out, "reference")
+    generation = manifest["generation"]
+    assert manifest["params"]["world_size"] == generation["world_size"] == 2
+    assert [r["rank"] for r in generation["per_rank"]] == [0, 1] and generation["train_shards"] == 12
+    assert generation["per_rank"][0]["eval_tokens"] > 0 and generation["per_rank"][1]["eval_tokens"] == 0
+    one = verify_stage_dir(one_process, "reference")["generation"]
+    assert generation["tokens"] == one["tokens"] and generation["tokens_per_s"] > 0
+    assert not (out / reference.CLAIMS_DIR).exists()
+
+
+def test_sharded_reference_killed_mid_way_resumes_with_another_rank_count(
+    tiny: dict[str, Path], one_process: Path, tmp_path: Path
+):
+    out = tmp_path / "reference"
+    killed = _reference_cli(tiny, out, "--halt-after-shards", "1", check=False)  # each rank dies after its first
+    assert killed.returncode != 0 and not (out / "manifest.json").exists()
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("train-*.safetensors")}
+    assert 1 <= len(kept) < 12
+    # One process finishes what the two ranks left: only the missing shards, the finished ones untouched.
+    manifest = reference.run(tiny["target"], out, SHARDED, corpus_dir=tiny["corpus"], device_name="cpu")
+    assert manifest["generation"]["train_shards"] == 12 - len(kept)
+    assert {name: (out / name).stat().st_mtime_ns for name in kept} == kept
+    _same_files(one_process, out)
 
 
 class _CharTokenizer:
