@@ -13,6 +13,13 @@ drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter) when the GGUF expor
     python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes (prose: git-doc)
     python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages \\
         --prose P/linux-doc-6.1 --prose P/python3.11-doc --prose P/git-doc    # one H200
+    python -m specdraft_train lab --nproc-per-node 8 --preset lab --out runs/lab ...   # 8 GPUs of one machine
+
+With ``--nproc-per-node N`` the lab starts itself again as N ranks through torch.distributed.run (the same as
+``torchrun --standalone --nproc-per-node N -m specdraft_train lab ...``; several machines: torchrun with
+``--nnodes``, docs/training.md). Under torchrun rank 0 alone runs corpus, tokenizer, evaluate and export and writes
+the reports while the others wait; pretrain, reference and distill run on every rank (DDP, prompts sharded). A
+rerun, with any number of ranks, resumes the same way.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from .artifacts import (
 from .config import LabPreset, apply_settings, check_preset, get_preset
 from .corpus import FETCH_PROSE, PROSE_CACHE
 from .evaluate import drafter_tau, verify_heldout
-from .models import architecture_summary, load_causal_lm, resolve_device
+from .models import architecture_summary, load_causal_lm
 from .tau import (
     TauResult,
     category_order,
@@ -53,6 +60,7 @@ from .tau import (
     repeated_ngram_share,
     repeated_ngram_share_by_category,
 )
+from .training import DistributedContext, finish_distributed, init_distributed, relaunch_under_torchrun
 
 STATE_FILE = "lab_state.json"
 GGUF_NAME = "drafter-q4_0.gguf"
@@ -75,11 +83,23 @@ CEILING = "target_as_drafter"
 
 
 class LabState:
-    """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran."""
+    """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran.
+
+    Under torchrun (``ctx``) rank 0 checks and writes the file first, the other ranks read it after; only rank 0 ever
+    writes it."""
 
     def __init__(
-        self, out: Path, preset: LabPreset, extras: list[Path], settings: list[str], prose: list[Path] | None = None
+        self,
+        out: Path,
+        preset: LabPreset,
+        extras: list[Path],
+        settings: list[str],
+        prose: list[Path] | None = None,
+        ctx: DistributedContext | None = None,
     ):
+        self.ctx = ctx or DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
+        if not self.ctx.is_main:
+            self.ctx.barrier()  # until rank 0 has checked the directory and written the file
         self.path = out / STATE_FILE
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if self.data and self.data.get("preset") != preset.name:
@@ -97,9 +117,12 @@ class LabState:
         self.data.setdefault("prose", [str(p) for p in prose or []])
         self.data.setdefault("stage_seconds", {})
         self.save()
+        if self.ctx.is_main:
+            self.ctx.barrier()
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.data)
+        if self.ctx.is_main:
+            atomic_write_json(self.path, self.data)
 
     def record(self, stage: str, seconds: float, finished: bool) -> None:
         """Add a run's seconds to the stage's earlier interrupted runs; the total counts once the stage finishes."""
@@ -112,19 +135,35 @@ class LabState:
         self.save()
 
 
-def run_stage(state: LabState, name: str, stage_dir: Path, fn: Callable[[], Any], complete: Callable[[], bool]) -> None:
-    if complete():
-        print(f"lab: {name}: complete in {stage_dir}, skipped", file=sys.stderr)
+def run_stage(
+    state: LabState,
+    name: str,
+    stage_dir: Path,
+    fn: Callable[[], Any],
+    complete: Callable[[], bool],
+    every_rank: bool = False,
+) -> None:
+    """Run a stage unless it is complete. Under torchrun rank 0 decides whether it is, ``fn`` runs on every rank
+    (``every_rank``: the stages that shard their work) or on rank 0 alone, and all ranks wait for the stage's end
+    before the next one looks at its outputs."""
+    ctx = state.ctx
+    if ctx.broadcast_object(complete() if ctx.is_main else None):
+        if ctx.is_main:
+            print(f"lab: {name}: complete in {stage_dir}, skipped", file=sys.stderr)
         return
-    print(f"lab: {name} …", file=sys.stderr)
+    if ctx.is_main:
+        print(f"lab: {name} …", file=sys.stderr)
     start = time.time()
     try:
-        fn()
+        if every_rank or ctx.is_main:
+            fn()
+        ctx.barrier()
     except BaseException:  # e.g. SIGINT from `timeout`: keep the time spent so the resumed run's total includes it
         state.record(name, time.time() - start, finished=False)
         raise
     state.record(name, time.time() - start, finished=True)
-    print(f"lab: {name} done in {time.time() - start:.1f}s", file=sys.stderr)
+    if ctx.is_main:
+        print(f"lab: {name} done in {time.time() - start:.1f}s", file=sys.stderr)
 
 
 def export_available() -> tuple[bool, str]:
@@ -429,17 +468,19 @@ def run_lab(
     stdlib: Path | None = None,
     settings: list[str] | None = None,
     prose: list[Path] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """The whole lab in ``out``; ``prose`` defaults to the preset's packages in the prose cache (looked up only when
-    the corpus stage has to run)."""
+    the corpus stage has to run). Returns the report (on rank 0 under torchrun; None on the other ranks)."""
     settings = settings or []
     preset = apply_settings(get_preset(preset_name), settings)
     check_preset(preset)
     if importlib.util.find_spec("gguf") is None:
         raise ValueError("the lab needs the `gguf` package (Q4_0 QAT and GGUF export): pip install gguf==0.19.0")
     out.mkdir(parents=True, exist_ok=True)
-    state = LabState(out, preset, extras, settings, prose)
-    device = resolve_device(device_name)
+    # Under torchrun: the process group every stage below joins. TF32 is each stage's choice (reference: off).
+    ctx = init_distributed(device_name, tf32=False)
+    state = LabState(out, preset, extras, settings, prose, ctx)
+    device = ctx.device
     d = {
         name: out / name
         for name in (
@@ -482,6 +523,7 @@ def run_lab(
                 d["corpus"], d["tokenizer"], d[name], role, preset.name, config, device_name, model_config=model
             ),
             lambda name=name: stage_complete(d[name], "pretrain"),
+            every_rank=True,
         )
     run_stage(
         state,
@@ -496,6 +538,7 @@ def run_lab(
             device_name=device_name,
         ),
         lambda: stage_complete(d["reference"], "reference"),
+        every_rank=True,
     )
     # The base's pretraining text (the tokenizer stage's train split) for distill's replay loss, when its weight is > 0.
     run_stage(
@@ -511,6 +554,7 @@ def run_lab(
             replay_tokens=d["tokenizer"],
         ),
         lambda: stage_complete(d["distilled"], "distill"),
+        every_rank=True,
     )
     run_stage(
         state,
@@ -526,6 +570,7 @@ def run_lab(
             replay_tokens=d["tokenizer"],
         ),
         lambda: stage_complete(d["distilled-qat"], "distill"),
+        every_rank=True,
     )
 
     def evaluate_stage() -> None:
@@ -539,11 +584,9 @@ def run_lab(
         )
 
     run_stage(state, "evaluate", d["eval"], evaluate_stage, lambda: stage_complete(d["eval"], "evaluate"))
-    evaluation = json.loads((d["eval"] / "results.json").read_text())
 
     gguf_path = d["export"] / GGUF_NAME
     available, why = export_available()
-    export_info: dict[str, Any] = {}
     if available:
         from .export import export_gguf
 
@@ -556,9 +599,15 @@ def run_lab(
             ),
             lambda: export_complete(gguf_path),
         )
-        export_info = {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
-    else:
-        export_info = {"skipped": why}
+    if not ctx.is_main:  # rank 0 writes the reports
+        finish_distributed(ctx)
+        return None
+    evaluation = json.loads((d["eval"] / "results.json").read_text())
+    export_info: dict[str, Any] = (
+        {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
+        if available
+        else {"skipped": why}
+    )
 
     atomic_write_json(out / "data_manifest.json", data_manifest(out))
     atomic_write_json(out / "architecture.json", drafter_architecture(out))
@@ -590,6 +639,7 @@ def run_lab(
     }
     atomic_write_json(out / "lab_report.json", report)
     atomic_write_text(out / "lab_report.md", markdown_report(report))
+    finish_distributed(ctx)
     return report
 
 
@@ -616,6 +666,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        help="run as this many ranks on this machine (one per GPU) through torch.distributed.run (default: 1)",
+    )
+    p.add_argument(
         "--set",
         dest="settings",
         action="append",
@@ -627,8 +683,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
+def _without_nproc(argv: list[str]) -> list[str]:
+    """The command line without ``--nproc-per-node N`` (or ``=N``, or an abbreviation argparse accepted)."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        name = token.split("=", 1)[0]
+        if name.startswith("--n") and "--nproc-per-node".startswith(name):
+            skip = "=" not in token
+            continue
+        kept.append(token)
+    return kept
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.nproc_per_node > 1:
+        return relaunch_under_torchrun(args.nproc_per_node, _without_nproc(args.argv))
     report = run_lab(args.out, args.preset, args.extra, args.device, args.stdlib, args.settings, args.prose)
+    if report is None:  # a rank other than 0
+        return 0
     tau = report["evaluation"]["tau"]
     print(json.dumps({k: round(v["tau"], 3) for k, v in tau.items()}))
     print(f"report: {args.out / 'lab_report.md'}")

@@ -150,6 +150,59 @@ def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
     assert json.loads((tmp_path / "lab_state.json").read_text())["stage_seconds"]["distill"] >= 5.0
 
 
+# The micro lab at the conftest fixture's sizes (seconds per stage): what the two-rank lab below runs.
+TINY_LAB = (
+    "corpus.max_file_bytes=24000",
+    "corpus.heldout_per_mille=200",
+    "corpus.dev_per_mille=150",
+    "corpus.max_code_bytes=200000",
+    "corpus.max_prose_bytes=200000",
+    "tokenizer.vocab_size=512",
+    "pretrain_target.max_steps=20",
+    "pretrain_target.batch_size=8",
+    "pretrain_drafter.max_steps=8",
+    "pretrain_drafter.batch_size=8",
+    "reference.max_new_tokens=16",
+    "reference.min_continuation_tokens=8",
+    "reference.train_prompts=48",
+    "reference.dev_per_category=1",
+    "reference.heldout_per_category=2",
+    "reference.batch_size=16",
+    "reference.shard_prompts=16",
+    "distill.epochs=1",
+)
+
+
+def test_lab_on_two_ranks_runs_every_stage_and_resumes_in_one_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """``lab --nproc-per-node 2`` starts itself again through torch.distributed.run (2 gloo ranks): the training and
+    reference stages run on both ranks, the rest on rank 0, and the finished directory is a lab like any other."""
+    out = tmp_path / "lab"
+    settings = [arg for setting in TINY_LAB for arg in ("--set", setting)]
+    run_cli(
+        "lab",
+        "--nproc-per-node",
+        "2",
+        "--preset",
+        "micro",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        *settings,
+        timeout=600,
+    )
+    for stage_dir in ("target", "base", "reference", "distilled", "distilled-qat"):
+        assert verify_stage_dir(out / stage_dir)["params"]["world_size"] == 2, stage_dir
+    report = json.loads((out / "lab_report.json").read_text())
+    assert set(STAGES) <= set(report["stage_seconds"])
+    run_lab(out, "micro", [], "cpu", settings=list(TINY_LAB))  # a rerun, here one process: everything is done
+    stderr = capsys.readouterr().err
+    for stage in STAGES:
+        assert f"lab: {stage}: complete" in stderr, stage
+
+
 def test_missing_prose_names_the_folder_and_the_fetch_command():
     from dataclasses import replace
 
