@@ -11,7 +11,8 @@ each rank count in ``--procs`` (capped by the GPUs present), it runs the real co
   from the stage's manifest. The outputs of every rank count are compared with the one-rank run's (sha256).
 - ``distill`` of the drafter on the one-rank reference data for one epoch, ``--batch-per-rank`` continuations per
   rank and step (weak scaling: N ranks take N× the global batch, as one would to use N GPUs); throughput =
-  continuation tokens ÷ training seconds, from its manifest.
+  continuation tokens ÷ training seconds, from its manifest. With ``--fsdp`` also ``distill --fsdp`` on each rank
+  count above 1 (``distill_fsdp``, against the same one-rank run).
 
 Writes ``--out`` (JSON): per rank count the tokens, seconds and tokens/s of each stage, the speed-ups over one rank,
 the goal (≥ 1.8× on 2), whether it is met, and the device; each command's output goes to a log beside it. On a
@@ -167,9 +168,10 @@ def measure_reference(d: dict[str, Path], nproc: int, args: argparse.Namespace, 
 
 
 def measure_distill(
-    d: dict[str, Path], reference: Path, nproc: int, args: argparse.Namespace, logs: Path
+    d: dict[str, Path], reference: Path, nproc: int, args: argparse.Namespace, logs: Path, fsdp: bool = False
 ) -> dict[str, Any]:
-    out = args.work / f"distill-{nproc}"
+    name = f"distill{'_fsdp' if fsdp else ''}-{nproc}"
+    out = args.work / name
     shutil.rmtree(out, ignore_errors=True)
     command = launcher(nproc, args) + [
         "distill",
@@ -197,9 +199,9 @@ def measure_distill(
         "0",  # a budget would all-reduce every step; one epoch bounds the run instead
         "--ckpt-every",
         "1000000",  # no resumable saves inside the measured loop
-        *(["--fsdp"] if args.fsdp else []),
+        *(["--fsdp"] if fsdp else []),
     ]
-    wall = run_logged(command, logs / f"distill-{nproc}.log", nproc, args)
+    wall = run_logged(command, logs / f"{name}.log", nproc, args)
     metrics = verify_stage_dir(out, "distill")["metrics"]
     return {
         "ranks": nproc,
@@ -243,7 +245,12 @@ def main() -> int:
         help="held-out and dev prompts each: rank 0 generates them alone, a serial part (default: 2)",
     )
     p.add_argument("--batch-per-rank", type=int, default=64, help="distill continuations per rank (default: 64)")
-    p.add_argument("--fsdp", action="store_true", help="distill with --fsdp instead of DDP")
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="also distill with --fsdp on each rank count above 1 (distill_fsdp; speed-up against 1 rank, which is "
+        "the same with or without FSDP)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads per rank (the CPU run: 1)")
     p.add_argument("--command-timeout", type=float, default=300, help="seconds per command (default: 300)")
     args = p.parse_args()
@@ -273,14 +280,17 @@ def main() -> int:
             "shard_prompts": args.shard_prompts,
             "eval_per_category": args.eval_per_category,
             "distill_batch_per_rank": args.batch_per_rank,
-            "distill_parallelism": "fsdp" if args.fsdp else "ddp",
         },
         "prepare_seconds": time.time() - start,
         "goal_speedup": GOAL_SPEEDUP,
         "errors": [],
     }
     d = prepared["dirs"]
-    runs: dict[str, dict[str, dict[str, Any]]] = {"reference": {}, "distill": {}}
+    runs: dict[str, dict[str, dict[str, Any]]] = {
+        "reference": {},
+        "distill": {},
+        **({"distill_fsdp": {}} if args.fsdp else {}),
+    }
 
     def attempt(stage: str, nproc: int, measure: Any) -> None:
         try:
@@ -293,7 +303,12 @@ def main() -> int:
         attempt("reference", n, lambda n=n: measure_reference(d, n, args, logs))
     for n in procs:  # all on the one-rank reference data, so every run trains on the same examples
         attempt("distill", n, lambda n=n: measure_distill(d, args.work / "reference-1", n, args, logs))
-    for stage in ("reference", "distill"):
+    if args.fsdp:
+        for n in (n for n in procs if n > 1):
+            attempt("distill_fsdp", n, lambda n=n: measure_distill(d, args.work / "reference-1", n, args, logs, True))
+        if "1" in runs["distill"]:
+            runs["distill_fsdp"] = {"1": runs["distill"]["1"], **runs["distill_fsdp"]}
+    for stage in runs:
         report[stage] = summarize(runs[stage])
     outputs = {n: r.pop("outputs", None) for n, r in runs["reference"].items()}  # sha256 by file: compared, not kept
     report["reference"]["outputs_identical_to_one_rank"] = {
@@ -303,8 +318,9 @@ def main() -> int:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     rates = {stage: {n: round(r.get("tokens_per_s", 0)) for n, r in runs[stage].items()} for stage in runs}
     print(
-        f"gpu_scaling: tokens/s {json.dumps(rates)}; speed-up reference {report['reference']['speedup']}, distill "
-        f"{report['distill']['speedup']} (goal ≥ {GOAL_SPEEDUP}); {report['seconds']:.0f} s; {args.out}"
+        f"gpu_scaling: tokens/s {json.dumps(rates)}; speed-ups "
+        f"{json.dumps({stage: report[stage]['speedup'] for stage in runs})} (goal ≥ {GOAL_SPEEDUP}); "
+        f"{report['seconds']:.0f} s; {args.out}"
     )
     return 1 if report["errors"] else 0
 

@@ -38,6 +38,7 @@ TINY = (
     "8",
     "--batch-per-rank",
     "4",
+    "--fsdp",
 )
 
 
@@ -59,7 +60,7 @@ def test_gpu_scaling_measures_one_and_two_ranks_without_gguf(tmp_path: Path):
     assert result.returncode == 0, result.stdout + result.stderr[-3000:] + logs
     report = json.loads(out.read_text())
     assert report["errors"] == [] and report["ranks_measured"] == [1, 2]
-    for stage in ("reference", "distill"):
+    for stage in ("reference", "distill", "distill_fsdp"):
         runs = report[stage]["runs"]
         assert set(runs) == {"1", "2"} and all(r["tokens_per_s"] > 0 for r in runs.values())
         assert runs["1"]["tokens"] == runs["2"]["tokens"]  # the same work on either rank count
@@ -70,6 +71,6 @@ def test_gpu_scaling_measures_one_and_two_ranks_without_gguf(tmp_path: Path):
     assert distill["2"]["global_batch"] == 2 * distill["1"]["global_batch"]  # weak scaling: a batch per rank
     assert distill["2"]["steps"] * 2 == distill["1"]["steps"]
     assert report["workload"]["models"]["target"]["parameters"] > 0
-    assert {"reference-1.log", "reference-2.log", "distill-1.log", "distill-2.log"} <= {
+    assert {"reference-1.log", "reference-2.log", "distill-1.log", "distill-2.log", "distill_fsdp-2.log"} <= {
         p.name for p in out.parent.iterdir()
     }
