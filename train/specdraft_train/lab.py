@@ -25,6 +25,7 @@ rerun, with any number of ranks, resumes the same way.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import platform
@@ -564,7 +565,7 @@ def run_lab(
             d["distilled"],
             d["reference"],
             d["distilled-qat"],
-            preset.distill,
+            dataclasses.replace(preset.distill, fsdp=False),  # QAT is not wired for FSDP: DDP under torchrun
             qat=True,
             device_name=device_name,
             replay_tokens=d["tokenizer"],

@@ -127,13 +127,15 @@ def wrap_ddp(model: nn.Module, ctx: DistributedContext) -> nn.Module:
 
 def wrap_fsdp(model: nn.Module, ctx: DistributedContext) -> nn.Module:
     """FSDP2 (``fully_shard``) over all ranks: each decoder layer is one unit (its weights gathered just before its
-    forward and backward, freed after), the embeddings, final norm and LM head the root unit. Returns the same module.
+    forward and backward, freed after), the embeddings, final norm and LM head the root unit. Returns the same
+    module.
 
     ``model`` may live on the CPU: fully_shard moves each rank's shards to the mesh's device, so the full weights
-    never sit on one GPU. Parameters stay fp32 and are gathered as fp32, the forward runs under the same bf16
-    autocast as DDP's, so FSDP trains exactly what DDP trains; gathering bf16 (``MixedPrecisionPolicy``) would halve
-    the traffic but change the numerics, and was not measured. Multi-node runs may prefer hybrid sharding (shard
-    within a node, replicate across) — a 2-D mesh here — which is not wired.
+    never sit on one GPU (one layer's at a time, while it is sharded). Parameters stay fp32 and are gathered as
+    fp32, and the forward runs under the same bf16 autocast as DDP's, so FSDP computes what DDP does up to summation
+    order; gathering bf16 (``MixedPrecisionPolicy``) would halve the traffic but change the numerics, and was not
+    measured. Multi-node runs may prefer hybrid sharding (shard within a node, replicate across) — a 2-D mesh here —
+    which is not wired.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -237,17 +239,17 @@ class ResumeState:
         return self.state_path.is_file()
 
     def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, extra: dict[str, Any]) -> None:
-        if is_sharded(model):
+        if is_sharded(model):  # a collective: every rank hands rank 0 its shards
             from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
             weights = get_model_state_dict(model, options=_full_state_options())
             moments = get_optimizer_state_dict(model, optimizer, options=_full_state_options())
             layout = "fsdp"
-        elif not self.is_main:
-            return
-        else:
+            if not self.is_main:
+                return
+        elif self.is_main:
             weights, moments, layout = unwrap(model).state_dict(), optimizer.state_dict(), "single"
-        if not self.is_main:
+        else:
             return
         payload = {"step": step, "model": weights, "optimizer": moments, "rng": rng_state(), "extra": extra}
         if layout == "fsdp":
@@ -288,13 +290,15 @@ class ResumeState:
         return payload["step"], payload["extra"]
 
     def save_best(self, model: nn.Module) -> None:
-        if is_sharded(model):
+        if is_sharded(model):  # a collective, as in save
             from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
             weights = get_model_state_dict(model, options=_full_state_options())
+            if not self.is_main:
+                return
         elif self.is_main:
             weights = {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
-        if not self.is_main:
+        else:
             return
         with AtomicFile(self.best_path) as tmp:
             torch.save(weights, tmp)
