@@ -48,6 +48,11 @@ export interface NativeLoadOptions {
     unguardedLogits: boolean;
     /** Tests only: batch requests in arrival order instead of slot order (llama.cpp then reorders the outputs). */
     arrivalOrder: boolean;
+    /**
+     * Arrivals with 2 to this many new tokens are fed one token (with an output) per step, so every step keeps a
+     * drafting step's shape and ggml-cuda keeps replaying its CUDA graph; 0: never.
+     */
+    stepPrefill: number;
     /** Print llama.cpp's logs to stderr. */
     verbose: boolean;
 }
@@ -77,8 +82,11 @@ export interface NativeFinishedDraft {
     evaluated: number;
 }
 
-/** Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused. */
-export const nativeStepFields = 6;
+/**
+ * Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused, submit ms (the
+ * llama_decode call; part of decode ms), wait ms (llama_synchronize after it; the rest of decode ms).
+ */
+export const nativeStepFields = 8;
 
 /** What a run reports mid-call (drafts that finished while later steps go on) and at its end. */
 export interface NativeRunProgress {
@@ -89,7 +97,8 @@ export interface NativeRunProgress {
      * llama_decode + llama_synchronize (the device's work); ms fetching outputs and taking their argmax; ms since the
      * previous step ended (batch building, plus the JS round trip before a run's first step when requests were left in
      * flight; time with nothing to do is not counted); compute graphs llama.cpp reused instead of rebuilding (one per
-     * ubatch; ggml-cuda replays a CUDA graph only for a reused graph).
+     * ubatch; ggml-cuda replays a CUDA graph only for a reused graph); ms in the llama_decode call itself (on a GPU the
+     * host's part: graph reuse or rebuild, inputs, launches) and ms in llama_synchronize after it.
      */
     steps: Float64Array;
 }

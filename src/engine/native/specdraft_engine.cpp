@@ -20,16 +20,18 @@
 // JS interface (see src/engine/nativeAddon.ts for the typed view):
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
-//                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, verbose });
+//                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, stepPrefill, verbose });
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
 //       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
 //       (maxSteps > 0 ends the run after that many steps even with requests in flight: the old loop, for comparison)
-//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 6 numbers per decode
+//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 8 numbers per decode
 //       step: tokens, sequences, decode ms (llama_decode + llama_synchronize), sample ms (fetching the outputs +
 //       argmax), host ms (time since the previous step ended: batch building, and for a call's first step the JS
 //       round trip when requests were left in flight; idle time without requests is not counted), compute graphs
-//       llama.cpp reused (not rebuilt; a CUDA graph can only be replayed for a reused graph)
+//       llama.cpp reused (not rebuilt; a CUDA graph can only be replayed for a reused graph), submit ms (the
+//       llama_decode call alone: on a GPU the host's part — graph reuse or rebuild, inputs, kernel or CUDA-graph
+//       launch — while the device may already run) and wait ms (llama_synchronize: the rest of the device's work)
 //   engine.submit(arrivals, cancelIds) -> true when the run in flight took them (at its next step); false when no run is
 //       live (none started, or it is ending): pass them to the next run() instead
 //   engine.dispose()
@@ -146,6 +148,8 @@ struct DraftItem {
     bool done = false;
     // this step's share of the batch
     int32_t take = 0;
+    // a short prefill fed one token per step (see EngineState::stepPrefill); outputs before the last token are dropped
+    bool stepwise = false;
 };
 
 struct EngineState {
@@ -166,6 +170,12 @@ struct EngineState {
     // shape and sequence set from step to step: llama.cpp reuses its graph only for the same sequences (per-sequence
     // KV), and ggml-cuda captures a CUDA graph only after two calls of the same graph.
     int32_t padMinSequences = 0;
+    // Arrivals with at most this many new tokens (and more than one) are fed one token per step, each with an output,
+    // instead of all at once (0: never). Every step then has one token and one output per sequence, the shape of a
+    // drafting step, so llama.cpp reuses its graph and ggml-cuda keeps replaying its CUDA graph: a multi-token step
+    // makes llama.cpp rebuild the graph, and ggml-cuda (which keys its CUDA graphs by the graph's first node, the same
+    // for both shapes) then runs two steps uncaptured and captures again on the third. Costs a decode per extra token.
+    int32_t stepPrefill = 0;
     std::vector<int32_t> slotLength;  // positions [0, slotLength) of each slot's KV cache are valid
     std::string gpuDevice;  // empty: CPU only
     std::vector<DraftItem> active;  // requests in flight, in arrival order
@@ -183,6 +193,8 @@ struct StepStat {
     double sampleMs = 0;
     double hostMs = 0;
     int32_t graphsReused = 0;  // compute graphs llama.cpp reused instead of rebuilding (one per ubatch)
+    double submitMs = 0;       // the llama_decode call (part of decodeMs)
+    double waitMs = 0;         // llama_synchronize after it (the rest of decodeMs)
 };
 
 // What a run sends to JS mid-call: drafts that finished, and the counters of the steps since the last message.
@@ -247,6 +259,7 @@ struct LoadOptions {
     bool backendSampling = false;
     double padBatch = 0;  // fraction of the streams that must draft for a step to be padded to all; 0: off
     std::string kvType;  // KV cache element type: f16 (llama.cpp's default), q8_0, f32; empty: default
+    int32_t stepPrefill = 0;  // see EngineState::stepPrefill; 0: off
 };
 
 // The ggml type of a KV cache type name; throws on anything else.
@@ -321,6 +334,7 @@ public:
             s.unguardedLogits = options_.unguardedLogits;
             s.arrivalOrder = options_.arrivalOrder;
             s.slotLength.assign(options_.streams, 0);
+            s.stepPrefill = options_.stepPrefill;
             s.padMinSequences = options_.padBatch > 0
                 ? std::max(1, (int32_t)std::ceil(options_.padBatch * options_.streams))
                 : 0;
@@ -390,6 +404,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.arrivalOrder = getBool(o, "arrivalOrder", false);
     opt.backendSampling = getBool(o, "backendSampling", false);
     opt.kvType = getString(o, "kvType");
+    opt.stepPrefill = std::max(0, getInt(o, "stepPrefill", 0));
     {
         Napi::Value v = o.Get("padBatch");
         opt.padBatch = v.IsNumber() ? std::min(1.0, std::max(0.0, v.As<Napi::Number>().DoubleValue())) : 0;
@@ -434,15 +449,17 @@ Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished,
         f.Set("evaluated", it.evaluated);
         list.Set((uint32_t)i, f);
     }
-    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 6);
+    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 8);
     for (size_t i = 0; i < steps.size(); ++i) {
-        double* row = stats.Data() + i * 6;
+        double* row = stats.Data() + i * 8;
         row[0] = steps[i].tokens;
         row[1] = steps[i].sequences;
         row[2] = steps[i].decodeMs;
         row[3] = steps[i].sampleMs;
         row[4] = steps[i].hostMs;
         row[5] = steps[i].graphsReused;
+        row[6] = steps[i].submitMs;
+        row[7] = steps[i].waitMs;
     }
     result.Set("finished", list);
     result.Set("steps", stats);
@@ -525,10 +542,13 @@ private:
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
         }
+        const Clock::time_point submitted = Clock::now();
         // reading any output synchronizes anyway; doing it here puts the device's time under decode
         llama_synchronize(s.ctx);
         const Clock::time_point decoded = Clock::now();
         stat.decodeMs = msBetween(start, decoded);
+        stat.submitMs = msBetween(start, submitted);
+        stat.waitMs = msBetween(submitted, decoded);
         stat.graphsReused = llama_perf_context(s.ctx).n_reused - reusedBefore;
         next.assign(outputIndices.size(), -1);
         const int32_t count = (int32_t)outputIndices.size();
@@ -587,10 +607,10 @@ private:
         // drafting requests get their one token first; prefills share what is left of the batch
         int32_t budget = s.batchCapacity;
         for (DraftItem* it : order) {
-            if (it->offset == it->tokens.size()) budget--;
+            if (it->offset == it->tokens.size() || it->stepwise) budget--;
         }
         for (DraftItem* it : order) {
-            if (it->offset == it->tokens.size()) {
+            if (it->offset == it->tokens.size() || it->stepwise) {
                 it->take = 1;
             } else {
                 it->take = (int32_t)std::min<size_t>(it->tokens.size() - it->offset, (size_t)std::max(0, budget));
@@ -601,11 +621,12 @@ private:
         s.batch.n_tokens = 0;
         outputIndices_.clear();
         outputItems_.clear();
+        outputDrafts_.clear();
         int32_t sequences = 0;
         // padding: only steps of one token per drafting sequence (no prefill) with enough sequences drafting
         bool pad = s.padMinSequences > 0 && !s.arrivalOrder && (int32_t)order.size() >= s.padMinSequences &&
                    (int32_t)order.size() < s.streams;
-        for (DraftItem* it : order) pad = pad && it->take == 1 && it->tokens.size() - it->offset <= 1;
+        for (DraftItem* it : order) pad = pad && it->take == 1 && (it->tokens.size() - it->offset <= 1 || it->stepwise);
         size_t nextReal = 0;
         const int32_t nCtxSeq = (int32_t)llama_n_ctx_seq(s.ctx);
         llama_memory_t mem = llama_get_memory(s.ctx);
@@ -632,15 +653,18 @@ private:
             if (it->offset == it->tokens.size()) {
                 outputIndices_.push_back(s.batch.n_tokens);
                 outputItems_.push_back(it);
+                outputDrafts_.push_back(true);
                 addToken(it->draft.back(), it->cached, it->slot, true);
             } else {
                 for (int32_t j = 0; j < it->take; ++j) {
                     const bool last = it->offset + j + 1 == it->tokens.size();
-                    if (last) {
+                    // a stepwise prefill asks for an output at every token, so the step has a drafting step's shape
+                    if (last || it->stepwise) {
                         outputIndices_.push_back(s.batch.n_tokens);
                         outputItems_.push_back(it);
+                        outputDrafts_.push_back(last);
                     }
-                    addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last);
+                    addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last || it->stepwise);
                 }
                 it->offset += it->take;
             }
@@ -659,6 +683,7 @@ private:
             decode(outputIndices_, next_, stat);
             steps.push_back(stat);
             for (size_t o = 0; o < outputItems_.size(); ++o) {
+                if (!outputDrafts_[o]) continue;  // a stepwise prefill's token before its last: not a draft
                 DraftItem* it = outputItems_[o];
                 it->draft.push_back(next_[o]);
                 if ((int32_t)it->draft.size() >= it->n || next_[o] == it->endId) it->done = true;
@@ -697,6 +722,7 @@ private:
                 throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
             }
             it.cached = it.keep;
+            it.stepwise = s.stepPrefill > 0 && it.tokens.size() > 1 && (int32_t)it.tokens.size() <= s.stepPrefill;
             s.slotLength[it.slot] = it.keep;
             s.active.push_back(std::move(it));
         }
@@ -757,6 +783,7 @@ private:
     std::vector<StepStat> steps_;
     std::vector<int32_t> outputIndices_;
     std::vector<DraftItem*> outputItems_;
+    std::vector<bool> outputDrafts_;  // per output: its token is the item's next draft token
     std::vector<int32_t> padSlots_;
     std::vector<llama_token> next_;
     Napi::Promise::Deferred deferred_;
@@ -859,6 +886,8 @@ Napi::Object Engine::Init(Napi::Env env, Napi::Object exports) {
     exports.Set("Engine", cls);
     return exports;
 }
+
+
 
 }  // namespace
 
