@@ -132,14 +132,68 @@ export interface NativeEngineHandle {
     dispose(): void;
 }
 
+/** What the native Target loads: one sequence of a target model (src/generate/NativeTarget.ts). Every field is required. */
+export interface NativeTargetLoadOptions {
+    binsDir: string;
+    modelPath: string;
+    /** Tokens the sequence holds. */
+    contextSize: number;
+    /** Tokens one llama_decode call takes (longer inputs are decoded in several). */
+    batchSize: number;
+    ubatchSize: number;
+    /** Layers offloaded to the GPU; -1: all, 0: none. */
+    gpuLayers: number;
+    /** `auto`: llama.cpp decides (node-llama-cpp's default for its contexts too). */
+    flashAttention: "auto" | "on" | "off";
+    /** Greedy tokens computed by an argmax inside llama.cpp's graph (only ids copied back) instead of over host logits. */
+    backendSampling: boolean;
+    /** Greedy outputs one evaluate() may ask for: k + 1 to verify drafts of k. */
+    maxOutputs: number;
+    /** CPU threads for llama.cpp; 0: its default. */
+    threads: number;
+    verbose: boolean;
+}
+
+/**
+ * Numbers in a target call's `stats`: llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
+ * (llama_synchronize after each), read ms (fetching sampled ids or the argmax over logits), graphs llama.cpp reused.
+ */
+export const nativeTargetStatFields = 6;
+
+export interface NativeTargetHandle {
+    load(options: NativeTargetLoadOptions): Promise<void>;
+    info(): { vocabSize: number; contextSize: number; gpuDevice: string; maxOutputs: number; eogIds: Int32Array };
+    /**
+     * Trims the KV cache to its first `keep` cells, decodes `tokens` after them and returns the greedy next token after
+     * each of tokens[outputFrom..] (at most maxOutputs), all in one call.
+     */
+    evaluate(
+        tokens: Int32Array,
+        keep: number,
+        outputFrom: number,
+    ): Promise<{ next: Int32Array; cached: number; stats: Float64Array }>;
+    /**
+     * The target alone: `tokens` after `keep` cached ones, then greedy tokens until an end-of-generation one (not
+     * included) or maxTokens. `cached`: tokens now in the KV cache.
+     */
+    generate(
+        tokens: Int32Array,
+        keep: number,
+        maxTokens: number,
+    ): Promise<{ tokens: Int32Array; cached: number; stats: Float64Array }>;
+    dispose(): void;
+}
+
 interface NativeModule {
     Engine: new () => NativeEngineHandle;
+    Target: new () => NativeTargetHandle;
 }
 
 export interface LoadedAddon {
     variant: NativeVariant;
     binsDir: string;
     createEngine(): NativeEngineHandle;
+    createTarget(): NativeTargetHandle;
 }
 
 /** build/native under the package root (this file lives in src/engine or dist/engine). */
@@ -173,7 +227,7 @@ export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
         const reason = error instanceof Error ? error.message : String(error);
         throw new EngineLoadError(`cannot load the ${variant} native engine ${addonPath}: ${reason}`);
     }
-    return { variant, binsDir, createEngine: () => new module.Engine() };
+    return { variant, binsDir, createEngine: () => new module.Engine(), createTarget: () => new module.Target() };
 }
 
 function pickVariant(gpu: GpuChoice): NativeVariant {
