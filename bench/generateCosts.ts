@@ -1,58 +1,109 @@
 /**
  * Where the time of one speculative step goes, measured on this machine: what `specdraft generate` pays per target
- * step and per draft, so that its speed-up can be predicted (and explained) from τ:
+ * step and per draft, so that its speed-up can be predicted (and explained) from τ (src/generate/speedUpModel.ts):
  *
  *   speed-up(k) ≈ τ(k) · alone / (verify(k + 1) + draft(k))
  *
- * - alone: ms per token of the target generating by itself (node-llama-cpp `sequence.evaluate`, greedy);
- * - verify(m): ms for one `controlledEvaluate` of m tokens with the greedy next token asked at every position, plus the
- *   erasing of the rejected ones — the exact verifier's step; also with the next token asked at the last position only,
- *   which separates the decode from node-llama-cpp's per-position sampling;
- * - draft(n): ms per `POST /draft` of n tokens to a specdraft server (`--drafter`), the context growing by 8 tokens a
- *   request the way a generation grows it (so the server's prefix reuse is exercised).
+ * Target costs (`--target`):
+ * - alone_per_token: ms per token of the target generating by itself through node-llama-cpp (`sequence.evaluate`);
+ *   alone_native_per_token: the same through specdraft's native target (NativeTarget.generate, the loop native);
+ * - verify[m]: ms for one node-llama-cpp `controlledEvaluate` of m tokens with the greedy next token asked at every
+ *   position (`all`: the exact-node-llama-cpp verifier's step) or at the last only (`last`), plus erasing the m − 1;
+ *   verify_native[m]: the native verifier's step (NativeTarget.verify: one decode, greedy tokens from llama.cpp's
+ *   graph), with `all` and `last` as above, and its split (submit / wait / read ms, llama_decode calls, graph reuse).
+ * Drafter costs (`--drafter URL`, `--draft-model GGUF`):
+ * - draft[n]: ms per `POST /draft` of n tokens to a specdraft server, the context growing by 8 random tokens a request
+ *   (8 new tokens to evaluate, the measurement of 2026-12-01);
+ * - draft_walk[n]: the same with the context growing as a generation grows it (the previous context + the accepted
+ *   part of the draft + the target's token, accepting each draft token with probability 0.81): 1–2 new tokens a request;
+ *   draft_step_ms: the server's /metrics over the walk (mean ms per decode step: decode = submit + wait, sample, host;
+ *   share of steps whose graph llama.cpp reused);
+ * - draft_in_process[n] / draft_walk_in_process[n]: the same two with specdraft's draft engine loaded in this process
+ *   (NativeDraftTokenPredictor's path: no HTTP), and steps_in_process: mean ms per decode step by its index within a
+ *   request (1: the request's new tokens, 2, 3, 4+), which shows what a graph rebuild and CUDA-graph warm-up cost.
  *
- *   node --import tsx bench/generateCosts.ts --target T.gguf [--drafter http://127.0.0.1:8000] [--gpu cuda] > costs.json
+ *   node --import tsx bench/generateCosts.ts [--target T.gguf] [--drafter http://127.0.0.1:8000] [--draft-model D.gguf]
+ *       [--gpu cuda] [--repeats 20] > costs.json
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
+import { loadEngine } from "../src/engine/loadEngine.js";
+import type { DraftEngine } from "../src/engine/types.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
+import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
 
-const program = new Command("generateCosts")
-    .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")
-    .requiredOption("--target <gguf>", "target model")
-    .option("--drafter <url>", "a specdraft server to time /draft against")
-    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
-    .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
-    .action(async (options: { target: string; drafter?: string; gpu: GpuChoice; repeats: number }) => {
-        const llama = await loadLlama(options.gpu);
-        const model = await llama.loadModel({ modelPath: options.target });
-        const context = await model.createContext({ contextSize: 2048, sequences: 1, threads: defaultThreads() });
-        const sequence = context.getSequence();
-        const vocab = Math.min((await readGgufVocabulary(options.target)).size - 10, 4000);
-        const prompt = Array.from({ length: 256 }, (_, i) => ((i * 7919) % vocab) + 10) as Token[];
-        const greedy = { generateNext: { token: true, options: { temperature: 0 } } } as const;
-        const ms = (started: number): number => performance.now() - started;
+/** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
+const verifySizes = [1, 3, 5, 7, 9, 17];
+/** Draft sizes n = k, and n = 1. */
+const draftSizes = [1, 2, 4, 6, 8, 16];
+/** Per-token agreement of the walk's simulated target (τ 5.1 at k = 16, the 1.7B → 8B pair's estimate). */
+const walkAgreement = 0.81;
+const contextSize = 2048;
 
-        // the target alone: tokens per second of a plain greedy evaluate, after the prompt
+interface Options {
+    target?: string;
+    drafter?: string;
+    draftModel?: string;
+    gpu: GpuChoice;
+    repeats: number;
+}
+
+type Prompt = number[];
+
+const ms = (started: number): number => performance.now() - started;
+const round = (x: number): number => Math.round(x * 1000) / 1000;
+
+/** A deterministic generator of integers in [0, max) (xorshift32). */
+function seededRandom(seed: number): (max: number) => number {
+    let state = seed >>> 0 || 1;
+    return (max: number) => {
+        state ^= state << 13;
+        state >>>= 0;
+        state ^= state >>> 17;
+        state ^= state << 5;
+        state >>>= 0;
+        return state % max;
+    };
+}
+
+/** 256 token ids spread over the vocabulary (away from the lowest ids, which hold special tokens in some vocabularies). */
+function makePrompt(vocab: number): Prompt {
+    return Array.from({ length: 256 }, (_, i) => ((i * 7919) % vocab) + 10);
+}
+
+async function measureTarget(path: string, options: Options): Promise<Record<string, unknown>> {
+    const vocab = Math.min((await readGgufVocabulary(path)).size - 10, 4000);
+    const prompt = makePrompt(vocab);
+    const threads = defaultThreads();
+    const llama = await loadLlama(options.gpu);
+    // node-llama-cpp and the native addon share llama.cpp's libraries: keep node-llama-cpp loaded until the end
+    const result: Record<string, unknown> = { gpu: llama.gpu };
+    {
+        const model = await llama.loadModel({ modelPath: path });
+        const context = await model.createContext({ contextSize, sequences: 1, threads });
+        const sequence = context.getSequence();
+        const greedy = { generateNext: { token: true, options: { temperature: 0 } } } as const;
+
+        // the target alone: a plain greedy evaluate, after the prompt and 8 tokens
         await sequence.clearHistory();
         let produced = 0;
         let started = 0;
-        for await (const _token of sequence.evaluate(prompt, { temperature: 0 })) {
+        for await (const _token of sequence.evaluate(prompt.slice() as Token[], { temperature: 0 })) {
             if (produced === 8) started = performance.now();
             if (++produced >= 8 + options.repeats * 4) break;
         }
-        const alone = ms(started) / (produced - 8);
+        result.alone_per_token = produced > 8 ? ms(started) / (produced - 8) : null;
 
         const verify: Record<string, { all: number; last: number }> = {};
-        for (const m of [1, 5, 9, 17]) {
+        for (const m of verifySizes) {
             const row = { all: 0, last: 0 };
             for (const mode of ["all", "last"] as const) {
                 await sequence.clearHistory();
-                await sequence.controlledEvaluate(prompt);
+                await sequence.controlledEvaluate(prompt.slice() as Token[]);
                 let total = 0;
                 for (let r = 0; r < options.repeats; r++) {
                     const input: ControlledEvaluateInputItem[] = [];
@@ -72,42 +123,251 @@ const program = new Command("generateCosts")
             }
             verify[`m${m}`] = row;
         }
-
-        const draft: Record<string, number> = {};
-        if (options.drafter) {
-            const client = createSpecdraftClient(options.drafter, { name: options.drafter, timeoutMs: 10_000 });
-            for (const n of [1, 4, 8, 16]) {
-                let total = 0;
-                const tokens: number[] = prompt.slice();
-                await client.draft(tokens, n);
-                for (let r = 0; r < options.repeats; r++) {
-                    for (let j = 0; j < 8; j++) tokens.push(((r * 31 + j * 17) % vocab) + 10);
-                    const t = performance.now();
-                    const outcome = await client.draft(tokens, n);
-                    total += ms(t);
-                    if (!outcome.ok) throw new Error(`${options.drafter}: ${outcome.failure}: ${outcome.message}`);
-                }
-                draft[`n${n}`] = total / options.repeats;
-            }
-        }
-        process.stdout.write(
-            `${JSON.stringify(
-                {
-                    target: options.target,
-                    gpu: llama.gpu,
-                    drafter: options.drafter ?? null,
-                    unit: "ms",
-                    alone_per_token: alone,
-                    verify,
-                    draft,
-                },
-                null,
-                2,
-            )}\n`,
-        );
+        result.verify = verify;
         await context.dispose();
         await model.dispose();
+    }
+
+    const target = await NativeTarget.load({
+        modelPath: path,
+        contextSize,
+        maxOutputs: Math.max(...verifySizes),
+        gpu: options.gpu,
+        threads,
+    });
+    try {
+        result.native_gpu_device = target.gpuDevice || "cpu";
+        // alone: the difference of a short and a long generation, so the prompt's prefill cancels (median of 3 pairs)
+        const time = async (n: number): Promise<{ ms: number; tokens: number }> => {
+            const t = performance.now();
+            const tokens = await target.generate(prompt, n);
+            return { ms: ms(t), tokens: tokens.length };
+        };
+        await time(8);
+        const perToken: number[] = [];
+        for (let pair = 0; pair < 3; pair++) {
+            const short = await time(8);
+            const long = await time(8 + options.repeats * 4);
+            if (long.tokens > short.tokens) perToken.push((long.ms - short.ms) / (long.tokens - short.tokens));
+        }
+        perToken.sort((a, b) => a - b);
+        result.alone_native_per_token = perToken.length > 0 ? perToken[Math.floor(perToken.length / 2)] : null;
+
+        const verifyNative: Record<string, unknown> = {};
+        for (const m of verifySizes) {
+            const row: Record<string, number> = {};
+            for (const mode of ["all", "last"] as const) {
+                await target.verify(prompt, 0, prompt.length - 1);
+                const before = { ...target.stats };
+                let total = 0;
+                for (let r = 0; r < options.repeats; r++) {
+                    const input = Array.from({ length: m }, (_, j) => 100 + j + r);
+                    const t = performance.now();
+                    const next = await target.verify(input, prompt.length, mode === "all" ? 0 : m - 1);
+                    total += ms(t);
+                    if (next.length !== (mode === "all" ? m : 1))
+                        throw new Error(`verify ${m}: ${next.length} outputs`);
+                }
+                row[mode] = total / options.repeats;
+                if (mode === "all") {
+                    const calls = options.repeats;
+                    row.all_decodes_per_call = (target.stats.decodes - before.decodes) / calls;
+                    row.all_submit = (target.stats.submitMs - before.submitMs) / calls;
+                    row.all_wait = (target.stats.waitMs - before.waitMs) / calls;
+                    row.all_read = (target.stats.readMs - before.readMs) / calls;
+                    row.all_graph_reused = (target.stats.graphsReused - before.graphsReused) / calls;
+                }
+            }
+            verifyNative[`m${m}`] = row;
+        }
+        result.verify_native = verifyNative;
+    } finally {
+        target.dispose();
         await llama.dispose();
+    }
+    return result;
+}
+
+/** A drafter under test: one draft request of n tokens for a context. */
+type DraftFn = (tokens: readonly number[], n: number) => Promise<number[]>;
+
+/** ms per draft of n, the context growing by 8 random tokens a request. */
+async function timeGrowingBy8(draft: DraftFn, prompt: Prompt, vocab: number, repeats: number) {
+    const out: Record<string, number> = {};
+    for (const n of draftSizes) {
+        const tokens = prompt.slice();
+        await draft(tokens, n);
+        let total = 0;
+        for (let r = 0; r < repeats; r++) {
+            for (let j = 0; j < 8; j++) tokens.push(((r * 31 + j * 17) % vocab) + 10);
+            const t = performance.now();
+            await draft(tokens, n);
+            total += ms(t);
+        }
+        out[`n${n}`] = total / repeats;
+    }
+    return out;
+}
+
+/**
+ * ms per draft of n, the context growing as a generation grows it: + the accepted part of the last draft (each token
+ * accepted with probability walkAgreement while the ones before it were) + one token of the target's. Calls
+ * `onRequest(n, index)` before each measured request.
+ */
+async function timeWalk(
+    draft: DraftFn,
+    prompt: Prompt,
+    vocab: number,
+    repeats: number,
+    onRequest?: (n: number) => void,
+) {
+    const out: Record<string, number> = {};
+    const random = seededRandom(7);
+    for (const n of draftSizes) {
+        let tokens = prompt.slice();
+        let last = await draft(tokens, n);
+        let total = 0;
+        for (let r = 0; r < repeats; r++) {
+            let accepted = 0;
+            while (accepted < last.length && random(1000) < walkAgreement * 1000) accepted++;
+            tokens = [...tokens, ...last.slice(0, accepted), random(vocab - 10) + 10];
+            onRequest?.(n);
+            const t = performance.now();
+            last = await draft(tokens, n);
+            total += ms(t);
+        }
+        out[`n${n}`] = total / repeats;
+    }
+    return out;
+}
+
+/** The server's step counters from /metrics (sums in s, count), or undefined if it has none. */
+async function readStepCounters(url: string): Promise<Record<string, number> | undefined> {
+    const response = await fetch(new URL("metrics", url.endsWith("/") ? url : `${url}/`)).catch(() => undefined);
+    if (!response?.ok) return undefined;
+    const text = await response.text();
+    const value = (name: string) => {
+        const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+        return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1));
+    };
+    return {
+        count: value("specdraft_step_decode_seconds_count"),
+        decode: value("specdraft_step_decode_seconds_sum"),
+        submit: value("specdraft_step_submit_seconds_sum"),
+        wait: value("specdraft_step_wait_seconds_sum"),
+        sample: value("specdraft_step_sample_seconds_sum"),
+        host: value("specdraft_step_host_seconds_sum"),
+        reused: value("specdraft_step_graph_reused_total"),
+    };
+}
+
+async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, repeats: number) {
+    const client = createSpecdraftClient(url, { name: url, timeoutMs: 10_000 });
+    const draft: DraftFn = async (tokens, n) => {
+        const outcome = await client.draft(tokens, n);
+        if (!outcome.ok) throw new Error(`${url}: ${outcome.failure}: ${outcome.message}`);
+        return outcome.draft;
+    };
+    const draftBy8 = await timeGrowingBy8(draft, prompt, vocab, repeats);
+    const before = await readStepCounters(url);
+    const draftWalk = await timeWalk(draft, prompt, vocab, repeats);
+    const after = await readStepCounters(url);
+    let stepMs: Record<string, number> | null = null;
+    if (before && after && after.count > before.count) {
+        const steps = after.count - before.count;
+        const mean = (key: string) => round((1000 * (after[key] - before[key])) / steps);
+        stepMs = {
+            decode: mean("decode"),
+            submit: mean("submit"),
+            wait: mean("wait"),
+            sample: mean("sample"),
+            host: mean("host"),
+            steps,
+            graph_reused: round((after.reused - before.reused) / steps),
+        };
+    }
+    return { draft: draftBy8, draft_walk: draftWalk, draft_step_ms: stepMs };
+}
+
+async function measureInProcessDrafter(path: string, options: Options, prompt: Prompt, vocab: number) {
+    // per decode step, by its index within the request in flight (one stream: the steps of one request in order)
+    const byIndex = new Map<number, { n: number; decode: number; submit: number; wait: number; reused: number }>();
+    let stepIndex = 0;
+    let recording = false;
+    const engine: DraftEngine = await loadEngine({
+        modelPath: path,
+        streams: 1,
+        contextSize,
+        gpu: options.gpu,
+        observer: {
+            onStep: (_sequences, decodeMs, _sampleMs, _hostMs, graphReused, split) => {
+                if (!recording) return;
+                const index = Math.min(++stepIndex, 4);
+                const row = byIndex.get(index) ?? { n: 0, decode: 0, submit: 0, wait: 0, reused: 0 };
+                row.n++;
+                row.decode += decodeMs;
+                row.submit += split.submitMs;
+                row.wait += split.waitMs;
+                row.reused += graphReused ? 1 : 0;
+                byIndex.set(index, row);
+            },
+        },
+    });
+    try {
+        const draft: DraftFn = (tokens, n) => engine.draft(tokens, n);
+        const draftBy8 = await timeGrowingBy8(draft, prompt, vocab, options.repeats);
+        recording = true;
+        const draftWalk = await timeWalk(draft, prompt, vocab, options.repeats, () => {
+            stepIndex = 0;
+        });
+        recording = false;
+        const steps: Record<string, unknown> = {};
+        for (const [index, row] of [...byIndex.entries()].sort((a, b) => a[0] - b[0]))
+            steps[index < 4 ? `step${index}` : "step4plus"] = {
+                steps: row.n,
+                decode: round(row.decode / row.n),
+                submit: round(row.submit / row.n),
+                wait: round(row.wait / row.n),
+                graph_reused: round(row.reused / row.n),
+            };
+        return {
+            draft_in_process: draftBy8,
+            draft_walk_in_process: draftWalk,
+            steps_in_process: steps,
+            backend: engine.info.backend,
+        };
+    } finally {
+        await engine.close();
+    }
+}
+
+const program = new Command("generateCosts")
+    .description("Measure the target's per-token and per-verify-step costs and the drafter's per-draft costs.")
+    .option("--target <gguf>", "target model")
+    .option("--drafter <url>", "a specdraft server to time /draft against")
+    .option("--draft-model <gguf>", "a drafter to time in this process (specdraft's draft engine, one stream)")
+    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
+    .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
+    .action(async (options: Options) => {
+        if (!options.target && !options.drafter && !options.draftModel)
+            throw new Error("nothing to measure: give --target, --drafter and/or --draft-model");
+        const result: Record<string, unknown> = {
+            target: options.target ?? null,
+            drafter: options.drafter ?? null,
+            draft_model: options.draftModel ?? null,
+            unit: "ms",
+            repeats: options.repeats,
+        };
+        if (options.target) Object.assign(result, await measureTarget(options.target, options));
+        // drafter prompts: the target's vocabulary when given (the pair shares it), else the draft model's
+        const vocabFrom = options.target ?? options.draftModel;
+        const vocab = vocabFrom ? Math.min((await readGgufVocabulary(vocabFrom)).size - 10, 4000) : 4000;
+        const prompt = makePrompt(vocab);
+        if (options.drafter)
+            Object.assign(result, await measureHttpDrafter(options.drafter, prompt, vocab, options.repeats));
+        if (options.draftModel)
+            Object.assign(result, await measureInProcessDrafter(options.draftModel, options, prompt, vocab));
+        process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     });
 
 await program.parseAsync();

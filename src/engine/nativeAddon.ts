@@ -48,6 +48,11 @@ export interface NativeLoadOptions {
     unguardedLogits: boolean;
     /** Tests only: batch requests in arrival order instead of slot order (llama.cpp then reorders the outputs). */
     arrivalOrder: boolean;
+    /**
+     * Arrivals with 2 to this many new tokens are fed one token (with an output) per step, so every step keeps a
+     * drafting step's shape and ggml-cuda keeps replaying its CUDA graph; 0: never.
+     */
+    stepPrefill: number;
     /** Print llama.cpp's logs to stderr. */
     verbose: boolean;
 }
@@ -77,8 +82,11 @@ export interface NativeFinishedDraft {
     evaluated: number;
 }
 
-/** Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused. */
-export const nativeStepFields = 6;
+/**
+ * Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused, submit ms (the
+ * llama_decode call; part of decode ms), wait ms (llama_synchronize after it; the rest of decode ms).
+ */
+export const nativeStepFields = 8;
 
 /** What a run reports mid-call (drafts that finished while later steps go on) and at its end. */
 export interface NativeRunProgress {
@@ -89,7 +97,8 @@ export interface NativeRunProgress {
      * llama_decode + llama_synchronize (the device's work); ms fetching outputs and taking their argmax; ms since the
      * previous step ended (batch building, plus the JS round trip before a run's first step when requests were left in
      * flight; time with nothing to do is not counted); compute graphs llama.cpp reused instead of rebuilding (one per
-     * ubatch; ggml-cuda replays a CUDA graph only for a reused graph).
+     * ubatch; ggml-cuda replays a CUDA graph only for a reused graph); ms in the llama_decode call itself (on a GPU the
+     * host's part: graph reuse or rebuild, inputs, launches) and ms in llama_synchronize after it.
      */
     steps: Float64Array;
 }
@@ -123,18 +132,82 @@ export interface NativeEngineHandle {
     dispose(): void;
 }
 
+/** What the native Target loads: one sequence of a target model (src/generate/NativeTarget.ts). Every field is required. */
+export interface NativeTargetLoadOptions {
+    binsDir: string;
+    modelPath: string;
+    /** Tokens the sequence holds. */
+    contextSize: number;
+    /** Tokens one llama_decode call takes (longer inputs are decoded in several). */
+    batchSize: number;
+    ubatchSize: number;
+    /** Layers offloaded to the GPU; -1: all, 0: none. */
+    gpuLayers: number;
+    /** `auto`: llama.cpp decides (node-llama-cpp's default for its contexts too). */
+    flashAttention: "auto" | "on" | "off";
+    /** Greedy tokens computed by an argmax inside llama.cpp's graph (only ids copied back) instead of over host logits. */
+    backendSampling: boolean;
+    /** Greedy outputs one evaluate() may ask for: k + 1 to verify drafts of k. */
+    maxOutputs: number;
+    /** CPU threads for llama.cpp; 0: its default. */
+    threads: number;
+    verbose: boolean;
+}
+
+/**
+ * Numbers in a target call's `stats`: llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
+ * (llama_synchronize after each), read ms (fetching sampled ids or the argmax over logits), graphs llama.cpp reused.
+ */
+export const nativeTargetStatFields = 6;
+
+export interface NativeTargetHandle {
+    load(options: NativeTargetLoadOptions): Promise<void>;
+    info(): { vocabSize: number; contextSize: number; gpuDevice: string; maxOutputs: number; eogIds: Int32Array };
+    /**
+     * Trims the KV cache to its first `keep` cells, decodes `tokens` after them and returns the greedy next token after
+     * each of tokens[outputFrom..] (at most maxOutputs), all in one call.
+     */
+    evaluate(
+        tokens: Int32Array,
+        keep: number,
+        outputFrom: number,
+    ): Promise<{ next: Int32Array; cached: number; stats: Float64Array }>;
+    /**
+     * The target alone: `tokens` after `keep` cached ones, then greedy tokens until an end-of-generation one (not
+     * included) or maxTokens. `cached`: tokens now in the KV cache.
+     */
+    generate(
+        tokens: Int32Array,
+        keep: number,
+        maxTokens: number,
+    ): Promise<{ tokens: Int32Array; cached: number; stats: Float64Array }>;
+    dispose(): void;
+}
+
 interface NativeModule {
     Engine: new () => NativeEngineHandle;
+    Target: new () => NativeTargetHandle;
 }
 
 export interface LoadedAddon {
     variant: NativeVariant;
     binsDir: string;
     createEngine(): NativeEngineHandle;
+    createTarget(): NativeTargetHandle;
 }
 
-/** build/native under the package root (this file lives in src/engine or dist/engine). */
-const nativeBuildDir = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "build", "native");
+/**
+ * build/native under the package root: the nearest folder above this module that holds a package.json (this file
+ * lives in src/engine or dist/engine, or is bundled into a GPU job's script under .gpu-extra/).
+ */
+const nativeBuildDir = join(packageRoot(dirname(fileURLToPath(import.meta.url))), "build", "native");
+
+function packageRoot(from: string): string {
+    for (let dir = from; ; dir = dirname(dir)) {
+        if (existsSync(join(dir, "package.json"))) return dir;
+        if (dirname(dir) === dir) return resolve(from, "..", "..");
+    }
+}
 
 /** Loads the native engine build for `gpu`; throws EngineLoadError saying how to build it when it is missing. */
 export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
@@ -164,7 +237,7 @@ export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
         const reason = error instanceof Error ? error.message : String(error);
         throw new EngineLoadError(`cannot load the ${variant} native engine ${addonPath}: ${reason}`);
     }
-    return { variant, binsDir, createEngine: () => new module.Engine() };
+    return { variant, binsDir, createEngine: () => new module.Engine(), createTarget: () => new module.Target() };
 }
 
 function pickVariant(gpu: GpuChoice): NativeVariant {

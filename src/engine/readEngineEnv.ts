@@ -10,6 +10,7 @@
  *   SPECDRAFT_THREADS=<n>                  llama.cpp CPU threads
  *   SPECDRAFT_MAX_STEPS_PER_RUN=<n>        decode steps per native run (1: a JS round trip per step; 0: no limit)
  *   SPECDRAFT_PAD_BATCH=<fraction>         pad steps to all streams when this fraction drafts (0: never; e.g. 0.5)
+ *   SPECDRAFT_STEP_PREFILL=<tokens>        feed arrivals of up to this many new tokens one per step (0: never)
  */
 
 /** The KV cache element types llama.cpp takes for both K and V here. */
@@ -25,6 +26,7 @@ export interface EngineEnvSettings {
     threads?: number;
     maxStepsPerRun?: number;
     padBatch?: number;
+    stepPrefill?: number;
 }
 
 /** Reads the SPECDRAFT_* engine variables; throws a RangeError naming the variable for a value it cannot use. */
@@ -63,6 +65,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     assign("batchSize", integer("SPECDRAFT_BATCH", 1));
     assign("threads", integer("SPECDRAFT_THREADS", 1));
     assign("maxStepsPerRun", integer("SPECDRAFT_MAX_STEPS_PER_RUN", 0));
+    assign("stepPrefill", integer("SPECDRAFT_STEP_PREFILL", 0));
     const pad = env.SPECDRAFT_PAD_BATCH;
     if (pad !== undefined && pad !== "") {
         const fraction = Number(pad);

@@ -39,6 +39,16 @@ export interface DraftOptions {
     signal?: AbortSignal;
 }
 
+/** Where a decode step's `decodeMs` went, and its size. */
+export interface StepSplit {
+    /** ms in the llama_decode call. */
+    submitMs: number;
+    /** ms in llama_synchronize after it. */
+    waitMs: number;
+    /** Tokens in the step's batch. */
+    tokens: number;
+}
+
 /** Counters the engine reports so the server can export them as metrics. */
 export interface EngineObserver {
     /** One llama_decode call of `tokens` tokens across `sequences` sequences. */
@@ -48,9 +58,18 @@ export interface EngineObserver {
      * work), `sampleMs` fetching outputs and taking the argmax, `hostMs` since the previous step ended (batch building,
      * and JS round trips while requests were in flight; idle time is not counted). `graphReused`: llama.cpp reused its
      * compute graph instead of rebuilding it (needs the same batch shape and, with per-sequence KV, the same sequences;
-     * ggml-cuda replays a CUDA graph only then). Called right after `onDecode`.
+     * ggml-cuda replays a CUDA graph only then). `split` divides `decodeMs` into the llama_decode call (`submitMs`: on
+     * a GPU the host's part — graph reuse or rebuild, inputs, launches — while the device may already run) and the
+     * wait for the device after it (`waitMs`), and gives the step's tokens. Called right after `onDecode`.
      */
-    onStep?(sequences: number, decodeMs: number, sampleMs: number, hostMs: number, graphReused: boolean): void;
+    onStep?(
+        sequences: number,
+        decodeMs: number,
+        sampleMs: number,
+        hostMs: number,
+        graphReused: boolean,
+        split: StepSplit,
+    ): void;
     /** A request's prefix handling: tokens it had to evaluate and tokens reused from the KV cache. */
     onPrefix?(evaluated: number, reused: number): void;
     /** Requests waiting for or in a batch. */

@@ -10,9 +10,12 @@ import {
     type TokenPredictor,
 } from "node-llama-cpp";
 import { withTrailingSlash } from "../client/createDraftClient.js";
+import { loadEngine } from "../engine/loadEngine.js";
+import type { GpuChoice } from "../engine/nativeAddon.js";
 import { GenerateError } from "./errors.js";
 import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
 import { defaultDraftTimeoutMs, HttpDraftTokenPredictor } from "./HttpDraftTokenPredictor.js";
+import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
 import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import type { DraftSourceKind } from "./types.js";
 
@@ -29,9 +32,15 @@ export interface DraftSourceOptions {
     contextSize: number;
     /**
      * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
-     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (for the exact verifier). Defaults to `library`.
+     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
+     * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
+     * without HTTP). Defaults to `library`.
      */
-    draftModelPredictor?: "library" | "lock-step";
+    draftModelPredictor?: "library" | "lock-step" | "native";
+    /** Where the native draft engine computes (`native` only). Defaults to `auto`. */
+    gpu?: GpuChoice;
+    /** End-of-generation token ids of the (shared) vocabulary: a native draft ends after one. Defaults to none. */
+    eogIds?: ReadonlySet<number>;
     /** Threads for the draft model's context. Defaults to node-llama-cpp's choice. */
     threads?: number;
     /** Per-request timeout for the server (source `http`). Defaults to `5000` ms. */
@@ -91,6 +100,26 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
 
     const vocabulary = await readGgufVocabulary(spec.path);
     checkVocabularies(options.target, { label: spec.path, fingerprint: vocabulary.fingerprint });
+    if (options.draftModelPredictor === "native") {
+        const engine = await loadEngine({
+            modelPath: spec.path,
+            streams: 1,
+            contextSize: options.contextSize,
+            gpu: options.gpu ?? "auto",
+            threads: options.threads,
+        });
+        const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
+        return {
+            kind: "model",
+            label: spec.path,
+            vocabFingerprint: vocabulary.fingerprint,
+            predictor,
+            close: async () => {
+                predictor.dispose();
+                await engine.close();
+            },
+        };
+    }
     const model = await options.llama.loadModel({ modelPath: spec.path });
     try {
         const context = await model.createContext({

@@ -10,7 +10,9 @@ import { GenerateError } from "./errors.js";
 import { generateAlone } from "./generateAlone.js";
 import { generateWithExactVerifier } from "./generateWithExactVerifier.js";
 import { generateWithLibraryVerifier } from "./generateWithLibraryVerifier.js";
+import { generateAloneNative, generateWithNativeVerifier } from "./generateWithNativeVerifier.js";
 import { type GpuChoice, loadLlama } from "./loadLlama.js";
+import { NativeTarget } from "./NativeTarget.js";
 import { type DraftSource, type DraftSourceSpec, openDraftSource } from "./openDraftSource.js";
 import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import { summarizeGeneration } from "./summarizeGeneration.js";
@@ -22,7 +24,8 @@ export const defaultDraftLength = 16;
 export const defaultRuns = 1;
 export const defaultGpu: GpuChoice = "auto";
 /**
- * `exact`: specdraft's verification loop over node-llama-cpp's public API, fed by the same token predictors. The
+ * `exact`: specdraft's verification loop with the target in specdraft's native addon (one decode per step, greedy tokens
+ * from llama.cpp's graph). `exact-node-llama-cpp` is the same loop over node-llama-cpp's `controlledEvaluate`. The
  * library's own speculative path (`node-llama-cpp`) counts every draft token after the first as refuted in 3.21.1, so
  * it can never accept more than one draft token per target step (τ ≤ 2, docs/generate.md). Defaults to `exact`.
  */
@@ -83,8 +86,11 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
     let targetModel: LlamaModel | undefined;
     const contexts: LlamaContext[] = [];
     let source: DraftSource | undefined;
+    let nativeTarget: NativeTarget | undefined;
+    // the native verifier runs the target in specdraft's addon; node-llama-cpp then only tokenizes
+    const native = verifier === "exact";
     try {
-        targetModel = await llama.loadModel({ modelPath: options.target });
+        targetModel = await llama.loadModel({ modelPath: options.target, vocabOnly: native });
         const model = targetModel;
         const prompts = options.prompts.map((prompt) => ({
             ...prompt,
@@ -94,9 +100,19 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         const contextSize =
             options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
 
+        if (native)
+            nativeTarget = await NativeTarget.load({
+                modelPath: options.target,
+                contextSize,
+                maxOutputs: draftLength + 1,
+                gpu,
+                threads,
+            });
         source = await openDraftSource(options.draft, {
             draftLength,
-            draftModelPredictor: verifier === "exact" ? "lock-step" : "library",
+            draftModelPredictor: native ? "native" : verifier === "exact-node-llama-cpp" ? "lock-step" : "library",
+            gpu,
+            eogIds: nativeTarget?.eogIds,
             target: { label: options.target, fingerprint: targetVocabulary.fingerprint, size: targetVocabulary.size },
             llama,
             contextSize,
@@ -106,22 +122,31 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         });
         const predictor = new TimedTokenPredictor(source.predictor);
 
-        // one sequence per context, and never two evaluations at once: node-llama-cpp's sampling of several sequences
-        // in one context can race on llama.cpp's logits buffer
-        const aloneContext = await model.createContext({ contextSize, sequences: 1, threads });
-        contexts.push(aloneContext);
-        const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads });
-        contexts.push(speculativeContext);
-        const aloneSequence = aloneContext.getSequence();
-        const speculativeSequence =
-            verifier === "node-llama-cpp"
-                ? speculativeContext.getSequence({ tokenPredictor: predictor })
-                : speculativeContext.getSequence();
-
-        const speculate = (tokens: number[]): Promise<GenerationRun> =>
-            verifier === "node-llama-cpp"
-                ? generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens)
-                : generateWithExactVerifier(speculativeSequence, predictor, tokens, maxTokens, draftLength);
+        let generateAloneRun: (tokens: number[]) => Promise<GenerationRun>;
+        let speculate: (tokens: number[]) => Promise<GenerationRun>;
+        if (nativeTarget !== undefined) {
+            // alone and speculative through the same native target, so the speed-up compares like with like
+            const target = nativeTarget;
+            generateAloneRun = (tokens) => generateAloneNative(target, tokens, maxTokens);
+            speculate = (tokens) => generateWithNativeVerifier(target, predictor, tokens, maxTokens, draftLength);
+        } else {
+            // one sequence per context, and never two evaluations at once: node-llama-cpp's sampling of several
+            // sequences in one context can race on llama.cpp's logits buffer
+            const aloneContext = await model.createContext({ contextSize, sequences: 1, threads });
+            contexts.push(aloneContext);
+            const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads });
+            contexts.push(speculativeContext);
+            const aloneSequence = aloneContext.getSequence();
+            const speculativeSequence =
+                verifier === "node-llama-cpp"
+                    ? speculativeContext.getSequence({ tokenPredictor: predictor })
+                    : speculativeContext.getSequence();
+            generateAloneRun = (tokens) => generateAlone(aloneSequence, tokens, maxTokens);
+            speculate = (tokens) =>
+                verifier === "node-llama-cpp"
+                    ? generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens)
+                    : generateWithExactVerifier(speculativeSequence, predictor, tokens, maxTokens, draftLength);
+        }
 
         const results: PromptResult[] = [];
         const total = prompts.length * runs * 2;
@@ -132,14 +157,14 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             const speculative: GenerationRun[] = [];
             for (let run = 0; run < runs; run++) {
                 if (run % 2 === 0) {
-                    alone.push(await generateAlone(aloneSequence, prompt.tokens, maxTokens));
+                    alone.push(await generateAloneRun(prompt.tokens));
                     step();
                     speculative.push(await speculate(prompt.tokens));
                     step();
                 } else {
                     speculative.push(await speculate(prompt.tokens));
                     step();
-                    alone.push(await generateAlone(aloneSequence, prompt.tokens, maxTokens));
+                    alone.push(await generateAloneRun(prompt.tokens));
                     step();
                 }
             }
@@ -154,7 +179,11 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                 maxTokens,
                 draftLength,
                 runs,
-                gpu: llama.gpu === false ? "cpu" : llama.gpu,
+                gpu: nativeTarget
+                    ? nativeTarget.gpuDevice.split(":")[0].toLowerCase() || "cpu"
+                    : llama.gpu === false
+                      ? "cpu"
+                      : llama.gpu,
                 contextSize,
                 threads,
             },
@@ -162,6 +191,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         });
     } finally {
         await source?.close();
+        nativeTarget?.dispose();
         for (const context of contexts) await context.dispose();
         await targetModel?.dispose();
         if (options.llama === undefined) await llama.dispose();

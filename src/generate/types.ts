@@ -12,10 +12,14 @@ export type DraftSourceKind = "http" | "model" | "ngram";
  * Which loop verifies drafts.
  * - `node-llama-cpp`: the library's own speculative path, `sequence.evaluate()` with a `tokenPredictor`. In 3.21.1 it
  *   accepts at most one draft token per target step (see docs/generate.md), so τ ≤ 2 whatever the drafter.
- * - `exact`: specdraft's loop over the same TokenPredictor: the target scores `[last, d1..dk]` in one decode through
- *   `sequence.controlledEvaluate()` and keeps the longest matching prefix plus the target's own next token.
+ * - `exact`: specdraft's loop over the same TokenPredictor with the target in specdraft's native addon
+ *   (NativeTarget): `[last, d1..dk]` in one decode whose greedy token at every position comes from an argmax in
+ *   llama.cpp's graph, read back in one call; keeps the longest matching prefix plus the target's own next token. The
+ *   target alone runs through the same addon.
+ * - `exact-node-llama-cpp`: the same loop with the target in node-llama-cpp, scoring through
+ *   `sequence.controlledEvaluate()` (every asked position's logits copied to the host and sampled there).
  */
-export type VerifierKind = "node-llama-cpp" | "exact";
+export type VerifierKind = "node-llama-cpp" | "exact" | "exact-node-llama-cpp";
 
 /** One greedy generation of one prompt. */
 export interface GenerationRun {

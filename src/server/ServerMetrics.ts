@@ -54,6 +54,20 @@ export class ServerMetrics {
         registers: [this.registry],
     });
 
+    private readonly stepSubmit = new Histogram({
+        name: "specdraft_step_submit_seconds",
+        help: "Time per decode step in the llama_decode call itself (part of the decode time): on a GPU the host's part — graph reuse or rebuild, inputs, kernel or CUDA-graph launch — while the device may already run.",
+        buckets: stepBuckets,
+        registers: [this.registry],
+    });
+
+    private readonly stepWait = new Histogram({
+        name: "specdraft_step_wait_seconds",
+        help: "Time per decode step in llama_synchronize after llama_decode (the rest of the decode time): the device finishing its work.",
+        buckets: stepBuckets,
+        registers: [this.registry],
+    });
+
     private readonly stepSample = new Histogram({
         name: "specdraft_step_sample_seconds",
         help: "Time per decode step fetching the outputs and taking their argmax (or the sampled ids).",
@@ -98,9 +112,11 @@ export class ServerMetrics {
             this.decodeTokens.inc(tokens);
             this.decodeSequences.observe(sequences);
         },
-        onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused) => {
+        onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused, split) => {
             if (graphReused) this.stepGraphReused.inc();
             this.stepDecode.observe(decodeMs / 1000);
+            this.stepSubmit.observe(split.submitMs / 1000);
+            this.stepWait.observe(split.waitMs / 1000);
             this.stepSample.observe(sampleMs / 1000);
             this.stepHost.observe(hostMs / 1000);
         },

@@ -1,4 +1,6 @@
-// specdraft's native draft loop: one llama.cpp context holding many sequences, driven in decode STEPS.
+// specdraft's native draft loop: one llama.cpp context holding many sequences, driven in decode STEPS. The same addon
+// holds the Target (at the end of this file): one sequence of a target model that verifies a whole draft in one decode,
+// its greedy tokens computed in llama.cpp's graph, for `specdraft generate`.
 //
 // Requests in flight live here (slot, new tokens, n, endId, draft so far). One native call (`run`) runs steps back to
 // back off the JS thread until nothing is left in flight. While it runs, JS hands it new requests and cancels through
@@ -20,16 +22,18 @@
 // JS interface (see src/engine/nativeAddon.ts for the typed view):
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
-//                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, verbose });
+//                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, stepPrefill, verbose });
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
 //       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
 //       (maxSteps > 0 ends the run after that many steps even with requests in flight: the old loop, for comparison)
-//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 6 numbers per decode
+//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 8 numbers per decode
 //       step: tokens, sequences, decode ms (llama_decode + llama_synchronize), sample ms (fetching the outputs +
 //       argmax), host ms (time since the previous step ended: batch building, and for a call's first step the JS
 //       round trip when requests were left in flight; idle time without requests is not counted), compute graphs
-//       llama.cpp reused (not rebuilt; a CUDA graph can only be replayed for a reused graph)
+//       llama.cpp reused (not rebuilt; a CUDA graph can only be replayed for a reused graph), submit ms (the
+//       llama_decode call alone: on a GPU the host's part — graph reuse or rebuild, inputs, kernel or CUDA-graph
+//       launch — while the device may already run) and wait ms (llama_synchronize: the rest of the device's work)
 //   engine.submit(arrivals, cancelIds) -> true when the run in flight took them (at its next step); false when no run is
 //       live (none started, or it is ending): pass them to the next run() instead
 //   engine.dispose()
@@ -146,6 +150,8 @@ struct DraftItem {
     bool done = false;
     // this step's share of the batch
     int32_t take = 0;
+    // a short prefill fed one token per step (see EngineState::stepPrefill); outputs before the last token are dropped
+    bool stepwise = false;
 };
 
 struct EngineState {
@@ -166,6 +172,12 @@ struct EngineState {
     // shape and sequence set from step to step: llama.cpp reuses its graph only for the same sequences (per-sequence
     // KV), and ggml-cuda captures a CUDA graph only after two calls of the same graph.
     int32_t padMinSequences = 0;
+    // Arrivals with at most this many new tokens (and more than one) are fed one token per step, each with an output,
+    // instead of all at once (0: never). Every step then has one token and one output per sequence, the shape of a
+    // drafting step, so llama.cpp reuses its graph and ggml-cuda keeps replaying its CUDA graph: a multi-token step
+    // makes llama.cpp rebuild the graph, and ggml-cuda (which keys its CUDA graphs by the graph's first node, the same
+    // for both shapes) then runs two steps uncaptured and captures again on the third. Costs a decode per extra token.
+    int32_t stepPrefill = 0;
     std::vector<int32_t> slotLength;  // positions [0, slotLength) of each slot's KV cache are valid
     std::string gpuDevice;  // empty: CPU only
     std::vector<DraftItem> active;  // requests in flight, in arrival order
@@ -183,6 +195,8 @@ struct StepStat {
     double sampleMs = 0;
     double hostMs = 0;
     int32_t graphsReused = 0;  // compute graphs llama.cpp reused instead of rebuilding (one per ubatch)
+    double submitMs = 0;       // the llama_decode call (part of decodeMs)
+    double waitMs = 0;         // llama_synchronize after it (the rest of decodeMs)
 };
 
 // What a run sends to JS mid-call: drafts that finished, and the counters of the steps since the last message.
@@ -247,6 +261,7 @@ struct LoadOptions {
     bool backendSampling = false;
     double padBatch = 0;  // fraction of the streams that must draft for a step to be padded to all; 0: off
     std::string kvType;  // KV cache element type: f16 (llama.cpp's default), q8_0, f32; empty: default
+    int32_t stepPrefill = 0;  // see EngineState::stepPrefill; 0: off
 };
 
 // The ggml type of a KV cache type name; throws on anything else.
@@ -321,6 +336,7 @@ public:
             s.unguardedLogits = options_.unguardedLogits;
             s.arrivalOrder = options_.arrivalOrder;
             s.slotLength.assign(options_.streams, 0);
+            s.stepPrefill = options_.stepPrefill;
             s.padMinSequences = options_.padBatch > 0
                 ? std::max(1, (int32_t)std::ceil(options_.padBatch * options_.streams))
                 : 0;
@@ -390,6 +406,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.arrivalOrder = getBool(o, "arrivalOrder", false);
     opt.backendSampling = getBool(o, "backendSampling", false);
     opt.kvType = getString(o, "kvType");
+    opt.stepPrefill = std::max(0, getInt(o, "stepPrefill", 0));
     {
         Napi::Value v = o.Get("padBatch");
         opt.padBatch = v.IsNumber() ? std::min(1.0, std::max(0.0, v.As<Napi::Number>().DoubleValue())) : 0;
@@ -434,15 +451,17 @@ Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished,
         f.Set("evaluated", it.evaluated);
         list.Set((uint32_t)i, f);
     }
-    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 6);
+    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 8);
     for (size_t i = 0; i < steps.size(); ++i) {
-        double* row = stats.Data() + i * 6;
+        double* row = stats.Data() + i * 8;
         row[0] = steps[i].tokens;
         row[1] = steps[i].sequences;
         row[2] = steps[i].decodeMs;
         row[3] = steps[i].sampleMs;
         row[4] = steps[i].hostMs;
         row[5] = steps[i].graphsReused;
+        row[6] = steps[i].submitMs;
+        row[7] = steps[i].waitMs;
     }
     result.Set("finished", list);
     result.Set("steps", stats);
@@ -525,10 +544,13 @@ private:
         if (rc != 0) {
             throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
         }
+        const Clock::time_point submitted = Clock::now();
         // reading any output synchronizes anyway; doing it here puts the device's time under decode
         llama_synchronize(s.ctx);
         const Clock::time_point decoded = Clock::now();
         stat.decodeMs = msBetween(start, decoded);
+        stat.submitMs = msBetween(start, submitted);
+        stat.waitMs = msBetween(submitted, decoded);
         stat.graphsReused = llama_perf_context(s.ctx).n_reused - reusedBefore;
         next.assign(outputIndices.size(), -1);
         const int32_t count = (int32_t)outputIndices.size();
@@ -587,10 +609,10 @@ private:
         // drafting requests get their one token first; prefills share what is left of the batch
         int32_t budget = s.batchCapacity;
         for (DraftItem* it : order) {
-            if (it->offset == it->tokens.size()) budget--;
+            if (it->offset == it->tokens.size() || it->stepwise) budget--;
         }
         for (DraftItem* it : order) {
-            if (it->offset == it->tokens.size()) {
+            if (it->offset == it->tokens.size() || it->stepwise) {
                 it->take = 1;
             } else {
                 it->take = (int32_t)std::min<size_t>(it->tokens.size() - it->offset, (size_t)std::max(0, budget));
@@ -601,11 +623,12 @@ private:
         s.batch.n_tokens = 0;
         outputIndices_.clear();
         outputItems_.clear();
+        outputDrafts_.clear();
         int32_t sequences = 0;
         // padding: only steps of one token per drafting sequence (no prefill) with enough sequences drafting
         bool pad = s.padMinSequences > 0 && !s.arrivalOrder && (int32_t)order.size() >= s.padMinSequences &&
                    (int32_t)order.size() < s.streams;
-        for (DraftItem* it : order) pad = pad && it->take == 1 && it->tokens.size() - it->offset <= 1;
+        for (DraftItem* it : order) pad = pad && it->take == 1 && (it->tokens.size() - it->offset <= 1 || it->stepwise);
         size_t nextReal = 0;
         const int32_t nCtxSeq = (int32_t)llama_n_ctx_seq(s.ctx);
         llama_memory_t mem = llama_get_memory(s.ctx);
@@ -632,15 +655,18 @@ private:
             if (it->offset == it->tokens.size()) {
                 outputIndices_.push_back(s.batch.n_tokens);
                 outputItems_.push_back(it);
+                outputDrafts_.push_back(true);
                 addToken(it->draft.back(), it->cached, it->slot, true);
             } else {
                 for (int32_t j = 0; j < it->take; ++j) {
                     const bool last = it->offset + j + 1 == it->tokens.size();
-                    if (last) {
+                    // a stepwise prefill asks for an output at every token, so the step has a drafting step's shape
+                    if (last || it->stepwise) {
                         outputIndices_.push_back(s.batch.n_tokens);
                         outputItems_.push_back(it);
+                        outputDrafts_.push_back(last);
                     }
-                    addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last);
+                    addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last || it->stepwise);
                 }
                 it->offset += it->take;
             }
@@ -659,6 +685,7 @@ private:
             decode(outputIndices_, next_, stat);
             steps.push_back(stat);
             for (size_t o = 0; o < outputItems_.size(); ++o) {
+                if (!outputDrafts_[o]) continue;  // a stepwise prefill's token before its last: not a draft
                 DraftItem* it = outputItems_[o];
                 it->draft.push_back(next_[o]);
                 if ((int32_t)it->draft.size() >= it->n || next_[o] == it->endId) it->done = true;
@@ -697,6 +724,7 @@ private:
                 throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
             }
             it.cached = it.keep;
+            it.stepwise = s.stepPrefill > 0 && it.tokens.size() > 1 && (int32_t)it.tokens.size() <= s.stepPrefill;
             s.slotLength[it.slot] = it.keep;
             s.active.push_back(std::move(it));
         }
@@ -757,6 +785,7 @@ private:
     std::vector<StepStat> steps_;
     std::vector<int32_t> outputIndices_;
     std::vector<DraftItem*> outputItems_;
+    std::vector<bool> outputDrafts_;  // per output: its token is the item's next draft token
     std::vector<int32_t> padSlots_;
     std::vector<llama_token> next_;
     Napi::Promise::Deferred deferred_;
@@ -860,8 +889,479 @@ Napi::Object Engine::Init(Napi::Env env, Napi::Object exports) {
     return exports;
 }
 
+
+// ==== the target: one sequence of a target model, for speculative generation (src/generate/NativeTarget.ts) ====
+//
+// Verification in one call: `evaluate(tokens, keep, outputFrom)` trims the KV cache to its first `keep` cells (what a
+// rejected draft left behind goes), decodes `tokens` at positions keep, keep+1, ... (one llama_decode when they fit the
+// batch) and returns the greedy next token after each of tokens[outputFrom..]. With `backendSampling` the argmax of
+// every output row is computed inside llama.cpp's graph (on the GPU when offloaded; llama.cpp's greedy backend sampler
+// with up to `maxOutputs` outputs per sequence), so k + 1 token ids cross to the host instead of (k + 1) × n_vocab
+// logits and no host code touches the logits; without it, the host takes the argmax of each row. `generate(tokens,
+// keep, maxTokens)` is the target alone: the prompt, then one token per decode until an end-of-generation token or
+// maxTokens, the loop native (no JS between tokens).
+//
+//   const target = new Target();
+//   await target.load({ binsDir, modelPath, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
+//                       backendSampling, maxOutputs, threads, verbose });   // every option required
+//   target.info()  -> { vocabSize, contextSize, gpuDevice, maxOutputs, eogIds: Int32Array }
+//   await target.evaluate(tokens: Int32Array, keep, outputFrom) -> { next: Int32Array, cached, stats: Float64Array }
+//   await target.generate(tokens: Int32Array, keep, maxTokens)  -> { tokens: Int32Array, cached, stats: Float64Array }
+// (`cached`: tokens now in the KV cache)
+//   target.dispose()
+// `stats` (targetStatFields numbers): llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
+// (llama_synchronize after each), read ms (fetching the sampled ids or the argmax over logits), graphs llama.cpp reused.
+
+constexpr int32_t targetStatFields = 6;
+
+struct TargetStats {
+    int32_t decodes = 0;
+    int32_t tokens = 0;
+    double submitMs = 0;
+    double waitMs = 0;
+    double readMs = 0;
+    int32_t graphsReused = 0;
+};
+
+struct TargetOptions {
+    std::string binsDir;
+    std::string modelPath;
+    int32_t contextSize = 0;
+    int32_t batchSize = 0;
+    int32_t ubatchSize = 0;
+    int32_t gpuLayers = 0;
+    llama_flash_attn_type flashAttention = LLAMA_FLASH_ATTN_TYPE_AUTO;
+    bool backendSampling = false;
+    int32_t maxOutputs = 0;  // greedy outputs one evaluate() may ask for (k + 1 for drafts of k)
+    int32_t threads = 0;
+};
+
+class Target : public Napi::ObjectWrap<Target> {
+public:
+    static void Init(Napi::Env env, Napi::Object exports);
+    explicit Target(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Target>(info) {}
+    ~Target() override { freeModel(); }
+
+    llama_model* model = nullptr;
+    llama_context* ctx = nullptr;
+    llama_batch batch{};
+    int32_t batchCapacity = 0;
+    int32_t nVocab = 0;
+    int32_t maxOutputs = 0;
+    int32_t length = 0;  // cells [0, length) of the KV cache hold evaluated tokens
+    bool backendSampling = false;
+    llama_sampler* sampler = nullptr;
+    llama_sampler_seq_config samplerConfig{};
+    std::vector<llama_token> eogIds;
+    std::vector<bool> isEog;
+    std::string gpuDevice;
+    std::atomic<bool> busy{false};
+    bool loaded = false;
+
+    void freeModel() {
+        if (ctx) llama_free(ctx);
+        if (batchCapacity > 0) llama_batch_free(batch);
+        if (model) llama_model_free(model);
+        if (sampler) llama_sampler_free(sampler);
+        ctx = nullptr;
+        model = nullptr;
+        sampler = nullptr;
+        batchCapacity = 0;
+        loaded = false;
+    }
+
+    // Decodes tokens[0..count) at positions pos, pos+1, ... with outputs from index firstOutput on (count: none);
+    // appends their greedy next tokens to `next`.
+    void decode(const llama_token* tokens, int32_t count, int32_t pos, int32_t firstOutput, std::vector<llama_token>& next,
+                TargetStats& stats) {
+        batch.n_tokens = 0;
+        for (int32_t j = 0; j < count; ++j) {
+            batch.token[j] = tokens[j];
+            batch.pos[j] = pos + j;
+            batch.n_seq_id[j] = 1;
+            batch.seq_id[j][0] = 0;
+            batch.logits[j] = j >= firstOutput ? 1 : 0;
+        }
+        batch.n_tokens = count;
+        const int32_t reusedBefore = llama_perf_context(ctx).n_reused;
+        const Clock::time_point start = Clock::now();
+        const int32_t rc = llama_decode(ctx, batch);
+        if (rc != 0) throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
+        const Clock::time_point submitted = Clock::now();
+        llama_synchronize(ctx);
+        const Clock::time_point decoded = Clock::now();
+        for (int32_t j = firstOutput; j < count; ++j) {
+            if (backendSampling) {
+                const llama_token token = llama_get_sampled_token_ith(ctx, j);
+                if (token == LLAMA_TOKEN_NULL) throw std::runtime_error("llama.cpp returned no sampled token: " + takeLoggedErrors());
+                next.push_back(token);
+            } else {
+                const float* row = llama_get_logits_ith(ctx, j);
+                if (!row) throw std::runtime_error("llama.cpp returned no logits for an output");
+                next.push_back(argmax(row, nVocab));
+            }
+        }
+        stats.decodes++;
+        stats.tokens += count;
+        stats.submitMs += msBetween(start, submitted);
+        stats.waitMs += msBetween(submitted, decoded);
+        stats.readMs += msBetween(decoded, Clock::now());
+        stats.graphsReused += llama_perf_context(ctx).n_reused - reusedBefore;
+    }
+
+    // Trims the cache to `keep` cells, then decodes `tokens` in batch-sized chunks, asking outputs from index
+    // outputFrom on (tokens.size(): none); returns the greedy next tokens of those outputs.
+    std::vector<llama_token> evaluate(const std::vector<llama_token>& tokens, int32_t keep, int32_t outputFrom, TargetStats& stats) {
+        if (!llama_memory_seq_rm(llama_get_memory(ctx), 0, keep, -1)) throw std::runtime_error("could not trim the KV cache");
+        length = keep;
+        std::vector<llama_token> next;
+        const int32_t count = (int32_t)tokens.size();
+        for (int32_t offset = 0; offset < count; offset += batchCapacity) {
+            const int32_t chunk = std::min(batchCapacity, count - offset);
+            const int32_t firstOutput = std::min(chunk, std::max(0, outputFrom - offset));
+            decode(tokens.data() + offset, chunk, length, firstOutput, next, stats);
+            length += chunk;
+        }
+        return next;
+    }
+
+    // The target alone: evaluates `tokens` after `keep` cached ones, then greedy tokens one decode each until an
+    // end-of-generation token (not included) or maxTokens of them.
+    std::vector<llama_token> generate(const std::vector<llama_token>& tokens, int32_t keep, int32_t maxTokens, TargetStats& stats) {
+        std::vector<llama_token> out;
+        std::vector<llama_token> next = evaluate(tokens, keep, (int32_t)tokens.size() - 1, stats);
+        const int32_t nCtx = (int32_t)llama_n_ctx_seq(ctx);
+        while (true) {
+            const llama_token token = next.back();
+            if (isEog[token]) break;
+            out.push_back(token);
+            if ((int32_t)out.size() >= maxTokens || length >= nCtx) break;
+            next.clear();
+            decode(&token, 1, length, 0, next, stats);
+            length += 1;
+        }
+        return out;
+    }
+
+private:
+    Napi::Value Load(const Napi::CallbackInfo& info);
+    Napi::Value Info(const Napi::CallbackInfo& info);
+    Napi::Value Evaluate(const Napi::CallbackInfo& info);
+    Napi::Value Generate(const Napi::CallbackInfo& info);
+    Napi::Value Dispose(const Napi::CallbackInfo& info);
+    std::vector<llama_token> readTokens(Napi::Env env, const Napi::Value& value, const char* method);
+};
+
+// Required options: a missing or mistyped one is an error naming it (no silent defaults).
+double requireNumber(Napi::Env env, const Napi::Object& o, const char* key) {
+    Napi::Value v = o.Get(key);
+    if (!v.IsNumber()) throw Napi::TypeError::New(env, std::string("Target.load: option ") + key + " must be a number");
+    return v.As<Napi::Number>().DoubleValue();
+}
+bool requireBool(Napi::Env env, const Napi::Object& o, const char* key) {
+    Napi::Value v = o.Get(key);
+    if (!v.IsBoolean()) throw Napi::TypeError::New(env, std::string("Target.load: option ") + key + " must be a boolean");
+    return v.As<Napi::Boolean>().Value();
+}
+std::string requireString(Napi::Env env, const Napi::Object& o, const char* key) {
+    Napi::Value v = o.Get(key);
+    if (!v.IsString()) throw Napi::TypeError::New(env, std::string("Target.load: option ") + key + " must be a string");
+    return v.As<Napi::String>().Utf8Value();
+}
+
+Napi::Float64Array targetStatsToJs(Napi::Env env, const TargetStats& stats) {
+    Napi::Float64Array a = Napi::Float64Array::New(env, targetStatFields);
+    a[0] = stats.decodes;
+    a[1] = stats.tokens;
+    a[2] = stats.submitMs;
+    a[3] = stats.waitMs;
+    a[4] = stats.readMs;
+    a[5] = stats.graphsReused;
+    return a;
+}
+
+Napi::Int32Array tokensToJs(Napi::Env env, const std::vector<llama_token>& tokens) {
+    Napi::Int32Array a = Napi::Int32Array::New(env, tokens.size());
+    std::copy(tokens.begin(), tokens.end(), a.Data());
+    return a;
+}
+
+// One call of the target off the JS thread; `busy` guards against a second one meanwhile.
+class TargetWorker : public Napi::AsyncWorker {
+public:
+    TargetWorker(Napi::Env env, Target* target)
+        : Napi::AsyncWorker(env), target_(target), deferred_(Napi::Promise::Deferred::New(env)) {
+        targetRef_ = Napi::Persistent(target->Value());
+        target_->busy.store(true);
+    }
+    Napi::Promise Promise() { return deferred_.Promise(); }
+    void Execute() override {
+        try {
+            work();
+        } catch (const std::exception& e) {
+            SetError(e.what());
+        }
+    }
+    void OnOK() override {
+        target_->busy.store(false);
+        deferred_.Resolve(result(Env()));
+    }
+    void OnError(const Napi::Error& e) override {
+        target_->busy.store(false);
+        deferred_.Reject(e.Value());
+    }
+
+protected:
+    virtual void work() = 0;
+    virtual Napi::Value result(Napi::Env env) = 0;
+    Target* target_;
+
+private:
+    Napi::Promise::Deferred deferred_;
+    Napi::ObjectReference targetRef_;
+};
+
+class TargetLoadWorker : public TargetWorker {
+public:
+    TargetLoadWorker(Napi::Env env, Target* target, TargetOptions options) : TargetWorker(env, target), options_(std::move(options)) {}
+
+protected:
+    void work() override {
+        Target& t = *target_;
+        try {
+            initBackends(options_.binsDir);
+            takeLoggedErrors();
+            llama_model_params mp = llama_model_default_params();
+            mp.n_gpu_layers = options_.gpuLayers;
+            t.model = llama_model_load_from_file(options_.modelPath.c_str(), mp);
+            if (!t.model) throw std::runtime_error("llama.cpp could not load the model: " + orUnknown(takeLoggedErrors()));
+
+            llama_context_params cp = llama_context_default_params();
+            cp.n_seq_max = 1;
+            cp.n_ctx = (uint32_t)options_.contextSize;
+            cp.n_batch = (uint32_t)options_.batchSize;
+            cp.n_ubatch = (uint32_t)std::min(options_.ubatchSize, options_.batchSize);
+            cp.n_outputs_max = (uint32_t)options_.maxOutputs;
+            cp.flash_attn_type = options_.flashAttention;
+            cp.no_perf = true;
+            if (options_.threads > 0) {
+                cp.n_threads = options_.threads;
+                cp.n_threads_batch = options_.threads;
+            }
+            if (options_.backendSampling) {
+                // greedy in the graph for every output of the one sequence (llama.cpp builds one argmax per output row)
+                t.sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
+                llama_sampler_chain_add(t.sampler, llama_sampler_init_greedy());
+                t.samplerConfig = {0, t.sampler};
+                cp.samplers = &t.samplerConfig;
+                cp.n_samplers = 1;
+                cp.n_outputs_max_per_seq = (uint32_t)options_.maxOutputs;
+                t.backendSampling = true;
+            }
+            t.ctx = llama_init_from_model(t.model, cp);
+            if (!t.ctx) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
+            t.batchCapacity = (int32_t)llama_n_batch(t.ctx);  // llama.cpp caps n_batch at n_ctx
+            t.batch = llama_batch_init(t.batchCapacity, 0, 1);
+            const llama_vocab* vocab = llama_model_get_vocab(t.model);
+            t.nVocab = llama_vocab_n_tokens(vocab);
+            t.maxOutputs = options_.maxOutputs;
+            t.length = 0;
+            t.isEog.assign(t.nVocab, false);
+            t.eogIds.clear();
+            for (llama_token id = 0; id < t.nVocab; ++id) {
+                if (llama_vocab_is_eog(vocab, id)) {
+                    t.isEog[id] = true;
+                    t.eogIds.push_back(id);
+                }
+            }
+            t.gpuDevice.clear();
+            if (options_.gpuLayers != 0) {
+                for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+                    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+                    const auto type = ggml_backend_dev_type(dev);
+                    if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
+                        t.gpuDevice = std::string(ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev))) + ":" +
+                                      ggml_backend_dev_description(dev);
+                        break;
+                    }
+                }
+            }
+        } catch (...) {
+            t.freeModel();
+            throw;
+        }
+    }
+    Napi::Value result(Napi::Env env) override {
+        target_->loaded = true;
+        return env.Undefined();
+    }
+
+private:
+    static std::string orUnknown(std::string s) { return s.empty() ? "unknown reason (run with verbose logs)" : s; }
+    TargetOptions options_;
+};
+
+class TargetEvaluateWorker : public TargetWorker {
+public:
+    TargetEvaluateWorker(Napi::Env env, Target* target, std::vector<llama_token> tokens, int32_t keep, int32_t outputFrom,
+                         int32_t maxTokens)
+        : TargetWorker(env, target), tokens_(std::move(tokens)), keep_(keep), outputFrom_(outputFrom), maxTokens_(maxTokens) {}
+
+protected:
+    void work() override {
+        out_ = maxTokens_ > 0 ? target_->generate(tokens_, keep_, maxTokens_, stats_)
+                              : target_->evaluate(tokens_, keep_, outputFrom_, stats_);
+    }
+    Napi::Value result(Napi::Env env) override {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set(maxTokens_ > 0 ? "tokens" : "next", tokensToJs(env, out_));
+        o.Set("stats", targetStatsToJs(env, stats_));
+        o.Set("cached", target_->length);
+        return o;
+    }
+
+private:
+    std::vector<llama_token> tokens_;
+    int32_t keep_;
+    int32_t outputFrom_;
+    int32_t maxTokens_;  // > 0: generate() instead of evaluate()
+    std::vector<llama_token> out_;
+    TargetStats stats_;
+};
+
+Napi::Value Target::Load(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (loaded || busy.load()) throw Napi::Error::New(env, "Target.load: already loaded");
+    if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "Target.load(options): options object expected");
+    Napi::Object o = info[0].As<Napi::Object>();
+    TargetOptions opt;
+    opt.binsDir = requireString(env, o, "binsDir");
+    opt.modelPath = requireString(env, o, "modelPath");
+    opt.contextSize = (int32_t)requireNumber(env, o, "contextSize");
+    opt.batchSize = (int32_t)requireNumber(env, o, "batchSize");
+    opt.ubatchSize = (int32_t)requireNumber(env, o, "ubatchSize");
+    opt.gpuLayers = (int32_t)requireNumber(env, o, "gpuLayers");
+    const std::string flash = requireString(env, o, "flashAttention");
+    if (flash != "auto" && flash != "on" && flash != "off") {
+        throw Napi::RangeError::New(env, "Target.load: flashAttention must be \"auto\", \"on\" or \"off\", got \"" + flash + "\"");
+    }
+    opt.flashAttention = flash == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                         : flash == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                          : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    opt.backendSampling = requireBool(env, o, "backendSampling");
+    opt.maxOutputs = (int32_t)requireNumber(env, o, "maxOutputs");
+    opt.threads = (int32_t)requireNumber(env, o, "threads");
+    const bool verbose = requireBool(env, o, "verbose");
+    if (opt.contextSize < 2 || opt.batchSize < 1 || opt.ubatchSize < 1 || opt.maxOutputs < 1 || opt.threads < 0) {
+        throw Napi::RangeError::New(env,
+                                    "Target.load: expected contextSize ≥ 2, batchSize, ubatchSize, maxOutputs ≥ 1, threads ≥ 0");
+    }
+    if (opt.maxOutputs > opt.batchSize) throw Napi::RangeError::New(env, "Target.load: maxOutputs must not exceed batchSize");
+    {
+        std::lock_guard<std::mutex> lock(g_log_mutex);
+        g_log_verbose = verbose;
+    }
+    auto* worker = new TargetLoadWorker(env, this, std::move(opt));
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::Info(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.info: not loaded");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("vocabSize", nVocab);
+    o.Set("contextSize", (double)llama_n_ctx_seq(ctx));
+    o.Set("gpuDevice", gpuDevice);
+    o.Set("maxOutputs", maxOutputs);
+    o.Set("eogIds", tokensToJs(env, eogIds));
+    return o;
+}
+
+std::vector<llama_token> Target::readTokens(Napi::Env env, const Napi::Value& value, const char* method) {
+    if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+        throw Napi::TypeError::New(env, std::string(method) + ": tokens must be an Int32Array");
+    }
+    Napi::Int32Array t = value.As<Napi::Int32Array>();
+    std::vector<llama_token> tokens(t.Data(), t.Data() + t.ElementLength());
+    if (tokens.empty()) throw Napi::RangeError::New(env, std::string(method) + ": expected at least one token, got none");
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] < 0 || tokens[i] >= nVocab) {
+            throw Napi::RangeError::New(env, std::string(method) + ": token id " + std::to_string(tokens[i]) + " at index " +
+                                                 std::to_string(i) + ": expected 0 ≤ id < " + std::to_string(nVocab));
+        }
+    }
+    return tokens;
+}
+
+// evaluate(tokens, keep, outputFrom) and generate(tokens, keep, maxTokens) share their checks.
+Napi::Value Target::Evaluate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.evaluate: not loaded");
+    if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber()) {
+        throw Napi::TypeError::New(env, "Target.evaluate(tokens: Int32Array, keep: number, outputFrom: number) expected");
+    }
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.evaluate");
+    const int32_t keep = info[1].As<Napi::Number>().Int32Value();
+    const int32_t outputFrom = info[2].As<Napi::Number>().Int32Value();
+    const int32_t count = (int32_t)tokens.size();
+    if (keep < 0 || keep > length) {
+        throw Napi::RangeError::New(env, "Target.evaluate: keep " + std::to_string(keep) + ": expected 0 ≤ keep ≤ " +
+                                             std::to_string(length) + " (the tokens in the KV cache)");
+    }
+    if (outputFrom < 0 || outputFrom >= count || count - outputFrom > maxOutputs) {
+        throw Napi::RangeError::New(env, "Target.evaluate: outputFrom " + std::to_string(outputFrom) + " of " + std::to_string(count) +
+                                             " tokens: expected at least 1 and at most " + std::to_string(maxOutputs) + " outputs");
+    }
+    if ((int64_t)keep + count > (int64_t)llama_n_ctx_seq(ctx)) throw Napi::RangeError::New(env, "Target.evaluate: context overflow");
+    if (busy.load()) throw Napi::Error::New(env, "Target.evaluate: a call is already in flight");
+    auto* worker = new TargetEvaluateWorker(env, this, std::move(tokens), keep, outputFrom, 0);
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::Generate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.generate: not loaded");
+    if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber()) {
+        throw Napi::TypeError::New(env, "Target.generate(tokens: Int32Array, keep: number, maxTokens: number) expected");
+    }
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.generate");
+    const int32_t keep = info[1].As<Napi::Number>().Int32Value();
+    const int32_t maxTokens = info[2].As<Napi::Number>().Int32Value();
+    if (keep < 0 || keep > length) throw Napi::RangeError::New(env, "Target.generate: keep beyond the tokens in the KV cache");
+    if (maxTokens < 1) throw Napi::RangeError::New(env, "Target.generate: maxTokens must be ≥ 1");
+    if ((int64_t)keep + (int64_t)tokens.size() > (int64_t)llama_n_ctx_seq(ctx)) {
+        throw Napi::RangeError::New(env, "Target.generate: context overflow");
+    }
+    if (busy.load()) throw Napi::Error::New(env, "Target.generate: a call is already in flight");
+    auto* worker = new TargetEvaluateWorker(env, this, std::move(tokens), keep, 0, maxTokens);
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::Dispose(const Napi::CallbackInfo& info) {
+    if (busy.load()) throw Napi::Error::New(info.Env(), "Target.dispose: a call is in flight");
+    freeModel();
+    return info.Env().Undefined();
+}
+
+void Target::Init(Napi::Env env, Napi::Object exports) {
+    Napi::Function cls = DefineClass(env, "Target",
+                                     {InstanceMethod("load", &Target::Load), InstanceMethod("info", &Target::Info),
+                                      InstanceMethod("evaluate", &Target::Evaluate), InstanceMethod("generate", &Target::Generate),
+                                      InstanceMethod("dispose", &Target::Dispose)});
+    exports.Set("Target", cls);
+}
+
 }  // namespace
 
-Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return Engine::Init(env, exports); }
+Napi::Object InitModule(Napi::Env env, Napi::Object exports) {
+    Target::Init(env, exports);
+    return Engine::Init(env, exports);
+}
 
 NODE_API_MODULE(specdraft_engine, InitModule)

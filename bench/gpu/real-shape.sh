@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The real-shape speculation job, ONE device command (≤ 9 minutes, start-up included): random-weight GGUFs of
+# Qwen3-8B (F16 and Q8_0 targets) and Qwen3-1.7B / 0.6B (Q4_0 drafters) made here (bench/models/make_random_gguf.py:
+# nothing that large travels), then
+#   1. drafter costs (bench/generateCosts.ts): POST /draft to `specdraft serve --streams 1` and the same engine in
+#      process, n = 1 … 16, drafts grown as a generation grows them and by +8 tokens; per-step split from /metrics and
+#      by step index; A/B of the batch-1 knobs on the 1.7B drafter: before this change (SPECDRAFT_STEP_PREFILL=0),
+#      ggml-cuda's concurrent-stream graph optimization (GGML_CUDA_GRAPH_OPT=1), flash attention off;
+#   2. 32 streams × 512 with bench/serveBench.ts (the ≥ 277 req/s floor of 2026-12-01 must hold);
+#   3. target costs (alone, verify m = 1 … 17 native and node-llama-cpp) for both targets;
+#   4. end to end: `specdraft generate --verifier exact` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
+#      with TARGET (e.g. the lab's target GGUF from train/scripts/gpu_lab.sh on this machine): TARGET ← the committed
+#      models/specdraft-default.gguf on data/lab-heldout.jsonl, and its costs;
+#   5. if time is left: an ncu census of the 1.7B drafter's kernels per batch-1 step (count and duration).
+# Everything lands in RESULTS (JSON in generateCosts' format, logs, tables.md from bench/speedUpTable.ts).
+#
+# On the GPU machine, from the checkout, carrying .gpu .gpu-rs .whl dist build/llama-headers (bench/gpu/stage.sh makes
+# them; `npm run build` makes dist; ≈ 63.5 MiB with the checkout, under the device tool's 64: nothing else fits):
+#   bash bench/gpu/real-shape.sh RESULTS [TARGET.gguf]
+# CPU dry run (tiny shapes of the same kinds, --gpu cpu, a few repeats; no .gpu needed):
+#   REAL_SHAPE_CPU=1 bash bench/gpu/real-shape.sh /tmp/real-shape-cpu
+set -uo pipefail
+results=${1:?usage: real-shape.sh RESULTS [TARGET.gguf]}
+lab_target=${2:-}
+cpu=${REAL_SHAPE_CPU:-0}
+budget=${REAL_SHAPE_BUDGET_S:-510}  # stop starting optional parts after this many seconds (the command's limit is 540)
+mkdir -p "$results"
+results=$(cd "$results" && pwd)
+started=$(date +%s)
+log() { echo "[$(date +%T) +$(( $(date +%s) - started ))s] $*" | tee -a "$results/progress.log"; }
+fail() { log "FAILED: $*"; echo "$*" >> "$results/failures.log"; }
+elapsed() { echo $(( $(date +%s) - started )); }
+models=${REAL_SHAPE_MODELS:-/tmp/real-shape-models}
+mkdir -p "$models"
+
+if [ "$cpu" = 1 ]; then
+  gpu=cpu; repeats=3; max_tokens=24; prompts=2; e2e_k=4; streams_big=4; threads=(--threads 1)
+  shape_target=tiny-target; shape_big=tiny-drafter; shape_small=tiny-drafter
+  t16=tiny-f16; t8=tiny-q8_0; big=tiny-a-q4_0; small=tiny-b-q4_0
+  python=${PYTHON:-train/.venv/bin/python}; export PYTHONPATH=$PWD/train
+else
+  gpu=cuda; repeats=20; max_tokens=128; prompts=4; e2e_k=4; streams_big=32; threads=()
+  shape_target=qwen3-8b; shape_big=qwen3-1.7b; shape_small=qwen3-0.6b
+  t16=8b-f16; t8=8b-q8_0; big=1.7b-q4_0; small=0.6b-q4_0
+  log "unpacking node and the CUDA build"
+  source .gpu/unpack.sh
+  python=python3
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
+  log "native engine, CUDA variant"
+  node scripts/build-native.mjs --gpu cuda 2>&1 | tail -1 | tee -a "$results/progress.log"
+  nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.max.sm --format=csv,noheader | tee "$results/gpu.txt"
+fi
+{ df -h "$models" | tail -1; free -g | sed -n 2p; } 2>/dev/null | tee -a "$results/progress.log"
+# js SECONDS NAME ARGS: a bench script, killed after SECONDS; the bundles bench/gpu/stage.sh makes in .gpu-rs (the GPU
+# machine has no tsx), else from source
+js() {
+  local limit=$1 name=$2; shift 2
+  if [ -f ".gpu-rs/$name.mjs" ]; then timeout "$limit" node ".gpu-rs/$name.mjs" "$@"
+  else timeout "$limit" node --import tsx "bench/$name.ts" "$@"; fi
+}
+cli=(node dist/cli/main.js)
+[ -f dist/cli/main.js ] || { fail "dist/cli/main.js missing: run npm run build and carry dist"; exit 1; }
+
+# ---- the models, in the background (drafters first: their measurements start while the targets are written); a
+# synthetic vocabulary of Qwen3's size (make_random_gguf.py), so no tokenizer file travels ----
+drafter_big=$models/$big.gguf
+drafter_small=$models/$small.gguf
+target_f16=$models/$t16.gguf
+target_q8=$models/$t8.gguf
+make_model() { # shape type out seed
+  [ -f "$3" ] && return 0
+  "$python" bench/models/make_random_gguf.py --shape "$1" --type "$2" --out "$3" --seed "$4" \
+    >> "$results/models.log" 2>&1 && log "$(tail -1 "$results/models.log")"
+}
+(
+  make_model "$shape_big" Q4_0 "$drafter_big" 1
+  make_model "$shape_small" Q4_0 "$drafter_small" 2
+  make_model "$shape_target" F16 "$target_f16" 3
+  make_model "$shape_target" Q8_0 "$target_q8" 4
+) &
+models_pid=$!
+wait_file() { # file: waits until the background maker wrote it (or gave up)
+  while [ ! -f "$1" ] && kill -0 "$models_pid" 2>/dev/null; do sleep 1; done
+  [ -f "$1" ] || { fail "$1 was not made (models.log: $(tail -2 "$results/models.log" | tr '\n' ' '))"; return 1; }
+}
+
+free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+server_pid=""
+start_server() { # model streams log → sets url
+  local port; port=$(free_port)
+  "${cli[@]}" serve --model "$1" --port "$port" --streams "$2" --context 4096 --gpu "$gpu" "${threads[@]}" > "$3" 2>&1 &
+  server_pid=$!
+  url=http://127.0.0.1:$port
+  for _ in $(seq 1 600); do
+    node -e 'fetch(process.argv[1]).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "$url/health" && return 0
+    kill -0 "$server_pid" 2>/dev/null || { fail "serve $1 exited: $(tail -3 "$3" | tr '\n' ' ')"; return 1; }
+    sleep 0.2
+  done
+  fail "serve $1: no /health in 120 s"; return 1
+}
+stop_server() { [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null; server_pid=""; }
+trap 'stop_server; kill "$models_pid" 2>/dev/null' EXIT
+
+# ---- 1. drafter costs, and the batch-1 A/B ----
+drafter_costs() { # label model [VAR=value ...]: serve + in-process costs under those environment variables
+  local label=$1 model=$2; shift 2
+  log "drafter $label ${*:-(defaults)}"
+  (
+    for kv in "$@"; do export "${kv?}"; done
+    start_server "$model" 1 "$results/serve-$label.log" || exit 1
+    js 150 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" \
+      > "$results/drafter-$label.json" 2> "$results/drafter-$label.err" || fail "generateCosts drafter $label: $(tail -3 "$results/drafter-$label.err" | tr '\n' ' ')"
+    stop_server
+  )
+  [ -s "$results/drafter-$label.json" ] && node -e 'const c=require(process.argv[1]);console.log("  draft_walk n8", c.draft_walk?.n8?.toFixed(2), "ms (HTTP),", c.draft_walk_in_process?.n8?.toFixed(2), "ms (in process); step", JSON.stringify(c.draft_step_ms))' "$results/drafter-$label.json" | tee -a "$results/progress.log"
+}
+# variants are labelled <drafter>@<variant>: bench/speedUpTable.ts lists their costs beside the drafter's, no projection
+wait_file "$drafter_big" && {
+  drafter_costs "$big" "$drafter_big"
+  drafter_costs "$big@before" "$drafter_big" SPECDRAFT_STEP_PREFILL=0
+  drafter_costs "$big@graph-opt" "$drafter_big" GGML_CUDA_GRAPH_OPT=1
+  drafter_costs "$big@no-flash-attention" "$drafter_big" SPECDRAFT_FLASH_ATTENTION=0
+}
+wait_file "$drafter_small" && drafter_costs "$small" "$drafter_small"
+
+# ---- 2. 32 streams × 512: batching must not lose what it had ----
+if [ -f "$drafter_big" ]; then
+  log "serveBench: $streams_big streams × 512, $big"
+  if start_server "$drafter_big" "$streams_big" "$results/serve-$big-s$streams_big.log"; then
+    js 90 serveBench --url "$url" --streams "$streams_big" --start-context 512 --steps 10 --no-progress \
+      > "$results/serveBench-$big-s$streams_big-c512.json" 2> "$results/serveBench.err" || fail "serveBench: $(tail -3 "$results/serveBench.err" | tr '\n' ' ')"
+    grep -E '"requests_per_s"|"p50"' "$results/serveBench-$big-s$streams_big-c512.json" | tr -d '\n' | tee -a "$results/progress.log"; echo
+    stop_server
+  fi
+fi
+
+# ---- 3. target costs ----
+target_costs() { # label model
+  log "target $1"
+  js 180 generateCosts --target "$2" --gpu "$gpu" --repeats "$repeats" > "$results/target-$1.json" 2> "$results/target-$1.err" \
+    || { fail "generateCosts target $1: $(tail -3 "$results/target-$1.err" | tr '\n' ' ')"; return 1; }
+  node -e 'const c=require(process.argv[1]);const v=c.verify_native;console.log("  alone", c.alone_per_token?.toFixed(2), "/", c.alone_native_per_token?.toFixed(2), "ms; native verify 1/17:", v.m1.all.toFixed(2), v.m17.all.toFixed(2), "=", (v.m17.all/v.m1.all).toFixed(2), "×; node-llama-cpp 17 all/last:", c.verify.m17.all.toFixed(2), c.verify.m17.last.toFixed(2))' "$results/target-$1.json" | tee -a "$results/progress.log"
+}
+wait_file "$target_f16" && target_costs "$t16" "$target_f16"
+wait_file "$target_q8" && target_costs "$t8" "$target_q8"
+
+# ---- 4. end to end against the cost model ----
+e2e() { # target-label target drafter-label drafter path data [limit]
+  local name="$1--$3--$5" source
+  log "generate $name, k = $e2e_k"
+  if [ "$5" = http ]; then start_server "$4" 1 "$results/serve-e2e-$name.log" || return 1; source=(--drafter "$url")
+  else source=(--draft-model "$4"); fi
+  timeout 150 "${cli[@]}" generate --target "$2" "${source[@]}" --data "$6" --limit "${7:-$prompts}" --max-tokens "$max_tokens" \
+    --draft-len "$e2e_k" --verifier exact --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-$name.json" \
+    > "$results/e2e-$name.txt" 2>&1 || fail "generate $name (exit $?): $(tail -3 "$results/e2e-$name.txt" | tr '\n' ' ')"
+  grep -E "speed-up|τ|identical" "$results/e2e-$name.txt" | tr -s ' ' | tee -a "$results/progress.log"
+  [ "$5" = http ] && stop_server
+  return 0
+}
+if [ -f "$target_f16" ] && [ -f "$drafter_big" ]; then
+  e2e "$t16" "$target_f16" "$big" "$drafter_big" http data/lab-heldout.jsonl
+  e2e "$t16" "$target_f16" "$big" "$drafter_big" in-process data/lab-heldout.jsonl
+fi
+if [ -n "$lab_target" ]; then
+  if [ -f "$lab_target" ] && [ "$(elapsed)" -lt "$budget" ]; then
+    target_costs lab "$lab_target"
+    drafter_costs default models/specdraft-default.gguf
+    e2e lab "$lab_target" default models/specdraft-default.gguf http data/lab-heldout.jsonl 8
+    e2e lab "$lab_target" default models/specdraft-default.gguf in-process data/lab-heldout.jsonl 8
+  else
+    fail "lab target $lab_target: missing or no time left"
+  fi
+fi
+
+# ---- 5. kernels per batch-1 draft step (ncu: the GPU machine has it, not nsys) ----
+if [ "$cpu" != 1 ] && command -v ncu > /dev/null && [ "$(elapsed)" -lt $((budget - 90)) ] && [ -f "$drafter_big" ]; then
+  log "ncu census of $big's batch-1 steps"
+  # skip the load and warm-up, then time ~3 steps' kernels one by one (caches and clocks left alone: closer to a run)
+  timeout 80 ncu --target-processes all --launch-skip 4000 --launch-count 1800 --kill 1 --cache-control none --clock-control none \
+    --metrics gpu__time_duration.sum --csv --log-file "$results/ncu.csv" \
+    node .gpu-rs/generateCosts.mjs --draft-model "$drafter_big" --gpu cuda --repeats 2 \
+    > /dev/null 2> "$results/ncu.err" || log "ncu ended with $? (see ncu.err; needs GPU counter permission)"
+  python3 - "$results/ncu.csv" > "$results/ncu-census.json" 2>> "$results/ncu.err" <<'PY' || log "no ncu census"
+import csv, json, sys
+from collections import defaultdict
+rows = [r for r in csv.DictReader(line for line in open(sys.argv[1]) if line.startswith('"'))]
+rows = [r for r in rows if r.get("Metric Name") == "gpu__time_duration.sum"]
+per = defaultdict(lambda: [0, 0.0])
+unit = rows[0]["Metric Unit"] if rows else "ns"
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3}.get(unit, 1e-3)
+for r in rows:
+    p = per[r["Kernel Name"][:80]]
+    p[0] += 1
+    p[1] += float(r["Metric Value"].replace(",", "")) * scale
+total = sum(v[1] for v in per.values())
+top = sorted(per.items(), key=lambda kv: -kv[1][1])[:15]
+# one greedy argmax per batch-1 step (backend sampling): the steps the profiled kernels span
+steps = sum(c for k, (c, _) in per.items() if "argmax" in k.lower())
+print(json.dumps({"kernels": len(rows), "total_us": round(total, 1), "unit": unit, "steps": steps,
+                  "kernels_per_step": round(len(rows) / steps, 1) if steps else None,
+                  "us_per_step": round(total / steps, 1) if steps else None,
+                  "mean_us_per_kernel": round(total / max(1, len(rows)), 2),
+                  "top": [{"kernel": k, "count": c, "us": round(t, 1)} for k, (c, t) in top]}, indent=2))
+PY
+  [ -s "$results/ncu-census.json" ] && head -5 "$results/ncu-census.json" | tee -a "$results/progress.log"
+fi
+
+wait "$models_pid" 2>/dev/null
+log "tables"
+js 60 speedUpTable "$results" > "$results/tables.md" 2> "$results/tables.err" || fail "speedUpTable: $(tail -3 "$results/tables.err" | tr '\n' ' ')"
+ls -la "$models" > "$results/models.txt"
+log "done ($( [ -f "$results/failures.log" ] && wc -l < "$results/failures.log" || echo 0) failures)"

@@ -1,0 +1,239 @@
+/**
+ * Turns a real-shape job's results (bench/gpu/real-shape.sh) into the markdown of docs/benchmarks.md: the measured
+ * costs of every target and drafter, the speed-up the step-cost model projects for each pair (src/generate/
+ * speedUpModel.ts; k ∈ {2, 4, 6, 8, 16} × per-token agreement 0.75 / 0.81 / 0.87, the HTTP drafter and the in-process
+ * drafter side by side), and each end-to-end `specdraft generate` run against the model's prediction for its own counts
+ * (within 10 % is the goal).
+ *
+ *   node --import tsx bench/speedUpTable.ts RESULTS_DIR > table.md
+ *
+ * RESULTS_DIR holds bench/generateCosts.ts outputs named `target-<name>.json` (with --target) and
+ * `drafter-<name>.json` (with --drafter and --draft-model; `<drafter>@<variant>` for an A/B of engine settings, listed
+ * with the costs but not projected), and `specdraft generate --out` summaries named
+ * `e2e-<target>--<drafter>--<http|in-process>.json`.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+    expectedTokensPerStep,
+    predictRunSpeedUp,
+    projectSpeedUp,
+    type StepCosts,
+} from "../src/generate/speedUpModel.js";
+import type { GenerateSummary } from "../src/generate/types.js";
+
+/** Drafts of k the table projects, and the per-token agreements (0.81: τ 5.1 at k = 16, the 1.7B → 8B estimate). */
+export const tableDraftLengths = [2, 4, 6, 8, 16];
+export const tableAgreements = [0.75, 0.81, 0.87];
+/** The end-to-end goal: the model's prediction within this fraction of the measured speed-up. */
+export const predictionTolerance = 0.1;
+
+type DrafterPath = "http" | "in-process";
+
+/** bench/generateCosts.ts's output (the parts read here). */
+export interface CostsJson {
+    target?: string | null;
+    alone_per_token?: number | null;
+    alone_native_per_token?: number | null;
+    verify?: Record<string, { all: number; last: number }>;
+    verify_native?: Record<
+        string,
+        { all: number; last: number; all_decodes_per_call?: number } & Record<string, number>
+    >;
+    draft?: Record<string, number>;
+    draft_walk?: Record<string, number>;
+    draft_step_ms?: Record<string, number> | null;
+    draft_in_process?: Record<string, number>;
+    draft_walk_in_process?: Record<string, number>;
+    steps_in_process?: Record<string, Record<string, number>>;
+}
+
+/** `{ m1: x, m17: y }` or `{ n1: x }` → Map(1 → x, 17 → y). */
+function bySize<T>(record: Record<string, T> | undefined, pick: (value: T) => number): Map<number, number> {
+    const map = new Map<number, number>();
+    for (const [key, value] of Object.entries(record ?? {})) map.set(Number(key.slice(1)), pick(value));
+    return map;
+}
+
+/**
+ * The model's costs for a target with a drafter path: the native verifier (every position asked) and the native
+ * target alone, drafts grown the way a generation grows them.
+ */
+export function stepCosts(target: CostsJson, drafter: CostsJson, path: DrafterPath): StepCosts {
+    const alone = target.alone_native_per_token;
+    if (alone == null) throw new Error(`target ${target.target}: no alone_native_per_token`);
+    return {
+        alone,
+        verify: bySize(target.verify_native, (row) => row.all),
+        draft: bySize(path === "http" ? drafter.draft_walk : drafter.draft_walk_in_process, (ms) => ms),
+    };
+}
+
+const f = (x: number | null | undefined, digits = 2): string => (x == null ? "–" : x.toFixed(digits));
+
+function costTables(targets: Map<string, CostsJson>, drafters: Map<string, CostsJson>): string[] {
+    const lines: string[] = [];
+    const sizes = [1, 3, 5, 7, 9, 17];
+    lines.push(
+        "| target | alone ms/token (node-llama-cpp / native) | verify m = 1, 3, 5, 7, 9, 17: native, every position (ms) | node-llama-cpp, every position | node-llama-cpp, last only | native verify(17) ÷ verify(1) |",
+        "|---|---|---|---|---|---|",
+    );
+    for (const [name, t] of targets) {
+        const native = bySize(t.verify_native, (r) => r.all);
+        const all = bySize(t.verify, (r) => r.all);
+        const last = bySize(t.verify, (r) => r.last);
+        const row = (m: Map<number, number>) => sizes.map((s) => f(m.get(s))).join(" / ");
+        const ratio = (native.get(17) ?? Number.NaN) / (native.get(1) ?? Number.NaN);
+        lines.push(
+            `| ${name} | ${f(t.alone_per_token)} / ${f(t.alone_native_per_token)} | ${row(native)} | ${row(all)} | ${row(last)} | **${f(ratio)}** |`,
+        );
+    }
+    lines.push("");
+    const nSizes = [1, 2, 4, 6, 8, 16];
+    lines.push(
+        "| drafter | path | draft n = 1, 2, 4, 6, 8, 16: generation-like growth (ms) | context +8 a request (ms) | ms per draft token at n = 8 (growth) |",
+        "|---|---|---|---|---|",
+    );
+    for (const [name, d] of drafters) {
+        for (const [path, walk, by8] of [
+            ["HTTP (`specdraft serve`)", d.draft_walk, d.draft],
+            ["in process", d.draft_walk_in_process, d.draft_in_process],
+        ] as const) {
+            const w = bySize(walk, (x) => x);
+            const e = bySize(by8, (x) => x);
+            const row = (m: Map<number, number>) => nSizes.map((s) => f(m.get(s))).join(" / ");
+            lines.push(`| ${name} | ${path} | ${row(w)} | ${row(e)} | ${f((w.get(8) ?? Number.NaN) / 8, 3)} |`);
+        }
+    }
+    lines.push("");
+    lines.push(
+        "| drafter | where a batch-1 step's time goes (server /metrics over the growth walk): decode = submit + wait, sample, host, graph reused | in process, by step of a request: decode ms (submit / wait), graph reused |",
+        "|---|---|---|",
+    );
+    for (const [name, d] of drafters) {
+        const s = d.draft_step_ms;
+        const server = s
+            ? `${f(s.decode, 3)} = ${f(s.submit, 3)} + ${f(s.wait, 3)}, ${f(s.sample, 3)}, ${f(s.host, 3)}, ${f(100 * s.graph_reused, 0)} % of ${s.steps}`
+            : "–";
+        const steps = Object.entries(d.steps_in_process ?? {})
+            .map(
+                ([k, r]) =>
+                    `${k}: ${f(r.decode, 3)} (${f(r.submit, 3)} / ${f(r.wait, 3)}), ${f(100 * r.graph_reused, 0)} %`,
+            )
+            .join("; ");
+        lines.push(`| ${name} | ${server} | ${steps || "–"} |`);
+    }
+    return lines;
+}
+
+function projectionTables(targets: Map<string, CostsJson>, drafters: Map<string, CostsJson>): string[] {
+    const lines: string[] = [];
+    const header = tableAgreements.flatMap((a) => [`a = ${a}: HTTP`, "in process"]);
+    for (const [targetName, t] of targets) {
+        for (const [drafterName, d] of drafters) {
+            // <drafter>@<variant>: an A/B of engine settings, compared in the cost tables only
+            if (drafterName.includes("@")) continue;
+            lines.push(
+                `**${targetName} ← ${drafterName}** (projected speed-up; τ(k) at each agreement in brackets)`,
+                "",
+            );
+            lines.push(`| k | ${header.join(" | ")} |`, `|---|${header.map(() => "---|").join("")}`);
+            const http = stepCosts(t, d, "http");
+            const inProcess = stepCosts(t, d, "in-process");
+            for (const k of tableDraftLengths) {
+                const cells = tableAgreements.flatMap((a) => {
+                    const tau = f(expectedTokensPerStep(a, k), 1);
+                    return [
+                        `${f(projectSpeedUp(http, a, k).speedUp)}× (τ ${tau})`,
+                        `${f(projectSpeedUp(inProcess, a, k).speedUp)}×`,
+                    ];
+                });
+                lines.push(`| ${k} | ${cells.join(" | ")} |`);
+            }
+            lines.push("");
+        }
+    }
+    return lines;
+}
+
+/** One end-to-end run against the prediction for its own counts. */
+export function checkEndToEnd(summary: GenerateSummary, costs: StepCosts) {
+    const s = summary.speculative;
+    const predicted = predictRunSpeedUp(costs, {
+        tokens: s.tokens,
+        targetSteps: s.targetSteps,
+        drafted: s.drafted,
+        draftLength: summary.settings.draftLength,
+    });
+    const error = predicted.speedUp / summary.speedUp - 1;
+    return { measured: summary.speedUp, predicted, error, withinTolerance: Math.abs(error) <= predictionTolerance };
+}
+
+function endToEndTable(
+    runs: Map<string, GenerateSummary>,
+    targets: Map<string, CostsJson>,
+    drafters: Map<string, CostsJson>,
+): string[] {
+    const lines = [
+        "| target ← drafter (path), k | alone tok/s | speculative tok/s | τ | measured speed-up | predicted (own τ, costs above) | error | identical |",
+        "|---|---|---|---|---|---|---|---|",
+    ];
+    for (const [name, summary] of runs) {
+        const [targetName, drafterName, path] = name.split("--");
+        const t = targets.get(targetName);
+        const d = drafters.get(drafterName);
+        let predicted = "no costs for this pair";
+        let error = "–";
+        if (t && d && (path === "http" || path === "in-process")) {
+            const check = checkEndToEnd(summary, stepCosts(t, d, path));
+            predicted = `${f(check.predicted.speedUp)}×`;
+            error = `${check.error >= 0 ? "+" : ""}${f(100 * check.error, 1)} %${check.withinTolerance ? "" : " (over 10 %)"}`;
+        }
+        lines.push(
+            `| ${targetName} ← ${drafterName} (${path}), ${summary.settings.draftLength} | ${f(summary.alone.tokensPerSecond, 1)} | ${f(summary.speculative.tokensPerSecond, 1)} | ${f(summary.tau)} | ${f(summary.speedUp)}× | ${predicted} | ${error} | ${summary.identical ? "yes" : "**no**"} |`,
+        );
+    }
+    return lines;
+}
+
+/** Reads RESULTS_DIR's files by their names' prefixes (see the header). */
+export function readResults(dir: string) {
+    const targets = new Map<string, CostsJson>();
+    const drafters = new Map<string, CostsJson>();
+    const runs = new Map<string, GenerateSummary>();
+    for (const file of readdirSync(dir).sort()) {
+        const match = /^(target|drafter|e2e)-(.+)\.json$/.exec(file);
+        if (!match) continue;
+        const json = JSON.parse(readFileSync(join(dir, file), "utf8"));
+        if (match[1] === "target") targets.set(match[2], json);
+        else if (match[1] === "drafter") drafters.set(match[2], json);
+        else runs.set(match[2], json);
+    }
+    return { targets, drafters, runs };
+}
+
+export function renderSpeedUpTables(dir: string): string {
+    const { targets, drafters, runs } = readResults(dir);
+    return [
+        "#### Measured costs",
+        "",
+        ...costTables(targets, drafters),
+        "",
+        "#### Projected speed-up (native verifier, drafts grown as in a generation)",
+        "",
+        ...projectionTables(targets, drafters),
+        "#### End to end: `specdraft generate --verifier exact` against the model",
+        "",
+        ...endToEndTable(runs, targets, drafters),
+        "",
+    ].join("\n");
+}
+
+if (process.argv[1]?.endsWith("speedUpTable.ts") || process.argv[1]?.endsWith("speedUpTable.mjs")) {
+    const dir = process.argv[2];
+    if (!dir) {
+        process.stderr.write("usage: speedUpTable.ts RESULTS_DIR\n");
+        process.exit(2);
+    }
+    process.stdout.write(renderSpeedUpTables(dir));
+}

@@ -1,0 +1,148 @@
+/**
+ * The target model in specdraft's native addon (the `Target` of src/engine/native/specdraft_engine.cpp): one
+ * llama.cpp sequence whose KV cache this object tracks. `verify()` decodes a step's tokens and returns the greedy next
+ * token after each position asked for, in one native call with one llama_decode; the argmax of every row is computed
+ * inside llama.cpp's graph (on the GPU when offloaded), so no logits reach the host. `generate()` is the target alone,
+ * its loop native. node-llama-cpp's `controlledEvaluate` instead copies every asked row's logits to the host and samples
+ * each in its own call (24.3 ms for 17 rows where the decode took 9.5 at the Qwen3-8B shape on the H200).
+ */
+import { EngineLoadError } from "../engine/errors.js";
+import {
+    type GpuChoice,
+    loadNativeAddon,
+    type NativeTargetHandle,
+    nativeTargetStatFields,
+} from "../engine/nativeAddon.js";
+
+/**
+ * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
+ * step decodes in the same batches as the exact verifier over node-llama-cpp and computes the same numbers on the CPU.
+ */
+export const defaultTargetBatchSize = 512;
+
+export interface NativeTargetOptions {
+    modelPath: string;
+    /** Tokens the sequence holds (prompt, output and one step's drafts). */
+    contextSize: number;
+    /** Greedy outputs a verify step may ask for: k + 1 for drafts of k. */
+    maxOutputs: number;
+    /** `auto` picks CUDA when built and a driver is present. */
+    gpu: GpuChoice;
+    /** CPU threads for llama.cpp; 0: its default. */
+    threads: number;
+    /** Flash attention; `auto` lets llama.cpp decide, as node-llama-cpp's contexts do. Defaults to `"auto"`. */
+    flashAttention?: "auto" | "on" | "off";
+    /**
+     * Greedy tokens by an argmax inside llama.cpp's graph (backend sampling) rather than over host logits.
+     * Defaults to `true`.
+     */
+    backendSampling?: boolean;
+    /** Tokens per llama_decode call. Defaults to `min(contextSize, 512)`. */
+    batchSize?: number;
+    /** Print llama.cpp's logs. Defaults to `false`. */
+    verbose?: boolean;
+}
+
+/** Totals over a target's calls (see nativeTargetStatFields). */
+export interface NativeTargetStats {
+    decodes: number;
+    tokens: number;
+    submitMs: number;
+    waitMs: number;
+    readMs: number;
+    graphsReused: number;
+}
+
+export class NativeTarget {
+    readonly vocabSize: number;
+    /** Tokens the sequence holds. */
+    readonly contextSize: number;
+    /** Greedy outputs one verify step may ask for. */
+    readonly maxOutputs: number;
+    /** `CUDA:NVIDIA H200`; empty on the CPU. */
+    readonly gpuDevice: string;
+    /** End-of-generation token ids: the target stops after producing one (it is not part of the output). */
+    readonly eogIds: ReadonlySet<number>;
+    /** Totals of every call so far. */
+    readonly stats: NativeTargetStats = { decodes: 0, tokens: 0, submitMs: 0, waitMs: 0, readMs: 0, graphsReused: 0 };
+    private readonly native: NativeTargetHandle;
+    private cachedTokens = 0;
+
+    private constructor(native: NativeTargetHandle) {
+        this.native = native;
+        const info = native.info();
+        this.vocabSize = info.vocabSize;
+        this.contextSize = info.contextSize;
+        this.maxOutputs = info.maxOutputs;
+        this.gpuDevice = info.gpuDevice;
+        this.eogIds = new Set(info.eogIds);
+    }
+
+    /** Loads the model; throws EngineLoadError with llama.cpp's reason when it cannot. */
+    static async load(options: NativeTargetOptions): Promise<NativeTarget> {
+        const addon = loadNativeAddon(options.gpu);
+        const native = addon.createTarget();
+        const batchSize = options.batchSize ?? Math.min(options.contextSize, defaultTargetBatchSize);
+        try {
+            await native.load({
+                binsDir: addon.binsDir,
+                modelPath: options.modelPath,
+                contextSize: options.contextSize,
+                batchSize,
+                ubatchSize: batchSize,
+                gpuLayers: addon.variant === "cpu" ? 0 : -1,
+                flashAttention: options.flashAttention ?? "auto",
+                backendSampling: options.backendSampling ?? true,
+                maxOutputs: Math.min(options.maxOutputs, batchSize),
+                threads: options.threads,
+                verbose: options.verbose ?? false,
+            });
+        } catch (error) {
+            const reason = error instanceof Error ? error.message : String(error);
+            throw new EngineLoadError(`Cannot load target ${options.modelPath}: ${reason}`);
+        }
+        return new NativeTarget(native);
+    }
+
+    /** Tokens in the KV cache (the verified ones, and the drafts of the last step until the next call trims them). */
+    get cached(): number {
+        return this.cachedTokens;
+    }
+
+    /**
+     * Keeps the first `keep` cached tokens, decodes `tokens` after them and returns the greedy next token after each of
+     * tokens[outputFrom..] (tokens.length − outputFrom ≤ maxOutputs).
+     */
+    async verify(tokens: readonly number[], keep: number, outputFrom: number): Promise<number[]> {
+        const { next, cached, stats } = await this.native.evaluate(Int32Array.from(tokens), keep, outputFrom);
+        this.cachedTokens = cached;
+        this.add(stats);
+        return Array.from(next);
+    }
+
+    /**
+     * The target alone: `prompt` from an empty cache, then up to `maxTokens` greedy tokens, one decode each; an
+     * end-of-generation token ends the output and is not included.
+     */
+    async generate(prompt: readonly number[], maxTokens: number): Promise<number[]> {
+        const { tokens, cached, stats } = await this.native.generate(Int32Array.from(prompt), 0, maxTokens);
+        this.cachedTokens = cached;
+        this.add(stats);
+        return Array.from(tokens);
+    }
+
+    dispose(): void {
+        this.native.dispose();
+    }
+
+    private add(stats: Float64Array): void {
+        if (stats.length !== nativeTargetStatFields)
+            throw new Error(`native target stats: expected ${nativeTargetStatFields} numbers, got ${stats.length}`);
+        this.stats.decodes += stats[0];
+        this.stats.tokens += stats[1];
+        this.stats.submitMs += stats[2];
+        this.stats.waitMs += stats[3];
+        this.stats.readMs += stats[4];
+        this.stats.graphsReused += stats[5];
+    }
+}

@@ -1,0 +1,116 @@
+/**
+ * The step-cost model of speculative decoding: what a target step and a draft cost (measured by
+ * bench/generateCosts.ts) and how many tokens a step yields (τ) give the speed-up over the target alone,
+ *
+ *   speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)),   τ(k) = (1 − a^(k+1)) ÷ (1 − a)
+ *
+ * for a per-token agreement a (the chance that the drafter's next greedy token is the target's, independently at each
+ * position). `predictRunSpeedUp` applies the same costs to a measured generation's own counts, so a cost table can be
+ * checked against an end-to-end `specdraft generate` run. Both leave out the prompt's prefill, which the target alone
+ * and the speculative run each pay once.
+ */
+
+/** Measured costs in ms, each a function of a size given at measured points (linear in between). */
+export interface StepCosts {
+    /** ms per token of the target generating alone. */
+    alone: number;
+    /** ms of one verification step of m tokens (pending token + drafts), by m. */
+    verify: ReadonlyMap<number, number>;
+    /** ms of one draft request of n tokens, by n (0 tokens: 0 ms). */
+    draft: ReadonlyMap<number, number>;
+}
+
+/** Expected tokens per target step for drafts of k at per-token agreement a: 1 + a + … + a^k. */
+export function expectedTokensPerStep(agreement: number, draftLength: number): number {
+    if (!(agreement >= 0 && agreement <= 1)) throw new RangeError(`agreement must be in [0, 1], got ${agreement}.`);
+    if (!Number.isInteger(draftLength) || draftLength < 0)
+        throw new RangeError(`draft length must be an integer ≥ 0, got ${draftLength}.`);
+    if (agreement === 1) return draftLength + 1;
+    return (1 - agreement ** (draftLength + 1)) / (1 - agreement);
+}
+
+/**
+ * The value at `x` of a function known at `points` (size → ms): exact at a point, linear between the two around x,
+ * and outside them the line through the two nearest (a cost grows about linearly with tokens). Throws with no points,
+ * or for x outside when there is only one.
+ */
+export function interpolateCost(points: ReadonlyMap<number, number>, x: number): number {
+    const sizes = [...points.keys()].sort((a, b) => a - b);
+    if (sizes.length === 0) throw new RangeError("no measured costs to interpolate");
+    const exact = points.get(x);
+    if (exact !== undefined) return exact;
+    if (sizes.length === 1) throw new RangeError(`only size ${sizes[0]} measured; cannot estimate size ${x}`);
+    let i = sizes.findIndex((size) => size > x);
+    if (i <= 0) i = i === 0 ? 1 : sizes.length - 1;
+    const [x0, x1] = [sizes[i - 1], sizes[i]];
+    const [y0, y1] = [points.get(x0) as number, points.get(x1) as number];
+    return y0 + ((y1 - y0) * (x - x0)) / (x1 - x0);
+}
+
+/** ms of a draft request of n tokens (0 for n = 0: no request). */
+function draftCost(costs: StepCosts, n: number): number {
+    return n === 0 ? 0 : interpolateCost(costs.draft, n);
+}
+
+/** One projected point of the model. */
+export interface SpeedUpProjection {
+    draftLength: number;
+    agreement: number;
+    /** Expected tokens per target step. */
+    tau: number;
+    /** ms of one speculative step: verify(k + 1) + draft(k). */
+    stepMs: number;
+    /** Speculative tokens/s ÷ target-alone tokens/s. */
+    speedUp: number;
+}
+
+/** speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)). */
+export function projectSpeedUp(costs: StepCosts, agreement: number, draftLength: number): SpeedUpProjection {
+    const tau = expectedTokensPerStep(agreement, draftLength);
+    const stepMs = interpolateCost(costs.verify, draftLength + 1) + draftCost(costs, draftLength);
+    return { draftLength, agreement, tau, stepMs, speedUp: (tau * costs.alone) / stepMs };
+}
+
+/** The counts of a measured speculative generation (GenerationRun totals) the prediction needs. */
+export interface RunCounts {
+    /** Tokens generated. */
+    tokens: number;
+    /** Target steps (verify calls). */
+    targetSteps: number;
+    /** Draft tokens offered in all. */
+    drafted: number;
+    /** Draft tokens asked for per request (k). */
+    draftLength: number;
+}
+
+/** What the model predicts for a measured run, and how. */
+export interface RunPrediction {
+    /** tokens ÷ targetSteps. */
+    tau: number;
+    /** Mean tokens per verify step: 1 + drafted ÷ targetSteps. */
+    meanVerifyTokens: number;
+    /** Predicted ms of the speculative run: steps × (verify(mean tokens) + draft(k)). */
+    speculativeMs: number;
+    /** Predicted ms of the target alone for the same tokens: tokens × alone. */
+    aloneMs: number;
+    speedUp: number;
+}
+
+/**
+ * The model applied to a run's own counts: every step verifies 1 + drafted/steps tokens on average and asks one draft
+ * of k (the last step's draft included: a predictor is asked before each step).
+ */
+export function predictRunSpeedUp(costs: StepCosts, run: RunCounts): RunPrediction {
+    if (run.targetSteps <= 0) throw new RangeError(`a run needs target steps, got ${run.targetSteps}.`);
+    const meanVerifyTokens = 1 + run.drafted / run.targetSteps;
+    const speculativeMs =
+        run.targetSteps * (interpolateCost(costs.verify, meanVerifyTokens) + draftCost(costs, run.draftLength));
+    const aloneMs = run.tokens * costs.alone;
+    return {
+        tau: run.tokens / run.targetSteps,
+        meanVerifyTokens,
+        speculativeMs,
+        aloneMs,
+        speedUp: aloneMs / speculativeMs,
+    };
+}

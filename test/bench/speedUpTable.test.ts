@@ -1,0 +1,88 @@
+/**
+ * bench/speedUpTable.ts over a synthetic results folder: the cost tables, a projection per target × drafter (A/B
+ * variants listed with the costs only), and the end-to-end check against the model's prediction.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { checkEndToEnd, renderSpeedUpTables, stepCosts, tableDraftLengths } from "../../bench/speedUpTable.js";
+import { projectSpeedUp } from "../../src/generate/speedUpModel.js";
+import type { GenerateSummary } from "../../src/generate/types.js";
+
+const sizes = (keys: number[], prefix: string, value: (n: number) => unknown) =>
+    Object.fromEntries(keys.map((n) => [`${prefix}${n}`, value(n)]));
+
+const target = {
+    target: "/tmp/8b.gguf",
+    alone_per_token: 5.8,
+    alone_native_per_token: 5.6,
+    verify: sizes([1, 3, 5, 7, 9, 17], "m", (m) => ({ all: 6 + m, last: 6 + m / 4 })),
+    verify_native: sizes([1, 3, 5, 7, 9, 17], "m", (m) => ({ all: 6 + m / 4, last: 6 + m / 5 })),
+};
+const drafter = {
+    draft: sizes([1, 2, 4, 6, 8, 16], "n", (n) => 3 + 2 * n),
+    draft_walk: sizes([1, 2, 4, 6, 8, 16], "n", (n) => 1 + 1.8 * n),
+    draft_in_process: sizes([1, 2, 4, 6, 8, 16], "n", (n) => 2 + 2 * n),
+    draft_walk_in_process: sizes([1, 2, 4, 6, 8, 16], "n", (n) => 0.5 + 1.8 * n),
+    draft_step_ms: { decode: 1.8, submit: 0.2, wait: 1.6, sample: 0.01, host: 0.01, steps: 100, graph_reused: 0.99 },
+    steps_in_process: { step1: { steps: 10, decode: 2.9, submit: 0.5, wait: 2.4, graph_reused: 0 } },
+};
+
+function summary(speedUp: number): GenerateSummary {
+    const totals = (tokens: number, seconds: number, targetSteps: number, drafted: number) => ({
+        tokens,
+        seconds,
+        tokensPerSecond: tokens / seconds,
+        targetSteps,
+        drafted,
+        accepted: tokens - targetSteps,
+        draftSeconds: 0,
+    });
+    return {
+        target: { path: "/tmp/8b.gguf", vocabFingerprint: "x" },
+        draft: { kind: "http", source: "http://127.0.0.1:1" },
+        verifier: "exact",
+        settings: { maxTokens: 128, draftLength: 4, runs: 1, gpu: "cuda", contextSize: 400 },
+        prompts: [],
+        alone: totals(512, 512 * 0.0056, 512, 0),
+        speculative: totals(512, (512 * 0.0056) / speedUp, 256, 1024),
+        speedUp,
+        tau: 2,
+        draftTimeShare: 0.5,
+        identical: true,
+        warnings: [],
+        finishedAt: "2026-12-02T00:00:00Z",
+    };
+}
+
+test("tables from a results folder: costs, projections (not for A/B variants), end to end", async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "speedUpTable-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const costs = stepCosts(target, drafter, "http");
+    // the run's prediction: 256 steps of verify(5) + draft(4), 512 tokens × alone
+    const predicted = (512 * 5.6) / (256 * (6 + 5 / 4 + 1 + 1.8 * 4));
+    await writeFile(join(dir, "target-8b-f16.json"), JSON.stringify(target));
+    await writeFile(join(dir, "drafter-1.7b.json"), JSON.stringify(drafter));
+    await writeFile(join(dir, "drafter-1.7b@before.json"), JSON.stringify(drafter));
+    await writeFile(join(dir, "e2e-8b-f16--1.7b--http.json"), JSON.stringify(summary(predicted)));
+    await writeFile(join(dir, "e2e-8b-f16--1.7b--in-process.json"), JSON.stringify(summary(predicted * 1.5)));
+    await writeFile(join(dir, "notes.txt"), "not a result");
+
+    const md = renderSpeedUpTables(dir);
+    // native verify(17) ÷ verify(1) = (6 + 17/4) / (6 + 1/4)
+    assert.match(md, /\| 8b-f16 \| 5\.80 \/ 5\.60 \| .* \| \*\*1\.64\*\* \|/);
+    assert.match(md, /\| 1\.7b@before \| HTTP/, "the variant's costs are listed");
+    assert.match(md, /\*\*8b-f16 ← 1\.7b\*\*/);
+    assert.doesNotMatch(md, /← 1\.7b@before/, "no projection for an A/B variant");
+    for (const k of tableDraftLengths) assert.match(md, new RegExp(`\\n\\| ${k} \\| `));
+    const k4 = projectSpeedUp(costs, 0.81, 4).speedUp.toFixed(2);
+    assert.match(md, new RegExp(`\\| 4 \\| [^\\n]*\\| ${k4.replace(".", "\\.")}× \\(τ 3\\.4\\)`));
+    // HTTP run measured exactly as predicted; the in-process one 1.5× faster than its prediction: flagged
+    assert.match(md, /\(http\), 4 \| [^\n]* \| \+0\.0 % \| yes \|/);
+    assert.match(md, /\(in-process\), 4 \| [^\n]*\(over 10 %\) \| yes \|/);
+
+    const check = checkEndToEnd(summary(predicted), costs);
+    assert.ok(Math.abs(check.error) < 1e-9 && check.withinTolerance);
+});

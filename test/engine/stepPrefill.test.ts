@@ -1,0 +1,87 @@
+/**
+ * Step-wise short prefills (`stepPrefill`) and the decode-time split (submit + wait) on the CPU with the tiny fixture:
+ * feeding a request's few new tokens one per step keeps every step one token per sequence, and drafts stay exactly
+ * what they are without it, alone and in a batch of 32.
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
+import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
+import { draftConversationsAlone } from "./helpers/conversations.js";
+import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+
+interface Step {
+    tokens: number;
+    sequences: number;
+    decodeMs: number;
+    split: StepSplit;
+}
+
+async function openEngine(
+    t: { after(fn: () => Promise<void>): void },
+    options: Partial<LoadEngineOptions>,
+): Promise<{ engine: DraftEngine; steps: Step[] }> {
+    const steps: Step[] = [];
+    const engine = await loadEngine({
+        modelPath: tinyModel,
+        streams: 1,
+        contextSize: 512,
+        gpu: testGpu,
+        threads: testThreads,
+        useEnv: false,
+        observer: {
+            onStep: (sequences, decodeMs, _sampleMs, _hostMs, _graphReused, split) =>
+                steps.push({ tokens: split.tokens, sequences, decodeMs, split }),
+        },
+        ...options,
+    });
+    t.after(() => engine.close());
+    return { engine, steps };
+}
+
+test("step-wise prefill drafts the same as prefill in one step, alone and among 32, and keeps steps one token each", async (t) => {
+    const prompts = randomPrompts(32, 4000, 23);
+    const n = 8;
+    const rounds = 4;
+    const plain = await openEngine(t, { stepPrefill: 0 });
+    const reference = await draftConversationsAlone(plain.engine, prompts, rounds, n, 9);
+
+    const stepwise = await openEngine(t, { stepPrefill: 2 });
+    const stepwiseAlone = await draftConversationsAlone(stepwise.engine, prompts, rounds, n, 9);
+    assert.deepEqual(stepwiseAlone.drafts, reference.drafts, "step-wise prefill changed drafts computed alone");
+
+    // the whole prompt fed step-wise too (every arrival): still the same drafts
+    const everything = await openEngine(t, { stepPrefill: 1000 });
+    assert.deepEqual(
+        (await draftConversationsAlone(everything.engine, prompts, 2, n, 9)).drafts,
+        reference.drafts.slice(0, 2),
+    );
+    for (const step of everything.steps)
+        assert.equal(step.tokens, step.sequences, "a step took several tokens of one sequence");
+
+    // a batch of 32 conversations, rounds after the first bring 1–2 new tokens each: every step one token per sequence
+    const batched = await openEngine(t, { streams: 32, stepPrefill: 2 });
+    for (let r = 0; r < rounds; r++) {
+        const start = batched.steps.length;
+        const drafts = await Promise.all(reference.requests[r].map((request) => batched.engine.draft(request, n)));
+        assert.deepEqual(drafts, reference.drafts[r], `round ${r}: batched step-wise drafts differ from drafts alone`);
+        if (r > 0) {
+            const steps = batched.steps.slice(start);
+            for (const step of steps) assert.equal(step.tokens, step.sequences, `round ${r}: a multi-token step`);
+            // a request of 2 new tokens takes one more step than its draft
+            assert.ok(steps.length >= n && steps.length <= n + 1, `round ${r}: ${steps.length} steps`);
+        }
+    }
+});
+
+test("each step's decode time splits into the llama_decode call and the wait after it", async (t) => {
+    const { engine, steps } = await openEngine(t, { streams: 4 });
+    await Promise.all(randomPrompts(4, 4000, 29).map((prompt) => engine.draft(prompt, 6)));
+    assert.ok(steps.length >= 6);
+    for (const { decodeMs, split } of steps) {
+        assert.ok(split.submitMs > 0 && split.waitMs >= 0, JSON.stringify(split));
+        // the two are measured between the same three clock readings as the decode time
+        assert.ok(Math.abs(split.submitMs + split.waitMs - decodeMs) < 1e-6, JSON.stringify({ decodeMs, split }));
+    }
+});

@@ -1,0 +1,158 @@
+/**
+ * The native target on the CPU with the tiny fixtures: one verify call is one llama_decode and gives the greedy token
+ * of every position asked for; the argmax in llama.cpp's graph equals the argmax over the logits and node-llama-cpp's
+ * greedy token at each position; the target alone equals node-llama-cpp's; bad calls are refused with what was
+ * expected.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import type { ControlledEvaluateInputItem, Llama, Token } from "node-llama-cpp";
+import { generateAlone } from "../../src/generate/generateAlone.js";
+import { NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
+import { cpuLlama, targetModel, testThreads } from "./testModels.js";
+
+const contextSize = 256;
+const maxOutputs = 9;
+const prompt = [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974];
+
+let llama: Llama;
+before(async () => {
+    // node-llama-cpp first: the native addon then finds llama.cpp's CPU backend registered (they share its libraries)
+    llama = await cpuLlama();
+});
+after(async () => {
+    await llama.dispose();
+});
+
+async function openTarget(
+    t: { after(fn: () => void): void },
+    options: Partial<NativeTargetOptions> = {},
+): Promise<NativeTarget> {
+    const target = await NativeTarget.load({
+        modelPath: targetModel,
+        contextSize,
+        maxOutputs,
+        gpu: "cpu",
+        threads: testThreads,
+        ...options,
+    });
+    t.after(() => target.dispose());
+    return target;
+}
+
+/** node-llama-cpp's greedy next token after each of `tokens` (from an empty sequence), one controlledEvaluate. */
+async function libraryGreedy(tokens: readonly number[]): Promise<number[]> {
+    const model = await llama.loadModel({ modelPath: targetModel });
+    const context = await model.createContext({ contextSize, sequences: 1, threads: testThreads });
+    try {
+        const greedy = { generateNext: { token: true, options: { temperature: 0 } } } as const;
+        const input: ControlledEvaluateInputItem[] = tokens.map((token) => [token as Token, greedy]);
+        const outputs = await context.getSequence().controlledEvaluate(input);
+        return outputs.map((output) => output?.next?.token as number);
+    } finally {
+        await context.dispose();
+        await model.dispose();
+    }
+}
+
+test("info: vocabulary, context, outputs, end-of-generation ids, CPU", async (t) => {
+    const target = await openTarget(t);
+    assert.equal(target.vocabSize, 4003);
+    assert.ok(target.contextSize >= contextSize);
+    assert.equal(target.maxOutputs, maxOutputs);
+    assert.equal(target.gpuDevice, "");
+    assert.ok(target.eogIds.size >= 1, "the fixture's vocabulary has an end-of-text token");
+    assert.equal(target.cached, 0);
+});
+
+test("one verify call = one llama_decode, with the greedy token of every position asked for", async (t) => {
+    const target = await openTarget(t);
+    const drafts = [10, 20, 30, 40, 50, 60, 70, 80];
+    const expected = await libraryGreedy([...prompt, ...drafts]);
+
+    // the prompt's last token and 8 drafts: 9 outputs from one decode
+    const all = await target.verify([...prompt, ...drafts], 0, prompt.length - 1);
+    assert.deepEqual(all, expected.slice(prompt.length - 1));
+    assert.equal(target.stats.decodes, 1);
+    assert.equal(target.stats.tokens, prompt.length + drafts.length);
+    assert.equal(target.cached, prompt.length + drafts.length);
+
+    // keep the prompt and 3 drafts (the rest was "rejected"), verify the next step's 1 + 4 tokens: one more decode
+    const keep = prompt.length + 3;
+    const step = [11, 21, 31, 41, 51];
+    const next = await target.verify(step, keep, 0);
+    assert.deepEqual(next, (await libraryGreedy([...prompt, ...drafts.slice(0, 3), ...step])).slice(keep));
+    assert.equal(target.stats.decodes, 2);
+    assert.equal(target.cached, keep + step.length);
+
+    // only the last position asked: one output
+    assert.deepEqual(await target.verify(step, keep, step.length - 1), next.slice(-1));
+});
+
+test("the argmax in llama.cpp's graph (backend sampling) equals the host's argmax over the logits", async (t) => {
+    const inGraph = await openTarget(t, { backendSampling: true });
+    const onHost = await openTarget(t, { backendSampling: false });
+    for (let r = 0; r < 4; r++) {
+        const tokens = [...prompt, ...Array.from({ length: 8 }, (_, j) => 100 + 37 * j + r)];
+        const outputFrom = tokens.length - maxOutputs;
+        assert.deepEqual(await inGraph.verify(tokens, 0, outputFrom), await onHost.verify(tokens, 0, outputFrom));
+    }
+});
+
+test("the target alone equals node-llama-cpp's greedy generation; a prompt longer than a batch is split", async (t) => {
+    const target = await openTarget(t, { batchSize: 8 });
+    const model = await llama.loadModel({ modelPath: targetModel });
+    const context = await model.createContext({ contextSize, sequences: 1, threads: testThreads });
+    t.after(async () => {
+        await context.dispose();
+        await model.dispose();
+    });
+    const reference = await generateAlone(context.getSequence(), prompt, 40);
+    const before = target.stats.decodes;
+    const tokens = await target.generate(prompt, 40);
+    assert.deepEqual(tokens, reference.tokens);
+    // the 12-token prompt in batches of 8 (2 decodes), then one decode per token but the last
+    assert.equal(target.stats.decodes - before, 2 + tokens.length - 1);
+    assert.equal(target.cached, prompt.length + tokens.length - 1);
+});
+
+test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missing option", async (t) => {
+    const target = await openTarget(t);
+    await target.verify(prompt, 0, prompt.length - 1);
+    await assert.rejects(target.verify([1], prompt.length + 1, 0), /keep 13: expected 0 ≤ keep ≤ 12/);
+    await assert.rejects(
+        target.verify(
+            Array.from({ length: 12 }, (_, i) => i + 1),
+            0,
+            0,
+        ),
+        /outputFrom 0 of 12 tokens: expected at least 1 and at most 9 outputs/,
+    );
+    await assert.rejects(target.verify([1], 0, 1), /outputFrom 1 of 1 tokens/);
+    await assert.rejects(target.verify([4003], 0, 0), /token id 4003 at index 0: expected 0 ≤ id < 4003/);
+    // a failed call changes nothing: the cache still holds the prompt
+    assert.equal(target.cached, prompt.length);
+
+    const { loadNativeAddon } = await import("../../src/engine/nativeAddon.js");
+    const addon = loadNativeAddon("cpu");
+    const raw = addon.createTarget();
+    const options = {
+        binsDir: addon.binsDir,
+        modelPath: targetModel,
+        contextSize,
+        batchSize: 64,
+        ubatchSize: 64,
+        gpuLayers: 0,
+        flashAttention: "auto" as const,
+        backendSampling: true,
+        maxOutputs,
+        threads: 1,
+        verbose: false,
+    };
+    const { maxOutputs: _left, ...missing } = options;
+    assert.throws(() => raw.load(missing as typeof options), /option maxOutputs must be a number/);
+    assert.throws(
+        () => raw.load({ ...options, flashAttention: "yes" as "on" }),
+        /flashAttention must be "auto", "on" or "off"/,
+    );
+});

@@ -1,0 +1,159 @@
+/**
+ * The native verifier on the CPU with the tiny fixtures: lossless (speculative output == the target alone) and
+ * identical, step for step, to the exact verifier over node-llama-cpp fed the same drafts; one llama_decode per target
+ * step; the native in-process drafter drafts what node-llama-cpp's lock-step draft model drafts.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import type { Llama } from "node-llama-cpp";
+import { GreedyDraftTokenPredictor } from "../../src/generate/GreedyDraftTokenPredictor.js";
+import { generateWithExactVerifier } from "../../src/generate/generateWithExactVerifier.js";
+import { generateAloneNative, generateWithNativeVerifier } from "../../src/generate/generateWithNativeVerifier.js";
+import { NativeTarget } from "../../src/generate/NativeTarget.js";
+import { runGenerate } from "../../src/generate/runGenerate.js";
+import { TimedTokenPredictor } from "../../src/generate/TimedTokenPredictor.js";
+import type { GenerationRun } from "../../src/generate/types.js";
+import { cpuLlama, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
+
+const contextSize = 192;
+const maxTokens = 48;
+const draftLength = 6;
+/** Token-id prompts (the text prompt of testPrompts needs the tokenizer; runGenerate covers it below). */
+const prompts = [
+    [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876],
+    [12, 400, 12, 400, 12, 400, 12, 77, 91, 12, 400],
+];
+
+let llama: Llama;
+before(async () => {
+    llama = await cpuLlama();
+});
+after(async () => {
+    await llama.dispose();
+});
+
+/** A lock-step predictor over `draftPath` in node-llama-cpp (what exact-node-llama-cpp uses), and its disposal. */
+async function lockStepPredictor(draftPath: string) {
+    const model = await llama.loadModel({ modelPath: draftPath });
+    const context = await model.createContext({ contextSize, sequences: 1, threads: testThreads });
+    const predictor = new TimedTokenPredictor(new GreedyDraftTokenPredictor(context.getSequence(), draftLength));
+    return {
+        predictor,
+        close: async () => {
+            await context.dispose();
+            await model.dispose();
+        },
+    };
+}
+
+const counts = (run: GenerationRun) => ({
+    tokens: run.tokens,
+    targetSteps: run.targetSteps,
+    drafted: run.drafted,
+    accepted: run.accepted,
+});
+
+for (const [name, draftPath] of [
+    ["the target as its own drafter", targetModel],
+    ["a quantized drafter", quantizedDrafter],
+] as const) {
+    test(`${name}: lossless and step for step the exact verifier over node-llama-cpp`, async (t) => {
+        const target = await NativeTarget.load({
+            modelPath: targetModel,
+            contextSize,
+            maxOutputs: draftLength + 1,
+            gpu: "cpu",
+            threads: testThreads,
+        });
+        t.after(() => target.dispose());
+        const targetModelNlc = await llama.loadModel({ modelPath: targetModel });
+        const verifierContext = await targetModelNlc.createContext({ contextSize, sequences: 1, threads: testThreads });
+        const verifierSequence = verifierContext.getSequence();
+        t.after(async () => {
+            await verifierContext.dispose();
+            await targetModelNlc.dispose();
+        });
+        const forNative = await lockStepPredictor(draftPath);
+        const forLibrary = await lockStepPredictor(draftPath);
+        t.after(forNative.close);
+        t.after(forLibrary.close);
+
+        let accepted = 0;
+        for (const prompt of prompts) {
+            const alone = await generateAloneNative(target, prompt, maxTokens);
+            assert.equal(alone.tokens.length, maxTokens);
+            const decodesBefore = target.stats.decodes;
+            const native = await generateWithNativeVerifier(
+                target,
+                forNative.predictor,
+                prompt,
+                maxTokens,
+                draftLength,
+            );
+            // one llama_decode per target step (the prompts fit one batch)
+            assert.equal(target.stats.decodes - decodesBefore, native.targetSteps);
+            assert.deepEqual(native.tokens, alone.tokens, "speculative output differs from the target alone");
+            const library = await generateWithExactVerifier(
+                verifierSequence,
+                forLibrary.predictor,
+                prompt,
+                maxTokens,
+                draftLength,
+            );
+            assert.deepEqual(counts(native), counts(library));
+            accepted += native.accepted;
+        }
+        assert.ok(accepted > 0, "some drafts were accepted");
+        if (draftPath === targetModel) {
+            // a perfect drafter: every step takes its whole draft but at the cut to maxTokens
+            for (const prompt of prompts) {
+                const run = await generateWithNativeVerifier(
+                    target,
+                    forNative.predictor,
+                    prompt,
+                    maxTokens,
+                    draftLength,
+                );
+                assert.ok(run.tokens.length / run.targetSteps > draftLength - 1, JSON.stringify(counts(run)));
+            }
+        }
+    });
+}
+
+test("specdraft generate's exact verifier (native target, native drafter) == exact-node-llama-cpp, and lossless", async () => {
+    const summaries = [];
+    for (const verifier of ["exact", "exact-node-llama-cpp"] as const) {
+        for (const draft of [{ kind: "model", path: quantizedDrafter } as const, { kind: "ngram" } as const]) {
+            const summary = await runGenerate({
+                target: targetModel,
+                draft,
+                prompts: testPrompts,
+                maxTokens: 40,
+                draftLength,
+                gpu: "cpu",
+                threads: testThreads,
+                llama,
+                verifier,
+            });
+            assert.equal(summary.identical, true, `${verifier}, ${draft.kind}: outputs differ from the target alone`);
+            assert.equal(summary.verifier, verifier);
+            summaries.push(summary);
+        }
+    }
+    const [nativeModel, nativeLookup, libraryModel, libraryLookup] = summaries;
+    for (const [native, library] of [
+        [nativeModel, libraryModel],
+        [nativeLookup, libraryLookup],
+    ]) {
+        assert.deepEqual(
+            native.prompts.map((p) => counts(p.speculative[0])),
+            library.prompts.map((p) => counts(p.speculative[0])),
+        );
+        assert.deepEqual(
+            native.prompts.map((p) => p.alone[0].tokens),
+            library.prompts.map((p) => p.alone[0].tokens),
+        );
+    }
+    assert.ok(nativeModel.speculative.accepted > 0);
+    assert.equal(nativeModel.settings.gpu, "cpu");
+});

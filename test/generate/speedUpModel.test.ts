@@ -1,0 +1,81 @@
+/**
+ * The step-cost model: τ(k) for a per-token agreement, costs between measured sizes, the projection (checked against
+ * the H200 figures of 2026-12-01 in ../shared/NOTES.md) and the prediction for a measured run's own counts.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+    expectedTokensPerStep,
+    interpolateCost,
+    predictRunSpeedUp,
+    projectSpeedUp,
+    type StepCosts,
+} from "../../src/generate/speedUpModel.js";
+
+const close = (actual: number, expected: number, tolerance: number, what: string) =>
+    assert.ok(Math.abs(actual - expected) <= tolerance, `${what}: ${actual}, expected ${expected} ± ${tolerance}`);
+
+/** Qwen3-8B-shaped F16 target and 1.7B-shaped Q4_0 drafter over HTTP on the H200 (bench/generateCosts.ts). */
+const h200: StepCosts = {
+    alone: 5.74,
+    verify: new Map([
+        [1, 6.9],
+        [5, 12.3],
+        [9, 14.9],
+        [17, 24.3],
+    ]),
+    draft: new Map([
+        [1, 5.35],
+        [4, 11.8],
+        [8, 18.4],
+        [16, 32.2],
+    ]),
+};
+
+test("τ(k) = 1 + a + … + a^k: the known points and the edges", () => {
+    close(expectedTokensPerStep(0.81, 16), 5.117, 0.001, "a = 0.81, k = 16 (τ 5.1)");
+    close(expectedTokensPerStep(0.87, 16), 6.98, 0.01, "a = 0.87, k = 16 (τ 7)");
+    assert.equal(expectedTokensPerStep(1, 8), 9);
+    assert.equal(expectedTokensPerStep(0, 8), 1);
+    assert.equal(expectedTokensPerStep(0.5, 0), 1);
+    const sum = Array.from({ length: 5 }, (_, i) => 0.75 ** i).reduce((a, b) => a + b);
+    close(expectedTokensPerStep(0.75, 4), sum, 1e-12, "the series");
+    assert.throws(() => expectedTokensPerStep(1.1, 4), /agreement must be in \[0, 1\], got 1.1/);
+    assert.throws(() => expectedTokensPerStep(0.5, 2.5), /draft length must be an integer ≥ 0, got 2.5/);
+});
+
+test("costs: exact at measured sizes, linear between them, the nearest line outside", () => {
+    assert.equal(interpolateCost(h200.verify, 9), 14.9);
+    close(interpolateCost(h200.verify, 3), 9.6, 1e-9, "between 1 and 5");
+    close(interpolateCost(h200.verify, 13), 19.6, 1e-9, "between 9 and 17");
+    close(interpolateCost(h200.verify, 33), 24.3 + (16 * (24.3 - 14.9)) / 8, 1e-9, "beyond 17");
+    close(interpolateCost(h200.draft, 2), 5.35 + (11.8 - 5.35) / 3, 1e-9, "draft of 2");
+    assert.throws(() => interpolateCost(new Map(), 3), /no measured costs/);
+    assert.throws(() => interpolateCost(new Map([[1, 2]]), 3), /only size 1 measured/);
+});
+
+test("the projection reproduces the H200 figures of 2026-12-01", () => {
+    // NOTES.md: at a = 0.81 the best is 0.82× (k = 4), and 0.70× at k = 16 with verification asking the last only
+    const k4 = projectSpeedUp(h200, 0.81, 4);
+    close(k4.speedUp, 0.82, 0.005, "k = 4");
+    close(k4.stepMs, 12.3 + 11.8, 1e-9, "step = verify(5) + draft(4)");
+    close(k4.tau, 3.428, 0.001, "τ(4)");
+    const lastOnly: StepCosts = { ...h200, verify: new Map([[17, 9.5]]) };
+    close(projectSpeedUp(lastOnly, 0.81, 16).speedUp, 0.7, 0.005, "k = 16, last only");
+    // no draft at all (k = 0): the verifier against the target alone
+    close(projectSpeedUp(h200, 0.81, 0).speedUp, 5.74 / 6.9, 1e-9, "k = 0");
+});
+
+test("a run's prediction uses its own τ and mean verify size, and equals the projection for full drafts", () => {
+    // 100 steps of full drafts of 4 that yielded 300 tokens
+    const full = predictRunSpeedUp(h200, { tokens: 300, targetSteps: 100, drafted: 400, draftLength: 4 });
+    assert.equal(full.tau, 3);
+    assert.equal(full.meanVerifyTokens, 5);
+    close(full.speculativeMs, 100 * (12.3 + 11.8), 1e-9, "speculative ms");
+    assert.equal(full.aloneMs, 300 * 5.74);
+    close(full.speedUp, (3 * 5.74) / (12.3 + 11.8), 1e-9, "speed-up");
+    // shorter drafts (some steps offered 2): the verify size follows the mean, the request cost stays draft(k)
+    const short = predictRunSpeedUp(h200, { tokens: 300, targetSteps: 100, drafted: 300, draftLength: 4 });
+    close(short.speculativeMs, 100 * (interpolateCost(h200.verify, 4) + 11.8), 1e-9, "shorter drafts");
+    assert.throws(() => predictRunSpeedUp(h200, { tokens: 0, targetSteps: 0, drafted: 0, draftLength: 4 }), /steps/);
+});
