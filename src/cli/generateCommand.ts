@@ -6,12 +6,7 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
-import { describeMismatch } from "../generate/comparePromptRuns.js";
-import { GenerateError } from "../generate/errors.js";
-import { formatGenerateReport } from "../generate/formatGenerateReport.js";
-import { defaultDraftTimeoutMs } from "../generate/HttpDraftTokenPredictor.js";
-import { type GpuChoice, gpuChoices } from "../generate/loadLlama.js";
-import type { DraftSourceSpec } from "../generate/openDraftSource.js";
+import { type DraftSourceSpec, defaultDraftTimeoutMs } from "../generate/openDraftSource.js";
 import {
     defaultDraftLength,
     defaultGpu,
@@ -19,9 +14,12 @@ import {
     defaultRuns,
     defaultVerifier,
     type GeneratePrompt,
+    type GpuChoice,
+    gpuChoices,
     runGenerate,
 } from "../generate/runGenerate.js";
-import type { GenerateSummary, VerifierKind } from "../generate/types.js";
+import { describeMismatch, formatGenerateReport } from "../generate/summarizeGeneration.js";
+import { GenerateError, type GenerateSummary, type VerifierKind } from "../generate/types.js";
 import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 
