@@ -18,14 +18,16 @@ import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
+import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
+import type { GpuChoice } from "../src/engine/types.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
-import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/runGenerate.js";
+import { loadLlama } from "../src/generate/runGenerate.js";
 
 const program = new Command("generateCosts")
     .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")
     .requiredOption("--target <gguf>", "target model")
     .option("--drafter <url>", "a specdraft server to time /draft against")
-    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
+    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
     .action(async (options: { target: string; drafter?: string; gpu: GpuChoice; repeats: number }) => {
         const llama = await loadLlama(options.gpu);

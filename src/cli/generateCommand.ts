@@ -6,16 +6,14 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
+import { defaultDraftLength, defaultGpu, gpuChoices } from "../engine/engineDefaults.js";
+import type { GpuChoice } from "../engine/types.js";
 import { type DraftSourceSpec, defaultDraftTimeoutMs } from "../generate/openDraftSource.js";
 import {
-    defaultDraftLength,
-    defaultGpu,
     defaultMaxTokens,
     defaultRuns,
     defaultVerifier,
     type GeneratePrompt,
-    type GpuChoice,
-    gpuChoices,
     runGenerate,
 } from "../generate/runGenerate.js";
 import { describeMismatch, formatGenerateReport } from "../generate/summarizeGeneration.js";

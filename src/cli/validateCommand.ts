@@ -6,11 +6,12 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
 import type { DraftClient } from "../client/types.js";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
 import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
 import type { WalkSummary } from "../validate/types.js";
-import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
+import { defaultConcurrency, walkHeldOut } from "../validate/walkHeldOut.js";
 import { writeReport } from "../validate/writeReport.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 

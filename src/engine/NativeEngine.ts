@@ -12,6 +12,7 @@
  * now holds.
  */
 
+import { defaultMaxQueue } from "./engineDefaults.js";
 import { EngineError } from "./errors.js";
 import { KvSlotPool } from "./KvSlotPool.js";
 import {
@@ -21,9 +22,6 @@ import {
     nativeStepFields,
 } from "./nativeAddon.js";
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./types.js";
-
-/** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
-export const defaultMaxQueue = 1024;
 
 export interface NativeEngineOptions {
     /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */

@@ -4,26 +4,21 @@
  */
 
 import { defaultThreads } from "./defaultThreads.js";
+import {
+    defaultBatchSize,
+    defaultContextSize,
+    defaultGpu,
+    defaultGpuPadBatch,
+    defaultMaxQueue,
+    defaultStreams,
+    defaultUbatchSize,
+} from "./engineDefaults.js";
 import { EngineLoadError } from "./errors.js";
-import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
-import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
+import { NativeEngine } from "./NativeEngine.js";
+import { loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { type KvType, readEngineEnv } from "./readEngineEnv.js";
 import { readModelFileInfo } from "./readModelFileInfo.js";
-import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
-
-export { type GpuChoice, gpuChoices } from "./nativeAddon.js";
-export type { KvType } from "./readEngineEnv.js";
-
-/** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
-export const defaultStreams = 32;
-/** Tokens one sequence holds (prompt + draft). Defaults to `4096`. */
-export const defaultContextSize = 4096;
-/** Backend choice. Defaults to `auto`. */
-export const defaultGpu: GpuChoice = "auto";
-/** Tokens one llama_decode step may take (longer prefills continue in the next steps). Defaults to `4096`. */
-export const defaultBatchSize = 4096;
-/** Tokens llama.cpp computes at once inside a decode. Defaults to `512`. */
-export const defaultUbatchSize = 512;
+import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice } from "./types.js";
 
 export interface LoadEngineOptions {
     modelPath: string;
@@ -101,9 +96,6 @@ export interface EngineTestingOptions {
     /** Batch requests in arrival order instead of KV-slot order, so llama.cpp reorders outputs. Defaults to `false`. */
     arrivalOrder?: boolean;
 }
-
-/** Pad decode steps to all streams on a GPU when half of them draft (see `padBatch`). */
-export const defaultGpuPadBatch = 0.5;
 
 export async function loadEngine(givenOptions: LoadEngineOptions): Promise<DraftEngine> {
     // options given win over SPECDRAFT_* variables

@@ -9,11 +9,7 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { EngineLoadError } from "./errors.js";
-
-/** Where llama.cpp should compute; `auto` picks CUDA when its build and an NVIDIA driver are present, else the CPU. */
-export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
-/** Every GpuChoice, for command-line choices. */
-export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
+import type { GpuChoice } from "./types.js";
 
 export type NativeVariant = "cpu" | "cuda" | "vulkan";
 

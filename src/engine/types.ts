@@ -8,6 +8,12 @@
 /** Where llama.cpp computes. */
 export type ComputeBackend = "cpu" | "cuda" | "vulkan" | "metal";
 
+/**
+ * Where the user asks llama.cpp to compute (`--gpu`, for serve and generate alike); `auto` picks CUDA when its build
+ * and an NVIDIA driver are present, else the CPU.
+ */
+export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
+
 /** What `GET /info` reports about the loaded drafter. */
 export interface EngineInfo {
     /** `general.name` from the GGUF, or the file name. */

@@ -5,6 +5,8 @@
  */
 import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
 import { defaultThreads } from "../engine/defaultThreads.js";
+import { defaultDraftLength, defaultGpu } from "../engine/engineDefaults.js";
+import type { GpuChoice } from "../engine/types.js";
 import {
     generateAlone,
     generateWithExactVerifier,
@@ -23,9 +25,7 @@ import {
 } from "./types.js";
 
 export const defaultMaxTokens = 256;
-export const defaultDraftLength = 16;
 export const defaultRuns = 1;
-export const defaultGpu: GpuChoice = "auto";
 /**
  * `exact`: specdraft's verification loop over node-llama-cpp's public API, fed by the same token predictors. The
  * library's own speculative path (`node-llama-cpp`) counts every draft token after the first as refuted in 3.21.1, so
@@ -69,17 +69,15 @@ export interface RunGenerateOptions {
     onProgress?: (done: number, total: number) => void;
 }
 
-export type GpuChoice = "auto" | "cuda" | "cpu";
-
-export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "cpu"];
-
 /**
- * Loads llama.cpp through node-llama-cpp for the `--gpu auto|cuda|cpu` choice. `cpu`: the prebuilt CPU binaries. `auto`/`cuda`: the last build made with `node-llama-cpp source build` if any (how the
- * GPU machine installs its CUDA build, see shared/gpu/README.md), else the best prebuilt binary; `cuda` then insists
- * on CUDA. Only llama.cpp errors are logged.
+ * Loads llama.cpp through node-llama-cpp for the `--gpu` choice. `cpu`: the prebuilt CPU binaries. `vulkan`: a
+ * Vulkan build (local or prebuilt; never built from source here). `auto`/`cuda`: the last build made with
+ * `node-llama-cpp source build` if any (how the GPU machine installs its CUDA build, see shared/gpu/README.md), else
+ * the best prebuilt binary; `cuda` then insists on CUDA. Only llama.cpp errors are logged.
  */
 export async function loadLlama(gpu: GpuChoice): Promise<Llama> {
     if (gpu === "cpu") return getLlama({ gpu: false, logLevel: LlamaLogLevel.error });
+    if (gpu === "vulkan") return getLlama({ gpu: "vulkan", build: "never", logLevel: LlamaLogLevel.error });
     const llama = await getLlama("lastBuild", { logLevel: LlamaLogLevel.error });
     if (gpu === "cuda" && llama.gpu !== "cuda") {
         const found = llama.gpu === false ? "the CPU" : llama.gpu;

@@ -13,12 +13,11 @@
  * the next conversation as it finishes one), each conversation's steps strictly in order.
  */
 import type { DraftClient, DraftFailureKind } from "../client/types.js";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import type { Conversation, ConversationWalk, WalkResult, WalkStep } from "./types.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 export const defaultConcurrency = 32;
-/** Draft tokens asked for per request (k). Defaults to `16`. */
-export const defaultDraftLength = 16;
 
 /** How to walk: draft length, concurrency, progress. */
 export interface WalkHeldOutOptions {
