@@ -13,6 +13,7 @@ import type { GpuChoice } from "./types.js";
 
 export type NativeVariant = "cpu" | "cuda" | "vulkan";
 
+/** What the native load() takes: every field, always (it has no defaults of its own; a missing one is a TypeError). */
 export interface NativeLoadOptions {
     /** Folder of the llama.cpp libraries, from which backends built as loadable modules are loaded. */
     binsDir: string;
