@@ -16,7 +16,7 @@ import {
 import { EngineLoadError } from "./errors.js";
 import { NativeEngine } from "./NativeEngine.js";
 import { loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
-import { type KvType, readEngineEnv } from "./readEngineEnv.js";
+import { type EngineEnvSettings, type KvType, readEngineEnv } from "./readEngineEnv.js";
 import { readModelFileInfo } from "./readModelFileInfo.js";
 import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice } from "./types.js";
 
@@ -89,8 +89,8 @@ export interface LoadEngineOptions {
 export interface EngineTestingOptions {
     /**
      * Read each sequence's logits from its own thread without first applying llama.cpp's pending output reorder on one
-     * thread — the race that gives wrong drafts. Also set by the environment variable SPECDRAFT_UNGUARDED_LOGITS=1.
-     * Defaults to `false`.
+     * thread — the race that gives wrong drafts. Also set by the environment variable SPECDRAFT_UNGUARDED_LOGITS=1
+     * (with `useEnv`). Defaults to `false`.
      */
     unguardedLogits?: boolean;
     /** Batch requests in arrival order instead of KV-slot order, so llama.cpp reorders outputs. Defaults to `false`. */
@@ -99,8 +99,9 @@ export interface EngineTestingOptions {
 
 export async function loadEngine(givenOptions: LoadEngineOptions): Promise<DraftEngine> {
     // options given win over SPECDRAFT_* variables
-    const options: LoadEngineOptions =
-        (givenOptions.useEnv ?? true) ? { ...readEngineEnv(), ...definedOnly(givenOptions) } : givenOptions;
+    const { unguardedLogits: envUnguardedLogits, ...envOptions }: EngineEnvSettings =
+        (givenOptions.useEnv ?? true) ? readEngineEnv() : {};
+    const options: LoadEngineOptions = { ...envOptions, ...definedOnly(givenOptions) };
     const streams = options.streams ?? defaultStreams;
     const contextSize = options.contextSize ?? defaultContextSize;
     if (!Number.isInteger(streams) || streams < 1 || streams > 256)
@@ -128,7 +129,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
                 kvType: options.kvType ?? "",
                 padBatch: options.padBatch ?? (onGpu ? defaultGpuPadBatch : 0),
                 threads: options.threads ?? defaultThreads(),
-                unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
+                unguardedLogits: options.testing?.unguardedLogits ?? envUnguardedLogits ?? false,
                 arrivalOrder: options.testing?.arrivalOrder ?? false,
                 verbose: options.verbose ?? false,
             });

@@ -10,6 +10,10 @@
  *   SPECDRAFT_THREADS=<n>                  llama.cpp CPU threads
  *   SPECDRAFT_MAX_STEPS_PER_RUN=<n>        decode steps per native run (1: a JS round trip per step; 0: no limit)
  *   SPECDRAFT_PAD_BATCH=<fraction>         pad steps to all streams when this fraction drafts (0: never; e.g. 0.5)
+ *   SPECDRAFT_UNGUARDED_LOGITS=0|1         tests only: turn the logits reorder guard off (test/engine/logitsGuard.test.ts)
+ *
+ * `npm test` clears every SPECDRAFT_* variable but its own switches (test/helpers/isolateEnv.ts), so a developer's
+ * shell does not change what the tests measure.
  */
 
 /** The KV cache element types llama.cpp takes for both K and V here. */
@@ -25,6 +29,7 @@ export interface EngineEnvSettings {
     threads?: number;
     maxStepsPerRun?: number;
     padBatch?: number;
+    unguardedLogits?: boolean;
 }
 
 /** Reads the SPECDRAFT_* engine variables; throws a RangeError naming the variable for a value it cannot use. */
@@ -59,6 +64,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     };
     assign("backendSampling", flag("SPECDRAFT_BACKEND_SAMPLING"));
     assign("flashAttention", flag("SPECDRAFT_FLASH_ATTENTION"));
+    assign("unguardedLogits", flag("SPECDRAFT_UNGUARDED_LOGITS"));
     assign("ubatchSize", integer("SPECDRAFT_UBATCH", 1));
     assign("batchSize", integer("SPECDRAFT_BATCH", 1));
     assign("threads", integer("SPECDRAFT_THREADS", 1));
