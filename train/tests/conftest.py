@@ -8,6 +8,7 @@ count in-process and in the CLI subprocesses, so runs compare bit for bit).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -63,6 +64,13 @@ torch.set_num_threads(1)
 def micro_prose() -> Path:
     """The micro preset's prose folder (git-doc); a missing one fails with the command that fetches it."""
     return preset_prose(MICRO)[0]
+
+
+def torchrun_two_processes() -> tuple[str, ...]:
+    """A ``run_cli`` runner: ``torchrun`` with 2 processes of ``specdraft_train --threads 1``. ``--standalone`` has the
+    rendezvous pick a free port, so concurrent test runs (or anything else listening) never collide on a fixed one."""
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    return (torchrun, "--standalone", "--nproc_per_node", "2", "-m", "specdraft_train", "--threads", "1")
 
 
 def run_cli(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_cli
+from conftest import run_cli, torchrun_two_processes
 from safetensors.torch import load_file
 
 from specdraft_train import distill
@@ -373,12 +372,11 @@ def test_distill_stops_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
 
 
 def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     out = tmp_path / "ddp"
     _distill(
         tiny,
         out,
-        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29518", "-m", "specdraft_train", "--threads", "1"),
+        runner=torchrun_two_processes(),
     )
     manifest = verify_stage_dir(out, "distill")
     assert manifest["params"]["world_size"] == 2
@@ -395,7 +393,6 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
 
 def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
     # Only rank 0 evaluates; every rank must learn of the plateau and stop at the same step (else DDP hangs).
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     out = tmp_path / "ddp-flat"
     _distill(
         tiny,
@@ -407,7 +404,7 @@ def test_ddp_ranks_stop_together_at_a_plateau(tiny: dict[str, Path], tmp_path: P
         "--patience",
         "2",
         timeout=120,
-        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29519", "-m", "specdraft_train", "--threads", "1"),
+        runner=torchrun_two_processes(),
     )
     metrics = verify_stage_dir(out, "distill")["metrics"]
     assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2

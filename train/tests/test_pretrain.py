@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli
+from conftest import run_cli, torchrun_two_processes
 from safetensors.torch import load_file
 
 from specdraft_train import pretrain
@@ -73,12 +73,11 @@ def test_killed_pretrain_resumes_to_identical_weights(tiny: dict[str, Path], str
 
 
 def test_ddp_two_gloo_processes_match_one_process(tiny: dict[str, Path], straight: Path, tmp_path: Path):
-    torchrun = shutil.which("torchrun") or str(Path(__import__("sys").executable).with_name("torchrun"))
     out = tmp_path / "ddp"
     _pretrain(
         tiny,
         out,
-        runner=(torchrun, "--nproc_per_node", "2", "--master_port", "29517", "-m", "specdraft_train", "--threads", "1"),
+        runner=torchrun_two_processes(),
     )
     manifest = verify_stage_dir(out, "pretrain")
     assert manifest["params"]["world_size"] == 2
