@@ -5,7 +5,7 @@
 
 import type { FastifyError, FastifyRequest, FastifySchemaValidationError } from "fastify";
 import { EngineError } from "../engine/errors.js";
-import { ApiError, apiError } from "./errors.js";
+import { ApiError, apiError, type ErrorParams, formatErrorMessage } from "./errors.js";
 import { maxDraftLength, retryAfterSeconds } from "./serveDefaults.js";
 
 /** What the mapping needs to know about the server. */
@@ -48,8 +48,11 @@ function fromEngineError(error: EngineError): ApiError {
             );
         case "context_overflow":
         case "invalid_token":
-            // the route checks both before drafting; this is the engine's own wording of the same problem
-            return new ApiError(error.code, error.message);
+        case "empty_tokens": {
+            // the catalog answers these with the engine's own templates, filled from the error's fields
+            const code = error.code;
+            return new ApiError(code, formatErrorMessage(code, error.params as ErrorParams<typeof code>));
+        }
         case "aborted":
             return apiError("request_aborted");
         case "engine_closed":
@@ -73,7 +76,7 @@ function fromValidation(
     if (tokenItem !== null) {
         return apiError("invalid_token", {
             id: describeValue(valueAt(request.body, path)),
-            index: tokenItem[1],
+            position: `index ${tokenItem[1]}`,
             vocabSize: context.vocabSize ?? "?",
         });
     }
