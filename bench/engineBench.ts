@@ -99,13 +99,13 @@ async function runPhase(
         : undefined;
     bar?.start(total, 0);
     const step = async (i: number) => {
-        if (contexts[i].length + flags.draftLen + flags.accepted + 1 > flags.context) {
-            contexts[i] = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
-        }
+        let context = contexts[i] ?? [];
+        if (context.length + flags.draftLen + flags.accepted + 1 > flags.context)
+            context = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
         const started = performance.now();
-        const draft = await engine.draft(contexts[i], flags.draftLen);
+        const draft = await engine.draft(context, flags.draftLen);
         latencies.push(performance.now() - started);
-        contexts[i] = [...contexts[i], ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
+        contexts[i] = [...context, ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
         bar?.increment();
     };
     const started = performance.now();

@@ -249,8 +249,11 @@ export class NativeEngine implements DraftEngine {
     private take(progress: NativeRunProgress): void {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
-            this.observer.onDecode?.(steps[i], steps[i + 1]);
-            this.observer.onStep?.(steps[i + 1], steps[i + 2], steps[i + 3], steps[i + 4], steps[i + 5] > 0);
+            // the loop's bound makes all six present; the defaults only satisfy the index check
+            const [tokens = 0, sequences = 0, decodeMs = 0, sampleMs = 0, hostMs = 0, graphsReused = 0] =
+                steps.subarray(i, i + nativeStepFields);
+            this.observer.onDecode?.(tokens, sequences);
+            this.observer.onStep?.(sequences, decodeMs, sampleMs, hostMs, graphsReused > 0);
         }
         for (const finished of progress.finished) {
             const entry = this.inFlight.get(finished.id);

@@ -184,7 +184,7 @@ function definedOnly(options: LoadEngineOptions): LoadEngineOptions {
 
 /** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */
 function backendOf(gpuDevice: string): ComputeBackend {
-    const registry = gpuDevice.split(":")[0].toLowerCase();
+    const [registry = ""] = gpuDevice.toLowerCase().split(":");
     if (registry === "cuda" || registry === "vulkan" || registry === "metal") return registry;
     return "cpu";
 }

@@ -137,8 +137,7 @@ export async function generateWithExactVerifier(
             if (room < 0) break;
             const drafts = (await predictor.predictTokens()).slice(0, Math.min(draftLength, room));
             const input: ControlledEvaluateInputItem[] = pending.slice(0, -1);
-            input.push([pending[pending.length - 1], greedyNext]);
-            for (const draft of drafts) input.push([draft, greedyNext]);
+            for (const token of [...pending.slice(-1), ...drafts]) input.push([token, greedyNext]);
             const outputs = await sequence.controlledEvaluate(input);
             targetSteps++;
             drafted += drafts.length;
@@ -170,7 +169,7 @@ export async function generateWithExactVerifier(
             }
             if (finished || tokens.length >= maxTokens) break;
             predictor.pushTokens(stepTokens);
-            pending = [stepTokens[stepTokens.length - 1]];
+            pending = stepTokens.slice(-1);
         }
     } finally {
         await predictor.stop();

@@ -16,8 +16,9 @@ export function comparePromptRuns(
 ): PromptResult {
     const result: PromptResult = { id, promptLength, alone, speculative, identical: true };
     if (category !== undefined) result.category = category;
-    for (let run = 0; run < speculative.length; run++) {
-        const difference = firstDifference(alone[run].tokens, speculative[run].tokens);
+    for (const [run, speculativeRun] of speculative.entries()) {
+        // a missing target-alone run compares as an empty output: a mismatch, not a pass
+        const difference = firstDifference(alone[run]?.tokens ?? [], speculativeRun.tokens);
         if (difference !== undefined) {
             result.identical = false;
             result.firstDifference = { run, ...difference };
@@ -105,9 +106,11 @@ export function formatGenerateReport(summary: GenerateSummary): string {
         ["draft time share", "–", `${(summary.draftTimeShare * 100).toFixed(1)} %`],
         ["outputs identical", "", summary.identical ? "yes" : "NO"],
     ];
-    const widths = [0, 1, 2].map((column) => Math.max(...rows.map((row) => row[column].length)));
+    const width = (column: 0 | 1 | 2): number => Math.max(...rows.map((row) => row[column].length));
+    const [labelWidth, aloneWidth, speculativeWidth] = [width(0), width(1), width(2)];
     const lines = rows.map(
-        (row) => `${row[0].padEnd(widths[0])}  ${row[1].padStart(widths[1])}  ${row[2].padStart(widths[2])}`,
+        ([label, aloneCell, speculativeCell]) =>
+            `${label.padEnd(labelWidth)}  ${aloneCell.padStart(aloneWidth)}  ${speculativeCell.padStart(speculativeWidth)}`,
     );
     const { maxTokens, draftLength, runs, gpu } = summary.settings;
     lines.push(`${summary.prompts.length} prompts × ${runs} runs, max ${maxTokens} tokens, k = ${draftLength}, ${gpu}`);

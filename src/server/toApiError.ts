@@ -70,13 +70,13 @@ function fromValidation(
     const first = errors.find((e) => e.keyword !== "if") ?? errors[0];
     if (first === undefined) return apiError("invalid_body", { path: "body", problem: "is invalid" });
     const path = first.instancePath;
-    const tokenList = /^\/(tokens|prefix)$/.exec(path);
-    if (tokenList !== null && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList[1] });
-    const tokenItem = /^\/(?:tokens|prefix)\/(\d+)$/.exec(path);
-    if (tokenItem !== null) {
+    const tokenList = /^\/(?<field>tokens|prefix)$/.exec(path)?.groups?.field;
+    if (tokenList !== undefined && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList });
+    const tokenIndex = /^\/(?:tokens|prefix)\/(?<index>\d+)$/.exec(path)?.groups?.index;
+    if (tokenIndex !== undefined) {
         return apiError("invalid_token", {
             id: describeValue(valueAt(request.body, path)),
-            position: `index ${tokenItem[1]}`,
+            position: `index ${tokenIndex}`,
             vocabSize: context.vocabSize ?? "?",
         });
     }

@@ -43,11 +43,11 @@ export async function walkHeldOut(
         throw new Error(`concurrency: expected an integer ≥ 1, found ${concurrency}`);
 
     const walks: ConversationWalk[] = new Array<ConversationWalk>(conversations.length);
-    let next = 0;
+    // one iterator shared by the workers: each takes the next conversation when it finishes one
+    const pending = conversations.entries();
     const worker = async (): Promise<void> => {
-        while (next < conversations.length) {
-            const index = next++;
-            walks[index] = await walkConversation(conversations[index], client, draftLength, (step, advanced) =>
+        for (const [index, conversation] of pending) {
+            walks[index] = await walkConversation(conversation, client, draftLength, (step, advanced) =>
                 options.onProgress?.(advanced, step.failure),
             );
         }
