@@ -79,14 +79,26 @@ export async function generateAlone(
     maxTokens: number,
 ): Promise<GenerationRun> {
     await sequence.clearHistory();
+    const { tokens, seconds } = await evaluateGreedily(sequence, prompt, maxTokens);
+    return { tokens, seconds, targetSteps: tokens.length, drafted: 0, accepted: 0, draftSeconds: 0 };
+}
+
+/**
+ * Up to `maxTokens` greedy tokens after `prompt` through `sequence.evaluate()` (with the sequence's own token
+ * predictor, if it has one), and the seconds they took, prompt evaluation included.
+ */
+async function evaluateGreedily(
+    sequence: LlamaContextSequence,
+    prompt: readonly number[],
+    maxTokens: number,
+): Promise<{ tokens: number[]; seconds: number }> {
     const tokens: number[] = [];
     const started = performance.now();
     for await (const token of sequence.evaluate(prompt.slice() as Token[], { temperature: 0 })) {
         tokens.push(token);
         if (tokens.length >= maxTokens) break;
     }
-    const seconds = (performance.now() - started) / 1000;
-    return { tokens, seconds, targetSteps: tokens.length, drafted: 0, accepted: 0, draftSeconds: 0 };
+    return { tokens, seconds: (performance.now() - started) / 1000 };
 }
 
 // Speculative generation with specdraft's own verification loop over node-llama-cpp's public API, driving any
@@ -199,13 +211,7 @@ export async function generateWithLibraryVerifier(
     predictor.updateInputTokens(prompt.slice() as Token[]);
     const before = { ...sequence.tokenPredictions };
     const waitedBefore = predictor.waitedSeconds;
-    const tokens: number[] = [];
-    const started = performance.now();
-    for await (const token of sequence.evaluate(prompt.slice() as Token[], { temperature: 0 })) {
-        tokens.push(token);
-        if (tokens.length >= maxTokens) break;
-    }
-    const seconds = (performance.now() - started) / 1000;
+    const { tokens, seconds } = await evaluateGreedily(sequence, prompt, maxTokens);
     const after = sequence.tokenPredictions;
     const used = after.used - before.used;
     return {
