@@ -11,14 +11,15 @@
 import { Command } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
+import { defaultDraftLength, defaultStreams } from "../src/engine/engineDefaults.js";
 import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
 
 const program = new Command("batchConsistency")
     .description("Count drafts that differ between a request alone and the same request in a concurrent batch.")
     .requiredOption("--url <url>", "http://host:port (specdraft /draft) or llama-server+http://host:port")
-    .option("--streams <n>", "distinct contexts, and the batch size", parseIntegerOption(1), 32)
+    .option("--streams <n>", "distinct contexts, and the batch size", parseIntegerOption(1), defaultStreams)
     .option("--context <tokens>", "tokens per context", parseIntegerOption(1), 512)
-    .option("--draft-len <k>", "tokens per draft", parseIntegerOption(1), 16)
+    .option("--draft-len <k>", "tokens per draft", parseIntegerOption(1), defaultDraftLength)
     .option("--vocab-size <n>", "ids are drawn below this", parseIntegerOption(2), 151_936)
     .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 7)
     .option("--data <file>", "take the contexts from this held-out JSONL file instead of random ids")

@@ -14,9 +14,10 @@
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
-import { type GpuChoice, type KvType, loadEngine } from "../src/engine/loadEngine.js";
-import { kvTypes } from "../src/engine/readEngineEnv.js";
-import type { DraftEngine, EngineInfo } from "../src/engine/types.js";
+import { defaultDraftLength, defaultGpu, defaultStreams, gpuChoices } from "../src/engine/engineDefaults.js";
+import { loadEngine } from "../src/engine/loadEngine.js";
+import { type KvType, kvTypes } from "../src/engine/readEngineEnv.js";
+import type { DraftEngine, EngineInfo, GpuChoice } from "../src/engine/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
 
 interface BenchFlags {
@@ -98,13 +99,13 @@ async function runPhase(
         : undefined;
     bar?.start(total, 0);
     const step = async (i: number) => {
-        if (contexts[i].length + flags.draftLen + flags.accepted + 1 > flags.context) {
-            contexts[i] = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
-        }
+        let context = contexts[i] ?? [];
+        if (context.length + flags.draftLen + flags.accepted + 1 > flags.context)
+            context = Array.from({ length: flags.startContext }, () => random(engine.info.vocabSize));
         const started = performance.now();
-        const draft = await engine.draft(contexts[i], flags.draftLen);
+        const draft = await engine.draft(context, flags.draftLen);
         latencies.push(performance.now() - started);
-        contexts[i] = [...contexts[i], ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
+        contexts[i] = [...context, ...draft.slice(0, flags.accepted), random(engine.info.vocabSize)];
         bar?.increment();
     };
     const started = performance.now();
@@ -244,11 +245,11 @@ function integerList(value: string): number[] {
 const program = new Command("engineBench")
     .description("Draft engine throughput without HTTP: one request at a time vs all streams at once")
     .requiredOption("--model <path>", "GGUF drafter")
-    .option("--gpu <choice>", "auto | cuda | vulkan | cpu", "auto")
-    .option("--streams <n>", "conversations (and engine streams)", integer, 32)
+    .addOption(new Option("--gpu <choice>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
+    .option("--streams <n>", "conversations (and engine streams)", integer, defaultStreams)
     .option("--context <n>", "tokens per sequence", integer, 2048)
     .option("--start-context <n>", "random tokens each conversation starts from", integer, 512)
-    .option("--draft-len <n>", "tokens per draft", integer, 16)
+    .option("--draft-len <n>", "tokens per draft", integer, defaultDraftLength)
     .option("--accepted <n>", "drafted tokens accepted per step (then +1 target token)", integer, 5)
     .option("--steps <n>", "requests per conversation per phase", integer, 10)
     .option("--threads <n>", "llama.cpp CPU threads (default: the engine's)", integer)

@@ -30,11 +30,12 @@ import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
+import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
 import { loadEngine } from "../src/engine/loadEngine.js";
-import type { DraftEngine } from "../src/engine/types.js";
-import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
+import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
+import { loadLlama } from "../src/generate/runGenerate.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
 const verifySizes = [1, 3, 5, 7, 9, 17];
@@ -346,7 +347,7 @@ const program = new Command("generateCosts")
     .option("--target <gguf>", "target model")
     .option("--drafter <url>", "a specdraft server to time /draft against")
     .option("--draft-model <gguf>", "a drafter to time in this process (specdraft's draft engine, one stream)")
-    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default("auto"))
+    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
     .action(async (options: Options) => {
         if (!options.target && !options.drafter && !options.draftModel)

@@ -16,10 +16,9 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
+import { defaultDraftLength, defaultStreams } from "../src/engine/engineDefaults.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
 
-/** Conversations walked at once. Defaults to `32`. */
-const defaultStreams = 32;
 /** Measured steps per conversation. Defaults to `20`. */
 const defaultSteps = 20;
 /** Unmeasured first steps per conversation (the first one prefills the whole start context). Defaults to `1`. */
@@ -28,8 +27,6 @@ const defaultWarmupSteps = 1;
 const defaultStartContext = 512;
 /** Draft tokens the imagined target accepts per step (it then adds 1 token of its own). Defaults to `5`. */
 const defaultAccepted = 5;
-/** Tokens asked for per draft. Defaults to `16`. */
-const defaultDraftLength = 16;
 /** Per-request timeout in ms. Defaults to `60000`. */
 const defaultTimeoutMs = 60_000;
 
@@ -69,7 +66,12 @@ const program = new Command("serveBench")
         "Replay a many-stream speculative-decoding walk against a draft server; print requests/s and latency as JSON.",
     )
     .requiredOption("--url <url>", "http://host:port (specdraft /draft) or llama-server+http://host:port (/completion)")
-    .option("--streams <n>", "conversations walked at once", parseIntegerOption(1), defaultStreams)
+    .option(
+        "--streams <n>",
+        "conversations walked at once (default: serve's streams)",
+        parseIntegerOption(1),
+        defaultStreams,
+    )
     .option("--steps <n>", "measured steps per conversation", parseIntegerOption(1), defaultSteps)
     .option("--warmup-steps <n>", "unmeasured first steps per conversation", parseIntegerOption(0), defaultWarmupSteps)
     .option(

@@ -11,7 +11,7 @@
 //   add --if-possible to warn and exit 0 instead of failing when g++ or the binaries are missing (for npm prepare)
 //
 // Output: build/native/<variant>/specdraft_engine.node, linked with an $ORIGIN-relative rpath to the binaries folder,
-// and build/native/<variant>/variant.json ({ binsDir } relative to the .node file) which src/engine/NativeEngine.ts reads
+// and build/native/<variant>/variant.json ({ binsDir } relative to the .node file) which src/engine/nativeAddon.ts reads
 // to load the backends. Headers come from node-llama-cpp's llama.cpp git bundle, checked out once (include/ and
 // ggml/include/ only) into build/llama-headers; a job that has no bundle (the GPU machine) can bring that folder along.
 
@@ -35,7 +35,7 @@ function fail(message) {
 }
 
 function parseArgs(argv) {
-    const args = { gpu: "cpu", bins: undefined, variant: undefined, quietMissing: false };
+    const args = { gpu: "cpu", bins: undefined, variant: undefined };
     for (let i = 0; i < argv.length; i++) {
         const a = argv[i];
         if (a === "--gpu") args.gpu = argv[++i];

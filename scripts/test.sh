@@ -6,9 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
 echo "== TypeScript tests =="
-# Node 20's test runner takes file paths, not globs.
+# Node 20's test runner takes file paths, not globs. isolateEnv clears the shell's SPECDRAFT_* settings in every test file.
 mapfile -t files < <(find test -name '*.test.ts' | sort)
-node --import tsx --test --test-concurrency=1 "${files[@]}" || status=1
+node --import tsx --import ./test/helpers/isolateEnv.ts --test --test-concurrency=1 "${files[@]}" || status=1
 echo "== Python tests (train/) =="
 bash train/scripts/pytest.sh || status=1
 echo "== Lint (Biome, ruff) =="

@@ -6,24 +6,21 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
-import { describeMismatch } from "../generate/comparePromptRuns.js";
-import { GenerateError } from "../generate/errors.js";
-import { formatGenerateReport } from "../generate/formatGenerateReport.js";
-import { defaultDraftTimeoutMs } from "../generate/HttpDraftTokenPredictor.js";
-import { type GpuChoice, gpuChoices } from "../generate/loadLlama.js";
-import type { DraftSourceSpec } from "../generate/openDraftSource.js";
+import { defaultDraftLength, defaultGpu, gpuChoices } from "../engine/engineDefaults.js";
+import type { GpuChoice } from "../engine/types.js";
+import { type DraftSourceSpec, defaultDraftTimeoutMs } from "../generate/openDraftSource.js";
 import {
-    defaultDraftLength,
-    defaultGpu,
     defaultMaxTokens,
     defaultRuns,
     defaultVerifier,
     type GeneratePrompt,
     runGenerate,
 } from "../generate/runGenerate.js";
-import type { GenerateSummary, VerifierKind } from "../generate/types.js";
-import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
+import { describeMismatch, formatGenerateReport } from "../generate/summarizeGeneration.js";
+import { GenerateError, type GenerateSummary, type VerifierKind } from "../generate/types.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
+import { exitCodes } from "./exitCodes.js";
+import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
 /** The command's options, as commander hands them over. */
 export interface GenerateCommandOptions {
@@ -41,6 +38,8 @@ export interface GenerateCommandOptions {
     data?: string;
     /** Use only the first N valid lines of `--data`. Defaults to all. */
     limit?: number;
+    /** Use the valid lines of `--data` even if some are invalid. Defaults to `false` (invalid lines: exit 2). */
+    skipInvalid?: boolean;
     /** Defaults to `256`. */
     maxTokens?: number;
     /** Defaults to `16`. */
@@ -68,7 +67,7 @@ export async function runGenerateCommand(
     options: GenerateCommandOptions,
     io: CommandIo = processIo,
 ): Promise<{ exitCode: number; summary?: GenerateSummary }> {
-    const fail = (message: string, exitCode = 2): { exitCode: number } => {
+    const fail = (message: string, exitCode: number = exitCodes.usage): { exitCode: number } => {
         io.err.write(`specdraft generate: ${message}\n`);
         return { exitCode };
     };
@@ -89,16 +88,8 @@ export async function runGenerateCommand(
         if (options.prompt.length === 0) return fail("--prompt: expected some text, found an empty string");
         prompts = [{ id: "prompt", tokens: { text: options.prompt } }];
     } else if (options.data !== undefined && options.prompt === undefined) {
-        const file = options.data;
-        let heldOut: HeldOutSet;
-        try {
-            heldOut = await readHeldOutFile(file, { limit: options.limit });
-        } catch (error) {
-            return fail(`cannot read --data ${file}: ${(error as Error).message}`);
-        }
-        for (const line of heldOut.rejected) io.err.write(`${file}:${line.lineNumber}: rejected: ${line.message}\n`);
-        if (heldOut.conversations.length === 0)
-            return fail(`${file} has no valid lines (${heldOut.rejected.length} rejected)`);
+        const heldOut = await loadHeldOut("generate", options.data, options, io);
+        if ("exitCode" in heldOut) return heldOut;
         prompts = heldOut.conversations.map((c) => ({ id: c.id, category: c.category, tokens: c.promptTokens }));
     } else return fail("expected exactly one of --prompt TEXT, --data FILE.jsonl");
 
@@ -138,8 +129,9 @@ export async function runGenerateCommand(
         });
     } catch (error) {
         bar?.stop();
-        if (error instanceof GenerateError) return fail(error.message, error.code === "vocab_mismatch" ? 3 : 2);
-        return fail((error as Error).message, 1);
+        if (error instanceof GenerateError)
+            return fail(error.message, error.code === "vocab_mismatch" ? exitCodes.vocabMismatch : exitCodes.usage);
+        return fail((error as Error).message, exitCodes.failed);
     }
     bar?.stop();
 
@@ -151,9 +143,9 @@ export async function runGenerateCommand(
     const mismatch = summary.prompts.map(describeMismatch).find((line) => line !== undefined);
     if (mismatch !== undefined) {
         io.err.write(`specdraft generate: ${mismatch}\n`);
-        return { exitCode: 1, summary };
+        return { exitCode: exitCodes.failed, summary };
     }
-    return { exitCode: 0, summary };
+    return { exitCode: exitCodes.ok, summary };
 }
 
 /** The commander command, for src/cli/main.ts: `program.addCommand(generateCommand())`. */
@@ -173,6 +165,7 @@ export function generateCommand(): Command {
             'validator JSONL ({"id", "category"?, "prompt_tokens", ...} per line): each prompt_tokens is a prompt',
         )
         .option("--limit <n>", "use only the first N valid lines of --data", parseIntegerOption(1))
+        .option("--skip-invalid", skipInvalidHelp)
         .option("--max-tokens <n>", "tokens generated per prompt", parseIntegerOption(1), defaultMaxTokens)
         .option("--draft-len <k>", "draft tokens per target step", parseIntegerOption(1), defaultDraftLength)
         .option("--runs <n>", "generations per prompt and mode", parseIntegerOption(1), defaultRuns)

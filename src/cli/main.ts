@@ -2,7 +2,8 @@
 /** specdraft's command line. Each subcommand lives in its own file and is registered here, one line each. */
 
 import { createRequire } from "node:module";
-import { Command } from "commander";
+import { Command, CommanderError } from "commander";
+import { exitCodes } from "./exitCodes.js";
 import { generateCommand } from "./generateCommand.js";
 import { packCommand } from "./packCommand.js";
 import { selfcheckCommand } from "./selfcheckCommand.js";
@@ -22,4 +23,12 @@ program.addCommand(packCommand());
 program.addCommand(selfcheckCommand());
 program.addCommand(generateCommand());
 
-await program.parseAsync();
+// commander exits 1 on its own usage errors; specdraft's code for bad usage is 2 (exitCodes.ts), so it throws instead
+for (const command of [program, ...program.commands]) command.exitOverride();
+try {
+    await program.parseAsync();
+} catch (error) {
+    if (!(error instanceof CommanderError)) throw error;
+    // commander has printed the problem (or the help, or the version: those end with 0)
+    process.exitCode = error.exitCode === 0 ? exitCodes.ok : exitCodes.usage;
+}

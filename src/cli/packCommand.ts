@@ -6,6 +6,7 @@ import { Command } from "commander";
 import { PackError, type PackOptions, packDrafter } from "../pack/packDrafter.js";
 import { defaultDraftLength } from "../server/serveDefaults.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
+import { exitCodes } from "./exitCodes.js";
 
 /** Runs the command; returns the exit code. */
 export async function runPack(options: PackOptions, io: CommandIo = processIo): Promise<number> {
@@ -19,11 +20,11 @@ export async function runPack(options: PackOptions, io: CommandIo = processIo): 
         );
         for (const file of result.files) io.out.write(`  ${file}\n`);
         io.out.write(`check it: specdraft selfcheck ${result.dir} --data HELD_OUT.jsonl\n`);
-        return 0;
+        return exitCodes.ok;
     } catch (error) {
         if (!(error instanceof PackError)) throw error;
         io.err.write(`specdraft pack: ${error.message}\n`);
-        return 2;
+        return exitCodes.usage;
     }
 }
 

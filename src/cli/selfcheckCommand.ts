@@ -17,28 +17,18 @@ import {
     gateNames,
     type SelfcheckOptions,
 } from "../pack/selfcheck/types.js";
-import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
 import { type CommandIo, parseIntegerOption, parsePositiveNumberOption, processIo } from "./commandOptions.js";
+import { exitCodes } from "./exitCodes.js";
+import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
 /** Runs the command; returns the exit code. */
 export async function runSelfcheckCommand(
-    options: SelfcheckOptions & { progress?: boolean },
+    options: SelfcheckOptions & { progress?: boolean; skipInvalid?: boolean },
     io: CommandIo = processIo,
 ): Promise<number> {
-    let heldOut: HeldOutSet;
-    try {
-        heldOut = await readHeldOutFile(options.data);
-    } catch (error) {
-        io.err.write(`specdraft selfcheck: cannot read --data ${options.data}: ${(error as Error).message}\n`);
-        return 2;
-    }
-    for (const line of heldOut.rejected)
-        io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
-    if (heldOut.conversations.length === 0) {
-        io.err.write(`specdraft selfcheck: ${options.data} has no valid conversations\n`);
-        return 2;
-    }
+    const heldOut = await loadHeldOut("selfcheck", options.data, options, io);
+    if ("exitCode" in heldOut) return heldOut.exitCode;
 
     io.out.write(`specdraft selfcheck ${options.dir} (${heldOut.conversations.length} held-out conversations)\n`);
     const width = Math.max(...gateNames.map((name) => name.length));
@@ -74,7 +64,7 @@ export async function runSelfcheckCommand(
             ? `all ${result.gates.length} gates passed\n`
             : `${failed.length} of ${result.gates.length} gates failed: ${failed.join(", ")}\n`,
     );
-    return failed.length === 0 ? 0 : 1;
+    return failed.length === 0 ? exitCodes.ok : exitCodes.failed;
 }
 
 /** The commander command, for src/cli/main.ts: `program.addCommand(selfcheckCommand())`. */
@@ -121,6 +111,7 @@ export function selfcheckCommand(): Command {
             defaultTimeoutMs,
         )
         .option("--max-failures <n>", "failed draft requests allowed", parseIntegerOption(0), defaultMaxFailures)
+        .option("--skip-invalid", skipInvalidHelp)
         .option("--no-progress", "no progress bar")
         .action(
             async (
@@ -131,6 +122,7 @@ export function selfcheckCommand(): Command {
                     window: number;
                     draftLen?: number;
                     progress: boolean;
+                    skipInvalid?: boolean;
                 },
             ) => {
                 process.exitCode = await runSelfcheckCommand({
@@ -148,6 +140,7 @@ export function selfcheckCommand(): Command {
                     timeoutMs: flags.timeoutMs,
                     maxFailures: flags.maxFailures,
                     progress: flags.progress,
+                    skipInvalid: flags.skipInvalid,
                 });
             },
         );

@@ -6,7 +6,8 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, Option } from "commander";
-import { type GpuChoice, loadEngine } from "../engine/loadEngine.js";
+import { loadEngine } from "../engine/loadEngine.js";
+import type { GpuChoice } from "../engine/types.js";
 import { runServe } from "../server/runServe.js";
 import {
     defaultBodyLimit,

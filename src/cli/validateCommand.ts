@@ -6,13 +6,15 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
 import type { DraftClient } from "../client/types.js";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
-import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
 import type { WalkSummary } from "../validate/types.js";
-import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../validate/walkHeldOut.js";
+import { defaultConcurrency, walkHeldOut } from "../validate/walkHeldOut.js";
 import { writeReport } from "../validate/writeReport.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
+import { exitCodes } from "./exitCodes.js";
+import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
 /** The command's options, as commander hands them over. */
 export interface ValidateOptions {
@@ -28,6 +30,8 @@ export interface ValidateOptions {
     timeoutMs?: number;
     /** Walk only the first N valid conversations. Defaults to all. */
     limit?: number;
+    /** Walk the valid conversations even if some lines are invalid. Defaults to `false` (invalid lines: exit 2). */
+    skipInvalid?: boolean;
     /** Folder for summary.json and report.html. Defaults to none (table only). */
     report?: string;
     /** Draw progress bars (on stderr). Defaults to `true`. */
@@ -46,24 +50,11 @@ export async function runValidate(
         clients = options.server.map((spec) => createDraftClient(spec, timeoutMs));
     } catch (error) {
         io.err.write(`specdraft validate: ${(error as Error).message}\n`);
-        return { exitCode: 2, summaries: [] };
+        return { exitCode: exitCodes.usage, summaries: [] };
     }
 
-    let heldOut: HeldOutSet;
-    try {
-        heldOut = await readHeldOutFile(options.data, { limit: options.limit });
-    } catch (error) {
-        io.err.write(`specdraft validate: cannot read --data ${options.data}: ${(error as Error).message}\n`);
-        return { exitCode: 2, summaries: [] };
-    }
-    for (const line of heldOut.rejected)
-        io.err.write(`${options.data}:${line.lineNumber}: rejected: ${line.message}\n`);
-    if (heldOut.conversations.length === 0) {
-        io.err.write(
-            `specdraft validate: ${options.data} has no valid conversations (${heldOut.rejected.length} rejected lines)\n`,
-        );
-        return { exitCode: 1, summaries: [] };
-    }
+    const heldOut = await loadHeldOut("validate", options.data, options, io);
+    if ("exitCode" in heldOut) return { exitCode: heldOut.exitCode, summaries: [] };
 
     const totalTokens = heldOut.conversations.reduce((sum, c) => sum + c.continuationTokens.length, 0);
     const nameWidth = Math.max(...clients.map((c) => c.name.length));
@@ -131,7 +122,7 @@ export async function runValidate(
         ])
             io.out.write(`wrote ${file}\n`);
     }
-    return { exitCode: 0, summaries };
+    return { exitCode: exitCodes.ok, summaries };
 }
 
 /** The commander command, for src/cli/main.ts: `program.addCommand(validateCommand())`. */
@@ -156,6 +147,7 @@ export function validateCommand(): Command {
             defaultTimeoutMs,
         )
         .option("--limit <n>", "walk only the first N valid conversations", parseIntegerOption(1))
+        .option("--skip-invalid", skipInvalidHelp)
         .option("--report <dir>", "write summary.json and report.html (per server, plus a comparison) to this folder")
         .option("--no-progress", "no progress bars")
         .action(async (options: ValidateOptions) => {

@@ -23,10 +23,10 @@ export interface DraftClientOptions {
 export function createDraftClient(spec: string, timeoutMs: number = defaultTimeoutMs): DraftClient {
     let name: string | undefined;
     let url = spec;
-    const named = /^([A-Za-z0-9_.-]+)=(.+)$/.exec(spec);
-    if (named) {
-        name = named[1];
-        url = named[2];
+    const named = /^(?<name>[A-Za-z0-9_.-]+)=(?<url>.+)$/.exec(spec)?.groups;
+    if (named?.name !== undefined && named.url !== undefined) {
+        name = named.name;
+        url = named.url;
     }
     const isLlamaServer = url.startsWith(llamaServerPrefix);
     const baseUrl = isLlamaServer ? url.slice(llamaServerPrefix.length) : url;

@@ -25,33 +25,38 @@ export interface KvSlotPoolOptions {
     minPrefixReuse?: number;
 }
 
+/** What the pool knows of one slot. */
+interface SlotState {
+    /** The tokens its KV cache holds. */
+    cached: readonly number[];
+    /** The pool's clock when it was last leased or released (0: never). */
+    lastUsed: number;
+    leased: boolean;
+}
+
 export class KvSlotPool {
-    private readonly cached: (readonly number[])[];
-    private readonly lastUsed: number[];
-    private readonly leased: boolean[];
+    private readonly slots: SlotState[];
     private readonly minPrefixReuse: number;
     private clock = 0;
 
     constructor(slots: number, options: KvSlotPoolOptions = {}) {
         if (!Number.isInteger(slots) || slots < 1) throw new RangeError(`Expected at least 1 slot, got ${slots}.`);
-        this.cached = Array.from({ length: slots }, () => []);
-        this.lastUsed = new Array<number>(slots).fill(0);
-        this.leased = new Array<boolean>(slots).fill(false);
+        this.slots = Array.from({ length: slots }, () => ({ cached: [], lastUsed: 0, leased: false }));
         this.minPrefixReuse = options.minPrefixReuse ?? defaultMinPrefixReuse;
     }
 
     get size(): number {
-        return this.cached.length;
+        return this.slots.length;
     }
 
     /** Slots not leased right now. */
     get free(): number {
-        return this.leased.filter((l) => !l).length;
+        return this.slots.filter((s) => !s.leased).length;
     }
 
     /** The tokens slot `slot`'s KV cache holds. */
     tokensOf(slot: number): readonly number[] {
-        return this.cached[slot];
+        return this.slotAt(slot).cached;
     }
 
     /**
@@ -60,33 +65,40 @@ export class KvSlotPool {
      * give the first draft token. Returns undefined when every slot is leased.
      */
     acquire(tokens: readonly number[]): SlotLease | undefined {
-        let best = -1;
-        let bestScore = -1;
-        let bestPrefix = 0;
-        for (let slot = 0; slot < this.cached.length; slot++) {
-            if (this.leased[slot]) continue;
-            const prefix = Math.min(commonPrefixLength(this.cached[slot], tokens), tokens.length - 1);
+        let best: { slot: number; state: SlotState; score: number; prefix: number } | undefined;
+        for (const [slot, state] of this.slots.entries()) {
+            if (state.leased) continue;
+            const prefix = Math.min(commonPrefixLength(state.cached, tokens), tokens.length - 1);
             const score = prefix >= this.minPrefixReuse ? prefix : 0;
-            if (score > bestScore || (score === bestScore && this.lastUsed[slot] < this.lastUsed[best])) {
-                best = slot;
-                bestScore = score;
-                bestPrefix = prefix;
-            }
+            if (
+                best === undefined ||
+                score > best.score ||
+                (score === best.score && state.lastUsed < best.state.lastUsed)
+            )
+                best = { slot, state, score, prefix };
         }
-        if (best < 0) return undefined;
-        this.leased[best] = true;
-        this.lastUsed[best] = ++this.clock;
+        if (best === undefined) return undefined;
+        const { state, prefix } = best;
+        state.leased = true;
+        state.lastUsed = ++this.clock;
         // the slot's cache beyond the kept prefix is about to be overwritten
-        this.cached[best] = this.cached[best].slice(0, bestPrefix);
-        return { slot: best, reuse: bestPrefix };
+        state.cached = state.cached.slice(0, prefix);
+        return { slot: best.slot, reuse: prefix };
     }
 
     /** Ends a lease: the slot's cache now holds `tokens` (pass [] when its content is unknown, e.g. after an error). */
     release(slot: number, tokens: readonly number[]): void {
-        if (!this.leased[slot]) throw new Error(`Slot ${slot} is not leased.`);
-        this.leased[slot] = false;
-        this.cached[slot] = tokens.slice();
-        this.lastUsed[slot] = ++this.clock;
+        const state = this.slotAt(slot);
+        if (!state.leased) throw new Error(`Slot ${slot} is not leased.`);
+        state.leased = false;
+        state.cached = tokens.slice();
+        state.lastUsed = ++this.clock;
+    }
+
+    private slotAt(slot: number): SlotState {
+        const state = this.slots[slot];
+        if (state === undefined) throw new RangeError(`No slot ${slot}: expected 0 ≤ slot < ${this.slots.length}.`);
+        return state;
     }
 }
 

@@ -12,7 +12,8 @@
  * now holds.
  */
 
-import { EngineError } from "./errors.js";
+import { defaultMaxQueue } from "./engineDefaults.js";
+import { engineError } from "./errors.js";
 import { KvSlotPool } from "./KvSlotPool.js";
 import {
     type NativeArrival,
@@ -21,9 +22,7 @@ import {
     nativeStepFields,
 } from "./nativeAddon.js";
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./types.js";
-
-/** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
-export const defaultMaxQueue = 1024;
+import { validateDraftRequest } from "./validateDraftRequest.js";
 
 export interface NativeEngineOptions {
     /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
@@ -88,18 +87,13 @@ export class NativeEngine implements DraftEngine {
     }
 
     draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
-        if (this.closing) return Promise.reject(new EngineError("engine_closed", "The draft engine is closed."));
-        const error = this.validate(tokens, n, options);
+        if (this.closing) return Promise.reject(engineError("engine_closed"));
+        if (options.signal?.aborted) return Promise.reject(engineError("aborted"));
+        const error = validateDraftRequest(this.info, tokens, n, options.endId);
         if (error) return Promise.reject(error);
         if (n === 0) return Promise.resolve([]);
-        if (this.queue.length >= this.maxQueue) {
-            return Promise.reject(
-                new EngineError(
-                    "queue_full",
-                    `Draft queue full: ${this.queue.length} requests waiting (limit ${this.maxQueue}).`,
-                ),
-            );
-        }
+        if (this.queue.length >= this.maxQueue)
+            return Promise.reject(engineError("queue_full", { waiting: this.queue.length, limit: this.maxQueue }));
         return new Promise<number[]>((resolve, reject) => {
             const request: PendingDraft = {
                 tokens: tokens.slice(),
@@ -137,41 +131,12 @@ export class NativeEngine implements DraftEngine {
         return this.closed;
     }
 
-    private validate(tokens: readonly number[], n: number, options: DraftOptions): Error | undefined {
-        if (options.signal?.aborted) return new EngineError("aborted", "The draft request was aborted.");
-        if (!Array.isArray(tokens) || tokens.length === 0) {
-            return new EngineError("invalid_token", "Expected at least one token id, got none.");
-        }
-        const vocabSize = this.info.vocabSize;
-        for (let i = 0; i < tokens.length; i++) {
-            const id = tokens[i];
-            if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
-                return new EngineError(
-                    "invalid_token",
-                    `Invalid token id ${id} at index ${i}: expected 0 ≤ id < ${vocabSize}.`,
-                );
-            }
-        }
-        if (!Number.isInteger(n) || n < 0) return new RangeError(`Draft length must be an integer ≥ 0, got ${n}.`);
-        const endId = options.endId;
-        if (endId !== undefined && (!Number.isInteger(endId) || endId < 0 || endId >= vocabSize)) {
-            return new EngineError("invalid_token", `Invalid end id ${endId}: expected 0 ≤ id < ${vocabSize}.`);
-        }
-        if (tokens.length + n > this.info.contextSize) {
-            return new EngineError(
-                "context_overflow",
-                `Prompt of ${tokens.length} tokens plus a draft of ${n} does not fit the context of ${this.info.contextSize} tokens.`,
-            );
-        }
-        return undefined;
-    }
-
     private abort(request: PendingDraft): void {
         if (request.settled) return;
         const index = this.queue.indexOf(request);
         if (index >= 0) this.queue.splice(index, 1);
         request.cancel?.();
-        this.settle(request, new EngineError("aborted", "The draft request was aborted."));
+        this.settle(request, engineError("aborted"));
         this.reportQueueDepth();
     }
 
@@ -284,11 +249,22 @@ export class NativeEngine implements DraftEngine {
     private take(progress: NativeRunProgress): void {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
-            this.observer.onDecode?.(steps[i], steps[i + 1]);
-            this.observer.onStep?.(steps[i + 1], steps[i + 2], steps[i + 3], steps[i + 4], steps[i + 5] > 0, {
-                submitMs: steps[i + 6],
-                waitMs: steps[i + 7],
-                tokens: steps[i],
+            // the loop's bound makes all eight present; the defaults only satisfy the index check
+            const [
+                tokens = 0,
+                sequences = 0,
+                decodeMs = 0,
+                sampleMs = 0,
+                hostMs = 0,
+                graphsReused = 0,
+                submitMs = 0,
+                waitMs = 0,
+            ] = steps.subarray(i, i + nativeStepFields);
+            this.observer.onDecode?.(tokens, sequences);
+            this.observer.onStep?.(sequences, decodeMs, sampleMs, hostMs, graphsReused > 0, {
+                submitMs,
+                waitMs,
+                tokens,
             });
         }
         for (const finished of progress.finished) {

@@ -4,26 +4,22 @@
  */
 
 import { defaultThreads } from "./defaultThreads.js";
+import {
+    defaultBatchSize,
+    defaultContextSize,
+    defaultGpu,
+    defaultGpuPadBatch,
+    defaultGpuStepPrefill,
+    defaultMaxQueue,
+    defaultStreams,
+    defaultUbatchSize,
+} from "./engineDefaults.js";
 import { EngineLoadError } from "./errors.js";
-import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
-import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
-import { type KvType, readEngineEnv } from "./readEngineEnv.js";
+import { NativeEngine } from "./NativeEngine.js";
+import { loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
+import { type EngineEnvSettings, type KvType, readEngineEnv } from "./readEngineEnv.js";
 import { readModelFileInfo } from "./readModelFileInfo.js";
-import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
-
-export { type GpuChoice, gpuChoices } from "./nativeAddon.js";
-export type { KvType } from "./readEngineEnv.js";
-
-/** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
-export const defaultStreams = 32;
-/** Tokens one sequence holds (prompt + draft). Defaults to `4096`. */
-export const defaultContextSize = 4096;
-/** Backend choice. Defaults to `auto`. */
-export const defaultGpu: GpuChoice = "auto";
-/** Tokens one llama_decode step may take (longer prefills continue in the next steps). Defaults to `4096`. */
-export const defaultBatchSize = 4096;
-/** Tokens llama.cpp computes at once inside a decode. Defaults to `512`. */
-export const defaultUbatchSize = 512;
+import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice } from "./types.js";
 
 export interface LoadEngineOptions {
     modelPath: string;
@@ -104,23 +100,19 @@ export interface LoadEngineOptions {
 export interface EngineTestingOptions {
     /**
      * Read each sequence's logits from its own thread without first applying llama.cpp's pending output reorder on one
-     * thread — the race that gives wrong drafts. Also set by the environment variable SPECDRAFT_UNGUARDED_LOGITS=1.
-     * Defaults to `false`.
+     * thread — the race that gives wrong drafts. Also set by the environment variable SPECDRAFT_UNGUARDED_LOGITS=1
+     * (with `useEnv`). Defaults to `false`.
      */
     unguardedLogits?: boolean;
     /** Batch requests in arrival order instead of KV-slot order, so llama.cpp reorders outputs. Defaults to `false`. */
     arrivalOrder?: boolean;
 }
 
-/** Pad decode steps to all streams on a GPU when half of them draft (see `padBatch`). */
-export const defaultGpuPadBatch = 0.5;
-/** Feed arrivals of up to 2 new tokens one token per step on a GPU (see `stepPrefill`). */
-export const defaultGpuStepPrefill = 2;
-
 export async function loadEngine(givenOptions: LoadEngineOptions): Promise<DraftEngine> {
     // options given win over SPECDRAFT_* variables
-    const options: LoadEngineOptions =
-        (givenOptions.useEnv ?? true) ? { ...readEngineEnv(), ...definedOnly(givenOptions) } : givenOptions;
+    const { unguardedLogits: envUnguardedLogits, ...envOptions }: EngineEnvSettings =
+        (givenOptions.useEnv ?? true) ? readEngineEnv() : {};
+    const options: LoadEngineOptions = { ...envOptions, ...definedOnly(givenOptions) };
     const streams = options.streams ?? defaultStreams;
     const contextSize = options.contextSize ?? defaultContextSize;
     if (!Number.isInteger(streams) || streams < 1 || streams > 256)
@@ -149,7 +141,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
                 padBatch: options.padBatch ?? (onGpu ? defaultGpuPadBatch : 0),
                 stepPrefill: options.stepPrefill ?? (onGpu ? defaultGpuStepPrefill : 0),
                 threads: options.threads ?? defaultThreads(),
-                unguardedLogits: options.testing?.unguardedLogits ?? process.env.SPECDRAFT_UNGUARDED_LOGITS === "1",
+                unguardedLogits: options.testing?.unguardedLogits ?? envUnguardedLogits ?? false,
                 arrivalOrder: options.testing?.arrivalOrder ?? false,
                 verbose: options.verbose ?? false,
             });
@@ -204,7 +196,7 @@ function definedOnly(options: LoadEngineOptions): LoadEngineOptions {
 
 /** The backend from the native engine's GPU device (`CUDA:NVIDIA H200`), or cpu when there is none. */
 function backendOf(gpuDevice: string): ComputeBackend {
-    const registry = gpuDevice.split(":")[0].toLowerCase();
+    const [registry = ""] = gpuDevice.toLowerCase().split(":");
     if (registry === "cuda" || registry === "vulkan" || registry === "metal") return registry;
     return "cpu";
 }

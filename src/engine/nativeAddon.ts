@@ -9,14 +9,11 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { EngineLoadError } from "./errors.js";
-
-/** Where llama.cpp should compute; `auto` picks CUDA when its build and an NVIDIA driver are present, else the CPU. */
-export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
-/** Every GpuChoice, for command-line choices. */
-export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
+import type { GpuChoice } from "./types.js";
 
 export type NativeVariant = "cpu" | "cuda" | "vulkan";
 
+/** What the native load() takes: every field, always (it has no defaults of its own; a missing one is a TypeError). */
 export interface NativeLoadOptions {
     /** Folder of the llama.cpp libraries, from which backends built as loadable modules are loaded. */
     binsDir: string;

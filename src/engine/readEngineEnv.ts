@@ -11,6 +11,10 @@
  *   SPECDRAFT_MAX_STEPS_PER_RUN=<n>        decode steps per native run (1: a JS round trip per step; 0: no limit)
  *   SPECDRAFT_PAD_BATCH=<fraction>         pad steps to all streams when this fraction drafts (0: never; e.g. 0.5)
  *   SPECDRAFT_STEP_PREFILL=<tokens>        feed arrivals of up to this many new tokens one per step (0: never)
+ *   SPECDRAFT_UNGUARDED_LOGITS=0|1         tests only: turn the logits reorder guard off (test/engine/logitsGuard.test.ts)
+ *
+ * `npm test` clears every SPECDRAFT_* variable but its own switches (test/helpers/isolateEnv.ts), so a developer's
+ * shell does not change what the tests measure.
  */
 
 /** The KV cache element types llama.cpp takes for both K and V here. */
@@ -27,6 +31,7 @@ export interface EngineEnvSettings {
     maxStepsPerRun?: number;
     padBatch?: number;
     stepPrefill?: number;
+    unguardedLogits?: boolean;
 }
 
 /** Reads the SPECDRAFT_* engine variables; throws a RangeError naming the variable for a value it cannot use. */
@@ -61,6 +66,7 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     };
     assign("backendSampling", flag("SPECDRAFT_BACKEND_SAMPLING"));
     assign("flashAttention", flag("SPECDRAFT_FLASH_ATTENTION"));
+    assign("unguardedLogits", flag("SPECDRAFT_UNGUARDED_LOGITS"));
     assign("ubatchSize", integer("SPECDRAFT_UBATCH", 1));
     assign("batchSize", integer("SPECDRAFT_BATCH", 1));
     assign("threads", integer("SPECDRAFT_THREADS", 1));

@@ -1,12 +1,19 @@
 /**
  * The contract between the HTTP layer and the draft engine.
  *
- * A request's path: HTTP route (src/server) → DraftEngine.draft() → the engine's batcher groups the requests in flight
- * into one batched decode per step over one llama.cpp context with many sequences (src/engine) → drafts back.
+ * A request's path: HTTP route (src/server) → DraftEngine.draft(), which checks it against the model
+ * (validateDraftRequest.ts) and queues it → NativeEngine hands it to the native draft loop, whose every llama_decode
+ * step carries all requests in flight over one llama.cpp context with many sequences → the draft back.
  */
 
 /** Where llama.cpp computes. */
 export type ComputeBackend = "cpu" | "cuda" | "vulkan" | "metal";
+
+/**
+ * Where the user asks llama.cpp to compute (`--gpu`, for serve and generate alike); `auto` picks CUDA when its build
+ * and an NVIDIA driver are present, else the CPU.
+ */
+export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
 
 /** What `GET /info` reports about the loaded drafter. */
 export interface EngineInfo {
@@ -27,7 +34,7 @@ export interface EngineInfo {
     /** Model file size in bytes. */
     fileBytes: number;
     backend: ComputeBackend;
-    /** Which engine implementation serves drafts (`native` batch loop or `node-llama-cpp` sequences). */
+    /** Which engine implementation serves drafts: `native` (src/engine/native's draft loop; test doubles name theirs). */
     engine: string;
     flashAttention: boolean;
 }
@@ -79,8 +86,8 @@ export interface EngineObserver {
 export interface DraftEngine {
     readonly info: EngineInfo;
     /**
-     * The greedy continuation of `tokens`: `n` tokens (fewer only when `endId` is produced).
-     * Throws an EngineError for input the engine cannot take (see errors in src/engine/errors.ts).
+     * The greedy continuation of `tokens`: `n` tokens (fewer only when `endId` is produced; none for n = 0, after the
+     * checks). Rejects with an EngineError for input the engine cannot take (validateDraftRequest.ts, errors.ts).
      */
     draft(tokens: readonly number[], n: number, options?: DraftOptions): Promise<number[]>;
     /** Finishes in-flight drafts, then frees the model. */

@@ -7,12 +7,8 @@
  * each in its own call (24.3 ms for 17 rows where the decode took 9.5 at the Qwen3-8B shape on the H200).
  */
 import { EngineLoadError } from "../engine/errors.js";
-import {
-    type GpuChoice,
-    loadNativeAddon,
-    type NativeTargetHandle,
-    nativeTargetStatFields,
-} from "../engine/nativeAddon.js";
+import { loadNativeAddon, type NativeTargetHandle, nativeTargetStatFields } from "../engine/nativeAddon.js";
+import type { GpuChoice } from "../engine/types.js";
 
 /**
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
@@ -138,11 +134,13 @@ export class NativeTarget {
     private add(stats: Float64Array): void {
         if (stats.length !== nativeTargetStatFields)
             throw new Error(`native target stats: expected ${nativeTargetStatFields} numbers, got ${stats.length}`);
-        this.stats.decodes += stats[0];
-        this.stats.tokens += stats[1];
-        this.stats.submitMs += stats[2];
-        this.stats.waitMs += stats[3];
-        this.stats.readMs += stats[4];
-        this.stats.graphsReused += stats[5];
+        // the length check makes all six present; the defaults only satisfy the index check
+        const [decodes = 0, tokens = 0, submitMs = 0, waitMs = 0, readMs = 0, graphsReused = 0] = stats;
+        this.stats.decodes += decodes;
+        this.stats.tokens += tokens;
+        this.stats.submitMs += submitMs;
+        this.stats.waitMs += waitMs;
+        this.stats.readMs += readMs;
+        this.stats.graphsReused += graphsReused;
     }
 }

@@ -12,8 +12,8 @@
  * the state tokens, never the target sequence node-llama-cpp would pass them.
  */
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
+import type { TimedTokenPredictor } from "./generateGreedily.js";
 import type { NativeTarget } from "./NativeTarget.js";
-import type { TimedTokenPredictor } from "./TimedTokenPredictor.js";
 import type { GenerationRun } from "./types.js";
 
 /**
@@ -58,8 +58,11 @@ export async function generateWithNativeVerifier(
 
             const stepTokens: number[] = [];
             for (let j = 0; j <= drafts.length; j++) {
-                stepTokens.push(outputs[j]);
-                if (j === drafts.length || drafts[j] !== outputs[j]) break;
+                const output = outputs[j];
+                if (output === undefined)
+                    throw new Error(`native verify returned ${outputs.length} tokens for ${drafts.length} drafts`);
+                stepTokens.push(output);
+                if (j === drafts.length || drafts[j] !== output) break;
             }
             const stepAccepted = stepTokens.length - 1;
             accepted += stepAccepted;
@@ -77,7 +80,7 @@ export async function generateWithNativeVerifier(
             }
             if (finished || tokens.length >= maxTokens) break;
             predictor.pushTokens(stepTokens as Token[]);
-            pending = [stepTokens[stepTokens.length - 1]];
+            pending = stepTokens.slice(-1); // the target's own token: never empty
         }
     } finally {
         await predictor.stop();

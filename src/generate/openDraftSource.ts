@@ -7,17 +7,147 @@ import {
     DraftSequenceTokenPredictor,
     InputLookupTokenPredictor,
     type Llama,
-    type TokenPredictor,
+    type LlamaContextSequence,
+    type Token,
+    TokenPredictor,
 } from "node-llama-cpp";
-import { withTrailingSlash } from "../client/createDraftClient.js";
+import { createSpecdraftClient, withTrailingSlash } from "../client/createDraftClient.js";
+import type { DraftClient } from "../client/types.js";
 import { loadEngine } from "../engine/loadEngine.js";
-import type { GpuChoice } from "../engine/nativeAddon.js";
-import { GenerateError } from "./errors.js";
-import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
-import { defaultDraftTimeoutMs, HttpDraftTokenPredictor } from "./HttpDraftTokenPredictor.js";
+import type { GpuChoice } from "../engine/types.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
 import { readGgufVocabulary } from "./readGgufVocabulary.js";
-import type { DraftSourceKind } from "./types.js";
+import { type DraftSourceKind, GenerateError } from "./types.js";
+
+// A node-llama-cpp TokenPredictor whose drafts come from a specdraft server: each prediction is one
+// `POST /draft {"tokens": <everything so far>, "n": k}`; the server reuses its KV cache for the shared prefix.
+//
+// A drafter that fails (unreachable, HTTP error, malformed answer, timeout) must not fail the generation: the first
+// failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
+
+/** How long one draft request may take before the drafter counts as failing. */
+export const defaultDraftTimeoutMs = 5000;
+
+export interface HttpDraftTokenPredictorOptions {
+    /** The server's root URL, e.g. `http://127.0.0.1:8000`. */
+    url: string;
+    /** Draft tokens asked for per request (k). */
+    draftLength: number;
+    /** The target's vocabulary size: a draft id outside 0 ≤ id < vocabSize counts as a malformed answer. */
+    vocabSize: number;
+    /** Per-request timeout. Defaults to `5000` ms. */
+    timeoutMs?: number;
+    /** Called once, on the first failure, with a message naming the server and what went wrong. */
+    onFailure?: (message: string) => void;
+    /** Start without drafting (e.g. `/info` already failed). Defaults to `false`. */
+    disabled?: boolean;
+}
+
+export class HttpDraftTokenPredictor extends TokenPredictor {
+    private readonly client: DraftClient;
+    private readonly draftLength: number;
+    private readonly vocabSize: number;
+    private readonly onFailure?: (message: string) => void;
+    private stateTokens: Token[] = [];
+    private failed: boolean;
+    private requestCount = 0;
+
+    constructor(options: HttpDraftTokenPredictorOptions) {
+        super();
+        this.client = createSpecdraftClient(options.url, {
+            name: options.url,
+            timeoutMs: options.timeoutMs ?? defaultDraftTimeoutMs,
+        });
+        this.draftLength = options.draftLength;
+        this.vocabSize = options.vocabSize;
+        this.onFailure = options.onFailure;
+        this.failed = options.disabled ?? false;
+    }
+
+    /** True once the drafter failed: no more drafts are asked for. */
+    get hasFailed(): boolean {
+        return this.failed;
+    }
+
+    /** Draft requests sent. */
+    get requests(): number {
+        return this.requestCount;
+    }
+
+    reset({ stateTokens }: { stateTokens: Token[] }): void {
+        this.stateTokens = stateTokens.slice();
+    }
+
+    pushTokens(tokens: Token[]): void {
+        for (const token of tokens) this.stateTokens.push(token);
+    }
+
+    async predictTokens(): Promise<Token[]> {
+        if (this.failed || this.stateTokens.length === 0) return [];
+        this.requestCount++;
+        const outcome = await this.client.draft(this.stateTokens, this.draftLength);
+        if (!outcome.ok) return this.fail(`${outcome.failure}: ${outcome.message}`);
+        const bad = outcome.draft.findIndex((id) => id >= this.vocabSize);
+        if (bad >= 0)
+            return this.fail(`malformed: draft[${bad}] = ${outcome.draft[bad]}, expected 0 ≤ id < ${this.vocabSize}`);
+        return outcome.draft as Token[];
+    }
+
+    private fail(reason: string): Token[] {
+        this.failed = true;
+        this.onFailure?.(`drafter ${this.client.url} failed (${reason}); generating with the target alone`);
+        return [];
+    }
+}
+
+/**
+ * A TokenPredictor over an in-process draft model that drafts in lock-step with the verifier: each `predictTokens()`
+ * aligns the draft sequence's KV cache with the tokens so far (keeping the common prefix, accepted drafts included)
+ * and generates k greedy tokens; nothing runs in the background.
+ *
+ * Used by the exact verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1) stops drafting
+ * once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once) and then evaluates
+ * the next token without its last drafted one, so a perfect drafter loses every other step.
+ */
+export class GreedyDraftTokenPredictor extends TokenPredictor {
+    private readonly draftSequence: LlamaContextSequence;
+    private readonly draftLength: number;
+    private stateTokens: Token[] = [];
+
+    /** `draftSequence` belongs to the predictor from now on (it evaluates into it); `draftLength` is k. */
+    constructor(draftSequence: LlamaContextSequence, draftLength: number) {
+        super();
+        this.draftSequence = draftSequence;
+        this.draftLength = draftLength;
+    }
+
+    reset({ stateTokens }: { stateTokens: Token[] }): void {
+        this.stateTokens = stateTokens.slice();
+    }
+
+    pushTokens(tokens: Token[]): void {
+        for (const token of tokens) this.stateTokens.push(token);
+    }
+
+    async predictTokens(): Promise<Token[]> {
+        const state = this.stateTokens;
+        if (state.length === 0) return [];
+        const room = this.draftSequence.contextSize - state.length - 1;
+        const length = Math.min(this.draftLength, room);
+        if (length <= 0) return [];
+        // the KV cache keeps what it shares with everything but the last token; the rest is evaluated below
+        await this.draftSequence.adaptStateToTokens(state.slice(0, -1), false);
+        const draft: Token[] = [];
+        for await (const token of this.draftSequence.evaluate(state.slice(this.draftSequence.nextTokenIndex), {
+            temperature: 0,
+            yieldEogToken: true,
+        })) {
+            draft.push(token);
+            if (draft.length >= length || this.draftSequence.model.isEogToken(token)) break;
+        }
+        return draft;
+    }
+}
 
 export type DraftSourceSpec = { kind: "http"; url: string } | { kind: "model"; path: string } | { kind: "ngram" };
 

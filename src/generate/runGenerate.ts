@@ -3,26 +3,31 @@
  * and generates every prompt `runs` times with the target alone and with drafts, in the same process, alternating the
  * order so neither mode always runs warm. Returns the side-by-side summary; equality of outputs is checked here.
  */
-import type { Llama, LlamaContext, LlamaModel } from "node-llama-cpp";
+import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
 import { defaultThreads } from "../engine/defaultThreads.js";
-import { comparePromptRuns } from "./comparePromptRuns.js";
-import { GenerateError } from "./errors.js";
-import { generateAlone } from "./generateAlone.js";
-import { generateWithExactVerifier } from "./generateWithExactVerifier.js";
-import { generateWithLibraryVerifier } from "./generateWithLibraryVerifier.js";
+import { defaultDraftLength, defaultGpu } from "../engine/engineDefaults.js";
+import type { GpuChoice } from "../engine/types.js";
+import {
+    generateAlone,
+    generateWithExactVerifier,
+    generateWithLibraryVerifier,
+    TimedTokenPredictor,
+} from "./generateGreedily.js";
 import { generateAloneNative, generateWithNativeVerifier } from "./generateWithNativeVerifier.js";
-import { type GpuChoice, loadLlama } from "./loadLlama.js";
 import { NativeTarget } from "./NativeTarget.js";
 import { type DraftSource, type DraftSourceSpec, openDraftSource } from "./openDraftSource.js";
 import { readGgufVocabulary } from "./readGgufVocabulary.js";
-import { summarizeGeneration } from "./summarizeGeneration.js";
-import { TimedTokenPredictor } from "./TimedTokenPredictor.js";
-import type { GenerateSummary, GenerationRun, PromptResult, VerifierKind } from "./types.js";
+import { comparePromptRuns, summarizeGeneration } from "./summarizeGeneration.js";
+import {
+    GenerateError,
+    type GenerateSummary,
+    type GenerationRun,
+    type PromptResult,
+    type VerifierKind,
+} from "./types.js";
 
 export const defaultMaxTokens = 256;
-export const defaultDraftLength = 16;
 export const defaultRuns = 1;
-export const defaultGpu: GpuChoice = "auto";
 /**
  * `exact`: specdraft's verification loop with the target in specdraft's native addon (one decode per step, greedy tokens
  * from llama.cpp's graph). `exact-node-llama-cpp` is the same loop over node-llama-cpp's `controlledEvaluate`. The
@@ -65,6 +70,26 @@ export interface RunGenerateOptions {
     onWarning?: (message: string) => void;
     /** Called after each generation with the number done and the total. */
     onProgress?: (done: number, total: number) => void;
+}
+
+/**
+ * Loads llama.cpp through node-llama-cpp for the `--gpu` choice. `cpu`: the prebuilt CPU binaries. `vulkan`: a
+ * Vulkan build (local or prebuilt; never built from source here). `auto`/`cuda`: the last build made with
+ * `node-llama-cpp source build` if any (how the GPU machine installs its CUDA build, see shared/gpu/README.md), else
+ * the best prebuilt binary; `cuda` then insists on CUDA. Only llama.cpp errors are logged.
+ */
+export async function loadLlama(gpu: GpuChoice): Promise<Llama> {
+    if (gpu === "cpu") return getLlama({ gpu: false, logLevel: LlamaLogLevel.error });
+    if (gpu === "vulkan") return getLlama({ gpu: "vulkan", build: "never", logLevel: LlamaLogLevel.error });
+    const llama = await getLlama("lastBuild", { logLevel: LlamaLogLevel.error });
+    if (gpu === "cuda" && llama.gpu !== "cuda") {
+        const found = llama.gpu === false ? "the CPU" : llama.gpu;
+        await llama.dispose();
+        throw new Error(
+            `--gpu cuda: expected a CUDA build of llama.cpp, found ${found} (build one with \`npx node-llama-cpp source build --gpu cuda\`)`,
+        );
+    }
+    return llama;
 }
 
 /** Throws GenerateError (`vocab_mismatch`, `bad_input`) before generating; an output mismatch is in the summary. */
@@ -180,7 +205,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                 draftLength,
                 runs,
                 gpu: nativeTarget
-                    ? nativeTarget.gpuDevice.split(":")[0].toLowerCase() || "cpu"
+                    ? (nativeTarget.gpuDevice.split(":")[0] ?? "").toLowerCase() || "cpu"
                     : llama.gpu === false
                       ? "cpu"
                       : llama.gpu,

@@ -42,8 +42,12 @@ export function interpolateCost(points: ReadonlyMap<number, number>, x: number):
     if (sizes.length === 1) throw new RangeError(`only size ${sizes[0]} measured; cannot estimate size ${x}`);
     let i = sizes.findIndex((size) => size > x);
     if (i <= 0) i = i === 0 ? 1 : sizes.length - 1;
-    const [x0, x1] = [sizes[i - 1], sizes[i]];
-    const [y0, y1] = [points.get(x0) as number, points.get(x1) as number];
+    const x0 = sizes[i - 1];
+    const x1 = sizes[i];
+    const y0 = x0 === undefined ? undefined : points.get(x0);
+    const y1 = x1 === undefined ? undefined : points.get(x1);
+    // i is in 1 … sizes.length − 1, so both sizes exist and are keys of points
+    if (x0 === undefined || x1 === undefined || y0 === undefined || y1 === undefined) throw new Error("unreachable");
     return y0 + ((y1 - y0) * (x - x0)) / (x1 - x0);
 }
 

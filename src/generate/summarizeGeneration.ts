@@ -1,5 +1,55 @@
-/** Totals and ratios over all prompts and runs: tokens/s of each mode, speed-up, τ, draft time share, equality. */
+/**
+ * What a generate run reports: each prompt's speculative runs checked against the target alone (lossless or the first
+ * difference), totals and ratios over all prompts (tokens/s, speed-up, τ, draft time share), and the terminal table.
+ */
 import type { GenerateSummary, GenerationRun, ModeTotals, PromptResult } from "./types.js";
+
+// Checks speculation was lossless for one prompt, and says where it was not.
+
+/** Each speculative run against the target-alone run of the same round. */
+export function comparePromptRuns(
+    id: string,
+    category: string | undefined,
+    promptLength: number,
+    alone: GenerationRun[],
+    speculative: GenerationRun[],
+): PromptResult {
+    const result: PromptResult = { id, promptLength, alone, speculative, identical: true };
+    if (category !== undefined) result.category = category;
+    for (const [run, speculativeRun] of speculative.entries()) {
+        // a missing target-alone run compares as an empty output: a mismatch, not a pass
+        const difference = firstDifference(alone[run]?.tokens ?? [], speculativeRun.tokens);
+        if (difference !== undefined) {
+            result.identical = false;
+            result.firstDifference = { run, ...difference };
+            break;
+        }
+    }
+    return result;
+}
+
+/** One line naming the prompt, the run and the first differing position; `undefined` when the outputs are identical. */
+export function describeMismatch(prompt: PromptResult): string | undefined {
+    const d = prompt.firstDifference;
+    if (prompt.identical || d === undefined) return undefined;
+    return (
+        `output mismatch: prompt ${JSON.stringify(prompt.id)}, run ${d.run + 1}: speculative output differs from the target alone ` +
+        `at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"})`
+    );
+}
+
+/** The first index where `expected` and `actual` differ (a missing token counts as `null`), or `undefined` if equal. */
+export function firstDifference(
+    expected: readonly number[],
+    actual: readonly number[],
+): { position: number; expected: number | null; actual: number | null } | undefined {
+    const length = Math.max(expected.length, actual.length);
+    for (let i = 0; i < length; i++)
+        if (expected[i] !== actual[i]) return { position: i, expected: expected[i] ?? null, actual: actual[i] ?? null };
+    return undefined;
+}
+
+// Totals and ratios over all prompts and runs: tokens/s of each mode, speed-up, τ, draft time share, equality.
 
 export function summarizeGeneration(
     prompts: PromptResult[],
@@ -38,4 +88,31 @@ function totals(runs: GenerationRun[]): ModeTotals {
 /** a ÷ b, or 0 when b is 0 (no tokens generated at all). */
 function ratio(a: number, b: number): number {
     return b === 0 ? 0 : a / b;
+}
+
+/** The terminal table of `specdraft generate`: target alone and speculative side by side. */
+export function formatGenerateReport(summary: GenerateSummary): string {
+    const { alone, speculative } = summary;
+    const draftName = `${summary.draft.kind} (${summary.draft.source}), ${summary.verifier} verifier`;
+    const rows: [string, string, string][] = [
+        ["", "target alone", `speculative: ${draftName}`],
+        ["tokens", String(alone.tokens), String(speculative.tokens)],
+        ["seconds", alone.seconds.toFixed(3), speculative.seconds.toFixed(3)],
+        ["tokens/s", alone.tokensPerSecond.toFixed(1), speculative.tokensPerSecond.toFixed(1)],
+        ["speed-up", "1.00×", `${summary.speedUp.toFixed(2)}×`],
+        ["target steps", String(alone.targetSteps), String(speculative.targetSteps)],
+        ["τ (tokens per target step)", "1.00", summary.tau.toFixed(2)],
+        ["draft tokens accepted / offered", "–", `${speculative.accepted} / ${speculative.drafted}`],
+        ["draft time share", "–", `${(summary.draftTimeShare * 100).toFixed(1)} %`],
+        ["outputs identical", "", summary.identical ? "yes" : "NO"],
+    ];
+    const width = (column: 0 | 1 | 2): number => Math.max(...rows.map((row) => row[column].length));
+    const [labelWidth, aloneWidth, speculativeWidth] = [width(0), width(1), width(2)];
+    const lines = rows.map(
+        ([label, aloneCell, speculativeCell]) =>
+            `${label.padEnd(labelWidth)}  ${aloneCell.padStart(aloneWidth)}  ${speculativeCell.padStart(speculativeWidth)}`,
+    );
+    const { maxTokens, draftLength, runs, gpu } = summary.settings;
+    lines.push(`${summary.prompts.length} prompts × ${runs} runs, max ${maxTokens} tokens, k = ${draftLength}, ${gpu}`);
+    return lines.join("\n");
 }

@@ -1,8 +1,10 @@
 /**
- * Types of `specdraft generate`: a target model generating greedily, once alone and once with drafts, side by side.
+ * Types of `specdraft generate`: a target model generating greedily, once alone and once with drafts, side by side,
+ * and the error it raises before generating.
  *
- * A prompt's path: prompt tokens → generateAlone (the target by itself) and generateSpeculative (the target verifying
- * drafts from a DraftSource's TokenPredictor) → GenerationRun each → compared token by token → GenerateSummary.
+ * A prompt's path: prompt tokens → generateAlone (the target by itself) and generateWithExactVerifier or
+ * generateWithLibraryVerifier (the target verifying drafts from a DraftSource's TokenPredictor; generateGreedily.ts)
+ * → GenerationRun each → compared token by token (summarizeGeneration.ts) → GenerateSummary.
  */
 
 /** Where drafts come from. */
@@ -89,4 +91,24 @@ export interface GenerateSummary {
     warnings: string[];
     /** ISO time the run finished. */
     finishedAt: string;
+}
+
+// Errors of `specdraft generate`, each with a stable code; the command prints the message and exits ≠ 0.
+
+export type GenerateErrorCode =
+    /** The drafter's vocabulary differs from the target's, so its token ids would mean other text. */
+    | "vocab_mismatch"
+    /** Speculative output differs from the target alone: speculation was not lossless. */
+    | "output_mismatch"
+    /** A prompt, data file or option cannot be used. */
+    | "bad_input";
+
+export class GenerateError extends Error {
+    readonly code: GenerateErrorCode;
+
+    constructor(code: GenerateErrorCode, message: string) {
+        super(message);
+        this.name = "GenerateError";
+        this.code = code;
+    }
 }

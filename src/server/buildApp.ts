@@ -72,7 +72,8 @@ export function buildApp(options: AppOptions = {}): App {
     });
 
     app.setNotFoundHandler((request) => {
-        throw apiError("not_found", { method: request.method, url: request.url.split("?")[0] });
+        const [path = ""] = request.url.split("?");
+        throw apiError("not_found", { method: request.method, url: path });
     });
 
     // on shutdown, close each connection after its answer; a kept-alive socket would hold app.close() for the

@@ -47,8 +47,7 @@ export async function buildOpenApiDocument(): Promise<JsonObject> {
         const responses: JsonObject = {};
         for (const [status, body] of Object.entries((schema.response ?? {}) as Record<string, unknown>)) {
             const json = toOpenApi(body) as JsonObject;
-            const contentType =
-                status === "200" && schema.produces !== undefined ? schema.produces[0] : "application/json";
+            const contentType = (status === "200" ? schema.produces?.[0] : undefined) ?? "application/json";
             const response: JsonObject = {
                 description: statusText[status] ?? status,
                 content: { [contentType]: { schema: json } },

@@ -1,9 +1,13 @@
 /**
  * The server's error catalog: every error a client can receive, with its stable code, HTTP status and message
- * template. docs/api.md documents each entry (test/server/errors.test.ts checks that the two agree).
+ * template. docs/api.md documents each entry (test/server/errors.test.ts checks that the two agree). The problems the
+ * engine finds in a request (src/engine/validateDraftRequest.ts) keep the engine's templates, so they read the same
+ * wherever they are reported.
  *
  * Every error answer has the body `{"error": {"code": "...", "message": "..."}}`.
  */
+
+import { engineErrorTemplates, fillTemplate, type TemplateSlots } from "../engine/errors.js";
 
 /** One catalog entry: the HTTP status and a message template whose `{name}` slots are filled per error. */
 export interface ErrorSpec {
@@ -30,11 +34,11 @@ export const errorCatalog = {
     },
     empty_tokens: {
         status: 400,
-        template: "Empty {field}: expected at least one token id.",
+        template: engineErrorTemplates.empty_tokens,
     },
     invalid_token: {
         status: 400,
-        template: "Invalid token id {id} at index {index}: expected 0 ≤ id < {vocabSize}.",
+        template: engineErrorTemplates.invalid_token,
     },
     invalid_draft_length: {
         status: 400,
@@ -42,7 +46,7 @@ export const errorCatalog = {
     },
     context_overflow: {
         status: 400,
-        template: "{tokens} tokens + {n} to draft = {total} exceed the context size: expected at most {contextSize}.",
+        template: engineErrorTemplates.context_overflow,
     },
     body_too_large: {
         status: 413,
@@ -76,11 +80,6 @@ export const errorCatalog = {
 
 export type ErrorCode = keyof typeof errorCatalog;
 
-/** The `{name}` slots of a template, as a union of names. */
-type TemplateSlots<T extends string> = T extends `${string}{${infer Slot}}${infer Rest}`
-    ? Slot | TemplateSlots<Rest>
-    : never;
-
 /** The values an error of `code` needs for its message. */
 export type ErrorParams<C extends ErrorCode> = Record<
     TemplateSlots<(typeof errorCatalog)[C]["template"]>,
@@ -105,8 +104,7 @@ export class ApiError extends Error {
 
 /** Fills the catalog template of `code` with `params`. */
 export function formatErrorMessage<C extends ErrorCode>(code: C, params: ErrorParams<C>): string {
-    const values = params as Record<string, string | number>;
-    return errorCatalog[code].template.replace(/\{(\w+)\}/g, (slot, name: string) => String(values[name] ?? slot));
+    return fillTemplate(errorCatalog[code].template, params as Record<string, string | number>);
 }
 
 /** Builds the ApiError of `code`; templates without slots take no params. */

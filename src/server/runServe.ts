@@ -4,6 +4,7 @@
  * gives up at once with 1).
  */
 
+import { exitCodes } from "../cli/exitCodes.js";
 import { EngineLoadError } from "../engine/errors.js";
 import { type EngineLoader, type ServeOptions, type ServerIo, startServer } from "./startServer.js";
 
@@ -19,7 +20,7 @@ export async function runServe(
         server = await startServer(options, loadEngine, io);
     } catch (error) {
         io.err.write(`specdraft serve: ${describe(error, options)}\n`);
-        return 1;
+        return exitCodes.failed;
     }
 
     const listeners: [NodeJS.Signals, () => void][] = [];
@@ -28,16 +29,16 @@ export async function runServe(
         const stop = (signal: NodeJS.Signals) => {
             if (stopping) {
                 io.err.write(`specdraft: ${signal} again, exiting without waiting.\n`);
-                resolve(1);
+                resolve(exitCodes.failed);
                 return;
             }
             stopping = true;
             io.err.write(`specdraft: ${signal}, finishing in-flight requests…\n`);
             server.close().then(
-                () => resolve(0),
+                () => resolve(exitCodes.ok),
                 (error: unknown) => {
                     io.err.write(`specdraft serve: error while closing: ${describe(error, options)}\n`);
-                    resolve(1);
+                    resolve(exitCodes.failed);
                 },
             );
         };
@@ -54,7 +55,7 @@ export async function runServe(
             io.err.write(
                 `specdraft serve: ${error instanceof EngineLoadError ? reason : `cannot load ${options.modelPath}: ${reason}`}\n`,
             );
-            server.close().finally(() => resolve(1));
+            server.close().finally(() => resolve(exitCodes.failed));
         });
     });
     for (const [signal, listener] of listeners) process.off(signal, listener);

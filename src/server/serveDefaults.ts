@@ -1,17 +1,22 @@
 /**
  * Defaults and limits of `specdraft serve`, shared by the CLI, the app and the docs. Those that are the engine's own
- * (streams, context size, queue, backend) are the engine's constants, re-exported: serve passes them on unchanged.
+ * (streams, context size, queue, backend) and the draft length are src/engine/engineDefaults.ts's, re-exported: serve
+ * passes them on unchanged.
  */
 
-export { defaultContextSize, defaultGpu, defaultStreams, gpuChoices } from "../engine/loadEngine.js";
-export { defaultMaxQueue } from "../engine/NativeEngine.js";
+export {
+    defaultContextSize,
+    defaultDraftLength,
+    defaultGpu,
+    defaultMaxQueue,
+    defaultStreams,
+    gpuChoices,
+} from "../engine/engineDefaults.js";
 
 /** Address to listen on: loopback unless asked otherwise. */
 export const defaultHost = "127.0.0.1";
 /** Port to listen on (serve.sh of a packed folder falls back to it when $PORT is unset). */
 export const defaultPort = 8000;
-/** Tokens drafted per request when the request does not say. */
-export const defaultDraftLength = 16;
 /** Largest draft a request may ask for. */
 export const maxDraftLength = 64;
 /** Largest request body in bytes: 1 MiB holds ~130k token ids. */

@@ -4,9 +4,9 @@
  */
 
 import type { AddressInfo } from "node:net";
-import type { GpuChoice, LoadEngineOptions } from "../engine/loadEngine.js";
+import type { LoadEngineOptions } from "../engine/loadEngine.js";
 import { readModelFileInfo } from "../engine/readModelFileInfo.js";
-import type { DraftEngine } from "../engine/types.js";
+import type { DraftEngine, GpuChoice } from "../engine/types.js";
 import { type App, buildApp } from "./buildApp.js";
 
 /** src/engine/loadEngine.ts's loadEngine, or a stand-in for tests. */

@@ -5,7 +5,7 @@
 
 import type { FastifyError, FastifyRequest, FastifySchemaValidationError } from "fastify";
 import { EngineError } from "../engine/errors.js";
-import { ApiError, apiError } from "./errors.js";
+import { ApiError, apiError, type ErrorParams, formatErrorMessage } from "./errors.js";
 import { maxDraftLength, retryAfterSeconds } from "./serveDefaults.js";
 
 /** What the mapping needs to know about the server. */
@@ -48,8 +48,11 @@ function fromEngineError(error: EngineError): ApiError {
             );
         case "context_overflow":
         case "invalid_token":
-            // the route checks both before drafting; this is the engine's own wording of the same problem
-            return new ApiError(error.code, error.message);
+        case "empty_tokens": {
+            // the catalog answers these with the engine's own templates, filled from the error's fields
+            const code = error.code;
+            return new ApiError(code, formatErrorMessage(code, error.params as ErrorParams<typeof code>));
+        }
         case "aborted":
             return apiError("request_aborted");
         case "engine_closed":
@@ -67,13 +70,13 @@ function fromValidation(
     const first = errors.find((e) => e.keyword !== "if") ?? errors[0];
     if (first === undefined) return apiError("invalid_body", { path: "body", problem: "is invalid" });
     const path = first.instancePath;
-    const tokenList = /^\/(tokens|prefix)$/.exec(path);
-    if (tokenList !== null && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList[1] });
-    const tokenItem = /^\/(?:tokens|prefix)\/(\d+)$/.exec(path);
-    if (tokenItem !== null) {
+    const tokenList = /^\/(?<field>tokens|prefix)$/.exec(path)?.groups?.field;
+    if (tokenList !== undefined && first.keyword === "minItems") return apiError("empty_tokens", { field: tokenList });
+    const tokenIndex = /^\/(?:tokens|prefix)\/(?<index>\d+)$/.exec(path)?.groups?.index;
+    if (tokenIndex !== undefined) {
         return apiError("invalid_token", {
             id: describeValue(valueAt(request.body, path)),
-            index: tokenItem[1],
+            position: `index ${tokenIndex}`,
             vocabSize: context.vocabSize ?? "?",
         });
     }

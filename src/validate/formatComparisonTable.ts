@@ -17,10 +17,12 @@ export function formatComparisonTable(summaries: readonly WalkSummary[]): string
     ];
     const header = ["", ...summaries.map((s) => s.server.name)];
     const body = rows.map(([label, cell]) => [label, ...summaries.map(cell)]);
-    const widths = header.map((_, column) => Math.max(...[header, ...body].map((row) => row[column].length)));
+    const widths = header.map((_, column) => Math.max(...[header, ...body].map((row) => row[column]?.length ?? 0)));
     const line = (row: string[]): string =>
-        row
-            .map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column])))
+        widths
+            .map((width, column) =>
+                column === 0 ? (row[column] ?? "").padEnd(width) : (row[column] ?? "").padStart(width),
+            )
             .join("  ");
     const rule = widths.map((w) => "─".repeat(w)).join("  ");
     return [line(header), rule, ...body.map(line)].join("\n");

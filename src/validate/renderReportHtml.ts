@@ -20,12 +20,12 @@ const serverColors = ["#3b6fb6", "#d9822b", "#3a9a5b", "#b23b5a", "#7a5cc2", "#2
 
 /** The whole page for one server, or for several with the comparison first. */
 export function renderReportHtml(summaries: readonly WalkSummary[]): string {
+    const [first] = summaries;
     const title =
-        summaries.length === 1
-            ? `τ report — ${summaries[0].server.name}`
+        summaries.length === 1 && first !== undefined
+            ? `τ report — ${first.server.name}`
             : `τ comparison — ${summaries.map((s) => s.server.name).join(" vs ")}`;
     const body: string[] = [`<h1>${escapeHtml(title)}</h1>`];
-    const first = summaries[0];
     if (first?.data)
         body.push(
             `<p class="meta">Data: ${escapeHtml(first.data.file)} · ${first.samples} conversations · ${first.data.rejected_lines} rejected lines · k = ${first.draft_tokens} · ${escapeHtml(first.created_at)}</p>`,
@@ -84,12 +84,13 @@ function renderComparison(summaries: readonly WalkSummary[]): string {
         yLabel: "τ",
         labels: summaries.map((s) => s.server.name),
         values: summaries.map((s) => s.tau),
-        yMax: summaries[0].draft_tokens + 1,
+        yMax: Math.max(...summaries.map((s) => s.draft_tokens)) + 1,
     });
     return `<section class="comparison"><h2>Comparison</h2><table>${header}${lines.join("")}</table><div class="charts">${tauChart}</div></section>`;
 }
 
-function renderServerSection(s: WalkSummary, color: string): string {
+/** One server's figures and plots, its bars in `color` (the charts' default when there is none). */
+function renderServerSection(s: WalkSummary, color: string | undefined): string {
     const k = s.draft_tokens;
     const figures: [string, string][] = [
         ["server", s.server.url],
@@ -153,7 +154,8 @@ function renderServerSection(s: WalkSummary, color: string): string {
             title: "Draft request latency",
             xLabel: "latency (ms, bin start)",
             yLabel: "requests",
-            labels: s.latency_histogram_ms.counts.map((_, i) => compact(s.latency_histogram_ms.edges[i])),
+            // a bin is labelled by its lower edge: every edge but the last
+            labels: s.latency_histogram_ms.edges.slice(0, -1).map(compact),
             values: s.latency_histogram_ms.counts,
             format: integer,
             integerValues: true,
@@ -223,7 +225,8 @@ function renderBarChart(spec: BarChartSpec): string {
         );
     }
     spec.labels.forEach((label, i) => {
-        const value = spec.values[i];
+        // a label without a value draws an empty slot, like null
+        const value = spec.values[i] ?? null;
         const barHeight = value === null ? 0 : (Math.max(0, value) / top) * plotHeight;
         const x = chartMargin.left + slot * i + (slot - barWidth) / 2;
         const y = chartMargin.top + plotHeight - barHeight;

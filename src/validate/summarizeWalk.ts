@@ -22,8 +22,7 @@ export interface SummarizeOptions {
 export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}): WalkSummary {
     const k = result.draftLength;
     const histogram = new Array<number>(k + 1).fill(0);
-    const attempts = new Array<number>(k).fill(0);
-    const acceptedAt = new Array<number>(k).fill(0);
+    const positions = Array.from({ length: k }, (_, position) => ({ position, attempts: 0, accepted: 0 }));
     const failures = Object.fromEntries(draftFailureKinds.map((kind) => [kind, 0])) as WalkSummary["failures"];
     failures.total = 0;
     const latencies: number[] = [];
@@ -47,11 +46,12 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
         categories.set(walk.category ?? uncategorized, category);
 
         for (const step of walk.steps) {
-            histogram[step.accepted]++;
+            increment(histogram, step.accepted);
             // position i was checked iff d[0..i−1] were all accepted (i ≤ a) and it was within the cap (i < cap)
-            for (let i = 0; i <= step.accepted && i < step.cap; i++) {
-                attempts[i]++;
-                if (i < step.accepted) acceptedAt[i]++;
+            for (const at of positions) {
+                if (at.position > step.accepted || at.position >= step.cap) break;
+                at.attempts++;
+                if (at.position < step.accepted) at.accepted++;
             }
             latencies.push(step.latencyMs);
             if (step.failure !== undefined) {
@@ -62,11 +62,9 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
     }
 
     latencies.sort((a, b) => a - b);
-    const perPosition: PositionAcceptance[] = attempts.map((n, position) => ({
-        position,
-        attempts: n,
-        accepted: acceptedAt[position],
-        rate: n > 0 ? acceptedAt[position] / n : null,
+    const perPosition: PositionAcceptance[] = positions.map((at) => ({
+        ...at,
+        rate: at.attempts > 0 ? at.accepted / at.attempts : null,
     }));
     const perCategory: Record<string, CategorySummary> = {};
     for (const [name, c] of [...categories].sort(([a], [b]) => a.localeCompare(b)))
@@ -96,7 +94,7 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
             p95: roundMs(percentile(latencies, 95)),
             p99: roundMs(percentile(latencies, 99)),
             mean: roundMs(latencies.length > 0 ? latencies.reduce((sum, x) => sum + x, 0) / latencies.length : null),
-            max: roundMs(latencies.length > 0 ? latencies[latencies.length - 1] : null),
+            max: roundMs(latencies.at(-1) ?? null),
         },
         latency_histogram_ms: latencyHistogram(latencies),
         serving_seconds: result.servingSeconds,
@@ -111,12 +109,12 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
 
 /** Equal-width bins from 0 to the slowest request (ascending `sorted`). */
 function latencyHistogram(sorted: readonly number[]): WalkSummary["latency_histogram_ms"] {
-    if (sorted.length === 0) return { edges: [], counts: [] };
-    const max = sorted[sorted.length - 1];
+    const max = sorted.at(-1);
+    if (max === undefined) return { edges: [], counts: [] };
     const width = niceStep(max / latencyHistogramBins);
     const bins = Math.max(1, Math.ceil(max / width));
     const counts = new Array<number>(bins).fill(0);
-    for (const ms of sorted) counts[Math.min(bins - 1, Math.floor(ms / width))]++;
+    for (const ms of sorted) increment(counts, Math.min(bins - 1, Math.floor(ms / width)));
     const edges = Array.from({ length: bins + 1 }, (_, i) => roundMs(i * width) as number);
     return { edges, counts };
 }
@@ -129,6 +127,13 @@ function niceStep(x: number): number {
     return 10 * magnitude;
 }
 
+/** Adds 1 to `counts[index]`; an index outside the array is a bug in the caller, not a count to drop. */
+function increment(counts: number[], index: number): void {
+    const count = counts[index];
+    if (count === undefined) throw new RangeError(`count ${index} is outside 0–${counts.length - 1}`);
+    counts[index] = count + 1;
+}
+
 function roundMs(ms: number | null): number | null {
     return ms === null ? null : Math.round(ms * 1000) / 1000;
 }
@@ -138,9 +143,11 @@ function roundMs(ms: number | null): number | null {
  * between closest ranks (numpy's default). The benches report their latencies with it too.
  */
 export function percentile(sortedValues: readonly number[], p: number): number | null {
-    if (sortedValues.length === 0) return null;
     const rank = (p / 100) * (sortedValues.length - 1);
-    const below = Math.floor(rank);
-    const above = Math.min(below + 1, sortedValues.length - 1);
-    return sortedValues[below] + (sortedValues[above] - sortedValues[below]) * (rank - below);
+    const belowRank = Math.floor(rank);
+    const below = sortedValues[belowRank];
+    const above = sortedValues[Math.min(belowRank + 1, sortedValues.length - 1)];
+    // both are missing only when there are no values
+    if (below === undefined || above === undefined) return null;
+    return below + (above - below) * (rank - belowRank);
 }

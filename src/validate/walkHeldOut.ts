@@ -13,12 +13,11 @@
  * the next conversation as it finishes one), each conversation's steps strictly in order.
  */
 import type { DraftClient, DraftFailureKind } from "../client/types.js";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import type { Conversation, ConversationWalk, WalkResult, WalkStep } from "./types.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 export const defaultConcurrency = 32;
-/** Draft tokens asked for per request (k). Defaults to `16`. */
-export const defaultDraftLength = 16;
 
 /** How to walk: draft length, concurrency, progress. */
 export interface WalkHeldOutOptions {
@@ -44,11 +43,11 @@ export async function walkHeldOut(
         throw new Error(`concurrency: expected an integer ≥ 1, found ${concurrency}`);
 
     const walks: ConversationWalk[] = new Array<ConversationWalk>(conversations.length);
-    let next = 0;
+    // one iterator shared by the workers: each takes the next conversation when it finishes one
+    const pending = conversations.entries();
     const worker = async (): Promise<void> => {
-        while (next < conversations.length) {
-            const index = next++;
-            walks[index] = await walkConversation(conversations[index], client, draftLength, (step, advanced) =>
+        for (const [index, conversation] of pending) {
+            walks[index] = await walkConversation(conversation, client, draftLength, (step, advanced) =>
                 options.onProgress?.(advanced, step.failure),
             );
         }

@@ -17,31 +17,33 @@ export interface WrittenReport {
 /** Writes the files for `summaries` (one per server, in order) under `dir`, creating it. */
 export async function writeReport(dir: string, summaries: readonly WalkSummary[]): Promise<WrittenReport> {
     await mkdir(dir, { recursive: true });
-    if (summaries.length === 1) {
+    const [only] = summaries;
+    if (summaries.length === 1 && only !== undefined) {
         const summaryFile = path.join(dir, "summary.json");
         const reportFile = path.join(dir, "report.html");
-        await writeAtomically(summaryFile, `${JSON.stringify(summaries[0], null, 2)}\n`);
+        await writeAtomically(summaryFile, `${JSON.stringify(only, null, 2)}\n`);
         await writeAtomically(reportFile, renderReportHtml(summaries));
         return { summaries: [summaryFile], reports: [reportFile] };
     }
     const written: WrittenReport = { summaries: [], reports: [] };
-    const folders = serverFolderNames(summaries.map((s) => s.server.name));
-    for (let i = 0; i < summaries.length; i++) {
-        const serverDir = path.join(dir, folders[i]);
+    const folderOf = serverFolderNamer();
+    const servers = summaries.map((summary) => ({ summary, folder: folderOf(summary.server.name) }));
+    for (const { summary, folder } of servers) {
+        const serverDir = path.join(dir, folder);
         await mkdir(serverDir, { recursive: true });
         const summaryFile = path.join(serverDir, "summary.json");
         const reportFile = path.join(serverDir, "report.html");
-        await writeAtomically(summaryFile, `${JSON.stringify(summaries[i], null, 2)}\n`);
-        await writeAtomically(reportFile, renderReportHtml([summaries[i]]));
+        await writeAtomically(summaryFile, `${JSON.stringify(summary, null, 2)}\n`);
+        await writeAtomically(reportFile, renderReportHtml([summary]));
         written.summaries.push(summaryFile);
         written.reports.push(reportFile);
     }
     const comparison = {
         metric: "mean_acceptance_length",
-        servers: summaries.map((s, i) => ({
+        servers: servers.map(({ summary: s, folder }) => ({
             name: s.server.name,
             url: s.server.url,
-            folder: folders[i],
+            folder,
             tau: s.tau,
             tau_macro_over_prompts: s.tau_macro_over_prompts,
             tokens: s.tokens,
@@ -62,15 +64,18 @@ export async function writeReport(dir: string, summaries: readonly WalkSummary[]
     return written;
 }
 
-/** File-system-safe, unique folder names for the servers (a repeated name gets -2, -3, …). */
-export function serverFolderNames(names: readonly string[]): string[] {
+/**
+ * Names server folders as they come: each call gives a file-system-safe folder name for a server name, unique among
+ * the names it gave before (a repeated name gets -2, -3, …).
+ */
+function serverFolderNamer(): (serverName: string) => string {
     const seen = new Map<string, number>();
-    return names.map((name) => {
+    return (name) => {
         const safe = name.replace(/[^A-Za-z0-9_.-]+/g, "_").replace(/^\.+/, "_") || "server";
         const count = (seen.get(safe) ?? 0) + 1;
         seen.set(safe, count);
         return count === 1 ? safe : `${safe}-${count}`;
-    });
+    };
 }
 
 /** Readers never see a half-written file. */

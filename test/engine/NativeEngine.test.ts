@@ -172,9 +172,18 @@ test("endId stops the draft right after that token", async (t) => {
     assert.deepEqual(await engine.draft(prompt, 16, { endId: absent }), full);
 });
 
-test("bad input: context overflow, invalid token ids, empty prompt", async (t) => {
+test("bad input: context overflow, invalid token ids, empty prompt, each with its fields", async (t) => {
     const { engine } = await openEngine(t);
-    await assert.rejects(engine.draft(new Array(contextSize - 15).fill(1), 16), isEngineError("context_overflow"));
+    await assert.rejects(engine.draft(new Array(contextSize - 15).fill(1), 16), (error: unknown) => {
+        isEngineError("context_overflow")(error);
+        const { params, message } = error as EngineError;
+        assert.deepEqual(params, { tokens: contextSize - 15, n: 16, total: contextSize + 1, contextSize });
+        assert.equal(
+            message,
+            `${contextSize - 15} tokens + 16 to draft = ${contextSize + 1} exceed the context size: expected at most ${contextSize}.`,
+        );
+        return true;
+    });
     assert.equal((await engine.draft(new Array(contextSize - 16).fill(1), 16)).length, 16);
     for (const bad of [-1, 4003, 1.5, Number.NaN]) {
         await assert.rejects(engine.draft([1, 2, bad], 4), (error: unknown) => {
@@ -183,8 +192,12 @@ test("bad input: context overflow, invalid token ids, empty prompt", async (t) =
             return true;
         });
     }
-    await assert.rejects(engine.draft([], 4), isEngineError("invalid_token"));
-    await assert.rejects(engine.draft([1, 2], 4, { endId: 5000 }), isEngineError("invalid_token"));
+    await assert.rejects(engine.draft([], 4), isEngineError("empty_tokens"));
+    await assert.rejects(engine.draft([1, 2], 4, { endId: 5000 }), (error: unknown) => {
+        isEngineError("invalid_token")(error);
+        assert.equal((error as Error).message, "Invalid token id 5000 at end_id: expected 0 ≤ id < 4003.");
+        return true;
+    });
     assert.deepEqual(await engine.draft([1, 2], 0), []);
 });
 

@@ -6,8 +6,9 @@
  *
  * This test makes llama.cpp reorder outputs at every step (requests batched in arrival order, conversations arriving
  * in shuffled slot order) and checks that every draft still equals the draft computed alone. It FAILS without the
- * guard: run it with SPECDRAFT_UNGUARDED_LOGITS=1 (checked by hand on a 2-core machine, 2026-11-30: 153, 154, 154 and
- * 179 of 192 drafts wrong in four runs; 0 with the guard).
+ * guard: run it by hand with SPECDRAFT_UNGUARDED_LOGITS=1 `node --import tsx --test test/engine/logitsGuard.test.ts`
+ * (npm test clears SPECDRAFT_* variables; checked on a 2-core machine, 2026-11-30: 153, 154, 154 and 179 of 192 drafts
+ * wrong in four runs; 0 with the guard).
  */
 
 import assert from "node:assert/strict";

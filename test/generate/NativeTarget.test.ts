@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { ControlledEvaluateInputItem, Llama, Token } from "node-llama-cpp";
-import { generateAlone } from "../../src/generate/generateAlone.js";
+import { generateAlone } from "../../src/generate/generateGreedily.js";
 import { NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
 import { cpuLlama, targetModel, testThreads } from "./testModels.js";
 
@@ -150,7 +150,7 @@ test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missi
         verbose: false,
     };
     const { maxOutputs: _left, ...missing } = options;
-    assert.throws(() => raw.load(missing as typeof options), /option maxOutputs must be a number/);
+    assert.throws(() => raw.load(missing as typeof options), /option maxOutputs: expected a 32-bit integer/);
     assert.throws(
         () => raw.load({ ...options, flashAttention: "yes" as "on" }),
         /flashAttention must be "auto", "on" or "off"/,

@@ -35,7 +35,7 @@ after(async () => {
     await rm(folder, { recursive: true, force: true });
 });
 
-test("--data with --out: a side-by-side table, a JSON summary with identical outputs, rejected lines reported", async () => {
+test("--data --skip-invalid with --out: a side-by-side table, a JSON summary with identical outputs, rejected lines reported", async () => {
     const out = join(folder, "summary.json");
     const io = captureIo();
     const { exitCode } = await runGenerateCommand(
@@ -43,6 +43,7 @@ test("--data with --out: a side-by-side table, a JSON summary with identical out
             target: targetModel,
             draftModel: quantizedDrafter,
             data: dataFile,
+            skipInvalid: true,
             out,
             maxTokens: 24,
             draftLen: 4,

@@ -6,12 +6,11 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
-import { GreedyDraftTokenPredictor } from "../../src/generate/GreedyDraftTokenPredictor.js";
-import { generateWithExactVerifier } from "../../src/generate/generateWithExactVerifier.js";
+import { generateWithExactVerifier, TimedTokenPredictor } from "../../src/generate/generateGreedily.js";
 import { generateAloneNative, generateWithNativeVerifier } from "../../src/generate/generateWithNativeVerifier.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
+import { GreedyDraftTokenPredictor } from "../../src/generate/openDraftSource.js";
 import { runGenerate } from "../../src/generate/runGenerate.js";
-import { TimedTokenPredictor } from "../../src/generate/TimedTokenPredictor.js";
 import type { GenerationRun } from "../../src/generate/types.js";
 import { cpuLlama, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
 

@@ -10,10 +10,9 @@ import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { GenerateError } from "../../src/generate/errors.js";
 import { readGgufVocabulary } from "../../src/generate/readGgufVocabulary.js";
 import { runGenerate } from "../../src/generate/runGenerate.js";
-import type { GenerateSummary, VerifierKind } from "../../src/generate/types.js";
+import { GenerateError, type GenerateSummary, type VerifierKind } from "../../src/generate/types.js";
 import { type RunningServer, startServer } from "../../src/server/startServer.js";
 import { cpuLlama, otherVocabModel, targetModel, testPrompts, testThreads } from "./testModels.js";
 

@@ -7,9 +7,8 @@ import assert from "node:assert/strict";
 import { availableParallelism } from "node:os";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
-import { GenerateError } from "../../src/generate/errors.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
-import type { GenerateSummary, VerifierKind } from "../../src/generate/types.js";
+import { GenerateError, type GenerateSummary, type VerifierKind } from "../../src/generate/types.js";
 import { cpuLlama, otherVocabModel, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
 
 let llama: Llama;

@@ -1,13 +1,15 @@
 /**
  * A DraftEngine for testing the HTTP layer without a model. Deterministic: the draft of a context whose last token is
- * `t` is t+1, t+2, … (mod vocabSize), so expected answers can be computed in the test. It honours `endId`, aborts
- * through the AbortSignal, limits its queue like the real engine, reports to an EngineObserver (prefix reuse = the
+ * `t` is t+1, t+2, … (mod vocabSize), so expected answers can be computed in the test. It checks requests with the
+ * real engine's validateDraftRequest, honours `endId`, aborts through the AbortSignal, limits its queue like the real
+ * engine, reports to an EngineObserver (prefix reuse = the
  * longest common prefix with any earlier request), and can hold drafts at a gate so tests can act while a draft is in
  * flight without timing.
  */
 
-import { EngineError } from "../../src/engine/errors.js";
+import { type EngineError, engineError } from "../../src/engine/errors.js";
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "../../src/engine/types.js";
+import { validateDraftRequest } from "../../src/engine/validateDraftRequest.js";
 
 export interface FakeEngineOptions {
     /** Defaults to `1000`. */
@@ -29,7 +31,7 @@ export function fakeDraft(tokens: readonly number[], n: number, vocabSize = 1000
 
 export class FakeEngine implements DraftEngine {
     readonly info: EngineInfo;
-    /** Every draft call received, in order. */
+    /** Every draft the fake accepted (valid, n > 0), in order. */
     readonly calls: { tokens: number[]; n: number; endId: number | undefined }[] = [];
     /** Drafts that ended because their signal aborted. */
     aborted = 0;
@@ -87,13 +89,12 @@ export class FakeEngine implements DraftEngine {
     }
 
     async draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
-        if (this.closed) throw new EngineError("engine_closed", "The engine is closed.");
+        if (this.closed) throw engineError("engine_closed");
+        const invalid = validateDraftRequest(this.info, tokens, n, options.endId);
+        if (invalid) throw invalid;
+        if (n === 0) return [];
         if (this.inFlight >= this.maxQueue)
-            throw new EngineError("queue_full", `Queue full: ${this.inFlight} requests.`);
-        const badIndex = tokens.findIndex((id) => !Number.isInteger(id) || id < 0 || id >= this.info.vocabSize);
-        if (badIndex >= 0)
-            throw new EngineError("invalid_token", `Invalid token id ${tokens[badIndex]} at index ${badIndex}.`);
-        if (tokens.length + n > this.info.contextSize) throw new EngineError("context_overflow", "Context overflow.");
+            throw engineError("queue_full", { waiting: this.inFlight, limit: this.maxQueue });
         this.calls.push({ tokens: [...tokens], n, endId: options.endId });
         this.inFlight++;
         this.observer.onQueueDepth?.(this.inFlight);
@@ -141,7 +142,7 @@ export class FakeEngine implements DraftEngine {
     private abort(): EngineError {
         this.aborted++;
         for (const wake of this.abortWaiters.splice(0)) wake();
-        return new EngineError("aborted", "The request was aborted.");
+        return engineError("aborted");
     }
 }
 

@@ -217,6 +217,13 @@ describe("bad input answers 4xx with a catalog error and the server keeps servin
             message: `${contextSize - 3} tokens + 4 to draft = ${contextSize + 1} exceed the context size: expected at most ${contextSize}.`,
         },
         {
+            name: "end_id outside the vocabulary",
+            send: () => post({ prefix: [1, 2], end_id: vocabSize }),
+            status: 400,
+            code: "invalid_token",
+            message: `Invalid token id ${vocabSize} at end_id: expected 0 ≤ id < ${vocabSize}.`,
+        },
+        {
             name: "max_sequence_length not an integer",
             send: () => post({ prefix: [1], max_sequence_length: "10" }),
             status: 400,
@@ -255,7 +262,7 @@ describe("bad input answers 4xx with a catalog error and the server keeps servin
             assert.equal(body.error.code, c.code);
             assert.equal(errorCatalog[c.code as keyof typeof errorCatalog].status, c.status);
             if (c.message !== undefined) assert.equal(body.error.message, c.message);
-            assert.equal(engine.calls.length, callsBefore, "a bad request must not reach the engine");
+            assert.equal(engine.calls.length, callsBefore, "a bad request must not be drafted");
             const good = await post({ tokens: [41], n: 2 });
             assert.deepEqual(good.json(), { draft: [42, 43] });
         });

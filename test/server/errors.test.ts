@@ -27,7 +27,7 @@ test("every status is an HTTP error status and every message ends with a period"
 
 test("messages fill every slot", () => {
     assert.equal(
-        formatErrorMessage("invalid_token", { id: 151936, index: 3, vocabSize: 151936 }),
+        formatErrorMessage("invalid_token", { id: 151936, position: "index 3", vocabSize: 151936 }),
         "Invalid token id 151936 at index 3: expected 0 ≤ id < 151936.",
     );
     const error = apiError("queue_full", { retryAfter: 2 }, { "retry-after": "2" });

@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import { loadEngine } from "../../src/engine/loadEngine.js";
 import { type App, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
+import { sample } from "../helpers/metricSamples.js";
 import { cliPath, repoRoot, spawnServe } from "./serveProcess.js";
 
 const tinyModel = join(repoRoot, "test/fixtures/tiny-qwen3.gguf");
@@ -55,10 +56,9 @@ async function draft(app: App, tokens: number[], n = draftLength): Promise<numbe
     return res.json().draft;
 }
 
+/** An unlabelled sample of the app's /metrics (a missing one fails the test). */
 async function counter(app: App, name: string): Promise<number> {
-    const text = (await app.app.inject({ method: "GET", url: "/metrics" })).body;
-    const line = text.split("\n").find((l) => l.startsWith(`${name} `));
-    return line === undefined ? 0 : Number(line.split(" ")[1]);
+    return sample((await app.app.inject({ method: "GET", url: "/metrics" })).body, name);
 }
 
 /** 32 contexts of different lengths that share no first token (so no prefix is reused between them). */

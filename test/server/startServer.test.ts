@@ -11,23 +11,12 @@ import { test } from "node:test";
 import { type EngineLoader, type ServeOptions, startServer } from "../../src/server/startServer.js";
 import { FakeEngine } from "./FakeEngine.js";
 import { repoRoot } from "./serveProcess.js";
+import { testServeOptions } from "./testServeOptions.js";
 
 const model = join(repoRoot, "test/fixtures/tiny-qwen3.gguf");
 
 function serveOptions(overrides: Partial<ServeOptions> = {}): ServeOptions {
-    return {
-        modelPath: model,
-        host: "127.0.0.1",
-        port: 0,
-        draftLength: 4,
-        streams: 4,
-        contextSize: 256,
-        gpu: "cpu",
-        maxQueue: 16,
-        bodyLimit: 1024 * 1024,
-        logRequests: false,
-        ...overrides,
-    };
+    return testServeOptions(model, overrides);
 }
 
 function quietIo() {

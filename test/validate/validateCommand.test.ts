@@ -1,4 +1,7 @@
-/** `specdraft validate` end to end against two fake servers: table side by side, rejected lines, report folders. */
+/**
+ * `specdraft validate` end to end against two fake servers: table side by side, rejected lines skipped with
+ * --skip-invalid, report folders (invalid lines without it: test/cli/loadHeldOut.test.ts).
+ */
 import assert from "node:assert/strict";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -43,6 +46,7 @@ test("two servers walked on the same data: table side by side, per-server summar
                 draftLen: 4,
                 concurrency: 2,
                 report,
+                skipInvalid: true,
                 progress: false,
             },
             io,
@@ -104,7 +108,7 @@ test("two servers walked on the same data: table side by side, per-server summar
     }
 });
 
-test("bad --server, unreadable --data and data without a valid line exit non-zero with the problem named", async () => {
+test("bad --server, unreadable --data and data without a valid line exit 2 with the problem named", async () => {
     const dir = await mkdtemp(path.join(tmpdir(), "specdraft-validate-"));
     try {
         const data = path.join(dir, "held.jsonl");
@@ -124,7 +128,7 @@ test("bad --server, unreadable --data and data without a valid line exit non-zer
         );
         assert.match(io.text().err, /cannot read --data .*missing\.jsonl/);
         io = captureIo();
-        assert.equal((await runValidate({ server: ["http://127.0.0.1:9"], data, progress: false }, io)).exitCode, 1);
+        assert.equal((await runValidate({ server: ["http://127.0.0.1:9"], data, progress: false }, io)).exitCode, 2);
         assert.match(io.text().err, /held\.jsonl:1: rejected/);
         assert.match(io.text().err, /no valid conversations/);
     } finally {

@@ -9,22 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from types import ModuleType
 
 from .artifacts import ArtifactError
 
-# In pipeline order (`ablate` runs after a finished lab). `export` is the GGUF exporter's stage
-# (specdraft_train/export.py, another engineer's module); it is registered when that module is present.
+# In pipeline order (`ablate` runs after a finished lab); each module registers its subcommand with add_parser.
 STAGE_MODULES = ("corpus", "tokenizer", "pretrain", "reference", "distill", "export", "evaluate", "lab", "ablate")
-
-
-def _stage_module(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(f"specdraft_train.{name}")
-    except ModuleNotFoundError as error:
-        if error.name == f"specdraft_train.{name}" or (name == "export" and error.name == "gguf"):
-            return None  # a stage whose module is not in this checkout (or whose `gguf` dependency is missing)
-        raise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,9 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="stage", required=True, metavar="<stage>")
     for name in STAGE_MODULES:
-        module = _stage_module(name)
-        if module is not None and hasattr(module, "add_parser"):
-            module.add_parser(subparsers)
+        importlib.import_module(f"specdraft_train.{name}").add_parser(subparsers)
     return parser
 
 

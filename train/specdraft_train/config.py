@@ -30,12 +30,12 @@ class CorpusConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    vocab_size: int = 16_384  # NOTES: 16k gives 3.65 bytes/token on Python source; issue caps it at 32k
+    vocab_size: int = 16_384  # 16k gives 3.65 bytes/token on Python source (docs/lab.md, calibration); ≤ 32,768
     min_frequency: int = 2  # merges seen once are noise from one file
     # 0 = the whole train split; else a sample of this many bytes with each kind in its share of the pretraining
     # stream (BPE statistics settle long before 64 MB of text).
     max_train_bytes: int = 0
-    prose_repeats: int = 1  # times each prose document appears in the pretraining stream (the lab: 2, as in NOTES)
+    prose_repeats: int = 1  # times each prose document appears in the pretraining stream (lab: 2, as calibrated)
 
 
 @dataclass(frozen=True)
@@ -74,19 +74,20 @@ class ReferenceConfig:
     """Prompts fall into categories ``<kind>/<position>/<length>`` (reference.py): kind code | prose, position open
     (a file's first tokens) | inner (a window at a seeded random start ≥ 1), and one of ``prompt_lengths``."""
 
-    # Short, medium, long (half the lab's 1,024-token context): NOTES saw τ(base) fall from 128- to 384-token prompts.
+    # Short, medium, long (half the lab's 1,024-token context): τ(base) fell from 128- to 384-token prompts in the
+    # prose + code calibration (docs/lab.md).
     prompt_lengths: tuple[int, ...] = (64, 192, 512)
     max_new_tokens: int = 256  # continuation cap; the longest prompt plus this must fit the pretraining seq_len
     # Held-out/dev continuations shorter than this (the target stopped at <|endoftext|>) are dropped, not forced on:
     # a 20-token continuation says little about τ at k = 16.
     min_continuation_tokens: int = 128
     top_k: int = 20  # target log-probs kept per continuation position for distillation
-    train_prompts: int = 8192  # KD continuations (NOTES: 4,096 gave +16 %; more data, more gain)
+    train_prompts: int = 8192  # KD continuations (calibration, docs/lab.md: 4,096 gave +16 %; more data, more gain)
     train_prose_share: float = 0.5  # the held-out set has as many prose categories as code ones
-    # A file has one opening but many inner windows, and NOTES found KD on openings alone made inner windows worse:
-    # inner windows get twice the openings' data.
+    # A file has one opening but many inner windows, and KD on openings alone made inner windows worse (docs/lab.md,
+    # calibration): inner windows get twice the openings' data.
     train_open_share: float = 1 / 3
-    heldout_per_category: int = 32  # NOTES' calibration held out 32 per category (the issue asks ≥ 24)
+    heldout_per_category: int = 32  # as the calibration held out (docs/lab.md); lab v2 asks for ≥ 24
     dev_per_category: int = 24  # dev τ picks the distillation epoch: smaller than held-out, same categories
     # Candidates generated per kept held-out/dev prompt in the first round (more rounds only for categories whose
     # continuations keep stopping early): each round costs max_new_tokens sequential decode steps.
@@ -239,13 +240,14 @@ MICRO = LabPreset(
 LAB = LabPreset(
     name="lab",
     # Code: the GPU machine's stdlib plus the --extra DIRs the coordinator passes (site-packages), a hash-ordered
-    # 120 MB; prose: all of linux-doc-6.1, python3.11-doc and git-doc (~42 MB), seen twice in pretraining. NOTES'
-    # calibration with 120 MB code + 28 MB kernel docs gave τ(base) 6.37; more prose and 512-token prompts aim lower.
-    # 120 MB is ~8,000 code files and the prose ~5,900: 4 % held out (and 4 % dev) gives each of the 12 categories
-    # its first-round candidates on mostly distinct files (NOTES held out 1 in 25 prose files).
+    # 120 MB; prose: all of linux-doc-6.1, python3.11-doc and git-doc (~42 MB), seen twice in pretraining. The
+    # calibration with 120 MB code + 28 MB kernel docs gave τ(base) 6.37 (docs/lab.md); more prose and 512-token
+    # prompts aim lower. 120 MB is ~8,000 code files and the prose ~5,900: 4 % held out (and 4 % dev) gives each of
+    # the 12 categories its first-round candidates on mostly distinct files (the calibration held out 1 in 25 prose
+    # files).
     corpus=CorpusConfig(heldout_per_mille=40, dev_per_mille=40, max_code_bytes=120_000_000),
     tokenizer=TokenizerConfig(vocab_size=16_384, max_train_bytes=64_000_000, prose_repeats=2),
-    # 88M parameters, NOTES' calibration target (held-out loss 3.08 after 240 s at 248k tok/s).
+    # 88M parameters, the calibration's target (docs/lab.md: held-out loss 3.08 after 240 s at 248k tok/s).
     target=ModelConfig(
         hidden_size=768,
         num_hidden_layers=12,
@@ -255,7 +257,7 @@ LAB = LabPreset(
         intermediate_size=2048,
         max_position_embeddings=1024,
     ),
-    # ~7.3M parameters (4.2M of them the tied embedding), NOTES' base size.
+    # ~7.3M parameters (4.2M of them the tied embedding), the calibration's base drafter.
     drafter=ModelConfig(
         hidden_size=256,
         num_hidden_layers=4,
@@ -266,7 +268,7 @@ LAB = LabPreset(
         max_position_embeddings=1024,
     ),
     # Sequences of the whole 1,024-token context: a 512-token prompt plus its ≤256-token continuation sits at
-    # positions a 512-token window never trains. NOTES: 248k tok/s at seq 512; 1,700 steps × 32k tokens ≈ 56M
+    # positions a 512-token window never trains. Calibrated 248k tok/s at seq 512; 1,700 steps × 32k tokens ≈ 56M
     # tokens ≈ 240 s (the budget stops it if seq 1024 is slower), under one pass over the ~67M-token stream.
     pretrain_target=PretrainConfig(
         seq_len=1024,
@@ -293,7 +295,7 @@ LAB = LabPreset(
     ),
     # Continuations of exactly 128 tokens (those that stop earlier are not kept for held-out/dev): the 2026-12-01 H200
     # smoke run with ≤256 saw 91 % of continuation 4-grams repeat earlier text (greedy small-model text loops the
-    # longer it runs) and τ(base Q4_0 PTQ) 8.65; NOTES' calibration with 128 tokens had 70-80 % and τ(base) 6.37.
+    # longer it runs) and τ(base Q4_0 PTQ) 8.65; the calibration with 128 tokens had 70-80 % and τ(base) 6.37.
     # 32,768 KD continuations (4.2M tokens, 2× the old lab's) at the static engine's ~90k tok/s: ~50 s with the eval
     # sets (12 categories × (32 held-out + 24 dev), 1.5× oversampled); batches of 1,024 rows (the engine's per-step
     # floor is kernel launches, so rows are the lever).

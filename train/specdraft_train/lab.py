@@ -7,7 +7,7 @@ crash continues where it stopped (stages that train also resume mid-run from the
 the target as its own drafter, overall, macro and per category, each beside its ratio to the base Q4_0 PTQ drafter and
 the gap it closes toward the target; repeated-4-gram share; model sizes; stage times; the lab goals),
 ``data_manifest.json`` (every source file with its kind, hash and the split it fed), ``architecture.json`` (the
-drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter) when the GGUF exporter is available. Prose comes from
+drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter). Prose comes from
 ``--prose DIR``s, or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/fetch_prose.sh``).
 
     python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes (prose: git-doc)
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import platform
 import sys
@@ -50,7 +49,9 @@ from .artifacts import (
 from .config import LabPreset, apply_settings, check_preset, get_preset
 from .corpus import FETCH_PROSE, PROSE_CACHE
 from .evaluate import drafter_tau, verify_heldout
+from .export import export_gguf
 from .models import architecture_summary, load_causal_lm
+from .quant import gguf_storage_type
 from .tau import (
     TauResult,
     category_order,
@@ -65,7 +66,7 @@ from .training import DistributedContext, finish_distributed, init_distributed, 
 
 STATE_FILE = "lab_state.json"
 GGUF_NAME = "drafter-q4_0.gguf"
-# The goals for the `lab` preset (reported for micro too, where only the first is asserted, by CI).
+# The lab's goals for the `lab` preset (docs/lab.md, Goals; reported for micro too, where CI asserts only the first).
 GOAL_QAT_OVER_BASE_PTQ = 1.5
 GOAL_QAT_OVER_DISTILLED = 0.98
 # Every τ the lab reports, in report order, with its label. Gap closed runs from BASELINE to CEILING.
@@ -167,14 +168,6 @@ def run_stage(
         print(f"lab: {name} done in {time.time() - start:.1f}s", file=sys.stderr)
 
 
-def export_available() -> tuple[bool, str]:
-    try:
-        from .export import export_gguf  # noqa: F401  (another engineer's module; needs the `gguf` package)
-    except ImportError as error:
-        return False, f"GGUF exporter unavailable: {error}"
-    return True, ""
-
-
 def export_complete(gguf_path: Path) -> bool:
     manifest_path = gguf_path.with_name(gguf_path.name + ".manifest.json")
     if not (gguf_path.is_file() and manifest_path.is_file()):
@@ -270,7 +263,7 @@ def goals(tau: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def model_sizes(out: Path, gguf_path: Path | None) -> dict[str, Any]:
+def model_sizes(out: Path, gguf_path: Path) -> dict[str, Any]:
     sizes: dict[str, Any] = {}
     for name in ("target", "base", "distilled", "distilled-qat"):
         manifest = read_manifest(out / name) or {}
@@ -278,8 +271,7 @@ def model_sizes(out: Path, gguf_path: Path | None) -> dict[str, Any]:
             "parameters": manifest.get("architecture", {}).get("parameters"),
             "safetensors_bytes": (out / name / "model.safetensors").stat().st_size,
         }
-    if gguf_path is not None and gguf_path.is_file():
-        sizes["drafter_gguf_q4_0_bytes"] = gguf_path.stat().st_size
+    sizes["drafter_gguf_q4_0_bytes"] = gguf_path.stat().st_size
     return sizes
 
 
@@ -315,14 +307,9 @@ def data_manifest(out: Path) -> dict[str, Any]:
 def drafter_architecture(out: Path) -> dict[str, Any]:
     model = load_causal_lm(out / "distilled-qat", torch.device("cpu"))
     summary = architecture_summary(model)
-    try:
-        from .quant import gguf_storage_type
-
-        summary["q4_0_gguf_tensor_types"] = {
-            name: gguf_storage_type(name, tuple(t.shape), "Q4_0").name for name, t in model.state_dict().items()
-        }
-    except ImportError:
-        pass
+    summary["q4_0_gguf_tensor_types"] = {
+        name: gguf_storage_type(name, tuple(t.shape), "Q4_0").name for name, t in model.state_dict().items()
+    }
     return summary
 
 
@@ -436,13 +423,10 @@ def markdown_report(report: dict[str, Any]) -> str:
     for name, info in report["model_sizes"].items():
         if isinstance(info, dict):
             lines.append(f"| {name} | {info['parameters']:,} | {info['safetensors_bytes']:,} |")
-    if "drafter_gguf_q4_0_bytes" in report["model_sizes"]:
-        lines.append(
-            f"\nDrafter GGUF (Q4_0, QAT): {report['model_sizes']['drafter_gguf_q4_0_bytes']:,} bytes "
-            f"(`{report['export'].get('path')}`)."
-        )
-    else:
-        lines.append(f"\nGGUF export: {report['export'].get('skipped', 'not written')}.")
+    lines.append(
+        f"\nDrafter GGUF (Q4_0, QAT): {report['model_sizes']['drafter_gguf_q4_0_bytes']:,} bytes "
+        f"(`{report['export']['path']}`)."
+    )
     lines += ["", "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {seconds:.1f} |" for name, seconds in report["stage_seconds"].items()]
     lines += [f"| total | {sum(report['stage_seconds'].values()):.1f} |", ""]
@@ -475,8 +459,6 @@ def run_lab(
     settings = settings or []
     preset = apply_settings(get_preset(preset_name), settings)
     check_preset(preset)
-    if importlib.util.find_spec("gguf") is None:
-        raise ValueError("the lab needs the `gguf` package (Q4_0 QAT and GGUF export): pip install gguf==0.19.0")
     out.mkdir(parents=True, exist_ok=True)
     # Under torchrun: the process group every stage below joins. TF32 is each stage's choice (reference: off).
     ctx = init_distributed(device_name, tf32=False)
@@ -587,28 +569,20 @@ def run_lab(
     run_stage(state, "evaluate", d["eval"], evaluate_stage, lambda: stage_complete(d["eval"], "evaluate"))
 
     gguf_path = d["export"] / GGUF_NAME
-    available, why = export_available()
-    if available:
-        from .export import export_gguf
-
-        run_stage(
-            state,
-            "export",
-            d["export"],
-            lambda: export_gguf(
-                d["distilled-qat"], gguf_path, "Q4_0", qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE
-            ),
-            lambda: export_complete(gguf_path),
-        )
+    run_stage(
+        state,
+        "export",
+        d["export"],
+        lambda: export_gguf(
+            d["distilled-qat"], gguf_path, "Q4_0", qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE
+        ),
+        lambda: export_complete(gguf_path),
+    )
     if not ctx.is_main:  # rank 0 writes the reports
         finish_distributed(ctx)
         return None
     evaluation = json.loads((d["eval"] / "results.json").read_text())
-    export_info: dict[str, Any] = (
-        {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
-        if available
-        else {"skipped": why}
-    )
+    export_info = {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
 
     atomic_write_json(out / "data_manifest.json", data_manifest(out))
     atomic_write_json(out / "architecture.json", drafter_architecture(out))
@@ -625,7 +599,7 @@ def run_lab(
         "evaluation": evaluation,
         "comparison": comparison(evaluation["tau"]),
         "goals": goals(evaluation["tau"]),
-        "model_sizes": model_sizes(out, gguf_path if available else None),
+        "model_sizes": model_sizes(out, gguf_path),
         "prompts": (read_manifest(d["reference"]) or {}).get("categories"),  # per split and category
         "pretrain": pretrain_metrics,
         "distill": distill_metrics,

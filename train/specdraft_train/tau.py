@@ -7,7 +7,7 @@ pos += accepted + 1 (capped at L). τ = Σ L / Σ steps over all conversations.
 For a greedy drafter one teacher-forced forward over P + C gives every step at once: while the draft agrees with C,
 the drafter's context is P + C[:j], so ``matches[j] = argmax(drafter(P + C)[len(P) + j - 1]) == C[j]`` and the
 accepted count at pos is the run of consecutive matches from pos, capped at min(k, L - pos). (Exact up to numerical
-ties between full-sequence and incremental decoding; NOTES.md.)
+ties between full-sequence and incremental decoding; tests/test_tau.py checks it against token-by-token drafting.)
 
 Beside τ, a model's result carries its top-1 agreement: the share of continuation positions j where
 ``argmax(drafter(P + C)[len(P) + j - 1]) == C[j]`` — what greedy acceptance decides on, without the walk's

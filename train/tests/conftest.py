@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from specdraft_train import corpus, pretrain, reference, tokenizer
 from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
@@ -75,6 +76,25 @@ def torchrun(nproc: int = 2) -> tuple[str, ...]:
         "--threads",
         "1",
     )
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test starts with one torch thread, whatever an earlier test (or a CLI call in-process) set: tiny models
+    on a shared 2-core machine, where a second intra-op thread only spins against other processes."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def assert_same_weights_up_to_summation_order(expected: Path, actual: Path) -> None:
+    """Two stage directories' ``model.safetensors`` hold the same tensors, equal up to float summation order (what
+    DDP over 2 processes changes against one process)."""
+    a, b = load_file(str(expected / "model.safetensors")), load_file(str(actual / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def micro_prose() -> Path:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_cli, torchrun
+from conftest import assert_same_weights_up_to_summation_order, run_cli, torchrun
 from safetensors.torch import load_file
 
 from specdraft_train import distill
@@ -376,10 +376,8 @@ def test_ddp_distill_two_gloo_processes_match_one_process(tiny: dict[str, Path],
     _distill(tiny, out, runner=torchrun(2), timeout=300)
     manifest = verify_stage_dir(out, "distill")
     assert manifest["params"]["world_size"] == 2
-    a, b = _weights(straight), _weights(out)
-    for name in a:
-        # The loss is normalized by the tokens of the whole global batch, so ranks with unequal shares still agree.
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=name)
+    # The loss is normalized by the tokens of the whole global batch, so ranks with unequal shares still agree.
+    assert_same_weights_up_to_summation_order(straight, out)
     one = verify_stage_dir(straight, "distill")["metrics"]["history"]
     two = manifest["metrics"]["history"]
     # Logged train means are over both ranks' tokens: the same as one process's, up to float summation order.

@@ -117,15 +117,6 @@ def tokenizer() -> Tokenizer:
     return train_bpe(corpus_text(), 320)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models on a shared 2-core machine: a second intra-op thread only spins against other processes.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     reader = gguf.GGUFReader(path)
     fields = {name: field.contents() for name, field in reader.fields.items()}

@@ -3,7 +3,6 @@ set of every category), then a rerun that skips every finished stage."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -111,12 +110,9 @@ def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):
     architecture = json.loads((lab / "architecture.json").read_text())
     assert architecture["model_type"] == "qwen3" and architecture["parameters"] > 0
     report = json.loads((lab / "lab_report.json").read_text())
-    if importlib.util.find_spec("gguf") is None:
-        assert "skipped" in report["export"]
-    else:
-        gguf_path = lab / "export" / "drafter-q4_0.gguf"
-        assert gguf_path.is_file() and report["export"]["bytes"] == gguf_path.stat().st_size
-        assert architecture["q4_0_gguf_tensor_types"]["model.layers.0.mlp.down_proj.weight"] == "Q4_0"
+    gguf_path = lab / "export" / "drafter-q4_0.gguf"
+    assert gguf_path.is_file() and report["export"]["bytes"] == gguf_path.stat().st_size
+    assert architecture["q4_0_gguf_tensor_types"]["model.layers.0.mlp.down_proj.weight"] == "Q4_0"
 
 
 def test_micro_lab_rerun_skips_finished_stages(lab: Path, capsys: pytest.CaptureFixture[str]):

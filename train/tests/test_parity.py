@@ -74,14 +74,6 @@ FLIP_LOGIT_REACH = 0.05
 SAFE_MARGIN = 0.25
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @dataclass
 class Lab:
     tokenizer: Tokenizer

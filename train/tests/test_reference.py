@@ -221,7 +221,7 @@ def _check_windows(
 
 
 def test_prompts_reach_every_category_at_the_lab_scale():
-    """NOTES: with 22,877 train files and 8,192 prompts the old selection took only openings. Here a corpus shaped
+    """With 22,877 train files and 8,192 prompts the old selection took only openings (docs/lab.md). A corpus shaped
     like the lab's (tens of thousands of files) gets every category at the lab's counts, inner windows included."""
     documents = _synthetic_split(22_877, 5_400, seed=0)
     categories = corpus_categories(("code", "prose"), LAB.reference.prompt_lengths)

@@ -22,7 +22,9 @@
 // JS interface (see src/engine/nativeAddon.ts for the typed view):
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
-//                       kvUnified, backendSampling, threads, unguardedLogits, arrivalOrder, stepPrefill, verbose });
+//                       kvUnified, backendSampling, kvType, padBatch, threads, unguardedLogits, arrivalOrder, stepPrefill,
+//                       verbose })
+//       (every option is required, a missing or mistyped one is a TypeError: the defaults live in TypeScript)
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
 //       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
@@ -245,23 +247,26 @@ private:
 
 // ---- load ----
 
+// Every field comes from load()'s options object, which must name each one: the defaults live in TypeScript
+// (src/engine/engineDefaults.ts, loadEngine.ts), never here.
 struct LoadOptions {
     std::string binsDir;
     std::string modelPath;
-    int32_t streams = 1;
-    int32_t contextSize = 4096;  // per sequence
-    int32_t batchSize = 4096;
-    int32_t ubatchSize = 512;
+    int32_t streams = 0;
+    int32_t contextSize = 0;  // per sequence
+    int32_t batchSize = 0;
+    int32_t ubatchSize = 0;
     int32_t gpuLayers = 0;
     bool flashAttention = false;
     bool kvUnified = false;
-    int32_t threads = 0;
+    int32_t threads = 0;  // 0: llama.cpp's own thread count
     bool unguardedLogits = false;
     bool arrivalOrder = false;
     bool backendSampling = false;
     double padBatch = 0;  // fraction of the streams that must draft for a step to be padded to all; 0: off
-    std::string kvType;  // KV cache element type: f16 (llama.cpp's default), q8_0, f32; empty: default
-    int32_t stepPrefill = 0;  // see EngineState::stepPrefill; 0: off
+    std::string kvType;  // KV cache element type: f16, q8_0, bf16, f32; empty: llama.cpp's (f16)
+    int32_t stepPrefill;  // see EngineState::stepPrefill; 0: off
+    bool verbose = false;
 };
 
 // The ggml type of a KV cache type name; throws on anything else.
@@ -373,17 +378,37 @@ private:
     Napi::ObjectReference engineRef_;
 };
 
-int32_t getInt(const Napi::Object& o, const char* key, int32_t fallback) {
+// Readers of one required field of an options object: a missing field or one of another type is a TypeError
+// naming it, never a silent default.
+Napi::Value getRequired(const Napi::Object& o, const char* key, bool ok(const Napi::Value&), const char* type) {
     Napi::Value v = o.Get(key);
-    return v.IsNumber() ? v.As<Napi::Number>().Int32Value() : fallback;
+    if (!ok(v)) throw Napi::TypeError::New(o.Env(), std::string("option ") + key + ": expected a " + type);
+    return v;
 }
-bool getBool(const Napi::Object& o, const char* key, bool fallback) {
-    Napi::Value v = o.Get(key);
-    return v.IsBoolean() ? v.As<Napi::Boolean>().Value() : fallback;
+int32_t getInt(const Napi::Object& o, const char* key) {
+    auto isInt = [](const Napi::Value& v) {
+        if (!v.IsNumber()) return false;
+        const double d = v.As<Napi::Number>().DoubleValue();
+        return std::floor(d) == d && d >= INT32_MIN && d <= INT32_MAX;
+    };
+    return getRequired(o, key, isInt, "32-bit integer").As<Napi::Number>().Int32Value();
+}
+double getNumber(const Napi::Object& o, const char* key) {
+    return getRequired(o, key, [](const Napi::Value& v) { return v.IsNumber(); }, "number").As<Napi::Number>().DoubleValue();
+}
+bool getBool(const Napi::Object& o, const char* key) {
+    return getRequired(o, key, [](const Napi::Value& v) { return v.IsBoolean(); }, "boolean").As<Napi::Boolean>().Value();
 }
 std::string getString(const Napi::Object& o, const char* key) {
-    Napi::Value v = o.Get(key);
-    return v.IsString() ? v.As<Napi::String>().Utf8Value() : std::string();
+    return getRequired(o, key, [](const Napi::Value& v) { return v.IsString(); }, "string").As<Napi::String>().Utf8Value();
+}
+// A required integer ≥ `min`: a RangeError naming the option otherwise.
+int32_t getIntAtLeast(const Napi::Object& o, const char* key, int32_t min) {
+    const int32_t value = getInt(o, key);
+    if (value < min) {
+        throw Napi::RangeError::New(o.Env(), std::string("option ") + key + ": expected ≥ " + std::to_string(min) + ", got " + std::to_string(value));
+    }
+    return value;
 }
 
 Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
@@ -394,26 +419,27 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     LoadOptions opt;
     opt.binsDir = getString(o, "binsDir");
     opt.modelPath = getString(o, "modelPath");
-    opt.streams = std::max(1, getInt(o, "streams", 1));
-    opt.contextSize = std::max(1, getInt(o, "contextSize", 4096));
-    opt.batchSize = std::max(1, getInt(o, "batchSize", 4096));
-    opt.ubatchSize = std::max(1, getInt(o, "ubatchSize", 512));
-    opt.gpuLayers = getInt(o, "gpuLayers", 0);
-    opt.flashAttention = getBool(o, "flashAttention", false);
-    opt.kvUnified = getBool(o, "kvUnified", false);
-    opt.threads = getInt(o, "threads", 0);
-    opt.unguardedLogits = getBool(o, "unguardedLogits", false);
-    opt.arrivalOrder = getBool(o, "arrivalOrder", false);
-    opt.backendSampling = getBool(o, "backendSampling", false);
+    opt.streams = getIntAtLeast(o, "streams", 1);
+    opt.contextSize = getIntAtLeast(o, "contextSize", 1);
+    opt.batchSize = getIntAtLeast(o, "batchSize", 1);
+    opt.ubatchSize = getIntAtLeast(o, "ubatchSize", 1);
+    opt.gpuLayers = getInt(o, "gpuLayers");
+    opt.flashAttention = getBool(o, "flashAttention");
+    opt.kvUnified = getBool(o, "kvUnified");
+    opt.threads = getIntAtLeast(o, "threads", 0);
+    opt.unguardedLogits = getBool(o, "unguardedLogits");
+    opt.arrivalOrder = getBool(o, "arrivalOrder");
+    opt.backendSampling = getBool(o, "backendSampling");
     opt.kvType = getString(o, "kvType");
-    opt.stepPrefill = std::max(0, getInt(o, "stepPrefill", 0));
-    {
-        Napi::Value v = o.Get("padBatch");
-        opt.padBatch = v.IsNumber() ? std::min(1.0, std::max(0.0, v.As<Napi::Number>().DoubleValue())) : 0;
+    opt.stepPrefill = getIntAtLeast(o, "stepPrefill", 0);
+    opt.padBatch = getNumber(o, "padBatch");
+    if (!(opt.padBatch >= 0 && opt.padBatch <= 1)) {
+        throw Napi::RangeError::New(env, "option padBatch: expected a fraction 0–1, got " + std::to_string(opt.padBatch));
     }
+    opt.verbose = getBool(o, "verbose");
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
-        g_log_verbose = getBool(o, "verbose", false);
+        g_log_verbose = opt.verbose;
     }
     auto* worker = new LoadWorker(env, this, std::move(opt));
     Napi::Promise promise = worker->Promise();
@@ -801,11 +827,11 @@ std::vector<DraftItem> Engine::parseArrivals(Napi::Env env, const Napi::Value& v
     for (uint32_t i = 0; i < arr.Length(); ++i) {
         Napi::Object o = arr.Get(i).As<Napi::Object>();
         DraftItem& it = items[i];
-        it.id = getInt(o, "id", 0);
-        it.slot = getInt(o, "slot", -1);
-        it.keep = getInt(o, "keep", 0);
-        it.n = getInt(o, "n", 0);
-        it.endId = getInt(o, "endId", -1);
+        it.id = getInt(o, "id");
+        it.slot = getInt(o, "slot");
+        it.keep = getInt(o, "keep");
+        it.n = getInt(o, "n");
+        it.endId = getInt(o, "endId");
         Napi::Value tv = o.Get("tokens");
         if (!tv.IsTypedArray() || tv.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
             throw Napi::TypeError::New(env, m + ": item.tokens must be an Int32Array");
@@ -1052,22 +1078,6 @@ private:
     std::vector<llama_token> readTokens(Napi::Env env, const Napi::Value& value, const char* method);
 };
 
-// Required options: a missing or mistyped one is an error naming it (no silent defaults).
-double requireNumber(Napi::Env env, const Napi::Object& o, const char* key) {
-    Napi::Value v = o.Get(key);
-    if (!v.IsNumber()) throw Napi::TypeError::New(env, std::string("Target.load: option ") + key + " must be a number");
-    return v.As<Napi::Number>().DoubleValue();
-}
-bool requireBool(Napi::Env env, const Napi::Object& o, const char* key) {
-    Napi::Value v = o.Get(key);
-    if (!v.IsBoolean()) throw Napi::TypeError::New(env, std::string("Target.load: option ") + key + " must be a boolean");
-    return v.As<Napi::Boolean>().Value();
-}
-std::string requireString(Napi::Env env, const Napi::Object& o, const char* key) {
-    Napi::Value v = o.Get(key);
-    if (!v.IsString()) throw Napi::TypeError::New(env, std::string("Target.load: option ") + key + " must be a string");
-    return v.As<Napi::String>().Utf8Value();
-}
 
 Napi::Float64Array targetStatsToJs(Napi::Env env, const TargetStats& stats) {
     Napi::Float64Array a = Napi::Float64Array::New(env, targetStatFields);
@@ -1235,23 +1245,23 @@ Napi::Value Target::Load(const Napi::CallbackInfo& info) {
     if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "Target.load(options): options object expected");
     Napi::Object o = info[0].As<Napi::Object>();
     TargetOptions opt;
-    opt.binsDir = requireString(env, o, "binsDir");
-    opt.modelPath = requireString(env, o, "modelPath");
-    opt.contextSize = (int32_t)requireNumber(env, o, "contextSize");
-    opt.batchSize = (int32_t)requireNumber(env, o, "batchSize");
-    opt.ubatchSize = (int32_t)requireNumber(env, o, "ubatchSize");
-    opt.gpuLayers = (int32_t)requireNumber(env, o, "gpuLayers");
-    const std::string flash = requireString(env, o, "flashAttention");
+    opt.binsDir = getString(o, "binsDir");
+    opt.modelPath = getString(o, "modelPath");
+    opt.contextSize = getIntAtLeast(o, "contextSize", 1);
+    opt.batchSize = getIntAtLeast(o, "batchSize", 1);
+    opt.ubatchSize = getIntAtLeast(o, "ubatchSize", 1);
+    opt.gpuLayers = getInt(o, "gpuLayers");
+    const std::string flash = getString(o, "flashAttention");
     if (flash != "auto" && flash != "on" && flash != "off") {
         throw Napi::RangeError::New(env, "Target.load: flashAttention must be \"auto\", \"on\" or \"off\", got \"" + flash + "\"");
     }
     opt.flashAttention = flash == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
                          : flash == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                           : LLAMA_FLASH_ATTN_TYPE_AUTO;
-    opt.backendSampling = requireBool(env, o, "backendSampling");
-    opt.maxOutputs = (int32_t)requireNumber(env, o, "maxOutputs");
-    opt.threads = (int32_t)requireNumber(env, o, "threads");
-    const bool verbose = requireBool(env, o, "verbose");
+    opt.backendSampling = getBool(o, "backendSampling");
+    opt.maxOutputs = getIntAtLeast(o, "maxOutputs", 1);
+    opt.threads = getIntAtLeast(o, "threads", 0);
+    const bool verbose = getBool(o, "verbose");
     if (opt.contextSize < 2 || opt.batchSize < 1 || opt.ubatchSize < 1 || opt.maxOutputs < 1 || opt.threads < 0) {
         throw Napi::RangeError::New(env,
                                     "Target.load: expected contextSize ≥ 2, batchSize, ubatchSize, maxOutputs ≥ 1, threads ≥ 0");

@@ -7,10 +7,11 @@ import { access, constants, readdir, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { createSpecdraftClient, defaultTimeoutMs } from "../../client/createDraftClient.js";
 import type { DraftFailureKind } from "../../client/types.js";
+import { defaultDraftLength } from "../../engine/engineDefaults.js";
 import type { HeldOutSet } from "../../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../../validate/summarizeWalk.js";
 import type { WalkResult } from "../../validate/types.js";
-import { defaultConcurrency, defaultDraftLength, walkHeldOut } from "../../validate/walkHeldOut.js";
+import { defaultConcurrency, walkHeldOut } from "../../validate/walkHeldOut.js";
 import { checkDataManifest } from "../dataManifest.js";
 import {
     type ArchitectureFile,

@@ -1,15 +1,14 @@
 /**
  * `POST /draft`: the greedy continuation of a context, in specdraft's form or TensorRT-LLM's external drafter form
- * (see schemas/draftSchemas.ts). The route checks what the schema cannot (ids against the vocabulary, context + n
- * against the context size), then hands the work to the engine with the request's AbortSignal, so a client that
- * disconnects frees its place in the batch.
+ * (see schemas/draftSchemas.ts). The schema checks the body's shape; the engine checks the request against the model
+ * (ids against the vocabulary, context + n against the context size: src/engine/validateDraftRequest.ts), and its
+ * errors reach the client through the catalog. The request's AbortSignal goes with it, so a client that disconnects
+ * frees its place in the batch.
  */
 
 import type { ServerResponse } from "node:http";
 import type { FastifyPluginAsync } from "fastify";
-import type { DraftEngine } from "../../engine/types.js";
 import type { EngineSlot } from "../EngineSlot.js";
-import { apiError } from "../errors.js";
 import {
     DraftAnswer,
     DraftBody,
@@ -60,13 +59,13 @@ export const draftRoutes: FastifyPluginAsync<DraftRoutesOptions> = async (app, {
                 const n = Math.max(0, Math.min(body.n ?? draftLength, maxLength - body.prefix.length));
                 const endId =
                     body.end_id !== undefined && body.end_id !== null && body.end_id >= 0 ? body.end_id : undefined;
-                const draft = await draftChecked(engine, body.prefix, n, endId, signal);
+                const draft = await engine.draft(body.prefix, n, endId === undefined ? { signal } : { endId, signal });
                 const requestId = body.request_id;
                 return requestId === undefined || requestId === null
                     ? { draft_tokens: draft }
                     : { draft_tokens: draft, request_id: requestId };
             }
-            return { draft: await draftChecked(engine, body.tokens, body.n ?? draftLength, undefined, signal) };
+            return { draft: await engine.draft(body.tokens, body.n ?? draftLength, { signal }) };
         },
     );
 };
@@ -81,22 +80,4 @@ function clientGoneSignal(response: ServerResponse): AbortSignal {
         if (!response.writableFinished) controller.abort();
     });
     return controller.signal;
-}
-
-/** Checks ids and length against the loaded model, then drafts (nothing to do for n = 0). */
-async function draftChecked(
-    engine: DraftEngine,
-    tokens: readonly number[],
-    n: number,
-    endId: number | undefined,
-    signal: AbortSignal,
-): Promise<number[]> {
-    const { vocabSize, contextSize } = engine.info;
-    const badIndex = tokens.findIndex((id) => id >= vocabSize);
-    if (badIndex >= 0) throw apiError("invalid_token", { id: tokens[badIndex], index: badIndex, vocabSize });
-    if (tokens.length + n > contextSize) {
-        throw apiError("context_overflow", { tokens: tokens.length, n, total: tokens.length + n, contextSize });
-    }
-    if (n === 0) return [];
-    return engine.draft(tokens, n, endId === undefined ? { signal } : { endId, signal });
 }

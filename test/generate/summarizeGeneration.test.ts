@@ -1,7 +1,7 @@
 /** The lossless check: each speculative run against the target-alone run of the same round, and the failure line. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { comparePromptRuns, describeMismatch, firstDifference } from "../../src/generate/comparePromptRuns.js";
+import { comparePromptRuns, describeMismatch, firstDifference } from "../../src/generate/summarizeGeneration.js";
 import type { GenerationRun } from "../../src/generate/types.js";
 
 function run(tokens: number[]): GenerationRun {

@@ -1,0 +1,28 @@
+/**
+ * The drafting defaults, each defined here once: the engine's own (streams, context size, queue, backend, batch
+ * sizes) and the draft length every caller asks for when it is not told (serve's default `n`, the validator's and
+ * selfcheck's k, generate's k, pack's recorded draft length, the benches). src/server/serveDefaults.ts re-exports
+ * serve's share of them.
+ */
+import type { GpuChoice } from "./types.js";
+
+/** Tokens drafted per request when nobody says otherwise. Defaults to `16`. */
+export const defaultDraftLength = 16;
+/** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
+export const defaultStreams = 32;
+/** Tokens one sequence holds (prompt + draft). Defaults to `4096`. */
+export const defaultContextSize = 4096;
+/** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
+export const defaultMaxQueue = 1024;
+/** Every GpuChoice, for command-line choices. */
+export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
+/** Backend choice. Defaults to `auto`. */
+export const defaultGpu: GpuChoice = "auto";
+/** Tokens one llama_decode step may take (longer prefills continue in the next steps). Defaults to `4096`. */
+export const defaultBatchSize = 4096;
+/** Tokens llama.cpp computes at once inside a decode. Defaults to `512`. */
+export const defaultUbatchSize = 512;
+/** Pad decode steps to all streams on a GPU when half of them draft (see LoadEngineOptions.padBatch). */
+export const defaultGpuPadBatch = 0.5;
+/** Feed arrivals of up to 2 new tokens one token per step on a GPU (see `stepPrefill`). */
+export const defaultGpuStepPrefill = 2;
