@@ -5,7 +5,8 @@ import type { WalkSummary } from "./types.js";
 export function formatComparisonTable(summaries: readonly WalkSummary[]): string {
     const rows: [string, (s: WalkSummary) => string][] = [
         ["τ", (s) => fixed(s.tau, 4)],
-        ["τ-macro", (s) => fixed(s.tau_macro_over_prompts, 4)],
+        ["τ-macro (categories)", (s) => fixed(s.tau_macro_over_categories, 4)],
+        ["τ per conversation", (s) => fixed(s.tau_macro_over_prompts, 4)],
         ["tokens", (s) => String(s.tokens)],
         ["steps", (s) => String(s.steps)],
         ["conversations", (s) => String(s.samples)],

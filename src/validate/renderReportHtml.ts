@@ -63,7 +63,8 @@ ${body.join("\n")}
 function renderComparison(summaries: readonly WalkSummary[]): string {
     const rows: [string, (s: WalkSummary) => string][] = [
         ["τ", (s) => fixed(s.tau, 4)],
-        ["τ-macro", (s) => fixed(s.tau_macro_over_prompts, 4)],
+        ["τ-macro (categories)", (s) => fixed(s.tau_macro_over_categories, 4)],
+        ["τ per conversation", (s) => fixed(s.tau_macro_over_prompts, 4)],
         ["tokens", (s) => s.tokens.toLocaleString("en-US")],
         ["steps", (s) => s.steps.toLocaleString("en-US")],
         ["requests/s", (s) => fixed(s.requests_per_second, 1)],
@@ -95,7 +96,8 @@ function renderServerSection(s: WalkSummary, color: string | undefined): string 
     const figures: [string, string][] = [
         ["server", s.server.url],
         ["τ (tokens ÷ steps)", fixed(s.tau, 4)],
-        ["τ-macro (mean over conversations)", fixed(s.tau_macro_over_prompts, 4)],
+        ["τ-macro (mean over categories)", fixed(s.tau_macro_over_categories, 4)],
+        ["τ per conversation (mean over conversations)", fixed(s.tau_macro_over_prompts, 4)],
         ["tokens / steps / conversations", `${s.tokens} / ${s.steps} / ${s.samples}`],
         ["draft length k", String(k)],
         ["requests/s", fixed(s.requests_per_second, 1)],

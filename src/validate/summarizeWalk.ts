@@ -1,5 +1,7 @@
 /**
- * Reduces a walk to the figures summary.json holds: τ = Σ L ÷ Σ steps, τ-macro = mean of L ÷ steps, per-category τ,
+ * Reduces a walk to the figures summary.json holds: τ = Σ L ÷ Σ steps, per-category τ and τ-macro = their mean (the
+ * lab's macro τ: every kind of prompt counts alike, however many conversations it has), the mean of L ÷ steps over
+ * conversations,
  * the histogram of accepted lengths a = 0..k, per-position acceptance P(d[i] ok | d[0..i−1] ok), latency and failures.
  */
 import { draftFailureKinds } from "../client/types.js";
@@ -83,6 +85,7 @@ export function summarizeWalk(result: WalkResult, options: SummarizeOptions = {}
         steps,
         samples: result.conversations.length,
         draft_tokens: k,
+        tau_macro_over_categories: meanOf(Object.values(perCategory).map((c) => c.tau)),
         tau_macro_over_prompts: macroCount > 0 ? macroSum / macroCount : null,
         per_category: perCategory,
         acceptance_histogram: histogram,
@@ -150,4 +153,10 @@ export function percentile(sortedValues: readonly number[], p: number): number |
     // both are missing only when there are no values
     if (below === undefined || above === undefined) return null;
     return below + (above - below) * (rank - belowRank);
+}
+
+/** The mean of the values that are not null; null when none are. */
+function meanOf(values: readonly (number | null)[]): number | null {
+    const present = values.filter((v): v is number => v !== null);
+    return present.length > 0 ? present.reduce((sum, v) => sum + v, 0) / present.length : null;
 }

@@ -86,6 +86,8 @@ export interface WalkSummary {
     samples: number;
     /** k: draft tokens asked for per request. */
     draft_tokens: number;
+    /** Mean over categories (with steps) of their τ: the lab's macro τ (`TauResult.macro_tau` in train/). */
+    tau_macro_over_categories: number | null;
     /** Mean over conversations (with L > 0) of L ÷ steps. */
     tau_macro_over_prompts: number | null;
     per_category: Record<string, CategorySummary>;

@@ -45,6 +45,7 @@ export async function writeReport(dir: string, summaries: readonly WalkSummary[]
             url: s.server.url,
             folder,
             tau: s.tau,
+            tau_macro_over_categories: s.tau_macro_over_categories,
             tau_macro_over_prompts: s.tau_macro_over_prompts,
             tokens: s.tokens,
             steps: s.steps,

@@ -78,6 +78,7 @@ test("two servers walked on the same data: table side by side, per-server summar
         assert.deepEqual(strongSummary.data, { file: data, rejected_lines: 1 });
         assert.equal(strongSummary.per_category.chat.tau, 15 / 5);
         for (const key of [
+            "tau_macro_over_categories",
             "tau_macro_over_prompts",
             "acceptance_histogram",
             "per_position_acceptance",

@@ -63,6 +63,8 @@ test("τ, τ-macro, histogram, per-position and per-category figures match the r
         assert.equal(summary.steps, 14); // 4 + 4 + 5 + 1
         assert.equal(summary.tau, 33 / 14);
         assert.equal(summary.tau_macro_over_prompts, (10 / 4 + 17 / 4 + 5 / 5 + 1 / 1) / 4);
+        // chat 5/5, code 27/8, uncategorized (c4, c5) 1/1: each category counts once
+        assert.equal(summary.tau_macro_over_categories, (1 + 27 / 8 + 1) / 3);
         assert.equal(summary.samples, 5);
         assert.equal(summary.draft_tokens, 4);
         // a = 0: c3 ×5; a = 1: c1's last, c4; a = 2: c1 ×3, c2's last; a = 4: c2 ×3
