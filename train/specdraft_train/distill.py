@@ -44,13 +44,15 @@ method, tau.py); the checkpoint with the best **macro τ** (mean of per-category
 (step 0) included, and `patience` evaluations without a new best stop the run early (a plateau). Progress: a tqdm
 bar (loss, top-1 agreement, dev τ); TensorBoard events in ``OUT/tb/`` (loss and its parts, top-1 agreement, dev τ
 by category and macro). Under `--qat` the drafter's forward uses weights fake-quantized exactly as a GGUF Q4_0 file
-stores them (specdraft_train.quant); the output then also holds ``qat_state.safetensors`` for `export --qat-state`.
+stores them (specdraft_train.quant), the token embedding as `--embedding-type` says (the preset's
+`export.embedding_type`: Q8_0, or Q4_0 for an all-Q4_0 file); the output then also holds ``qat_state.safetensors``
+for `export --qat-state`.
 Resumable (``OUT/resume/``) and DDP-ready like pretrain:
 
     python -m specdraft_train distill --drafter runs/lab/base --reference runs/lab/reference --out runs/lab/distilled \\
         --replay-tokens runs/lab/tokenizer --set replay_weight=0.2 --set loss=prefix
     python -m specdraft_train distill --drafter runs/lab/distilled --reference runs/lab/reference \\
-        --out runs/lab/distilled-qat --qat
+        --out runs/lab/distilled-qat --qat [--embedding-type Q4_0]
     torchrun --nproc_per_node 8 -m specdraft_train distill ...
 """
 
@@ -73,7 +75,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .artifacts import input_record, read_manifest, sha256_file, verify_stage_dir, write_manifest
-from .config import DistillConfig, apply_settings, get_preset, override
+from .config import EMBEDDING_TYPES, DistillConfig, ExportConfig, apply_settings, get_preset, override
 from .models import (
     architecture_summary,
     autocast_context,
@@ -428,11 +430,13 @@ def run(
     epochs: int | None = None,
     lr: float | None = None,
     replay_tokens: Path | None = None,
+    embedding_type: str | None = None,
 ) -> dict[str, Any] | None:
     """Distill into ``drafter`` and write the best dev checkpoint to ``out_dir``; returns the manifest (rank 0).
 
     ``replay_tokens`` is the replay text (see the module docstring); replay runs only when it is given and
-    ``config.replay_weight`` > 0.
+    ``config.replay_weight`` > 0. ``embedding_type`` (with ``qat``): the token embedding's type in the Q4_0 file
+    QAT trains for (config.EMBEDDING_TYPES). Defaults to ``ExportConfig().resolved_embedding_type()``, Q8_0.
     """
     ctx = init_distributed(device_name)
     start_time = time.time()
@@ -467,7 +471,8 @@ def run(
     if qat:
         from .quant import prepare_qat  # the GGUF-exact fake quantization (needs the `gguf` package)
 
-        qat_state = prepare_qat(model, clip_search=clip_search)
+        embedding_type = embedding_type or ExportConfig().resolved_embedding_type()
+        qat_state = prepare_qat(model, clip_search=clip_search, embedding_type=embedding_type)
     model.train()
     optimizer = make_optimizer(model, peak_lr, config.weight_decay, ctx.device)
     global_batch = min(config.batch_size, len(examples) - len(examples) % ctx.world_size)
@@ -630,6 +635,7 @@ def run(
             params={
                 "config": config.__dict__,
                 "qat": qat,
+                "embedding_type": qat_state.embedding_type if qat_state is not None else None,
                 "clip_search": clip_search,
                 "epochs": epochs,
                 "lr": peak_lr,
@@ -686,6 +692,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
     p.add_argument("--qat", action="store_true", help="train through GGUF Q4_0 fake quantization (quant.py)")
     p.add_argument("--clip-search", action="store_true", help="with --qat: per-block clip search, refreshed each epoch")
+    p.add_argument(
+        "--embedding-type",
+        type=str.upper,
+        choices=EMBEDDING_TYPES,
+        default=None,
+        help="with --qat: the token embedding's type in the Q4_0 file (default: the preset's export.embedding_type)",
+    )
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--epochs", type=int, default=None, help="epochs (default: preset's; qat_epochs with --qat)")
@@ -752,6 +765,7 @@ def main(args: argparse.Namespace) -> int:
         args.epochs,
         args.lr,
         args.replay_tokens,
+        args.embedding_type or preset.export.resolved_embedding_type(),
     )
     if manifest is not None:
         metrics = manifest["metrics"]
