@@ -18,8 +18,8 @@ import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
+import { readModelFileInfo } from "../src/engine/gguf.js";
 import { type GpuChoice, gpuChoices, loadLlama } from "../src/generate/loadLlama.js";
-import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
 
 const program = new Command("generateCosts")
     .description("Measure the target's per-token, per-verify-step and the drafter's per-draft costs.")
@@ -32,7 +32,7 @@ const program = new Command("generateCosts")
         const model = await llama.loadModel({ modelPath: options.target });
         const context = await model.createContext({ contextSize: 2048, sequences: 1, threads: defaultThreads() });
         const sequence = context.getSequence();
-        const vocab = Math.min((await readGgufVocabulary(options.target)).size - 10, 4000);
+        const vocab = Math.min((await readModelFileInfo(options.target)).vocabSize - 10, 4000);
         const prompt = Array.from({ length: 256 }, (_, i) => ((i * 7919) % vocab) + 10) as Token[];
         const greedy = { generateNext: { token: true, options: { temperature: 0 } } } as const;
         const ms = (started: number): number => performance.now() - started;

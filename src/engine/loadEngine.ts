@@ -5,10 +5,10 @@
 
 import { defaultThreads } from "./defaultThreads.js";
 import { EngineLoadError } from "./errors.js";
+import { readModelFileInfo } from "./gguf.js";
 import { defaultMaxQueue, NativeEngine } from "./NativeEngine.js";
 import { type GpuChoice, loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { type KvType, readEngineEnv } from "./readEngineEnv.js";
-import { readModelFileInfo } from "./readModelFileInfo.js";
 import type { ComputeBackend, DraftEngine, EngineObserver } from "./types.js";
 
 export { type GpuChoice, gpuChoices } from "./nativeAddon.js";

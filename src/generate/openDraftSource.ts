@@ -10,10 +10,10 @@ import {
     type TokenPredictor,
 } from "node-llama-cpp";
 import { withTrailingSlash } from "../client/createDraftClient.js";
+import { readModelFileInfo } from "../engine/gguf.js";
 import { GenerateError } from "./errors.js";
 import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
 import { defaultDraftTimeoutMs, HttpDraftTokenPredictor } from "./HttpDraftTokenPredictor.js";
-import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import type { DraftSourceKind } from "./types.js";
 
 export type DraftSourceSpec = { kind: "http"; url: string } | { kind: "model"; path: string } | { kind: "ngram" };
@@ -46,6 +46,8 @@ export interface DraftSource {
     readonly label: string;
     /** The drafter's vocabulary fingerprint, when it has one and it was read. */
     readonly vocabFingerprint?: string;
+    /** The drafter's quantization (its GGUF's, or its server's `GET /info`), when known. */
+    readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
     readonly predictor: TokenPredictor;
     close(): Promise<void>;
@@ -63,14 +65,15 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
 
     if (spec.kind === "http") {
         const timeoutMs = options.timeoutMs ?? defaultDraftTimeoutMs;
-        let fingerprint: string | undefined;
+        let info: DrafterInfo | undefined;
         try {
-            fingerprint = (await fetchDrafterInfo(spec.url, timeoutMs)).vocabFingerprint;
+            info = await fetchDrafterInfo(spec.url, timeoutMs);
         } catch (error) {
             options.warn(
                 `drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`,
             );
         }
+        const fingerprint = info?.vocabFingerprint;
         if (fingerprint !== undefined) checkVocabularies(options.target, { label: spec.url, fingerprint });
         const predictor = new HttpDraftTokenPredictor({
             url: spec.url,
@@ -84,13 +87,14 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             kind: "http",
             label: spec.url,
             vocabFingerprint: fingerprint,
+            quantization: info?.quantization,
             predictor,
             close: async () => predictor.dispose(),
         };
     }
 
-    const vocabulary = await readGgufVocabulary(spec.path);
-    checkVocabularies(options.target, { label: spec.path, fingerprint: vocabulary.fingerprint });
+    const file = await readModelFileInfo(spec.path);
+    checkVocabularies(options.target, { label: spec.path, fingerprint: file.vocabFingerprint });
     const model = await options.llama.loadModel({ modelPath: spec.path });
     try {
         const context = await model.createContext({
@@ -110,7 +114,8 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         return {
             kind: "model",
             label: spec.path,
-            vocabFingerprint: vocabulary.fingerprint,
+            vocabFingerprint: file.vocabFingerprint,
+            quantization: file.quantization,
             predictor,
             close: async () => {
                 predictor.dispose();
@@ -146,6 +151,7 @@ interface DrafterInfo {
     model: string;
     vocabSize: number;
     vocabFingerprint: string;
+    quantization?: string;
 }
 
 /**
@@ -169,7 +175,7 @@ async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<Dra
     } catch {
         throw new Error(`GET ${url}: answer is not JSON: ${text.slice(0, 80)}`);
     }
-    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown };
+    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown; quantization?: unknown };
     if (typeof info.vocab_fingerprint !== "string" || typeof info.vocab_size !== "number")
         throw new Error(
             `GET ${url}: expected "vocab_fingerprint" (string) and "vocab_size" (number), found ${text.slice(0, 120)}`,
@@ -178,5 +184,6 @@ async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<Dra
         model: typeof info.model === "string" ? info.model : "?",
         vocabSize: info.vocab_size,
         vocabFingerprint: info.vocab_fingerprint,
+        quantization: typeof info.quantization === "string" ? info.quantization : undefined,
     };
 }

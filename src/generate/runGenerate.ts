@@ -5,6 +5,7 @@
  */
 import type { Llama, LlamaContext, LlamaModel } from "node-llama-cpp";
 import { defaultThreads } from "../engine/defaultThreads.js";
+import { readModelFileInfo } from "../engine/gguf.js";
 import { comparePromptRuns } from "./comparePromptRuns.js";
 import { GenerateError } from "./errors.js";
 import { generateAlone } from "./generateAlone.js";
@@ -12,7 +13,6 @@ import { generateWithExactVerifier } from "./generateWithExactVerifier.js";
 import { generateWithLibraryVerifier } from "./generateWithLibraryVerifier.js";
 import { type GpuChoice, loadLlama } from "./loadLlama.js";
 import { type DraftSource, type DraftSourceSpec, openDraftSource } from "./openDraftSource.js";
-import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import { summarizeGeneration } from "./summarizeGeneration.js";
 import { TimedTokenPredictor } from "./TimedTokenPredictor.js";
 import type { GenerateSummary, GenerationRun, PromptResult, VerifierKind } from "./types.js";
@@ -78,7 +78,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         options.onWarning?.(message);
     };
 
-    const targetVocabulary = await readGgufVocabulary(options.target);
+    const targetFile = await readModelFileInfo(options.target);
     const llama = options.llama ?? (await loadLlama(gpu));
     let targetModel: LlamaModel | undefined;
     const contexts: LlamaContext[] = [];
@@ -90,14 +90,14 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             ...prompt,
             tokens: Array.isArray(prompt.tokens) ? prompt.tokens : model.tokenize(prompt.tokens.text),
         }));
-        for (const prompt of prompts) checkPrompt(prompt.id, prompt.tokens, targetVocabulary.size);
+        for (const prompt of prompts) checkPrompt(prompt.id, prompt.tokens, targetFile.vocabSize);
         const contextSize =
             options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
 
         source = await openDraftSource(options.draft, {
             draftLength,
             draftModelPredictor: verifier === "exact" ? "lock-step" : "library",
-            target: { label: options.target, fingerprint: targetVocabulary.fingerprint, size: targetVocabulary.size },
+            target: { label: options.target, fingerprint: targetFile.vocabFingerprint, size: targetFile.vocabSize },
             llama,
             contextSize,
             threads,
@@ -147,8 +147,17 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         }
 
         return summarizeGeneration(results, {
-            target: { path: options.target, vocabFingerprint: targetVocabulary.fingerprint },
-            draft: { kind: source.kind, source: source.label, vocabFingerprint: source.vocabFingerprint },
+            target: {
+                path: options.target,
+                vocabFingerprint: targetFile.vocabFingerprint,
+                quantization: targetFile.quantization,
+            },
+            draft: {
+                kind: source.kind,
+                source: source.label,
+                vocabFingerprint: source.vocabFingerprint,
+                quantization: source.quantization,
+            },
             verifier,
             settings: {
                 maxTokens,

@@ -23,7 +23,7 @@ export interface ArchitectureFile {
     architecture: string;
     /** The target family the drafter was made for, pinned to a revision. */
     base_model: { name: string; revision: string | null } | null;
-    /** The type holding most weight elements, e.g. `Q4_0`. */
+    /** The file's quantization, e.g. `Q4_0`, by the rule `GET /info` reports (src/engine/gguf.ts: ggufQuantization). */
     quantization: string;
     file_type: string | null;
     /** Tokens drafted per request by default (serve.sh passes it as --draft-len). */

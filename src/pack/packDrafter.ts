@@ -2,11 +2,13 @@
  * `specdraft pack`: turns a GGUF drafter into a self-describing folder (see drafterFolder.ts): the model, serve.sh,
  * architecture.json (from the GGUF's metadata) and data_manifest.json (checked, or one saying the sources are unknown).
  */
-import { constants } from "node:fs";
+import { createHash } from "node:crypto";
+import { constants, createReadStream } from "node:fs";
 import { chmod, copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { describeGgufModel, type GgufModelDescription, readGgufHeader } from "../engine/gguf.js";
 import { defaultDraftLength } from "../server/serveDefaults.js";
 import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";
 import {
@@ -16,7 +18,6 @@ import {
     drafterFolderFormat,
     serveScriptName,
 } from "./drafterFolder.js";
-import { type GgufDrafterDescription, readDrafterArchitecture } from "./readDrafterArchitecture.js";
 import { renderServeScript } from "./renderServeScript.js";
 
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
@@ -76,9 +77,9 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         manifest = checked;
     }
 
-    let description: GgufDrafterDescription;
+    let description: GgufModelDescription;
     try {
-        description = await readDrafterArchitecture(options.model);
+        description = describeGgufModel(await readGgufHeader(options.model));
     } catch (error) {
         throw new PackError(`--model ${options.model}: ${(error as Error).message}`);
     }
@@ -117,7 +118,7 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         head_count_kv: description.headCountKv,
         parameters: description.parameters,
         size_bytes: description.sizeBytes,
-        model_sha256: description.sha256,
+        model_sha256: await sha256File(options.model),
         packed_by: `specdraft ${specdraftVersion()}`,
         packed_at: new Date().toISOString(),
     };
@@ -150,6 +151,12 @@ export function parseBase(text: string): { name: string; revision: string } {
     if (at <= 0 || at === text.length - 1)
         throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-8B@b968826`);
     return { name: text.slice(0, at), revision: text.slice(at + 1) };
+}
+
+async function sha256File(file: string): Promise<string> {
+    const hash = createHash("sha256");
+    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+    return hash.digest("hex");
 }
 
 function specdraftVersion(): string {

@@ -1,4 +1,7 @@
-/** `specdraft pack`: the folder's files, architecture.json read back from the GGUF, manifest checks, bad input. */
+/**
+ * `specdraft pack`: the folder's files, architecture.json read back from the GGUF (and agreeing with what a server of
+ * the same file says in GET /info), manifest checks, bad input.
+ */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { access, constants, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -7,8 +10,10 @@ import path from "node:path";
 import { test } from "node:test";
 import { readGgufFileInfo } from "node-llama-cpp";
 import { runPack } from "../../src/cli/packCommand.js";
+import { loadEngine } from "../../src/engine/loadEngine.js";
 import type { DataManifest } from "../../src/pack/dataManifest.js";
 import type { ArchitectureFile } from "../../src/pack/drafterFolder.js";
+import { buildApp } from "../../src/server/buildApp.js";
 import { captureIo } from "../helpers/captureIo.js";
 
 const model = "test/fixtures/tiny-qwen3-q4_0.gguf";
@@ -99,6 +104,38 @@ test("without --manifest the folder says its sources are unknown; the F32 fixtur
         assert.equal(architecture.quantization, "F32");
         assert.equal(architecture.base_model, null);
         assert.equal(architecture.draft_length, 16);
+    }));
+
+test("architecture.json and GET /info describe the default drafter alike: Q4_0, though its Q8_0 embedding is larger", () =>
+    withTempDir(async (dir) => {
+        const defaultDrafter = "models/specdraft-default.gguf";
+        const out = path.join(dir, "drafter");
+        const io = captureIo();
+        assert.equal(await runPack({ model: defaultDrafter, out }, io), 0, io.text().err);
+        const architecture = JSON.parse(
+            await readFile(path.join(out, "architecture.json"), "utf8"),
+        ) as ArchitectureFile;
+        const { app, slot } = buildApp({ draftLength: 16 });
+        const engine = await loadEngine({
+            modelPath: defaultDrafter,
+            streams: 1,
+            contextSize: 64,
+            gpu: "cpu",
+            threads: 1,
+        });
+        slot.fill(engine);
+        try {
+            const info = (await app.inject({ method: "GET", url: "/info" })).json();
+            assert.equal(architecture.quantization, "Q4_0");
+            assert.equal(info.quantization, architecture.quantization);
+            assert.equal(info.vocab_fingerprint, architecture.vocab_fingerprint);
+            assert.equal(info.vocab_size, architecture.vocab_size);
+            assert.equal(info.file_bytes, architecture.size_bytes);
+            assert.equal(architecture.file_type, "MOSTLY_Q4_0");
+        } finally {
+            await app.close();
+            await engine.close();
+        }
     }));
 
 test("bad input is refused with the problem named and nothing written", () =>
