@@ -5,10 +5,10 @@
 import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { defaultTimeoutMs } from "../client/createDraftClient.js";
+import { defaultMaxFolderBytes } from "../pack/drafterFolder.js";
 import { runSelfcheck } from "../pack/selfcheck/runSelfcheck.js";
 import {
     defaultBudgetSeconds,
-    defaultMaxBytes,
     defaultMaxFailures,
     defaultSampleConversations,
     defaultStartupTimeoutSeconds,
@@ -19,7 +19,13 @@ import {
 } from "../pack/selfcheck/types.js";
 import { type HeldOutSet, readHeldOutFile } from "../validate/readHeldOutFile.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
-import { type CommandIo, parseIntegerOption, parsePositiveNumberOption, processIo } from "./commandOptions.js";
+import {
+    type CommandIo,
+    parseByteCountOption,
+    parseIntegerOption,
+    parsePositiveNumberOption,
+    processIo,
+} from "./commandOptions.js";
 
 /** Runs the command; returns the exit code. */
 export async function runSelfcheckCommand(
@@ -40,7 +46,9 @@ export async function runSelfcheckCommand(
         return 2;
     }
 
-    io.out.write(`specdraft selfcheck ${options.dir} (${heldOut.conversations.length} held-out conversations)\n`);
+    io.out.write(
+        `specdraft selfcheck ${options.dir} (${heldOut.conversations.length} held-out conversations${options.cleanEnv ? ", clean environment" : ""})\n`,
+    );
     const width = Math.max(...gateNames.map((name) => name.length));
     let bar: cliProgress.SingleBar | undefined;
     let failures = 0;
@@ -85,7 +93,18 @@ export function selfcheckCommand(): Command {
         )
         .argument("<dir>", "the drafter folder (from specdraft pack)")
         .requiredOption("--data <file.jsonl>", "held-out JSONL walked for the serving-time gate")
-        .option("--max-bytes <bytes>", "largest folder size", parsePositiveNumberOption, defaultMaxBytes)
+        .option(
+            "--max-bytes <bytes>",
+            "largest folder, every byte counted (e.g. 1000000000, 950MB, 1GiB)",
+            parseByteCountOption,
+            defaultMaxFolderBytes,
+        )
+        .option(
+            "--clean-env",
+            "start serve.sh from a copy of the folder with no node on PATH (only bash, tar, xz, mkdir, mktemp, mv, rm), " +
+                "an empty HOME and nothing else of this environment: what a bundled folder (pack --bundle) must pass",
+            false,
+        )
         .option(
             "--startup-timeout <s>",
             "seconds until GET /health must answer 200",
@@ -131,6 +150,7 @@ export function selfcheckCommand(): Command {
                     window: number;
                     draftLen?: number;
                     progress: boolean;
+                    cleanEnv: boolean;
                 },
             ) => {
                 process.exitCode = await runSelfcheckCommand({
@@ -147,6 +167,7 @@ export function selfcheckCommand(): Command {
                     draftLength: flags.draftLen,
                     timeoutMs: flags.timeoutMs,
                     maxFailures: flags.maxFailures,
+                    cleanEnv: flags.cleanEnv,
                     progress: flags.progress,
                 });
             },
