@@ -223,7 +223,8 @@ function overCapHints(
         );
     if (runtime)
         hints.push(`without --bundle the runtime (${formatByteCount(runtime.bytes)}) comes from the host instead`);
-    return hints.length > 0 ? `. ${hints.join("; ")}.` : ".";
+    const text = hints.join("; ");
+    return text ? `. ${text[0].toUpperCase()}${text.slice(1)}.` : ".";
 }
 
 /** `NAME@REV` → {name, revision}; the revision is required so the base is pinned. */

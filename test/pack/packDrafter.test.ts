@@ -196,7 +196,7 @@ test("over the cap with a Q8_0 token embedding in a Q4_0 file, the refusal says 
         assert.match(io.text().err, /largest parts: specdraft-default\.gguf 6,785,056 B/);
         assert.match(
             io.text().err,
-            /its token embedding is Q8_0: an all-Q4_0 export \(python -m specdraft_train export --embedding-type Q4_0\) is smaller/,
+            /Its token embedding is Q8_0: an all-Q4_0 export \(python -m specdraft_train export --embedding-type Q4_0\) is smaller/,
         );
     }));
 
