@@ -31,10 +31,10 @@ import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
+import { readModelFileInfo } from "../src/engine/gguf.js";
 import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
-import { readGgufVocabulary } from "../src/generate/readGgufVocabulary.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
@@ -77,7 +77,7 @@ function makePrompt(vocab: number): Prompt {
 }
 
 async function measureTarget(path: string, options: Options): Promise<Record<string, unknown>> {
-    const vocab = Math.min((await readGgufVocabulary(path)).size - 10, 4000);
+    const vocab = Math.min((await readModelFileInfo(path)).vocabSize - 10, 4000);
     const prompt = makePrompt(vocab);
     const threads = defaultThreads();
     const llama = await loadLlama(options.gpu);
@@ -362,7 +362,7 @@ const program = new Command("generateCosts")
         if (options.target) Object.assign(result, await measureTarget(options.target, options));
         // drafter prompts: the target's vocabulary when given (the pair shares it), else the draft model's
         const vocabFrom = options.target ?? options.draftModel;
-        const vocab = vocabFrom ? Math.min((await readGgufVocabulary(vocabFrom)).size - 10, 4000) : 4000;
+        const vocab = vocabFrom ? Math.min((await readModelFileInfo(vocabFrom)).vocabSize - 10, 4000) : 4000;
         const prompt = makePrompt(vocab);
         if (options.drafter)
             Object.assign(result, await measureHttpDrafter(options.drafter, prompt, vocab, options.repeats));

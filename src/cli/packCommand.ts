@@ -1,11 +1,15 @@
 /**
  * `specdraft pack`: writes a self-describing drafter folder — the GGUF, serve.sh, architecture.json and
- * data_manifest.json — that `specdraft selfcheck` (and a grader) can run as is.
+ * data_manifest.json, with --bundle also the runtime serve.sh needs where specdraft is not installed — that
+ * `specdraft selfcheck` (and a grader) can run as is, and refuses one over --max-bytes.
  */
-import { Command } from "commander";
+import { Command, Option } from "commander";
+import { type BundleGpu, bundleGpus } from "../pack/bundleRuntime.js";
+import { defaultMaxFolderBytes } from "../pack/drafterFolder.js";
+import { formatByteCount } from "../pack/folderBytes.js";
 import { PackError, type PackOptions, packDrafter } from "../pack/packDrafter.js";
 import { defaultDraftLength } from "../server/serveDefaults.js";
-import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
+import { type CommandIo, parseByteCountOption, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 
 /** Runs the command; returns the exit code. */
@@ -19,7 +23,17 @@ export async function runPack(options: PackOptions, io: CommandIo = processIo): 
                 `${a.parameters.toLocaleString("en-US")} parameters, vocab ${a.vocab_size} ${a.vocab_fingerprint.slice(0, 12)}…) into ${result.dir}\n`,
         );
         for (const file of result.files) io.out.write(`  ${file}\n`);
-        io.out.write(`check it: specdraft selfcheck ${result.dir} --data HELD_OUT.jsonl\n`);
+        const { total, max } = result.bytes;
+        const share = (bytes: number): string => `${((100 * bytes) / max).toFixed(1)} % of the cap`;
+        io.out.write(
+            `folder: ${formatByteCount(total)} of --max-bytes ${formatByteCount(max)} (model ${share(a.size_bytes)}` +
+                (a.runtime
+                    ? `, runtime ${formatByteCount(a.runtime.bytes)} = ${share(a.runtime.bytes)}: node ${a.runtime.node}, ${a.runtime.backends.join(" + ")})\n`
+                    : "; serve.sh needs node and specdraft on the host: --bundle carries them)\n"),
+        );
+        io.out.write(
+            `check it: specdraft selfcheck ${result.dir} --data HELD_OUT.jsonl${a.runtime ? " --clean-env" : ""}\n`,
+        );
         return exitCodes.ok;
     } catch (error) {
         if (!(error instanceof PackError)) throw error;
@@ -32,7 +46,8 @@ export async function runPack(options: PackOptions, io: CommandIo = processIo): 
 export function packCommand(): Command {
     return new Command("pack")
         .description(
-            "Write a self-describing drafter folder: the model, serve.sh, architecture.json and data_manifest.json.",
+            "Write a self-describing drafter folder: the model, serve.sh, architecture.json and data_manifest.json " +
+                "(with --bundle also node, specdraft and llama.cpp, so serve.sh runs where specdraft is not installed).",
         )
         .requiredOption("--model <drafter.gguf>", "the GGUF drafter")
         .requiredOption("--out <dir>", "folder to write (empty or absent)")
@@ -47,6 +62,24 @@ export function packCommand(): Command {
             parseIntegerOption(1),
             defaultDraftLength,
         )
+        .option(
+            "--max-bytes <bytes>",
+            "refuse a folder larger than this, every byte counted (e.g. 1000000000, 950MB, 1GiB)",
+            parseByteCountOption,
+            defaultMaxFolderBytes,
+        )
+        .option(
+            "--bundle",
+            "carry the runtime: this node, the built specdraft and its production dependencies with llama.cpp's CPU " +
+                "binaries, xz-compressed; serve.sh unpacks it outside the folder at start-up",
+            false,
+        )
+        .addOption(
+            new Option(
+                "--bundle-gpu <backend>",
+                "also bundle this GPU engine and its llama.cpp binaries (implies --bundle)",
+            ).choices(bundleGpus),
+        )
         .option("--force", "write into a non-empty folder", false)
         .action(
             async (flags: {
@@ -55,6 +88,9 @@ export function packCommand(): Command {
                 manifest?: string;
                 base?: string;
                 draftLen: number;
+                maxBytes: number;
+                bundle: boolean;
+                bundleGpu?: BundleGpu;
                 force: boolean;
             }) => {
                 process.exitCode = await runPack({
@@ -63,6 +99,9 @@ export function packCommand(): Command {
                     manifest: flags.manifest,
                     base: flags.base,
                     draftLength: flags.draftLen,
+                    maxBytes: flags.maxBytes,
+                    bundle: flags.bundle,
+                    bundleGpus: flags.bundleGpu ? [flags.bundleGpu] : [],
                     force: flags.force,
                 });
             },

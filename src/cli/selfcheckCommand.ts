@@ -5,10 +5,10 @@
 import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { defaultTimeoutMs } from "../client/createDraftClient.js";
+import { defaultMaxFolderBytes } from "../pack/drafterFolder.js";
 import { runSelfcheck } from "../pack/selfcheck/runSelfcheck.js";
 import {
     defaultBudgetSeconds,
-    defaultMaxBytes,
     defaultMaxFailures,
     defaultSampleConversations,
     defaultStartupTimeoutSeconds,
@@ -18,7 +18,13 @@ import {
     type SelfcheckOptions,
 } from "../pack/selfcheck/types.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
-import { type CommandIo, parseIntegerOption, parsePositiveNumberOption, processIo } from "./commandOptions.js";
+import {
+    type CommandIo,
+    parseByteCountOption,
+    parseIntegerOption,
+    parsePositiveNumberOption,
+    processIo,
+} from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
@@ -30,7 +36,9 @@ export async function runSelfcheckCommand(
     const heldOut = await loadHeldOut("selfcheck", options.data, options, io);
     if ("exitCode" in heldOut) return heldOut.exitCode;
 
-    io.out.write(`specdraft selfcheck ${options.dir} (${heldOut.conversations.length} held-out conversations)\n`);
+    io.out.write(
+        `specdraft selfcheck ${options.dir} (${heldOut.conversations.length} held-out conversations${options.cleanEnv ? ", clean environment" : ""})\n`,
+    );
     const width = Math.max(...gateNames.map((name) => name.length));
     let bar: cliProgress.SingleBar | undefined;
     let failures = 0;
@@ -75,7 +83,18 @@ export function selfcheckCommand(): Command {
         )
         .argument("<dir>", "the drafter folder (from specdraft pack)")
         .requiredOption("--data <file.jsonl>", "held-out JSONL walked for the serving-time gate")
-        .option("--max-bytes <bytes>", "largest folder size", parsePositiveNumberOption, defaultMaxBytes)
+        .option(
+            "--max-bytes <bytes>",
+            "largest folder, every byte counted (e.g. 1000000000, 950MB, 1GiB)",
+            parseByteCountOption,
+            defaultMaxFolderBytes,
+        )
+        .option(
+            "--clean-env",
+            "start serve.sh from a copy of the folder with no node on PATH (only bash, tar, xz, mkdir, mktemp, mv, rm), " +
+                "an empty HOME and nothing else of this environment: what a bundled folder (pack --bundle) must pass",
+            false,
+        )
         .option(
             "--startup-timeout <s>",
             "seconds until GET /health must answer 200",
@@ -123,6 +142,7 @@ export function selfcheckCommand(): Command {
                     draftLen?: number;
                     progress: boolean;
                     skipInvalid?: boolean;
+                    cleanEnv: boolean;
                 },
             ) => {
                 process.exitCode = await runSelfcheckCommand({
@@ -139,6 +159,7 @@ export function selfcheckCommand(): Command {
                     draftLength: flags.draftLen,
                     timeoutMs: flags.timeoutMs,
                     maxFailures: flags.maxFailures,
+                    cleanEnv: flags.cleanEnv,
                     progress: flags.progress,
                     skipInvalid: flags.skipInvalid,
                 });

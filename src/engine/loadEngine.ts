@@ -15,10 +15,10 @@ import {
     defaultUbatchSize,
 } from "./engineDefaults.js";
 import { EngineLoadError } from "./errors.js";
+import { readModelFileInfo } from "./gguf.js";
 import { NativeEngine } from "./NativeEngine.js";
 import { loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { type EngineEnvSettings, type KvType, readEngineEnv } from "./readEngineEnv.js";
-import { readModelFileInfo } from "./readModelFileInfo.js";
 import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice } from "./types.js";
 
 export interface LoadEngineOptions {

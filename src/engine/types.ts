@@ -23,13 +23,13 @@ export interface EngineInfo {
     architecture: string;
     /** Number of token ids the model accepts (0 ≤ id < vocabSize). */
     vocabSize: number;
-    /** sha256 (hex) over the vocabulary; see vocabFingerprint.ts. Equal fingerprints mean the same token ids. */
+    /** sha256 (hex) over the vocabulary; see gguf.ts. Equal fingerprints mean the same token ids. */
     vocabFingerprint: string;
     /** Tokens a single sequence can hold (prompt + draft). */
     contextSize: number;
     /** Sequences held at once (concurrent conversations with their own KV cache). */
     streams: number;
-    /** Weight format, e.g. `Q4_0`, `Q8_0`, `F16`, `F32` (the type of most weight tensors). */
+    /** Weight format, e.g. `Q4_0`, `Q8_0`, `F16`, `F32` (gguf.ts: ggufQuantization). */
     quantization: string;
     /** Model file size in bytes. */
     fileBytes: number;

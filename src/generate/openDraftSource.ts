@@ -13,10 +13,10 @@ import {
 } from "node-llama-cpp";
 import { createSpecdraftClient, withTrailingSlash } from "../client/createDraftClient.js";
 import type { DraftClient } from "../client/types.js";
+import { readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice } from "../engine/types.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
-import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
 // A node-llama-cpp TokenPredictor whose drafts come from a specdraft server: each prediction is one
@@ -185,6 +185,8 @@ export interface DraftSource {
     readonly label: string;
     /** The drafter's vocabulary fingerprint, when it has one and it was read. */
     readonly vocabFingerprint?: string;
+    /** The drafter's quantization (its GGUF's, or its server's `GET /info`), when known. */
+    readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
     readonly predictor: TokenPredictor;
     close(): Promise<void>;
@@ -202,14 +204,15 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
 
     if (spec.kind === "http") {
         const timeoutMs = options.timeoutMs ?? defaultDraftTimeoutMs;
-        let fingerprint: string | undefined;
+        let info: DrafterInfo | undefined;
         try {
-            fingerprint = (await fetchDrafterInfo(spec.url, timeoutMs)).vocabFingerprint;
+            info = await fetchDrafterInfo(spec.url, timeoutMs);
         } catch (error) {
             options.warn(
                 `drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`,
             );
         }
+        const fingerprint = info?.vocabFingerprint;
         if (fingerprint !== undefined) checkVocabularies(options.target, { label: spec.url, fingerprint });
         const predictor = new HttpDraftTokenPredictor({
             url: spec.url,
@@ -223,13 +226,14 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             kind: "http",
             label: spec.url,
             vocabFingerprint: fingerprint,
+            quantization: info?.quantization,
             predictor,
             close: async () => predictor.dispose(),
         };
     }
 
-    const vocabulary = await readGgufVocabulary(spec.path);
-    checkVocabularies(options.target, { label: spec.path, fingerprint: vocabulary.fingerprint });
+    const file = await readModelFileInfo(spec.path);
+    checkVocabularies(options.target, { label: spec.path, fingerprint: file.vocabFingerprint });
     if (options.draftModelPredictor === "native") {
         const engine = await loadEngine({
             modelPath: spec.path,
@@ -242,7 +246,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         return {
             kind: "model",
             label: spec.path,
-            vocabFingerprint: vocabulary.fingerprint,
+            vocabFingerprint: file.vocabFingerprint,
             predictor,
             close: async () => {
                 predictor.dispose();
@@ -269,7 +273,8 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         return {
             kind: "model",
             label: spec.path,
-            vocabFingerprint: vocabulary.fingerprint,
+            vocabFingerprint: file.vocabFingerprint,
+            quantization: file.quantization,
             predictor,
             close: async () => {
                 predictor.dispose();
@@ -305,6 +310,7 @@ interface DrafterInfo {
     model: string;
     vocabSize: number;
     vocabFingerprint: string;
+    quantization?: string;
 }
 
 /**
@@ -328,7 +334,7 @@ async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<Dra
     } catch {
         throw new Error(`GET ${url}: answer is not JSON: ${text.slice(0, 80)}`);
     }
-    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown };
+    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown; quantization?: unknown };
     if (typeof info.vocab_fingerprint !== "string" || typeof info.vocab_size !== "number")
         throw new Error(
             `GET ${url}: expected "vocab_fingerprint" (string) and "vocab_size" (number), found ${text.slice(0, 120)}`,
@@ -337,5 +343,6 @@ async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<Dra
         model: typeof info.model === "string" ? info.model : "?",
         vocabSize: info.vocab_size,
         vocabFingerprint: info.vocab_fingerprint,
+        quantization: typeof info.quantization === "string" ? info.quantization : undefined,
     };
 }

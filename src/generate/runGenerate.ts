@@ -6,6 +6,7 @@
 import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
 import { defaultThreads } from "../engine/defaultThreads.js";
 import { defaultDraftLength, defaultGpu } from "../engine/engineDefaults.js";
+import { readModelFileInfo } from "../engine/gguf.js";
 import type { GpuChoice } from "../engine/types.js";
 import {
     generateAlone,
@@ -16,7 +17,6 @@ import {
 import { generateAloneNative, generateWithNativeVerifier } from "./generateWithNativeVerifier.js";
 import { NativeTarget } from "./NativeTarget.js";
 import { type DraftSource, type DraftSourceSpec, openDraftSource } from "./openDraftSource.js";
-import { readGgufVocabulary } from "./readGgufVocabulary.js";
 import { comparePromptRuns, summarizeGeneration } from "./summarizeGeneration.js";
 import {
     GenerateError,
@@ -106,7 +106,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         options.onWarning?.(message);
     };
 
-    const targetVocabulary = await readGgufVocabulary(options.target);
+    const targetFile = await readModelFileInfo(options.target);
     const llama = options.llama ?? (await loadLlama(gpu));
     let targetModel: LlamaModel | undefined;
     const contexts: LlamaContext[] = [];
@@ -121,7 +121,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             ...prompt,
             tokens: Array.isArray(prompt.tokens) ? prompt.tokens : model.tokenize(prompt.tokens.text),
         }));
-        for (const prompt of prompts) checkPrompt(prompt.id, prompt.tokens, targetVocabulary.size);
+        for (const prompt of prompts) checkPrompt(prompt.id, prompt.tokens, targetFile.vocabSize);
         const contextSize =
             options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
 
@@ -138,7 +138,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             draftModelPredictor: native ? "native" : verifier === "exact-node-llama-cpp" ? "lock-step" : "library",
             gpu,
             eogIds: nativeTarget?.eogIds,
-            target: { label: options.target, fingerprint: targetVocabulary.fingerprint, size: targetVocabulary.size },
+            target: { label: options.target, fingerprint: targetFile.vocabFingerprint, size: targetFile.vocabSize },
             llama,
             contextSize,
             threads,
@@ -197,8 +197,17 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         }
 
         return summarizeGeneration(results, {
-            target: { path: options.target, vocabFingerprint: targetVocabulary.fingerprint },
-            draft: { kind: source.kind, source: source.label, vocabFingerprint: source.vocabFingerprint },
+            target: {
+                path: options.target,
+                vocabFingerprint: targetFile.vocabFingerprint,
+                quantization: targetFile.quantization,
+            },
+            draft: {
+                kind: source.kind,
+                source: source.label,
+                vocabFingerprint: source.vocabFingerprint,
+                quantization: source.quantization,
+            },
             verifier,
             settings: {
                 maxTokens,

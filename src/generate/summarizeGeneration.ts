@@ -96,6 +96,7 @@ export function formatGenerateReport(summary: GenerateSummary): string {
     const draftName = `${summary.draft.kind} (${summary.draft.source}), ${summary.verifier} verifier`;
     const rows: [string, string, string][] = [
         ["", "target alone", `speculative: ${draftName}`],
+        ["weights (target / drafter)", summary.target.quantization, summary.draft.quantization ?? "–"],
         ["tokens", String(alone.tokens), String(speculative.tokens)],
         ["seconds", alone.seconds.toFixed(3), speculative.seconds.toFixed(3)],
         ["tokens/s", alone.tokensPerSecond.toFixed(1), speculative.tokensPerSecond.toFixed(1)],

@@ -65,8 +65,10 @@ export interface ModeTotals {
 
 /** What `specdraft generate` reports and writes with `--out`. */
 export interface GenerateSummary {
-    target: { path: string; vocabFingerprint: string };
-    draft: { kind: DraftSourceKind; source: string; vocabFingerprint?: string };
+    /** `quantization`: the GGUF's, by the rule `GET /info` and architecture.json use (src/engine/gguf.ts). */
+    target: { path: string; vocabFingerprint: string; quantization: string };
+    /** `quantization`: the drafter GGUF's, or what its server's `GET /info` says; absent for prompt lookup. */
+    draft: { kind: DraftSourceKind; source: string; vocabFingerprint?: string; quantization?: string };
     verifier: VerifierKind;
     settings: {
         maxTokens: number;

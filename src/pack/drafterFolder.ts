@@ -5,13 +5,42 @@
  *     DIR/architecture.json   what the model is (ArchitectureFile below)
  *     DIR/data_manifest.json  what it was trained on (dataManifest.ts)
  *     DIR/<model>.gguf        the drafter
+ *     DIR/runtime/specdraft-runtime.tar.xz   with `pack --bundle` only: node, specdraft and llama.cpp (bundleRuntime.ts)
+ *
+ * and the size it must fit: every byte of every file in it, at most defaultMaxFolderBytes unless told otherwise.
  */
 
 /** File names inside the folder, and the `format` architecture.json carries. */
 export const serveScriptName = "serve.sh";
 export const architectureFileName = "architecture.json";
 export const dataManifestFileName = "data_manifest.json";
+export const runtimeArchiveName = "runtime/specdraft-runtime.tar.xz";
 export const drafterFolderFormat = "specdraft-drafter/1";
+
+/**
+ * The real job's cap on a drafter folder, every byte of it: `specdraft pack --max-bytes` and selfcheck's size gate.
+ * Defaults to `1000000000` (10^9 bytes, as the job states it, not 1 GiB).
+ */
+export const defaultMaxFolderBytes = 1_000_000_000;
+
+/** What a bundled folder carries to run without node or specdraft on the host (architecture.json's `runtime`). */
+export interface RuntimeDescription {
+    /** The archive's path inside the folder (runtimeArchiveName). */
+    file: string;
+    /** The archive's size: what the runtime costs of the folder's cap. */
+    bytes: number;
+    /** Its files' size once serve.sh has unpacked them (outside the folder). */
+    unpacked_bytes: number;
+    sha256: string;
+    /** `process.version` of the bundled node, e.g. `v20.20.2`. */
+    node: string;
+    /** Whether its symbol table and debug sections were stripped (binutils' strip was there). */
+    node_stripped: boolean;
+    /** Platform it runs on, e.g. `linux-x64`. */
+    platform: string;
+    /** Native engine builds inside: always `cpu`, plus any `--bundle-gpu`. */
+    backends: string[];
+}
 
 /** architecture.json. */
 export interface ArchitectureFile {
@@ -23,7 +52,7 @@ export interface ArchitectureFile {
     architecture: string;
     /** The target family the drafter was made for, pinned to a revision. */
     base_model: { name: string; revision: string | null } | null;
-    /** The type holding most weight elements, e.g. `Q4_0`. */
+    /** The file's quantization, e.g. `Q4_0`, by the rule `GET /info` reports (src/engine/gguf.ts: ggufQuantization). */
     quantization: string;
     file_type: string | null;
     /** Tokens drafted per request by default (serve.sh passes it as --draft-len). */
@@ -40,6 +69,8 @@ export interface ArchitectureFile {
     parameters: number;
     /** The model file's size. */
     size_bytes: number;
+    /** The bundled runtime (`pack --bundle`), or null when serve.sh relies on specdraft installed on the host. */
+    runtime: RuntimeDescription | null;
     model_sha256: string;
     packed_by: string;
     packed_at: string;

@@ -1,23 +1,31 @@
 /**
  * `specdraft pack`: turns a GGUF drafter into a self-describing folder (see drafterFolder.ts): the model, serve.sh,
- * architecture.json (from the GGUF's metadata) and data_manifest.json (checked, or one saying the sources are unknown).
+ * architecture.json (from the GGUF's header) and data_manifest.json (checked, or one saying the sources are unknown),
+ * with `--bundle` also the runtime serve.sh needs on a host without node or specdraft (bundleRuntime.ts). It refuses a
+ * folder that would exceed `--max-bytes`, naming its largest parts, before writing anything.
  */
 import { constants } from "node:fs";
-import { chmod, copyFile, mkdir, readdir, readFile, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { describeGgufModel, type GgufHeader, type GgufModelDescription, readGgufHeader } from "../engine/gguf.js";
 import { defaultDraftLength } from "../server/serveDefaults.js";
+import { BundleError, type BundleGpu, bundleRuntime, type RuntimeBundleOptions } from "./bundleRuntime.js";
 import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";
 import {
     type ArchitectureFile,
     architectureFileName,
     dataManifestFileName,
+    defaultMaxFolderBytes,
     drafterFolderFormat,
+    type RuntimeDescription,
+    runtimeArchiveName,
     serveScriptName,
 } from "./drafterFolder.js";
-import { type GgufDrafterDescription, readDrafterArchitecture } from "./readDrafterArchitecture.js";
+import { describeLargestParts, type FolderPart, folderBytes, formatByteCount, totalBytes } from "./folderBytes.js";
 import { renderServeScript } from "./renderServeScript.js";
+import { sha256File } from "./sha256File.js";
 
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
 export const specdraftRoot = path.resolve(fileURLToPath(new URL("../../", import.meta.url)));
@@ -36,8 +44,14 @@ export interface PackOptions {
     draftLength?: number;
     /** Write into a non-empty folder. Defaults to `false`. */
     force?: boolean;
-    /** The checkout serve.sh falls back to. Defaults to the one running this code. */
-    packedFrom?: string | null;
+    /** Largest folder, every byte of it; a larger one is refused. Defaults to `1000000000` (defaultMaxFolderBytes). */
+    maxBytes?: number;
+    /** Carry node, specdraft and llama.cpp in the folder (bundleRuntime.ts). Defaults to `false`. */
+    bundle?: boolean;
+    /** With `bundle`: engines to carry besides the CPU one, e.g. `["cuda"]`. Defaults to none. */
+    bundleGpus?: readonly BundleGpu[];
+    /** With `bundle`: what to bundle. Defaults to this specdraft (specdraftRoot), this node and xz's smallest setting. */
+    bundleFrom?: Partial<RuntimeBundleOptions>;
 }
 
 /** What was written, and the warnings to print. */
@@ -46,6 +60,8 @@ export interface PackResult {
     files: string[];
     architecture: ArchitectureFile;
     manifest: DataManifest;
+    /** Every file of the folder and the total, which `maxBytes` bounded. */
+    bytes: { total: number; max: number; parts: FolderPart[] };
     warnings: string[];
 }
 
@@ -58,6 +74,7 @@ export class PackError extends Error {
 export async function packDrafter(options: PackOptions): Promise<PackResult> {
     const warnings: string[] = [];
     const draftLength = options.draftLength ?? defaultDraftLength;
+    const maxBytes = options.maxBytes ?? defaultMaxFolderBytes;
     const base = options.base === undefined ? undefined : parseBase(options.base);
 
     let manifest: DataManifest;
@@ -76,9 +93,11 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         manifest = checked;
     }
 
-    let description: GgufDrafterDescription;
+    let header: GgufHeader;
+    let description: GgufModelDescription;
     try {
-        description = await readDrafterArchitecture(options.model);
+        header = await readGgufHeader(options.model);
+        description = describeGgufModel(header);
     } catch (error) {
         throw new PackError(`--model ${options.model}: ${(error as Error).message}`);
     }
@@ -93,55 +112,119 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
         throw new PackError(
             `--out ${options.out}: folder is not empty (${existing.length} entries); use --force to write into it`,
         );
-    await mkdir(options.out, { recursive: true });
+    await mkdir(path.dirname(path.resolve(options.out)), { recursive: true });
 
-    const modelFile = path.basename(options.model);
-    // a reflink where the file system has them, a plain copy elsewhere
-    await copyFile(options.model, path.join(options.out, modelFile), constants.COPYFILE_FICLONE);
-    const architecture: ArchitectureFile = {
-        format: drafterFolderFormat,
-        model_file: modelFile,
-        model_name: description.modelName,
-        architecture: description.architecture,
-        base_model: baseModel,
-        quantization: description.quantization,
-        file_type: description.fileType,
-        draft_length: draftLength,
-        vocab_size: description.vocabSize,
-        vocab_fingerprint: description.vocabFingerprint,
-        context_length: description.contextLength,
-        embedding_length: description.embeddingLength,
-        block_count: description.blockCount,
-        feed_forward_length: description.feedForwardLength,
-        head_count: description.headCount,
-        head_count_kv: description.headCountKv,
-        parameters: description.parameters,
-        size_bytes: description.sizeBytes,
-        model_sha256: description.sha256,
-        packed_by: `specdraft ${specdraftVersion()}`,
-        packed_at: new Date().toISOString(),
-    };
-    await writeFile(path.join(options.out, architectureFileName), `${JSON.stringify(architecture, null, 2)}\n`);
-    await writeFile(path.join(options.out, dataManifestFileName), `${JSON.stringify(manifest, null, 2)}\n`);
-    const serveScript = path.join(options.out, serveScriptName);
-    await writeFile(
-        serveScript,
-        renderServeScript({
-            modelFile,
-            draftLength,
-            packedFrom: options.packedFrom === undefined ? specdraftRoot : options.packedFrom,
-        }),
-    );
-    await chmod(serveScript, 0o755);
-    return {
-        dir: options.out,
-        files: [modelFile, serveScriptName, architectureFileName, dataManifestFileName].map((f) =>
-            path.join(options.out, f),
-        ),
-        architecture,
-        manifest,
-        warnings,
-    };
+    // the runtime is built beside the folder first: only its size says whether the folder fits
+    const staging = await mkdtemp(path.join(path.dirname(path.resolve(options.out)), ".specdraft-pack-"));
+    try {
+        let runtime: RuntimeDescription | null = null;
+        if (options.bundle || (options.bundleGpus?.length ?? 0) > 0) {
+            try {
+                runtime = await bundleRuntime(
+                    {
+                        root: options.bundleFrom?.root ?? specdraftRoot,
+                        nodeBinary: options.bundleFrom?.nodeBinary ?? process.execPath,
+                        gpus: options.bundleGpus ?? [],
+                        xzFilters: options.bundleFrom?.xzFilters,
+                    },
+                    path.join(staging, "runtime.tar.xz"),
+                    runtimeArchiveName,
+                );
+            } catch (error) {
+                if (error instanceof BundleError) throw new PackError(`--bundle: ${error.message}`);
+                throw error;
+            }
+            if (!runtime.node_stripped)
+                warnings.push("--bundle: no working `strip` (binutils) here: node is bundled unstripped, ~3 MB larger");
+        }
+
+        const modelFile = path.basename(options.model);
+        const version = specdraftVersion();
+        const architecture: ArchitectureFile = {
+            format: drafterFolderFormat,
+            model_file: modelFile,
+            model_name: description.modelName,
+            architecture: description.architecture,
+            base_model: baseModel,
+            quantization: description.quantization,
+            file_type: description.fileType,
+            draft_length: draftLength,
+            vocab_size: description.vocabSize,
+            vocab_fingerprint: description.vocabFingerprint,
+            context_length: description.contextLength,
+            embedding_length: description.embeddingLength,
+            block_count: description.blockCount,
+            feed_forward_length: description.feedForwardLength,
+            head_count: description.headCount,
+            head_count_kv: description.headCountKv,
+            parameters: description.parameters,
+            size_bytes: description.sizeBytes,
+            model_sha256: await sha256File(options.model),
+            runtime,
+            packed_by: `specdraft ${version}`,
+            packed_at: new Date().toISOString(),
+        };
+        const texts: Record<string, string> = {
+            [serveScriptName]: renderServeScript({ modelFile, draftLength, runtime, specdraftVersion: version }),
+            [architectureFileName]: `${JSON.stringify(architecture, null, 2)}\n`,
+            [dataManifestFileName]: `${JSON.stringify(manifest, null, 2)}\n`,
+        };
+
+        // the folder as it will be: what is there already (with --force) and is not replaced, and what is written
+        const written: FolderPart[] = [
+            { path: modelFile, bytes: description.sizeBytes },
+            ...Object.entries(texts).map(([file, text]) => ({ path: file, bytes: Buffer.byteLength(text) })),
+            ...(runtime ? [{ path: runtimeArchiveName, bytes: runtime.bytes }] : []),
+        ];
+        const kept = existing.length > 0 ? (await folderBytes(options.out)).parts : [];
+        const parts = [...kept.filter((p) => !written.some((w) => w.path === p.path)), ...written];
+        const total = totalBytes(parts);
+        if (total > maxBytes)
+            throw new PackError(
+                `--out ${options.out} would hold ${formatByteCount(total)}, over --max-bytes ${formatByteCount(maxBytes)} ` +
+                    `by ${formatByteCount(total - maxBytes)}; largest parts: ${describeLargestParts(parts)}` +
+                    overCapHints(header, description, runtime),
+            );
+
+        await mkdir(options.out, { recursive: true });
+        // a reflink where the file system has them, a plain copy elsewhere
+        await copyFile(options.model, path.join(options.out, modelFile), constants.COPYFILE_FICLONE);
+        for (const [file, text] of Object.entries(texts)) await writeFile(path.join(options.out, file), text);
+        await chmod(path.join(options.out, serveScriptName), 0o755);
+        if (runtime) {
+            await mkdir(path.dirname(path.join(options.out, runtimeArchiveName)), { recursive: true });
+            await rename(path.join(staging, "runtime.tar.xz"), path.join(options.out, runtimeArchiveName));
+        }
+        const folder = await folderBytes(options.out);
+        return {
+            dir: options.out,
+            files: written.map((w) => path.join(options.out, w.path)),
+            architecture,
+            manifest,
+            bytes: { total: folder.total, max: maxBytes, parts: folder.parts },
+            warnings,
+        };
+    } finally {
+        await rm(staging, { recursive: true, force: true });
+    }
+}
+
+/** What would bring an over-cap folder under it, from what it holds. */
+function overCapHints(
+    header: GgufHeader,
+    description: GgufModelDescription,
+    runtime: RuntimeDescription | null,
+): string {
+    const hints: string[] = [];
+    const embedding = header.tensors.find((t) => t.name === "token_embd.weight");
+    if (description.quantization === "Q4_0" && embedding !== undefined && embedding.type !== "Q4_0")
+        hints.push(
+            `its token embedding is ${embedding.type}: an all-Q4_0 export (python -m specdraft_train export --embedding-type Q4_0) is smaller`,
+        );
+    if (runtime)
+        hints.push(`without --bundle the runtime (${formatByteCount(runtime.bytes)}) comes from the host instead`);
+    const text = hints.join("; ");
+    return text ? `. ${text.charAt(0).toUpperCase()}${text.slice(1)}.` : ".";
 }
 
 /** `NAME@REV` → {name, revision}; the revision is required so the base is pinned. */

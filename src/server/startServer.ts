@@ -4,8 +4,8 @@
  */
 
 import type { AddressInfo } from "node:net";
+import { readModelFileInfo } from "../engine/gguf.js";
 import type { LoadEngineOptions } from "../engine/loadEngine.js";
-import { readModelFileInfo } from "../engine/readModelFileInfo.js";
 import type { DraftEngine, GpuChoice } from "../engine/types.js";
 import { type App, buildApp } from "./buildApp.js";
 

@@ -9,8 +9,8 @@ import type { AddressInfo } from "node:net";
 import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
+import { readModelFileInfo } from "../../src/engine/gguf.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { readGgufVocabulary } from "../../src/generate/readGgufVocabulary.js";
 import { runGenerate } from "../../src/generate/runGenerate.js";
 import { GenerateError, type GenerateSummary, type VerifierKind } from "../../src/generate/types.js";
 import { type RunningServer, startServer } from "../../src/server/startServer.js";
@@ -92,6 +92,8 @@ for (const verifier of ["exact", "node-llama-cpp"] as const) {
             assertLossless(summary);
             assert.equal(summary.draft.kind, "http");
             assert.equal(summary.draft.vocabFingerprint, summary.target.vocabFingerprint);
+            // the server's GET /info and generate's own reading of the same GGUF name its quantization alike
+            assert.equal(summary.draft.quantization, summary.target.quantization);
             assert.ok(summary.speculative.accepted > 0, "the server's drafts are accepted");
             if (verifier === "exact")
                 assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);
@@ -146,14 +148,18 @@ for (const [name, draftAnswer] of [
     ["ids outside the vocabulary", { status: 200, body: '{"draft":[1,2,99999999]}' }],
 ] as const) {
     test(`a drafter answering ${name}: a warning, then the target alone, identical output`, async () => {
-        const target = await readGgufVocabulary(targetModel);
+        const target = await readModelFileInfo(targetModel);
         let draftRequests = 0;
         const server = await fakeServer((request, response) => {
             request.resume();
             if (request.url === "/info") {
                 response.setHeader("content-type", "application/json");
                 response.end(
-                    JSON.stringify({ model: "fake", vocab_size: target.size, vocab_fingerprint: target.fingerprint }),
+                    JSON.stringify({
+                        model: "fake",
+                        vocab_size: target.vocabSize,
+                        vocab_fingerprint: target.vocabFingerprint,
+                    }),
                 );
                 return;
             }

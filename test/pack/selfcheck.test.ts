@@ -3,7 +3,7 @@
  * passes on a good folder; on a broken one fails with the right gate named; always stops the server it started.
  */
 import assert from "node:assert/strict";
-import { chmod, copyFile, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -167,6 +167,7 @@ test("an oversize folder fails the size gate (small configurable limit); the oth
         Number(bytes.replace(/,/g, "")) > (await stat("test/fixtures/tiny-qwen3.gguf")).size,
         "the model and the files beside it count",
     );
+    assert.match(run.gate("size"), /largest parts: tiny-qwen3\.gguf 745,472 B, serve\.sh [\d,]+ B, architecture\.json/);
     assert.match(run.out, /1 of 7 gates failed: size/);
 });
 
@@ -195,7 +196,7 @@ test("failed requests, a short smoke draft, a blown budget and a malformed manif
     assert.equal(badManifest.exitCode, 1);
 });
 
-test("serve.sh without SPECDRAFT finds the checkout that packed it, or one holding the folder (dist/cli/main.js)", async () => {
+test("serve.sh without SPECDRAFT finds a specdraft checkout holding the folder (dist/cli/main.js)", async () => {
     // a stand-in checkout whose built CLI is the fake
     const checkout = path.join(dir, "checkout");
     await mkdir(path.join(checkout, "dist", "cli"), { recursive: true });
@@ -204,29 +205,52 @@ test("serve.sh without SPECDRAFT finds the checkout that packed it, or one holdi
         JSON.stringify({ name: "specdraft", type: "module" }, null, 2),
     );
     await copyFile("test/pack/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
-    // only node and the system's tools on PATH, so no installed `specdraft` can be picked instead
-    const env = { SPECDRAFT: "", PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`, FAKE_SPECDRAFT_MODE: "ok" };
-
-    for (const [name, out, packedFrom] of [
-        ["packed-from", path.join(dir, "elsewhere", "drafter"), checkout],
-        ["inside", path.join(checkout, "models", "drafter"), null],
-    ] as const) {
-        const io = captureIo();
-        assert.equal(await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out, packedFrom }, io), 0);
-        const record = path.join(out, ".record.json");
-        const check = captureIo();
-        const exitCode = await runSelfcheckCommand(
-            {
-                dir: out,
-                data,
-                startupTimeoutSeconds: 20,
-                progress: false,
-                env: { ...env, FAKE_SPECDRAFT_RECORD: record },
+    const out = path.join(checkout, "models", "drafter");
+    const io = captureIo();
+    assert.equal(await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out }, io), 0);
+    const record = path.join(out, ".record.json");
+    const check = captureIo();
+    const exitCode = await runSelfcheckCommand(
+        {
+            dir: out,
+            data,
+            startupTimeoutSeconds: 20,
+            progress: false,
+            // only node and the system's tools on PATH, so no installed `specdraft` can be picked instead
+            env: {
+                SPECDRAFT: "",
+                PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`,
+                FAKE_SPECDRAFT_MODE: "ok",
+                FAKE_SPECDRAFT_RECORD: record,
             },
-            check,
-        );
-        assert.equal(exitCode, 0, `${name}: ${check.text().out}${check.text().err}`);
-        const fake = JSON.parse(await readFile(record, "utf8")) as { argv: string[] };
-        assert.equal(fake.argv[0], "serve", name);
-    }
+        },
+        check,
+    );
+    assert.equal(exitCode, 0, `${check.text().out}${check.text().err}`);
+    const fake = JSON.parse(await readFile(record, "utf8")) as { argv: string[] };
+    assert.equal(fake.argv[0], "serve");
+});
+
+test("a folder without its runtime never names the packing checkout; where specdraft is missing serve.sh says what", async () => {
+    const folder = await packed("not-bundled");
+    for (const file of await readdir(folder, { recursive: true }))
+        if ((await stat(path.join(folder, file))).isFile())
+            assert.ok(
+                !(await readFile(path.join(folder, file))).includes(process.cwd()),
+                `${file} names ${process.cwd()}`,
+            );
+    // no node and no specdraft here: the clean environment's PATH holds only bash and a few core tools
+    const io = captureIo();
+    const exitCode = await runSelfcheckCommand(
+        { dir: folder, data, startupTimeoutSeconds: 20, progress: false, cleanEnv: true },
+        io,
+    );
+    const { out } = io.text();
+    assert.equal(exitCode, 1);
+    assert.match(out, /✓ size .*no runtime bundled: serve\.sh needs node and specdraft on the host/);
+    assert.match(out, /✗ startup\s+serve\.sh exited \(127\) before \/health answered 200/);
+    assert.match(out, /cannot start the drafter: specdraft is not installed on this machine/);
+    assert.match(out, /missing: node ≥ 20 \(not on PATH\)/);
+    assert.match(out, /tried: \$SPECDRAFT \(not set\); specdraft on PATH \(not found\)/);
+    assert.match(out, /repack with `specdraft pack --bundle`/);
 });

@@ -2,24 +2,28 @@
 
 Every variant distills the lab's base drafter on the lab's reference data with the lab's distill settings (its preset
 and ``--set`` values) changed by the variant's own, then runs QAT like the lab does (or, with ``variant.qat=false``,
-scores the distilled drafter at Q4_0 PTQ), and is evaluated on ``reference/heldout.jsonl``: τ, macro τ and top-1
-agreement overall and per category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the gap
+scores the distilled drafter at Q4_0 PTQ), is exported as the Q4_0 GGUF it would ship as
+(``OUT/NAME/drafter-q4_0.gguf``, its bytes in the report), and is evaluated on ``reference/heldout.jsonl``: τ, macro τ
+and top-1 agreement overall and per category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the gap
 between that base and the target as its own drafter (both from the lab's ``eval/results.json``) that it closes.
 Each variant also records the continuation tokens it trained on and the seconds its stages held the device.
 
     python -m specdraft_train ablate --lab runs/lab --out runs/ablation \\
         --variant 'kl:' \\
+        --variant 'allq4:export.embedding_type=Q4_0' \\
         --variant 'prefix+replay:distill.loss=prefix,distill.replay_weight=0.2' \\
         --variant 'tvd-no-qat:distill.loss=tvd,variant.qat=false' \\
         --variant 'inner-only:distill.categories=["code/inner"],distill.data_fraction=0.5'
 
 A variant is ``NAME:SETTING,SETTING,…`` (NAME: letters, digits, ``._+-``); a SETTING is ``distill.FIELD=VALUE`` for
 any field of config.DistillConfig (JSON values or bare strings, as `lab --set` takes them; ``categories`` keeps the
-training examples whose category starts with one of its prefixes, ``data_fraction`` a nested share of them), or
-``variant.qat=true|false``. Each variant's cost is bounded by its ``distill.time_budget_s`` (per distill run;
-``--time-budget`` sets it for every variant) besides its epochs and plateau stop.
+training examples whose category starts with one of its prefixes, ``data_fraction`` a nested share of them),
+``export.FIELD=VALUE`` for a field of config.ExportConfig (``embedding_type=Q4_0``: QAT, evaluation and export with
+the token embedding at Q4_0 too, an all-Q4_0 file), or ``variant.qat=true|false``. Each variant's cost is bounded by
+its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every variant) besides its epochs and
+plateau stop.
 
-Writes ``OUT/NAME/`` (the variant's checkpoints and ``result.json``), then ``OUT/ablation.json`` and
+Writes ``OUT/NAME/`` (the variant's checkpoints, GGUF and ``result.json``), then ``OUT/ablation.json`` and
 ``OUT/ablation.md`` (one row per finished variant). Resumable: a finished variant is skipped on rerun, a
 distillation cut off mid-run resumes from its own ``resume/`` state; a name reused with other settings is refused.
 """
@@ -39,8 +43,9 @@ from typing import Any
 
 from . import distill
 from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
-from .config import DistillConfig, LabPreset, apply_settings, get_preset
-from .evaluate import drafter_tau, verify_heldout
+from .config import ExportConfig, LabPreset, apply_settings, get_preset
+from .evaluate import drafter_tau, qat_state_path, verify_heldout
+from .lab import GGUF_NAME
 from .models import resolve_device
 from .tau import read_conversations
 
@@ -56,13 +61,18 @@ class Variant:
     name: str
     distill_settings: tuple[str, ...]  # "distill.FIELD=VALUE", as given
     qat: bool = True  # QAT after distillation, like the lab; False scores the distilled drafter at Q4_0 PTQ
+    export_settings: tuple[str, ...] = ()  # "export.FIELD=VALUE", as given
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
+        spec: dict[str, Any] = {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
+        if self.export_settings:  # absent otherwise, so that variants run before export settings existed still match
+            spec["export_settings"] = list(self.export_settings)
+        return spec
 
 
 def parse_variant(text: str) -> Variant:
-    """``NAME:distill.FIELD=VALUE,…,variant.qat=false`` → a Variant (settings checked against the config later)."""
+    """``NAME:distill.FIELD=VALUE,…,export.FIELD=VALUE,…,variant.qat=false`` → a Variant (settings checked against the
+    config later)."""
     name, colon, rest = text.partition(":")
     name = name.strip()
     if not colon or not VARIANT_NAME.match(name):
@@ -70,27 +80,32 @@ def parse_variant(text: str) -> Variant:
             f"--variant {text!r}: expected NAME:SECTION.FIELD=VALUE,… with NAME of letters, digits and "
             "._+- (e.g. 'tvd:distill.loss=tvd')"
         )
-    settings, qat = [], True
+    settings: dict[str, list[str]] = {"distill": [], "export": []}
+    qat = True
     for setting in (s.strip() for s in SETTING_SPLIT.split(rest) if s.strip()):
         key, eq, value = setting.partition("=")
         section, _, field_name = key.strip().partition(".")
-        if section == "distill" and eq:
-            settings.append(setting)
+        if section in settings and eq:
+            settings[section].append(setting)
         elif section == "variant" and field_name in VARIANT_FIELDS and value.strip().lower() in ("true", "false"):
             qat = value.strip().lower() == "true"
         else:
             raise ValueError(
-                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE or variant.qat=true|false"
+                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE, export.FIELD=VALUE or "
+                "variant.qat=true|false"
             )
-    return Variant(name, tuple(settings), qat)
+    return Variant(name, tuple(settings["distill"]), qat, tuple(settings["export"]))
 
 
-def variant_config(preset: LabPreset, variant: Variant) -> DistillConfig:
-    """The lab's distill settings with the variant's applied (unknown fields and wrong types are refused)."""
+def variant_preset(preset: LabPreset, variant: Variant) -> LabPreset:
+    """The lab's preset with the variant's distill and export settings applied (unknown fields and wrong types are
+    refused, as is an unknown embedding type)."""
     try:
-        return apply_settings(preset, list(variant.distill_settings)).distill
+        applied = apply_settings(preset, [*variant.distill_settings, *variant.export_settings])
+        applied.export.resolved_embedding_type()
     except ValueError as error:
         raise ValueError(f"--variant {variant.name}: {error}") from None
+    return applied
 
 
 def lab_preset(lab: Path) -> LabPreset:
@@ -187,7 +202,8 @@ def run_variant(
     directory = out / variant.name
     directory.mkdir(parents=True, exist_ok=True)
     progress = VariantProgress(directory, variant)
-    config = variant_config(preset, variant)
+    applied = variant_preset(preset, variant)
+    config, embedding_type = applied.distill, applied.export.resolved_embedding_type()
     distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
     replay = lab / "tokenizer"
     print(f"ablate: {variant.name}: distill …", file=sys.stderr)
@@ -204,7 +220,14 @@ def run_variant(
         progress.run_stage(
             "distill --qat",
             lambda: distill.run(
-                distilled, lab / "reference", qat_dir, config, qat=True, device_name=device_name, replay_tokens=replay
+                distilled,
+                lab / "reference",
+                qat_dir,
+                config,
+                qat=True,
+                device_name=device_name,
+                replay_tokens=replay,
+                embedding_type=embedding_type,
             ),
             lambda: stage_complete(qat_dir, "distill"),
         )
@@ -218,17 +241,32 @@ def run_variant(
 
     def evaluate() -> None:
         q4, mode = drafter_tau(
-            final, conversations, preset.evaluate.k, device, q4=True, batch_size=preset.evaluate.batch_size
+            final,
+            conversations,
+            preset.evaluate.k,
+            device,
+            q4=True,
+            batch_size=preset.evaluate.batch_size,
+            embedding_type=embedding_type,
         )
         fp32, _ = drafter_tau(final, conversations, preset.evaluate.k, device, batch_size=preset.evaluate.batch_size)
         evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
 
     progress.run_stage("evaluate", evaluate, lambda: False)
+    gguf_path = directory / GGUF_NAME
+    print(f"ablate: {variant.name}: export …", file=sys.stderr)
+    progress.run_stage("export", lambda: export_variant(final, gguf_path, applied.export), lambda: False)
     manifests = [verify_stage_dir(d, "distill") for d in stages]
     result = {
         "name": variant.name,
         "spec": variant.spec(),
         "config": config.__dict__,
+        "export": {
+            "embedding_type": embedding_type,
+            "gguf": str(gguf_path),
+            "gguf_bytes": gguf_path.stat().st_size,
+            "max_bytes": applied.export.max_bytes,
+        },
         "checkpoint": str(final),
         "weights": evaluated["weights"],
         **score(evaluated["q4"], reference),
@@ -259,6 +297,22 @@ def run_variant(
     return result
 
 
+def export_variant(checkpoint: Path, gguf_path: Path, config: ExportConfig) -> None:
+    """The variant's drafter as the Q4_0 GGUF the lab would ship: its QAT blocks (and embedding type) when it has a
+    QAT state, else post-training quantized with ``config``'s embedding type."""
+    from .export import export_gguf  # needs the `gguf` package, like QAT
+
+    qat_state = qat_state_path(checkpoint)
+    export_gguf(
+        checkpoint,
+        gguf_path,
+        "Q4_0",
+        qat_state=qat_state,
+        embedding_type=None if qat_state is not None else config.resolved_embedding_type(),
+        max_bytes=config.max_bytes,
+    )
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -280,16 +334,21 @@ def markdown(summary: dict[str, Any]) -> str:
         f"(τ {target['tau']:.3f}).",
         "",
         "| variant | settings | weights | τ | macro τ | top-1 | × base | gap closed | beats base in every category "
-        "| data tokens | device s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| data tokens | device s | GGUF bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        settings = ", ".join(r["spec"]["distill_settings"] + ([] if r["spec"]["qat"] else ["variant.qat=false"]))
+        settings = ", ".join(
+            r["spec"]["distill_settings"]
+            + r["spec"].get("export_settings", [])
+            + ([] if r["spec"]["qat"] else ["variant.qat=false"])
+        )
+        gguf_bytes = r.get("export", {}).get("gguf_bytes")  # results written before variants were exported lack it
         lines.append(
             f"| {r['name']} | `{settings or 'lab defaults'}` | {r['weights']} | {_fmt(r['tau'])} | "
             f"{_fmt(r['macro_tau'])} | {_fmt(r['top1'])} | {_fmt(r['over_base'])} | {_pct(r['gap_closed'])} | "
             f"{'yes' if r['beats_base_everywhere'] else 'no'} | {r['data_tokens']:,} | "
-            f"{r['device_seconds']:.1f} |"
+            f"{r['device_seconds']:.1f} | {'—' if gguf_bytes is None else f'{gguf_bytes:,}'} |"
         )
     lines += [
         "",
@@ -355,10 +414,11 @@ def run_ablation(
     preset = lab_preset(lab)
     if time_budget_s is not None:
         variants = [
-            Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat) for v in variants
+            Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat, v.export_settings)
+            for v in variants
         ]
     for variant in variants:
-        variant_config(preset, variant)  # refuse a mistyped setting before any variant spends device time
+        variant_preset(preset, variant)  # refuse a mistyped setting before any variant spends device time
     for stage, kind in (("base", "pretrain"), ("reference", "reference"), ("tokenizer", "tokenizer")):
         if not stage_complete(lab / stage, kind):
             raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")
@@ -405,7 +465,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         type=str,
         metavar="NAME:SECTION.FIELD=VALUE,…",
-        help="a variant (repeatable), e.g. 'tvd:distill.loss=tvd,variant.qat=false'",
+        help="a variant (repeatable), e.g. 'tvd:distill.loss=tvd,variant.qat=false' or "
+        "'allq4:export.embedding_type=Q4_0'",
     )
     p.add_argument(
         "--time-budget",

@@ -136,6 +136,39 @@ class DistillConfig:
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
 
 
+# The token embedding's (and an untied output head's) type in a Q4_0 GGUF (quant.gguf_storage_type). Q4_0 halves
+# those tensors, at a τ cost `ablate` measures: for Qwen3-1.7B's tied 151,936 × 2,048 embedding 175 MB instead of
+# 330 MB, the difference between a 1.13 GB and a 0.97 GB file. llama.cpp handles both alike: get_rows dequantizes the
+# lookup exactly, and the output matmul rounds its input to Q8_0 as the others do.
+EMBEDDING_TYPES = ("Q8_0", "Q4_0")
+DEFAULT_EMBEDDING_TYPE = "Q8_0"  # llama-quantize's habit of keeping the vocabulary above Q4_0 (it uses Q6_K)
+SIZE_CAPPED_EMBEDDING_TYPE = "Q4_0"  # the default when a file must fit a size cap: the largest saving there is
+
+
+def resolve_embedding_type(embedding_type: str | None = None, max_bytes: int = 0) -> str:
+    """The vocabulary tensors' type in a Q4_0 file: ``embedding_type`` when given (``q4_0`` or ``Q4_0``), else Q4_0
+    under a size cap (``max_bytes`` > 0) and Q8_0 without one."""
+    if not embedding_type:
+        return SIZE_CAPPED_EMBEDDING_TYPE if max_bytes > 0 else DEFAULT_EMBEDDING_TYPE
+    if embedding_type.upper() not in EMBEDDING_TYPES:
+        raise ValueError(f"Unknown embedding type {embedding_type!r}: expected one of {', '.join(EMBEDDING_TYPES)}.")
+    return embedding_type.upper()
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """How the drafter is laid out as a GGUF (export.py); QAT and Q4_0 evaluation compute with the same layout."""
+
+    # The token embedding's (and an untied head's) type in the Q4_0 file: Q8_0 | Q4_0 | "" (= Q4_0 when max_bytes is
+    # set, else Q8_0). Q4_0 halves the largest tensor of a large-vocabulary drafter (EMBEDDING_TYPES above) at a τ
+    # cost that `ablate --variant 'allq4:export.embedding_type=Q4_0'` measures.
+    embedding_type: str = ""
+    max_bytes: int = 0  # 0 = no cap; else export refuses a larger GGUF (the real job's cap is 1,000,000,000)
+
+    def resolved_embedding_type(self) -> str:
+        return resolve_embedding_type(self.embedding_type, self.max_bytes)
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     k: int = 16  # the validator's draft length
@@ -154,6 +187,7 @@ class LabPreset:
     pretrain_drafter: PretrainConfig = field(default_factory=PretrainConfig)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     evaluate: EvalConfig = field(default_factory=EvalConfig)
     # Debian documentation packages the lab's prose comes from (train/scripts/fetch_prose.sh into PROSE_CACHE), used
     # when `lab` is given no --prose.

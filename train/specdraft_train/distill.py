@@ -44,7 +44,9 @@ method, tau.py); the checkpoint with the best **macro τ** (mean of per-category
 (step 0) included, and `patience` evaluations without a new best stop the run early (a plateau). Progress: a tqdm
 bar (loss, top-1 agreement, dev τ); TensorBoard events in ``OUT/tb/`` (loss and its parts, top-1 agreement, dev τ
 by category and macro). Under `--qat` the drafter's forward uses weights fake-quantized exactly as a GGUF Q4_0 file
-stores them (specdraft_train.quant); the output then also holds ``qat_state.safetensors`` for `export --qat-state`.
+stores them (specdraft_train.quant), the token embedding as `--embedding-type` says (the preset's
+`export.embedding_type`: Q8_0, or Q4_0 for an all-Q4_0 file); the output then also holds ``qat_state.safetensors``
+for `export --qat-state`.
 Resumable (``OUT/resume/``). Under torchrun: DDP like pretrain (NCCL between GPUs, gloo on the CPU; the global batch
 is split over the ranks, so N ranks train what one process would), or FSDP with ``--fsdp`` (the drafter's weights,
 gradients and AdamW moments sharded over the ranks, for a drafter whose training state does not fit one GPU; not
@@ -53,7 +55,7 @@ with --qat). The teacher is the stored top-k of the reference data either way (n
     python -m specdraft_train distill --drafter runs/lab/base --reference runs/lab/reference --out runs/lab/distilled \\
         --replay-tokens runs/lab/tokenizer --set replay_weight=0.2 --set loss=prefix
     python -m specdraft_train distill --drafter runs/lab/distilled --reference runs/lab/reference \\
-        --out runs/lab/distilled-qat --qat
+        --out runs/lab/distilled-qat --qat [--embedding-type Q4_0]
     torchrun --nproc-per-node 8 -m specdraft_train distill ...
     torchrun --nproc-per-node 8 -m specdraft_train distill --fsdp --drafter Qwen/Qwen3-8B ...
 """
@@ -77,7 +79,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .artifacts import input_record, read_manifest, sha256_file, verify_stage_dir, write_manifest
-from .config import DistillConfig, apply_settings, get_preset, override
+from .config import EMBEDDING_TYPES, DistillConfig, ExportConfig, apply_settings, get_preset, override
 from .models import (
     architecture_summary,
     autocast_context,
@@ -432,11 +434,13 @@ def run(
     epochs: int | None = None,
     lr: float | None = None,
     replay_tokens: Path | None = None,
+    embedding_type: str | None = None,
 ) -> dict[str, Any] | None:
     """Distill into ``drafter`` and write the best dev checkpoint to ``out_dir``; returns the manifest (rank 0).
 
     ``replay_tokens`` is the replay text (see the module docstring); replay runs only when it is given and
-    ``config.replay_weight`` > 0.
+    ``config.replay_weight`` > 0. ``embedding_type`` (with ``qat``): the token embedding's type in the Q4_0 file
+    QAT trains for (config.EMBEDDING_TYPES). Defaults to ``ExportConfig().resolved_embedding_type()``, Q8_0.
     """
     ctx = init_distributed(device_name)
     start_time = time.time()
@@ -475,7 +479,8 @@ def run(
     if qat:
         from .quant import prepare_qat  # the GGUF-exact fake quantization (needs the `gguf` package)
 
-        qat_state = prepare_qat(model, clip_search=clip_search)
+        embedding_type = embedding_type or ExportConfig().resolved_embedding_type()
+        qat_state = prepare_qat(model, clip_search=clip_search, embedding_type=embedding_type)
     model.train()
     ddp_model = wrap_model(model, ctx, fsdp=config.fsdp)  # before the optimizer: FSDP replaces the parameters
     optimizer = make_optimizer(model, peak_lr, config.weight_decay, ctx.device)
@@ -644,6 +649,7 @@ def run(
             params={
                 "config": config.__dict__,
                 "qat": qat,
+                "embedding_type": qat_state.embedding_type if qat_state is not None else None,
                 "clip_search": clip_search,
                 "epochs": epochs,
                 "lr": peak_lr,
@@ -706,6 +712,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="under torchrun: shard weights, gradients and optimizer over the ranks (FSDP) instead of DDP "
         "(default: the preset's distill.fsdp, false)",
+    )
+    p.add_argument(
+        "--embedding-type",
+        type=str.upper,
+        choices=EMBEDDING_TYPES,
+        default=None,
+        help="with --qat: the token embedding's type in the Q4_0 file (default: the preset's export.embedding_type)",
     )
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
@@ -774,6 +787,7 @@ def main(args: argparse.Namespace) -> int:
         args.epochs,
         args.lr,
         args.replay_tokens,
+        args.embedding_type or preset.export.resolved_embedding_type(),
     )
     if manifest is not None:
         metrics = manifest["metrics"]

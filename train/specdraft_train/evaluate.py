@@ -1,9 +1,10 @@
 """Stage `evaluate`: τ of drafters on held-out conversations, by the validator's walk (k = 16), in PyTorch.
 
 For each `--drafter` (lab checkpoint, local HF model or HF id): τ as trained (bf16 autocast on CUDA, fp32 on CPU)
-and, with `--q4`, τ with every weight as a GGUF Q4_0 file stores it (quant.prepare_qat: Q4_0 projections, Q8_0
-embedding). A checkpoint holding ``qat_state.safetensors`` (from `distill --qat`) is evaluated with its learned Q4_0
-blocks (fingerprints checked); any other is post-training quantized (PTQ). Also: the n-gram prompt-lookup peer, the
+and, with `--q4`, τ with every weight as a GGUF Q4_0 file stores it (quant.prepare_qat: Q4_0 projections, the
+embedding as `--embedding-type` says, Q8_0 by default). A checkpoint holding ``qat_state.safetensors`` (from
+`distill --qat`) is evaluated with its learned Q4_0 blocks (fingerprints checked) and the embedding type it was trained
+with; any other is post-training quantized (PTQ). Also: the n-gram prompt-lookup peer, the
 target as its own drafter (`--target`, sanity: τ ≈ k + 1), and the share of continuation 4-grams already seen earlier
 in the same text. Overall and per category, with macro τ (mean over categories) and top-1 agreement (share of
 positions whose argmax is the target's token). Writes JSON to `--out` (stdout without):
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from .artifacts import atomic_write_json, read_manifest, sha256_file, verify_stage_dir
-from .config import EvalConfig
+from .config import DEFAULT_EMBEDDING_TYPE, EMBEDDING_TYPES, EvalConfig, resolve_embedding_type
 from .models import (
     checkpoint_info,
     is_local_checkpoint,
@@ -57,22 +58,30 @@ def drafter_tau(
     device: torch.device,
     q4: bool = False,
     batch_size: int = 32,
+    embedding_type: str | None = None,
 ) -> tuple[TauResult, str]:
-    """τ of one drafter, as trained or as a Q4_0 GGUF holds it; returns (result, how it was quantized)."""
+    """τ of one drafter, as trained or as a Q4_0 GGUF holds it; returns (result, how it was quantized).
+
+    ``embedding_type``: the embedding's type in the Q4_0 file of a PTQ drafter (a QAT drafter's is the one it was
+    trained with). Defaults to ``config.resolve_embedding_type()``'s, Q8_0.
+    """
     verify_checkpoint(checkpoint)
     model = load_causal_lm(checkpoint, device)
     mode = "none"
     if q4:
         from .distill import load_qat_state_into
-        from .quant import prepare_qat
+        from .quant import load_qat_state, prepare_qat
 
-        qat = prepare_qat(model)
         saved = qat_state_path(checkpoint)
         if saved is not None:
+            qat = prepare_qat(model, embedding_type=load_qat_state(saved).embedding_type)
             load_qat_state_into(qat, saved)
             mode = "q4_0-qat"
         else:
+            qat = prepare_qat(model, embedding_type=resolve_embedding_type(embedding_type))
             mode = "q4_0-ptq"
+        if qat.embedding_type != DEFAULT_EMBEDDING_TYPE:
+            mode += f"-{qat.embedding_type.lower()}-embedding"  # e.g. q4_0-qat-q4_0-embedding: an all-Q4_0 file
     return model_tau(model, conversations, k, device, batch_size), mode
 
 
@@ -92,6 +101,7 @@ def evaluate(
     ngram: bool,
     target: str | None,
     config: EvalConfig | None = None,
+    embedding_type: str | None = None,
 ) -> dict[str, Any]:
     config = config or EvalConfig()
     verify_heldout(heldout)
@@ -114,7 +124,9 @@ def evaluate(
         result, _ = drafter_tau(drafter, conversations, k, device, q4=False, batch_size=config.batch_size)
         entry["as_trained"] = result.to_dict()
         if q4:
-            result, mode = drafter_tau(drafter, conversations, k, device, q4=True, batch_size=config.batch_size)
+            result, mode = drafter_tau(
+                drafter, conversations, k, device, q4=True, batch_size=config.batch_size, embedding_type=embedding_type
+            )
             entry["q4_0"] = {"mode": mode, **result.to_dict()}
         entry["seconds"] = time.time() - start
         report["drafters"].append(entry)
@@ -142,6 +154,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", action="append", default=[], help="drafter to evaluate (repeatable): dir or HF id")
     p.add_argument("--target", default=None, help="also evaluate the target as its own drafter (sanity τ ≈ k+1)")
     p.add_argument("--q4", action="store_true", help="also τ with GGUF Q4_0 weights (QAT state if present, else PTQ)")
+    p.add_argument(
+        "--embedding-type",
+        type=str.upper,
+        choices=EMBEDDING_TYPES,
+        default=None,
+        help="with --q4, for a PTQ drafter: the embedding's type in the Q4_0 file (default: Q8_0)",
+    )
     p.add_argument("--ngram", action="store_true", help="also the n-gram prompt-lookup peer")
     p.add_argument("--k", type=int, default=EvalConfig.k, help=f"draft length (default: {EvalConfig.k})")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
@@ -152,7 +171,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     if not args.drafter and not args.ngram and args.target is None:
         raise ValueError("nothing to evaluate: give --drafter, --ngram or --target")
-    report = evaluate(args.heldout, args.drafter, args.k, resolve_device(args.device), args.q4, args.ngram, args.target)
+    report = evaluate(
+        args.heldout,
+        args.drafter,
+        args.k,
+        resolve_device(args.device),
+        args.q4,
+        args.ngram,
+        args.target,
+        embedding_type=args.embedding_type,
+    )
     if args.out is not None:
         atomic_write_json(args.out, report)
         lines = [

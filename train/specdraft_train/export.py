@@ -8,13 +8,17 @@ Metadata, tensor names and vocabulary follow llama.cpp's convert_hf_to_gguf.py f
     F32         F32     F32                        F32
     F16         F32     F16                        F16
     Q8_0        F32     Q8_0                       Q8_0
-    Q4_0        F32     Q8_0                       Q4_0
+    Q4_0        F32     --embedding-type:          Q4_0
+                        Q8_0 by default, Q4_0 under --max-bytes
 
 With ``--qat-state`` (written by ``QatState.save`` next to the checkpoint), Q4_0 blocks are the ones training computed,
-including per-block clip factors, and every quantized tensor is checked against the fingerprint training recorded.
+including per-block clip factors, and every quantized tensor is checked against the fingerprint training recorded; the
+embedding type is then the one training used. ``--max-bytes N`` refuses to write a file larger than N bytes, naming
+its largest tensors.
 
     python -m specdraft_train export --checkpoint runs/lab/distill/final --out runs/lab/drafter-q4_0.gguf --type Q4_0 \\
         --qat-state runs/lab/distill/final/qat_state.safetensors
+    python -m specdraft_train export --checkpoint ckpt --out d.gguf --max-bytes 1000000000   # all-Q4_0 under 1 GB
 
 Writes ``<out>`` atomically and ``<out>.manifest.json`` (sha256 of the GGUF, inputs, tensor types) beside it.
 """
@@ -36,6 +40,7 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 
 from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
+from .config import DEFAULT_EMBEDDING_TYPE, EMBEDDING_TYPES, resolve_embedding_type
 from .quant import (
     OUT_TYPES,
     LoadedQatState,
@@ -234,13 +239,22 @@ def encode_tensor(
 
 
 def encode_tensors(
-    tensors: dict[str, torch.Tensor], config: dict[str, Any], out_type: str, qat: LoadedQatState | None
+    tensors: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    out_type: str,
+    qat: LoadedQatState | None,
+    embedding_type: str = DEFAULT_EMBEDDING_TYPE,
 ) -> list[EncodedTensor]:
     tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, config["num_hidden_layers"])
     tied = bool(config.get("tie_word_embeddings", False))
     if qat is not None:
         if qat.out_type != out_type:
             raise ValueError(f"QAT state was trained for {qat.out_type}, but the export type is {out_type}.")
+        if out_type == "Q4_0" and qat.embedding_type != embedding_type:
+            raise ValueError(
+                f"QAT state was trained with {qat.embedding_type} embeddings, but the export asks for "
+                f"{embedding_type}: QAT with that embedding type first (export.embedding_type)."
+            )
         missing = sorted(set(qat.types) - set(tensors))
         if missing:
             raise ValueError(f"QAT state names tensors the checkpoint lacks: {', '.join(missing[:5])}.")
@@ -251,7 +265,7 @@ def encode_tensors(
         gguf_name = tensor_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
             raise ValueError(f"No GGUF name for checkpoint tensor {hf_name!r} (architecture qwen3).")
-        qtype = gguf_storage_type(hf_name, tuple(weight.shape), out_type)
+        qtype = gguf_storage_type(hf_name, tuple(weight.shape), out_type, embedding_type)
         if qat is not None and hf_name in qat.types and qat.types[hf_name] != qtype.name:
             raise ValueError(f"{hf_name}: QAT trained it as {qat.types[hf_name]}, export stores {qtype.name}.")
         data = encode_tensor(hf_name, weight, qtype, qat)
@@ -269,13 +283,28 @@ def manifest_path(out_path: Path) -> Path:
     return out_path.with_name(out_path.name + MANIFEST_SUFFIX)
 
 
+def size_report(encoded: list[EncodedTensor], count: int = 3) -> str:
+    """The ``count`` largest tensors with their types and bytes, e.g. for a refusal over a size cap."""
+    largest = sorted(encoded, key=lambda t: t.data.nbytes, reverse=True)[:count]
+    return ", ".join(f"{t.gguf_name} {t.qtype.name} {t.data.nbytes:,} B" for t in largest)
+
+
 def export_gguf(
-    checkpoint_dir: Path, out_path: Path, out_type: str = "Q4_0", qat_state: Path | None = None, progress: bool = False
+    checkpoint_dir: Path,
+    out_path: Path,
+    out_type: str = "Q4_0",
+    qat_state: Path | None = None,
+    progress: bool = False,
+    embedding_type: str | None = None,
+    max_bytes: int = 0,
 ) -> Path:
     """Write ``checkpoint_dir`` (HF Qwen3 ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` at
     ``out_path``.
 
     ``qat_state``: the file ``QatState.save`` wrote; the Q4_0 blocks are then exactly those QAT trained with.
+    ``embedding_type``: the token embedding's (and an untied head's) type in a Q4_0 file; defaults to the QAT state's,
+    else to :func:`config.resolve_embedding_type`'s (Q4_0 when ``max_bytes`` is set, else Q8_0). ``max_bytes`` > 0:
+    refuse (ValueError naming the largest tensors, nothing written) a file larger than that.
     Returns ``out_path``; its sha256 is in ``<out_path>.manifest.json``.
     """
     checkpoint_dir, out_path = Path(checkpoint_dir), Path(out_path)
@@ -291,10 +320,18 @@ def export_gguf(
         qat = load_qat_state(qat_state)
         inputs["qat_state"] = str(qat_state)
         inputs["qat_state_sha256"] = sha256_file(qat_state)
+    if embedding_type is None and qat is not None:
+        embedding_type = qat.embedding_type  # export what training computed with, cap or not
+    if out_type == "Q4_0":
+        embedding_type = resolve_embedding_type(embedding_type, max_bytes)
+    elif embedding_type is not None and resolve_embedding_type(embedding_type) != DEFAULT_EMBEDDING_TYPE:
+        raise ValueError(f"Embedding type {embedding_type} is for Q4_0 files; {out_type} files store it as {out_type}.")
+    else:
+        embedding_type = DEFAULT_EMBEDDING_TYPE  # not used: outside Q4_0 files the vocabulary is stored as the rest
 
     config = read_config(checkpoint_dir)
     tensors = read_tensors(checkpoint_dir)
-    encoded = encode_tensors(tensors, config, out_type, qat)
+    encoded = encode_tensors(tensors, config, out_type, qat, embedding_type)
     n_params = sum(int(np.prod(t.shape)) for t in encoded)
 
     writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
@@ -308,6 +345,18 @@ def export_gguf(
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file(progress=progress)
         writer.close()
+        written = tmp.stat().st_size
+        if max_bytes > 0 and written > max_bytes:
+            raise ValueError(
+                f"{out_path.name}: {written:,} bytes as {out_type}"
+                + (f" with {embedding_type} embeddings" if out_type == "Q4_0" else "")
+                + f", over the cap of {max_bytes:,} (largest: {size_report(encoded)})"
+                + (
+                    "; Q4_0 embeddings (--embedding-type Q4_0) are half the size."
+                    if out_type == "Q4_0" and embedding_type == "Q8_0"
+                    else "."
+                )
+            )
 
     type_counts: dict[str, int] = {}
     for t in encoded:
@@ -317,7 +366,12 @@ def export_gguf(
         {
             "stage": "export",
             "created_unix": time.time(),
-            "params": {"out_type": out_type, "qat_state": qat_state is not None},
+            "params": {
+                "out_type": out_type,
+                "embedding_type": embedding_type if out_type == "Q4_0" else None,
+                "max_bytes": max_bytes,
+                "qat_state": qat_state is not None,
+            },
             "inputs": inputs,
             "outputs": {out_path.name: {"sha256": sha256_file(out_path), "bytes": out_path.stat().st_size}},
             "tensor_types": type_counts,
@@ -355,15 +409,38 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to none.",
     )
+    parser.add_argument(
+        "--embedding-type",
+        type=str.upper,
+        choices=EMBEDDING_TYPES,
+        default=None,
+        help="type of the token embedding (and an untied output head) in a Q4_0 file. Defaults to the QAT state's, "
+        "else Q4_0 with --max-bytes, else Q8_0.",
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=0,
+        help="refuse to write a file larger than this many bytes (e.g. 1000000000). Defaults to no cap.",
+    )
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    out = export_gguf(args.checkpoint, args.out, args.out_type, args.qat_state, progress=True)
+    out = export_gguf(
+        args.checkpoint,
+        args.out,
+        args.out_type,
+        args.qat_state,
+        progress=True,
+        embedding_type=args.embedding_type,
+        max_bytes=args.max_bytes,
+    )
     manifest = json.loads(manifest_path(out).read_text())
     info = manifest["outputs"][out.name]
     print(
-        f"export: wrote {out} ({info['bytes'] / 1e6:.1f} MB, {args.out_type}, sha256 {info['sha256'][:16]}…; "
-        f"tensors {manifest['tensor_types']})"
+        f"export: wrote {out} ({info['bytes']:,} bytes, {args.out_type}"
+        + (f" with {manifest['params']['embedding_type']} embeddings" if manifest["params"]["embedding_type"] else "")
+        + f", sha256 {info['sha256'][:16]}…; tensors {manifest['tensor_types']})"
     )
     return 0

@@ -207,7 +207,15 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
         ("distilled_qat_latent", "distilled-qat", False),
         ("distilled_q4_0_qat", "distilled-qat", True),
     ):
-        result, mode = drafter_tau(out / directory, conversations, k, device, q4=q4, batch_size=batch)
+        result, mode = drafter_tau(
+            out / directory,
+            conversations,
+            k,
+            device,
+            q4=q4,
+            batch_size=batch,
+            embedding_type=preset.export.resolved_embedding_type(),
+        )
         tau[key] = tau_entry(result, checkpoint=directory, weights=mode)
         print(f"lab: τ {key} = {result.tau:.3f}", file=sys.stderr)
     tau["ngram"] = tau_entry(ngram_tau(conversations, k, preset.evaluate.ngram_max), n_max=preset.evaluate.ngram_max)
@@ -304,11 +312,12 @@ def data_manifest(out: Path) -> dict[str, Any]:
     }
 
 
-def drafter_architecture(out: Path) -> dict[str, Any]:
+def drafter_architecture(out: Path, embedding_type: str) -> dict[str, Any]:
     model = load_causal_lm(out / "distilled-qat", torch.device("cpu"))
     summary = architecture_summary(model)
     summary["q4_0_gguf_tensor_types"] = {
-        name: gguf_storage_type(name, tuple(t.shape), "Q4_0").name for name, t in model.state_dict().items()
+        name: gguf_storage_type(name, tuple(t.shape), "Q4_0", embedding_type).name
+        for name, t in model.state_dict().items()
     }
     return summary
 
@@ -551,6 +560,7 @@ def run_lab(
             qat=True,
             device_name=device_name,
             replay_tokens=d["tokenizer"],
+            embedding_type=preset.export.resolved_embedding_type(),
         ),
         lambda: stage_complete(d["distilled-qat"], "distill"),
         every_rank=True,
@@ -574,7 +584,11 @@ def run_lab(
         "export",
         d["export"],
         lambda: export_gguf(
-            d["distilled-qat"], gguf_path, "Q4_0", qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE
+            d["distilled-qat"],
+            gguf_path,
+            "Q4_0",
+            qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE,
+            max_bytes=preset.export.max_bytes,
         ),
         lambda: export_complete(gguf_path),
     )
@@ -585,7 +599,7 @@ def run_lab(
     export_info = {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
 
     atomic_write_json(out / "data_manifest.json", data_manifest(out))
-    atomic_write_json(out / "architecture.json", drafter_architecture(out))
+    atomic_write_json(out / "architecture.json", drafter_architecture(out, preset.export.resolved_embedding_type()))
     pretrain_metrics = {name: (read_manifest(d[name]) or {}).get("metrics") for name in ("target", "base")}
     distill_metrics = {name: (read_manifest(d[name]) or {}).get("metrics") for name in ("distilled", "distilled-qat")}
     report = {

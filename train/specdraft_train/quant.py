@@ -10,8 +10,8 @@ and ``gguf.quants.Q4_0``, both reproduced here operation by operation in fp32):
     q   = min(15, trunc(x * id + 8.5))   x * id rounded to fp32 first, then + 8.5 rounded again (no FMA)
     x'  = (q - 8) * fp16(d)
 
-Q8_0 (token embedding and output head in a Q4_0 file) is ``d = amax / 127``, ``q = roundf(x * (1 / d))``,
-``x' = q * fp16(d)``.
+Q8_0 (token embedding and output head in a Q4_0 file, unless its ``embedding_type`` is Q4_0) is ``d = amax / 127``,
+``q = roundf(x * (1 / d))``, ``x' = q * fp16(d)``.
 
 Keep the fake quantization in eager mode: under torch.compile the multiply and add may fuse into one rounding (FMA),
 and ``bf16`` autocast rounds the fake-quantized weights again inside the matmul (the GGUF still holds the exact
@@ -46,14 +46,16 @@ import torch.nn.utils.parametrize as parametrize
 from gguf import GGMLQuantizationType
 from torch import Tensor, nn
 
+from .config import DEFAULT_EMBEDDING_TYPE, resolve_embedding_type
+
 QK = 32  # block size of both Q4_0 and Q8_0 (QK4_0 == QK8_0 == 32 in ggml)
 OUT_TYPES = ("F32", "F16", "Q8_0", "Q4_0")
 QAT_STATE_FORMAT = "specdraft-qat/1"
 # Clip factors tried per block by the clipping search, largest first so that ties keep the plain (max-derived) scale.
 # Below ~0.6 the clamped outliers cost more than the finer grid gains on every weight shape we tried.
 CLIP_CANDIDATES = tuple(1.0 - 0.025 * k for k in range(17))  # 1.000 … 0.600
-# Hugging Face names (suffixes) of the tensors that hold the vocabulary: kept at Q8_0 in a Q4_0 file, as llama-quantize
-# keeps the output head above Q4_0 (it uses Q6_K, which gguf-py cannot quantize; Q8_0 is the nearest it can).
+# Hugging Face names (suffixes) of the tensors that hold the vocabulary: by default kept at Q8_0 in a Q4_0 file, as
+# llama-quantize keeps the output head above Q4_0 (it uses Q6_K, which gguf-py cannot quantize; Q8_0 is the nearest).
 VOCAB_TENSOR_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
 
 
@@ -61,22 +63,28 @@ VOCAB_TENSOR_SUFFIXES = ("embed_tokens.weight", "lm_head.weight")
 # Which type each tensor is stored as
 
 
-def gguf_storage_type(hf_name: str, shape: tuple[int, ...], out_type: str) -> GGMLQuantizationType:
+def gguf_storage_type(
+    hf_name: str, shape: tuple[int, ...], out_type: str, embedding_type: str = DEFAULT_EMBEDDING_TYPE
+) -> GGMLQuantizationType:
     """The ggml type export writes for the checkpoint tensor ``hf_name`` of ``shape`` in a file of ``out_type``.
 
     1-D tensors (norms) are always F32. Quantized types need the row (last dim) to be a multiple of 32; a tensor
-    whose row is not falls back to F16, as convert_hf_to_gguf.py does.
+    whose row is not falls back to F16, as convert_hf_to_gguf.py does. In a Q4_0 file the token embedding and an
+    untied output head are ``embedding_type`` (``config.EMBEDDING_TYPES``); other files store them as the rest.
     """
     if out_type not in OUT_TYPES:
         raise ValueError(f"Unknown GGUF type {out_type!r}: expected one of {', '.join(OUT_TYPES)}.")
+    embedding_type = resolve_embedding_type(embedding_type)
     if len(shape) < 2 or out_type == "F32":
         return GGMLQuantizationType.F32
     if out_type == "F16":
         return GGMLQuantizationType.F16
     if shape[-1] % QK != 0:
         return GGMLQuantizationType.F16
-    if out_type == "Q8_0" or hf_name.endswith(VOCAB_TENSOR_SUFFIXES):
+    if out_type == "Q8_0":
         return GGMLQuantizationType.Q8_0
+    if hf_name.endswith(VOCAB_TENSOR_SUFFIXES):
+        return GGMLQuantizationType[embedding_type]
     return GGMLQuantizationType.Q4_0
 
 
@@ -265,6 +273,7 @@ class QatState:
     model: nn.Module
     out_type: str
     clip_search: bool
+    embedding_type: str = DEFAULT_EMBEDDING_TYPE  # the vocabulary tensors' type in a Q4_0 file (config.EMBEDDING_TYPES)
     targets: dict[str, QatTarget] = field(default_factory=dict)
     _attached: bool = True
 
@@ -338,6 +347,7 @@ class QatState:
         metadata = {
             "format": QAT_STATE_FORMAT,
             "out_type": self.out_type,
+            "embedding_type": self.embedding_type,
             "clip_search": json.dumps(self.clip_search),
             "types": json.dumps({name: t.qtype.name for name, t in self.targets.items()}),
             "fingerprints": json.dumps(self.fingerprints()),
@@ -367,17 +377,21 @@ def _weight_owners(model: nn.Module) -> dict[str, list[nn.Module]]:
     return {name: modules for name, modules in owners.values()}
 
 
-def prepare_qat(model: nn.Module, clip_search: bool = False, out_type: str = "Q4_0") -> QatState:
+def prepare_qat(
+    model: nn.Module, clip_search: bool = False, out_type: str = "Q4_0", embedding_type: str = DEFAULT_EMBEDDING_TYPE
+) -> QatState:
     """Make ``model``'s forward use, for every weight, exactly what a GGUF of ``out_type`` stores.
 
-    Q4_0 file: decoder projections (q/k/v/o, gate/up/down) Q4_0; token embedding (and an untied output head) Q8_0;
+    Q4_0 file: decoder projections (q/k/v/o, gate/up/down) Q4_0; token embedding (and an untied output head)
+    ``embedding_type``, Q8_0 or Q4_0 (tied: one quantized tensor serves the lookup and the head, as in the GGUF);
     norms stay F32 and are not touched. ``clip_search`` picks, per Q4_0 block, a factor ≤ 1 on d minimizing the
     block's squared error (refresh it with :meth:`QatState.refresh_clip`); export then writes those blocks.
     """
-    state = QatState(model=model, out_type=out_type, clip_search=clip_search)
+    embedding_type = resolve_embedding_type(embedding_type)
+    state = QatState(model=model, out_type=out_type, clip_search=clip_search, embedding_type=embedding_type)
     for name, modules in _weight_owners(model).items():
         weight = modules[0].weight
-        qtype = gguf_storage_type(name, tuple(weight.shape), out_type)
+        qtype = gguf_storage_type(name, tuple(weight.shape), out_type, embedding_type)
         if qtype == GGMLQuantizationType.F32:
             continue
         clip = None
@@ -465,6 +479,7 @@ class LoadedQatState:
     types: dict[str, str]
     clips: dict[str, Tensor]
     fingerprints: dict[str, str]
+    embedding_type: str = DEFAULT_EMBEDDING_TYPE
 
 
 def load_qat_state(path: str | Path) -> LoadedQatState:
@@ -479,6 +494,8 @@ def load_qat_state(path: str | Path) -> LoadedQatState:
         clips = {key.removesuffix(".clip"): f.get_tensor(key) for key in f.keys()}
     return LoadedQatState(
         out_type=metadata["out_type"],
+        # states saved before the embedding type was a choice had Q8_0 vocabulary tensors
+        embedding_type=metadata.get("embedding_type", DEFAULT_EMBEDDING_TYPE),
         types=json.loads(metadata["types"]),
         clips=clips,
         fingerprints=json.loads(metadata["fingerprints"]),

@@ -8,19 +8,23 @@ import os
 import shutil
 from pathlib import Path
 
+import gguf
 import pytest
 import torch
 from conftest import run_cli
 
 from specdraft_train.ablate import gap_closed, parse_variant, run_ablation
 from specdraft_train.artifacts import atomic_write_json, write_manifest
+from specdraft_train.distill import QAT_STATE_FILE
 from specdraft_train.evaluate import drafter_tau
 from specdraft_train.models import load_causal_lm
+from specdraft_train.quant import load_qat_state
 from specdraft_train.reference import read_train_examples
 from specdraft_train.tau import model_tau, read_conversations
 
 LAB_SETTINGS = ["distill.batch_size=8", "distill.epochs=1", "distill.eval_every=0"]
 CE_FILTERED = 'ce32:distill.loss=ce,distill.categories=["prose"],variant.qat=false'
+ALL_Q4_0 = "allq4:export.embedding_type=Q4_0"
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +51,14 @@ def test_variant_specs_parse_and_bad_ones_are_refused():
     assert variant.name == "v1" and variant.qat is False
     assert variant.distill_settings == ('distill.categories=["code/inner","prose"]', "distill.ce_weight=1")
     assert parse_variant("baseline:") == parse_variant("baseline:") and parse_variant("baseline:").qat is True
+    allq4 = parse_variant("allq4:export.embedding_type=Q4_0,distill.ce_weight=1")
+    assert allq4.export_settings == ("export.embedding_type=Q4_0",)
+    assert allq4.distill_settings == ("distill.ce_weight=1",)
+    assert "export_settings" not in parse_variant("kl:").spec()  # specs of variants run before export settings match
     for bad, message in (
         ("no-colon", "expected NAME:"),
         ("a/b:distill.lr=1", "expected NAME:"),
-        ("x:lr=1", "expected distill.FIELD=VALUE"),
+        ("x:lr=1", "expected distill.FIELD=VALUE, export.FIELD=VALUE"),
         ("x:variant.qat=maybe", "variant.qat"),
     ):
         with pytest.raises(ValueError, match=message):
@@ -61,11 +69,20 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(
     lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     out = tmp_path / "ablation"
-    variants = [parse_variant("kl:"), parse_variant(CE_FILTERED)]
+    variants = [parse_variant("kl:"), parse_variant(CE_FILTERED), parse_variant(ALL_Q4_0)]
     summary = run_ablation(lab, out, variants, device_name="cpu")
-    assert [r["name"] for r in summary["variants"]] == ["kl", "ce32"]
-    kl, ce32 = summary["variants"]
+    assert [r["name"] for r in summary["variants"]] == ["kl", "ce32", "allq4"]
+    kl, ce32, allq4 = summary["variants"]
     assert kl["weights"] == "q4_0-qat" and ce32["weights"] == "q4_0-ptq"  # QAT like the lab, or skipped
+
+    # all-Q4_0: QAT trained the (tied) embedding at Q4_0, τ is scored so, and the exported GGUF stores it so
+    assert allq4["weights"] == "q4_0-qat-q4_0-embedding" and allq4["export"]["embedding_type"] == "Q4_0"
+    assert load_qat_state(out / "allq4" / "distilled-qat" / QAT_STATE_FILE).types["model.embed_tokens.weight"] == "Q4_0"
+    assert load_qat_state(out / "kl" / "distilled-qat" / QAT_STATE_FILE).types["model.embed_tokens.weight"] == "Q8_0"
+    for row, vocab_type in ((kl, "Q8_0"), (allq4, "Q4_0"), (ce32, "Q8_0")):
+        tensors = {t.name: t.tensor_type.name for t in gguf.GGUFReader(row["export"]["gguf"]).tensors}
+        assert tensors["token_embd.weight"] == vocab_type and row["export"]["gguf_bytes"] > 0
+    assert allq4["export"]["gguf_bytes"] < kl["export"]["gguf_bytes"]
     assert ce32["config"]["loss"] == "ce" and ce32["config"]["batch_size"] == 8  # the variant's and the lab's settings
     examples = read_train_examples(lab / "reference")
     all_tokens = sum(len(e.continuation_tokens) for e in examples)
@@ -93,6 +110,8 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(
     assert (
         "| kl | `lab defaults` | q4_0-qat |" in markdown
         and '`distill.loss=ce, distill.categories=["prose"], variant.qat=false`' in markdown
+        and "| allq4 | `export.embedding_type=Q4_0` | q4_0-qat-q4_0-embedding |" in markdown
+        and f"| {allq4['export']['gguf_bytes']:,} |" in markdown
     )
     assert json.loads((out / "ablation.json").read_text()) == summary
 
@@ -124,3 +143,6 @@ def test_ablate_cli_refuses_an_unknown_setting_before_training(lab: Path, tmp_pa
     assert result.returncode == 2
     assert "--variant typo" in result.stderr and "no setting 'distill.loss_weight'" in result.stderr
     assert not (tmp_path / "a" / "ok").exists()  # refused before any variant ran
+    with pytest.raises(ValueError, match="--variant q6: Unknown embedding type 'Q6_K'"):
+        run_ablation(lab, tmp_path / "b", [parse_variant("q6:export.embedding_type=Q6_K")], device_name="cpu")
+    assert not (tmp_path / "b" / "q6").exists()

@@ -211,35 +211,40 @@ def test_qwen3_metadata_vocabulary_and_tensor_types(tokenizer: Tokenizer, tmp_pa
     assert manifest["tensor_types"] == {"Q8_0": 2, "Q4_0": 14, "F32": 9}
 
 
-def test_qat_export_writes_the_learned_blocks(tokenizer: Tokenizer, tmp_path: Path):
+@pytest.mark.parametrize("embedding_type", ["Q8_0", "Q4_0"])
+def test_qat_export_writes_the_learned_blocks(embedding_type: str, tokenizer: Tokenizer, tmp_path: Path):
     torch.manual_seed(1)
     model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())).eval()
     with torch.no_grad():
         model.model.layers[0].mlp.up_proj.weight[:, ::29] *= 8  # outliers: the clip search then clips some blocks
-    qat = prepare_qat(model, clip_search=True)
+        model.model.embed_tokens.weight[::7, ::29] *= 8  # and in the (tied) embedding, when it is Q4_0
+    qat = prepare_qat(model, clip_search=True, embedding_type=embedding_type)
     with qat.unwrapped():
         checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
     state_file = qat.save(checkpoint / "qat_state.safetensors")
-    out = export_gguf(checkpoint, tmp_path / "qat.gguf", "Q4_0", qat_state=state_file)
-    plain = export_gguf(checkpoint, tmp_path / "plain.gguf", "Q4_0")
+    out = export_gguf(checkpoint, tmp_path / "qat.gguf", "Q4_0", qat_state=state_file)  # the state's embedding type
+    plain = export_gguf(checkpoint, tmp_path / "plain.gguf", "Q4_0", embedding_type=embedding_type)
     _, tensors = read_gguf(out)
     _, plain_tensors = read_gguf(plain)
+    assert tensors["token_embd.weight"].tensor_type == T[embedding_type] and "output.weight" not in tensors
+    assert json.loads(manifest_path(out).read_text())["params"]["embedding_type"] == embedding_type
 
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, 2)
-    clipped_tensors = 0
+    clipped = set()
     for hf_name, target in qat.targets.items():
         t = tensors[name_map.get_name(hf_name, try_suffixes=(".weight",))]
         stored = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(target.modules[0].weight.shape)
         assert torch.equal(torch.from_numpy(stored), qat.quantized_weight(hf_name)), hf_name
         if target.parametrization.clip is not None and (target.parametrization.clip < 1).any():
-            clipped_tensors += 1
+            clipped.add(hf_name)
             assert not np.array_equal(np.asarray(t.data), np.asarray(plain_tensors[t.name].data))
-    assert clipped_tensors > 0
+    assert "model.layers.0.mlp.up_proj.weight" in clipped
+    assert ("model.embed_tokens.weight" in clipped) == (embedding_type == "Q4_0")  # Q8_0 has nothing to clip
     assert json.loads(manifest_path(out).read_text())["inputs"]["qat_state_sha256"] == sha256_file(state_file)
 
     # a QAT state without clipping writes exactly what plain ggml quantization writes
     qat.remove()
-    plain_qat = prepare_qat(model, clip_search=False)
+    plain_qat = prepare_qat(model, clip_search=False, embedding_type=embedding_type)
     no_clip = export_gguf(
         checkpoint, tmp_path / "noclip.gguf", "Q4_0", qat_state=plain_qat.save(tmp_path / "noclip.safetensors")
     )
@@ -260,6 +265,58 @@ def test_export_refuses_a_qat_state_from_another_step(tokenizer: Tokenizer, tmp_
     with pytest.raises(ValueError, match="trained for Q4_0, but the export type is Q8_0"):
         export_gguf(checkpoint, tmp_path / "x.gguf", "Q8_0", qat_state=state_file)
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_an_all_q4_0_export_stores_embedding_and_head_at_q4_0_and_is_smaller(tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(7)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size(), tie_word_embeddings=False)).eval()
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    mixed = export_gguf(checkpoint, tmp_path / "mixed.gguf", "Q4_0")
+    all_q4 = export_gguf(checkpoint, tmp_path / "all-q4.gguf", "Q4_0", embedding_type="Q4_0")
+    _, tensors = read_gguf(all_q4)
+    state = model.state_dict()
+    for name, hf_name in (("token_embd.weight", "model.embed_tokens.weight"), ("output.weight", "lm_head.weight")):
+        assert tensors[name].tensor_type == T.Q4_0
+        w = state[hf_name].numpy()
+        assert np.array_equal(np.asarray(tensors[name].data).reshape(-1), gguf.quants.quantize(w, T.Q4_0).reshape(-1))
+    manifest = json.loads(manifest_path(all_q4).read_text())
+    assert manifest["tensor_types"] == {"Q4_0": 16, "F32": 9}
+    # the two vocabulary tensors (vocab × 64) go from 34 to 18 bytes per block of 32; nothing else differs
+    saved = 2 * (tokenizer.get_vocab_size() * 64 // 32) * (34 - 18)
+    assert all_q4.stat().st_size == pytest.approx(mixed.stat().st_size - saved, abs=64)  # alignment padding
+
+
+def test_a_size_cap_defaults_to_q4_0_embeddings_and_refuses_a_larger_file(tokenizer: Tokenizer, tmp_path: Path):
+    torch.manual_seed(8)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())).eval()
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    capped = export_gguf(checkpoint, tmp_path / "capped.gguf", "Q4_0", max_bytes=10**9)
+    _, tensors = read_gguf(capped)
+    assert tensors["token_embd.weight"].tensor_type == T.Q4_0
+    size = capped.stat().st_size
+    assert export_gguf(checkpoint, tmp_path / "exact.gguf", "Q4_0", max_bytes=size).stat().st_size == size
+
+    over = tmp_path / "over.gguf"
+    with pytest.raises(
+        ValueError,
+        match=rf"over\.gguf: {size:,} bytes as Q4_0 with Q4_0 embeddings, over the cap of "
+        rf"{size - 1:,} \(largest: token_embd\.weight Q4_0 ",
+    ):
+        export_gguf(checkpoint, over, "Q4_0", max_bytes=size - 1)
+    with pytest.raises(ValueError, match=r"with Q8_0 embeddings, .*; Q4_0 embeddings \(--embedding-type Q4_0\)"):
+        export_gguf(checkpoint, over, "Q4_0", embedding_type="Q8_0", max_bytes=size)
+    assert not over.exists() and not manifest_path(over).exists()
+    assert list(tmp_path.glob("*.tmp")) == []  # the refused file's temporary is gone too
+
+    # a QAT state fixes the embedding type: a cap does not change it, another explicit type is refused
+    qat = prepare_qat(model, embedding_type="Q8_0")
+    state_file = qat.save(tmp_path / "qat.safetensors")
+    _, tensors = read_gguf(export_gguf(checkpoint, tmp_path / "q.gguf", "Q4_0", qat_state=state_file, max_bytes=10**9))
+    assert tensors["token_embd.weight"].tensor_type == T.Q8_0
+    with pytest.raises(ValueError, match="trained with Q8_0 embeddings, but the export asks for Q4_0"):
+        export_gguf(checkpoint, over, "Q4_0", qat_state=state_file, embedding_type="Q4_0")
+    with pytest.raises(ValueError, match="Embedding type Q4_0 is for Q4_0 files"):
+        export_gguf(checkpoint, over, "Q8_0", embedding_type="Q4_0")
 
 
 def test_export_refuses_a_tokenizer_llama_cpp_would_split_differently(tokenizer: Tokenizer, tmp_path: Path):
@@ -287,6 +344,14 @@ def test_cli_stage(tokenizer: Tokenizer, tmp_path: Path, capsys: pytest.CaptureF
     assert manifest["outputs"]["d.gguf"]["sha256"] == sha256_file(out)
     assert manifest["outputs"]["d.gguf"]["sha256"][:16] in capsys.readouterr().out
     assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(out), "--type", "F16"]) != 0
+
+    capsys.readouterr()
+    q4 = tmp_path / "out" / "q4.gguf"
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(q4), "--embedding-type", "q4_0"]) == 0
+    assert "with Q4_0 embeddings" in capsys.readouterr().out
+    assert read_gguf(q4)[1]["token_embd.weight"].tensor_type == T.Q4_0
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(q4), "--max-bytes", "100"]) != 0
+    assert "over the cap of 100" in capsys.readouterr().err
 
 
 def test_q4_0_blocks_of_an_exported_tensor_match_quant_module(tokenizer: Tokenizer, tmp_path: Path):

@@ -2,7 +2,8 @@
 
 - F32 export vs the fp32 model: the same 16-token greedy drafts on all 20 prompts and first-step log-probabilities
   within 1e-4, with llama.cpp in its plain-fp32 settings (no flash attention, F32 KV cache);
-- Q4_0 export with a QAT state vs the fake-quantized model with ggml's Q8_0 rounding of matmul inputs emulated
+- Q4_0 export with a QAT state (token embedding at Q8_0, and all-Q4_0: the embedding at Q4_0 too) vs the
+  fake-quantized model with ggml's Q8_0 rounding of matmul inputs emulated
   (the rule of the CPU path llama.cpp runs: quant.ggml_activation_rule): first-step log-probabilities within 1e-4
   once the roundings that float32 cannot decide are accounted for (below), on the CPU variant ggml picks and on every
   other variant this CPU can run (pinned with scripts/ggml_cpu_variant.c); a wrong emulation fails the same check;
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gguf
 import pytest
 import torch
 from ggml_cpu import build_shim, pinned_env, runnable_variants, variant_of
@@ -178,17 +180,29 @@ def test_f32_export_drafts_like_the_fp32_model(lab: Lab, tmp_path: Path):
     assert parity.max_diff < EXACT_TOLERANCE
 
 
-@pytest.fixture(scope="module")
-def qat_export(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Qwen3ForCausalLM, QatState, Path]:
-    """The lab model under QAT with clipping (some blocks clipped), exported to Q4_0 with its QAT state."""
+@pytest.fixture(scope="module", params=["Q8_0", "Q4_0"], ids=["q8_0-embedding", "all-q4_0"])
+def qat_export(
+    lab: Lab, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[Qwen3ForCausalLM, QatState, Path]:
+    """The lab model under QAT with clipping (some blocks clipped), exported to Q4_0 with its QAT state: the token
+    embedding (tied: also the output head) at Q8_0, or at Q4_0 like the rest (an all-Q4_0 file). llama.cpp dequantizes
+    a Q4_0 embedding row exactly and rounds the head's input to Q8_0 as for any Q4_0 matmul, so the same emulation
+    must be exact for both."""
+    embedding_type = request.param
     model = copy.deepcopy(lab.model)
-    qat = prepare_qat(model, clip_search=True)
+    qat = prepare_qat(model, clip_search=True, embedding_type=embedding_type)
     assert any((t.parametrization.clip < 1).any() for t in qat.targets.values() if t.parametrization.clip is not None)
+    embedding = qat.targets["model.embed_tokens.weight"]
+    assert embedding.qtype.name == embedding_type and len(embedding.modules) == 2  # tied: lookup and head
     out_dir = tmp_path_factory.mktemp("qat")
     with qat.unwrapped():
         checkpoint = save_checkpoint(model, lab.tokenizer, out_dir / "ckpt")
     state = qat.save(checkpoint / "qat_state.safetensors")
-    return model, qat, export_gguf(checkpoint, out_dir / "q4_0.gguf", "Q4_0", qat_state=state)
+    gguf_path = export_gguf(checkpoint, out_dir / "q4_0.gguf", "Q4_0", qat_state=state)
+    assert {t.name: t.tensor_type.name for t in gguf.GGUFReader(gguf_path).tensors}["token_embd.weight"] == (
+        embedding_type
+    )
+    return model, qat, gguf_path
 
 
 # --------------------------------------------------------------------------------------------------------------------

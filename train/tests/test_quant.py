@@ -16,6 +16,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from specdraft_train.config import ExportConfig, resolve_embedding_type
 from specdraft_train.quant import (
     CLIP_CANDIDATES,
     fake_quant_q4_0,
@@ -171,6 +172,27 @@ def test_storage_types_per_file_type():
         gguf_storage_type("x.weight", (32, 32), "Q5_K")
 
 
+def test_an_all_q4_0_file_stores_the_vocabulary_tensors_at_q4_0_and_nothing_else_changes():
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert gguf_storage_type(name, (600, 64), "Q4_0", "Q4_0") == T.Q4_0
+        assert gguf_storage_type(name, (600, 64), "Q4_0", "q4_0") == T.Q4_0  # the case config values come in
+        assert gguf_storage_type(name, (600, 64), "Q8_0", "Q4_0") == T.Q8_0  # only Q4_0 files have the choice
+        assert gguf_storage_type(name, (600, 100), "Q4_0", "Q4_0") == T.F16  # rows must still be blockable
+    assert gguf_storage_type("model.norm.weight", (64,), "Q4_0", "Q4_0") == T.F32
+    assert gguf_storage_type("model.layers.0.mlp.up_proj.weight", (96, 64), "Q4_0", "Q4_0") == T.Q4_0
+    with pytest.raises(ValueError, match="Unknown embedding type 'Q6_K'"):
+        gguf_storage_type("lm_head.weight", (600, 64), "Q4_0", "Q6_K")
+
+
+def test_the_embedding_type_defaults_to_q4_0_only_under_a_size_cap():
+    assert resolve_embedding_type() == resolve_embedding_type("", 0) == "Q8_0"
+    assert resolve_embedding_type(None, 1_000_000_000) == "Q4_0"
+    assert resolve_embedding_type("q8_0", 1_000_000_000) == "Q8_0"  # an explicit choice wins over the cap's default
+    assert ExportConfig().resolved_embedding_type() == "Q8_0"
+    assert ExportConfig(max_bytes=10**9).resolved_embedding_type() == "Q4_0"
+    assert ExportConfig(embedding_type="Q4_0").resolved_embedding_type() == "Q4_0"
+
+
 def tiny_model(tied: bool = True, seed: int = 0) -> Qwen3ForCausalLM:
     config = Qwen3Config(
         vocab_size=100,
@@ -186,15 +208,18 @@ def tiny_model(tied: bool = True, seed: int = 0) -> Qwen3ForCausalLM:
     return Qwen3ForCausalLM(config).eval()
 
 
+@pytest.mark.parametrize("embedding_type", ["Q8_0", "Q4_0"])
 @pytest.mark.parametrize("tied", [True, False])
-def test_prepare_qat_forward_uses_exactly_the_stored_weights(tied: bool, tmp_path: Path):
+def test_prepare_qat_forward_uses_exactly_the_stored_weights(tied: bool, embedding_type: str, tmp_path: Path):
+    # Q4_0 embeddings are QAT targets like the projections: clip-searched blocks, one tensor for lookup and head (tied)
     torch.set_num_threads(1)
     model = tiny_model(tied)
     latent = {k: v.clone() for k, v in model.state_dict().items()}
-    qat = prepare_qat(model, clip_search=True)
+    qat = prepare_qat(model, clip_search=True, embedding_type=embedding_type)
+    vocab_type = T[embedding_type]
     expected_types = {
-        "model.embed_tokens.weight": T.Q8_0,
-        **({} if tied else {"lm_head.weight": T.Q8_0}),
+        "model.embed_tokens.weight": vocab_type,
+        **({} if tied else {"lm_head.weight": vocab_type}),
         **{f"model.layers.0.self_attn.{p}_proj.weight": T.Q4_0 for p in "qkvo"},
         **{f"model.layers.0.mlp.{p}_proj.weight": T.Q4_0 for p in ("gate", "up", "down")},
     }
@@ -229,8 +254,11 @@ def test_prepare_qat_forward_uses_exactly_the_stored_weights(tied: bool, tmp_pat
         assert not any("parametrizations" in k for k in plain)
     assert any("parametrizations" in k for k in model.state_dict())  # re-attached after the block
 
+    if embedding_type == "Q4_0":
+        assert (qat.targets["model.embed_tokens.weight"].parametrization.clip < 1).any()  # the search covered it
     saved = load_qat_state(qat.save(tmp_path / "qat.safetensors"))
     assert saved.out_type == "Q4_0" and saved.types == {n: t.name for n, t in expected_types.items()}
+    assert saved.embedding_type == embedding_type
     assert set(saved.clips) == {n for n, t in expected_types.items() if t == T.Q4_0}
     assert saved.fingerprints == qat.fingerprints()
 

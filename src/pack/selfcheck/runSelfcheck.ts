@@ -1,9 +1,12 @@
 /**
  * `specdraft selfcheck`: runs a packed drafter folder the way a grader would and checks each gate in turn —
- * prerequisites, size, startup, smoke, held-out serving time (full walk or projected from a sample), request failures,
- * health after the walk — then stops the server it started (its whole process group).
+ * prerequisites, size (every byte, and how much of the cap the model and a bundled runtime take), startup, smoke,
+ * held-out serving time (full walk or projected from a sample), request failures, health after the walk — then stops
+ * the server it started (its whole process group). With `cleanEnv` serve.sh runs from a copy of the folder in an
+ * environment with no node and no specdraft (cleanEnvironment.ts), which a bundled folder must start in.
  */
-import { access, constants, readdir, readFile, stat } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { access, constants, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { createSpecdraftClient, defaultTimeoutMs } from "../../client/createDraftClient.js";
 import type { DraftFailureKind } from "../../client/types.js";
@@ -18,13 +21,16 @@ import {
     architectureFileName,
     checkArchitectureFile,
     dataManifestFileName,
+    defaultMaxFolderBytes,
     serveScriptName,
 } from "../drafterFolder.js";
+import { describeLargestParts, folderBytes, formatByteCount } from "../folderBytes.js";
+import { specdraftRoot } from "../packDrafter.js";
+import { type CleanEnvironment, makeCleanEnvironment } from "./cleanEnvironment.js";
 import { sampleWindows } from "./sampleWindows.js";
 import { findFreePort, healthStatus, type ServeProcess, startServeScript, waitForHealth } from "./startServeScript.js";
 import {
     defaultBudgetSeconds,
-    defaultMaxBytes,
     defaultMaxFailures,
     defaultSampleConversations,
     defaultStartupTimeoutSeconds,
@@ -118,14 +124,25 @@ export async function runSelfcheck(
     }
     decide("prerequisites", problems.length === 0, problems.length === 0 ? found.join(", ") : problems.join("; "));
 
-    // size: everything in the folder
-    const maxBytes = options.maxBytes ?? defaultMaxBytes;
+    // size: every byte in the folder, and what of the cap the model and a bundled runtime take
+    const maxBytes = options.maxBytes ?? defaultMaxFolderBytes;
     try {
-        const bytes = await folderBytes(dir);
+        const { total, parts } = await folderBytes(dir);
+        const share = (bytes: number): string =>
+            `${formatByteCount(bytes)} = ${((100 * bytes) / maxBytes).toFixed(1)} %`;
+        const model = architecture ? parts.find((p) => p.path === architecture?.model_file) : undefined;
+        const runtime = architecture?.runtime;
+        const split = [
+            ...(model ? [`model ${share(model.bytes)}`] : []),
+            runtime
+                ? `runtime ${share(runtime.bytes)} (node ${runtime.node}, ${runtime.backends.join(" + ")})`
+                : "no runtime bundled: serve.sh needs node and specdraft on the host",
+        ];
         decide(
             "size",
-            bytes <= maxBytes,
-            `${formatBytes(bytes)} ${bytes <= maxBytes ? "≤" : ">"} ${formatBytes(maxBytes)}`,
+            total <= maxBytes,
+            `${formatByteCount(total)} ${total <= maxBytes ? "≤" : ">"} ${formatByteCount(maxBytes)}: ${split.join(", ")} of the cap` +
+                (total <= maxBytes ? "" : `; largest parts: ${describeLargestParts(parts)}`),
         );
     } catch (error) {
         decide("size", false, describeReadError(error));
@@ -142,9 +159,25 @@ export async function runSelfcheck(
     const port = await findFreePort();
     const baseUrl = `http://127.0.0.1:${port}`;
     let server: ServeProcess | undefined;
+    let clean: CleanEnvironment | undefined;
     let tau: number | null = null;
     try {
-        server = startServeScript(serveScript, dir, port, options.env);
+        let where = "";
+        if (options.cleanEnv) {
+            clean = await makeCleanEnvironment(dir, options.env);
+            server = startServeScript(path.join(clean.dir, serveScriptName), clean.dir, port, clean.env, false);
+            where = ` in a clean environment (${clean.description})`;
+        } else {
+            const env = { ...options.env };
+            const thisSpecdraft = path.join(specdraftRoot, "dist", "cli", "main.js");
+            // a folder without its runtime runs on this machine's specdraft, as it would where one is installed
+            const unset = (env.SPECDRAFT ?? process.env.SPECDRAFT) === undefined;
+            if (!architecture?.runtime && unset && existsSync(thisSpecdraft)) {
+                env.SPECDRAFT = `${process.execPath} ${thisSpecdraft}`;
+                where = " with this specdraft (SPECDRAFT)";
+            }
+            server = startServeScript(serveScript, dir, port, env);
+        }
         const startupLimit = options.startupTimeoutSeconds ?? defaultStartupTimeoutSeconds;
         const health = await waitForHealth(baseUrl, startupLimit, server);
         if (!health.healthy) {
@@ -155,7 +188,7 @@ export async function runSelfcheck(
         decide(
             "startup",
             true,
-            `PORT=${port}: GET /health 200 after ${health.seconds.toFixed(1)} s (limit ${startupLimit} s)`,
+            `PORT=${port}: GET /health 200 after ${health.seconds.toFixed(1)} s (limit ${startupLimit} s)${where}`,
         );
 
         const draftLength = options.draftLength ?? architecture?.draft_length ?? defaultDraftLength;
@@ -230,28 +263,12 @@ export async function runSelfcheck(
         return finish(gates, tau);
     } finally {
         await server?.stop();
+        await clean?.remove();
     }
 }
 
 function finish(gates: GateResult[], tau: number | null): SelfcheckResult {
     return { ok: gates.every((g) => g.ok), gates, tau };
-}
-
-/** Bytes of every file under `dir` (links followed, so a linked model counts). */
-async function folderBytes(dir: string): Promise<number> {
-    let total = 0;
-    for (const entry of await readdir(dir)) {
-        const full = path.join(dir, entry);
-        const info = await stat(full);
-        total += info.isDirectory() ? await folderBytes(full) : info.size;
-    }
-    return total;
-}
-
-function formatBytes(bytes: number): string {
-    if (bytes >= 1024 ** 3) return `${(bytes / 1024 ** 3).toFixed(2)} GiB`;
-    if (bytes >= 1024 ** 2) return `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
-    return `${bytes.toLocaleString("en-US")} B`;
 }
 
 function describeReadError(error: unknown): string {

@@ -25,12 +25,21 @@ export interface ServeProcess {
     stop(graceMs?: number): Promise<void>;
 }
 
-/** Starts `script` in `cwd` with PORT=`port` and `env` over this process's environment. */
-export function startServeScript(script: string, cwd: string, port: number, env: NodeJS.ProcessEnv = {}): ServeProcess {
+/**
+ * Starts `script` in `cwd` with PORT=`port` and `env` over this process's environment (`inherit`), or over nothing
+ * (a clean environment).
+ */
+export function startServeScript(
+    script: string,
+    cwd: string,
+    port: number,
+    env: NodeJS.ProcessEnv = {},
+    inherit = true,
+): ServeProcess {
     const child = spawn(script, [], {
         cwd,
         detached: true,
-        env: { ...process.env, ...env, PORT: String(port) },
+        env: { ...(inherit ? process.env : {}), ...env, PORT: String(port) },
         stdio: ["ignore", "pipe", "pipe"],
     });
     const lines: string[] = [];

@@ -28,7 +28,7 @@ export interface SelfcheckOptions {
     dir: string;
     /** Held-out JSONL walked for the serving-time gate. */
     data: string;
-    /** Largest folder size in bytes. Defaults to `1 GiB`. */
+    /** Largest folder, every byte of it. Defaults to `1000000000` (drafterFolder.ts: defaultMaxFolderBytes). */
     maxBytes?: number;
     /** Seconds serve.sh may take until GET /health answers 200. Defaults to `300`. */
     startupTimeoutSeconds?: number;
@@ -52,10 +52,17 @@ export interface SelfcheckOptions {
     maxFailures?: number;
     /** Extra environment for serve.sh (e.g. SPECDRAFT). Defaults to none. */
     env?: NodeJS.ProcessEnv;
+    /**
+     * Run serve.sh as on a bare host: from a copy of the folder elsewhere, with only `env` and a PATH of the few tools
+     * a bundled serve.sh needs (cleanEnvTools: no node), an empty HOME and a fresh TMPDIR. Defaults to `false`.
+     */
+    cleanEnv?: boolean;
 }
 
-/** The defaults SelfcheckOptions documents, for the command's help. */
-export const defaultMaxBytes = 1024 ** 3;
+/** What a clean environment's PATH holds: what a bundled serve.sh needs from the host (xz, or python3 without it). */
+export const cleanEnvTools = ["bash", "tar", "xz", "mkdir", "mktemp", "mv", "rm"] as const;
+
+/** The defaults SelfcheckOptions documents, for the command's help (the size cap: drafterFolder.ts). */
 export const defaultStartupTimeoutSeconds = 300;
 export const defaultBudgetSeconds = 10_800;
 export const defaultSampleConversations = 16;

@@ -1,15 +1,28 @@
-/** What the engine reports about a GGUF: vocabulary fingerprint (same as Python's), weight type, clear load errors. */
+/**
+ * The GGUF reader (src/engine/gguf.ts): vocabulary fingerprint (same as Python's), the one quantization rule, clear
+ * one-line errors for unusable files.
+ */
 
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { EngineLoadError } from "../../src/engine/errors.js";
+import {
+    type GgufTensor,
+    ggufFileType,
+    ggufQuantization,
+    readGgufHeader,
+    readModelFileInfo,
+    vocabFingerprint,
+} from "../../src/engine/gguf.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { readModelFileInfo } from "../../src/engine/readModelFileInfo.js";
-import { vocabFingerprint } from "../../src/engine/vocabFingerprint.js";
 import { tinyModel, tinyModelQ4, tinyModelVocab2 } from "./helpers/engineFixtures.js";
+
+/** The default drafter: Q4_0 blocks and a Q8_0 token embedding holding more elements than all blocks together. */
+const defaultDrafter = fileURLToPath(new URL("../../models/specdraft-default.gguf", import.meta.url));
 
 test("the fingerprint equals Python's sha256 of json.dumps(tokens, ensure_ascii=False, separators=(',', ':'))", async () => {
     const info = await readModelFileInfo(tinyModel);
@@ -36,6 +49,46 @@ test("a different vocabulary has a different fingerprint; the same vocabulary qu
     assert.deepEqual([a.quantization, b.quantization, q4.quantization], ["Q8_0", "F32", "Q4_0"]);
     assert.equal(a.architecture, "qwen3");
     assert.match(a.modelName, /tiny-qwen3/);
+});
+
+test("a file's quantization is its matmul weights' type, not its largest tensor's, and agrees with file_type", async () => {
+    const header = await readGgufHeader(defaultDrafter);
+    const embedding = header.tensors.find((t) => t.name === "token_embd.weight");
+    const blocks = header.tensors.filter((t) => t.name.startsWith("blk.") && t.dimensions.length === 2);
+    assert.equal(embedding?.type, "Q8_0");
+    assert.ok(embedding.elements > blocks.reduce((sum, t) => sum + t.elements, 0), "the embedding outweighs the rest");
+    assert.equal(ggufQuantization(header), "Q4_0");
+    assert.equal((await readModelFileInfo(defaultDrafter)).quantization, "Q4_0");
+    // every file specdraft writes says the same in general.file_type
+    for (const path of [defaultDrafter, tinyModel, tinyModelQ4, tinyModelVocab2]) {
+        const h = await readGgufHeader(path);
+        assert.equal(ggufFileType(h)?.replace(/^(MOSTLY|ALL)_/, ""), ggufQuantization(h), path);
+    }
+});
+
+test("the rule: most block matmul weights (ties by elements), norms and vocabulary tensors aside; else file_type", () => {
+    const tensor = (name: string, type: string, ...dimensions: number[]): GgufTensor => ({
+        name,
+        type,
+        dimensions,
+        elements: dimensions.reduce((p, d) => p * d, 1),
+    });
+    const metadata = { general: { file_type: 7 } } as unknown as Parameters<typeof ggufQuantization>[0]["metadata"];
+    const mixed = [
+        tensor("token_embd.weight", "Q8_0", 2048, 151936),
+        tensor("output.weight", "Q6_K", 2048, 151936),
+        tensor("blk.0.attn_q.weight", "Q4_0", 2048, 2048),
+        tensor("blk.0.attn_v.weight", "Q6_K", 2048, 1024),
+        tensor("blk.0.ffn_up.weight", "Q4_0", 2048, 6144),
+        tensor("blk.0.attn_norm.weight", "F32", 2048),
+        tensor("blk.0.ffn_norm.weight", "F32", 2048),
+        tensor("blk.0.attn_k_norm.weight", "F32", 128),
+    ];
+    assert.equal(ggufQuantization({ tensors: mixed, metadata }), "Q4_0");
+    const tie = [tensor("blk.0.a.weight", "Q4_0", 64, 64), tensor("blk.0.b.weight", "Q8_0", 64, 128)];
+    assert.equal(ggufQuantization({ tensors: tie, metadata }), "Q8_0");
+    assert.equal(ggufQuantization({ tensors: [tensor("token_embd.weight", "F16", 64, 100)], metadata }), "Q8_0");
+    assert.equal(ggufQuantization({ tensors: [], metadata: {} as typeof metadata }), "unknown");
 });
 
 test("a missing or corrupt model file gives a one-line EngineLoadError", async (t) => {
