@@ -17,41 +17,11 @@ import time
 from pathlib import Path
 
 import torch
+from qwen3_shapes import SHAPES  # bench/models/, the script's own folder
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.config import EMBEDDING_TYPES
 from specdraft_train.export import export_gguf
-
-SHAPES = {
-    # Qwen/Qwen3-0.6B's config.json: 28 layers, hidden 1024, 16 q / 8 kv heads of 128, FFN 3072, tied embeddings.
-    "qwen3-0.6b": dict(
-        vocab_size=151936,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-    ),
-    # Qwen/Qwen3-1.7B's config.json: 28 layers, hidden 2048, 16 q / 8 kv heads of 128, FFN 6144, tied embeddings.
-    "qwen3-1.7b": dict(
-        vocab_size=151936,
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-    ),
-}
 
 
 def main() -> None:

@@ -13,28 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-# Qwen3-1.7B's shape (config.json of Qwen/Qwen3-1.7B); weights are random: decode time does not depend on their values.
-QWEN3_1P7B = dict(
-    vocab_size=151936,
-    hidden_size=2048,
-    intermediate_size=6144,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-    rope_theta=1_000_000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from qwen3_shapes import SHAPES  # noqa: E402  (bench/models/: one table of the real models' shapes)
 
 
 @dataclass
@@ -156,7 +146,7 @@ def main() -> None:
         model = Qwen3ForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16)
     else:
         torch.manual_seed(0)
-        model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_1P7B)).to(torch.bfloat16)
+        model = Qwen3ForCausalLM(Qwen3Config(**SHAPES["qwen3-1.7b"])).to(torch.bfloat16)
     model = model.to(device).eval()
     batcher = Batcher(model, device, args.max_batch)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(batcher, model.config.vocab_size, args.draft_len))
