@@ -20,7 +20,7 @@ import torch
 from qwen3_shapes import SHAPES  # bench/models/, the script's own folder
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from specdraft_train.config import EMBEDDING_TYPES
+from specdraft_train.config import add_embedding_type_argument
 from specdraft_train.export import export_gguf
 
 
@@ -29,12 +29,9 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json of the model family")
     ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "F16"])
-    ap.add_argument(
-        "--embedding-type",
-        type=str.upper,
-        choices=EMBEDDING_TYPES,
-        default=None,
-        help="token embedding type in a Q4_0 file (default: Q4_0 with --max-bytes, else Q8_0)",
+    add_embedding_type_argument(
+        ap,
+        "token embedding type in a Q4_0 file (default: Q4_0 with --max-bytes, else Q8_0)",
     )
     ap.add_argument("--max-bytes", type=int, default=0, help="refuse a file larger than this (default: no cap)")
     ap.add_argument("--out", type=Path, required=True)

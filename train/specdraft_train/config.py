@@ -8,6 +8,7 @@ to override them. Print a preset with:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import typing
@@ -143,6 +144,11 @@ class DistillConfig:
 EMBEDDING_TYPES = ("Q8_0", "Q4_0")
 DEFAULT_EMBEDDING_TYPE = "Q8_0"  # llama-quantize's habit of keeping the vocabulary above Q4_0 (it uses Q6_K)
 SIZE_CAPPED_EMBEDDING_TYPE = "Q4_0"  # the default when a file must fit a size cap: the largest saving there is
+
+
+def add_embedding_type_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--embedding-type Q8_0|Q4_0`` (any case), None when absent, for every command that writes or scores a file."""
+    parser.add_argument("--embedding-type", type=str.upper, choices=EMBEDDING_TYPES, default=None, help=help)
 
 
 def resolve_embedding_type(embedding_type: str | None = None, max_bytes: int = 0) -> str:

@@ -79,7 +79,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from .artifacts import input_record, read_manifest, sha256_file, verify_stage_dir, write_manifest
-from .config import EMBEDDING_TYPES, DistillConfig, ExportConfig, apply_settings, get_preset, override
+from .config import (
+    DistillConfig,
+    ExportConfig,
+    add_embedding_type_argument,
+    apply_settings,
+    get_preset,
+    override,
+)
 from .models import (
     architecture_summary,
     autocast_context,
@@ -713,12 +720,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="under torchrun: shard weights, gradients and optimizer over the ranks (FSDP) instead of DDP "
         "(default: the preset's distill.fsdp, false)",
     )
-    p.add_argument(
-        "--embedding-type",
-        type=str.upper,
-        choices=EMBEDDING_TYPES,
-        default=None,
-        help="with --qat: the token embedding's type in the Q4_0 file (default: the preset's export.embedding_type)",
+    add_embedding_type_argument(
+        p,
+        "with --qat: the token embedding's type in the Q4_0 file (default: the preset's export.embedding_type)",
     )
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")

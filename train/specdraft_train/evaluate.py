@@ -24,7 +24,12 @@ from typing import Any
 import torch
 
 from .artifacts import atomic_write_json, read_manifest, sha256_file, verify_stage_dir
-from .config import DEFAULT_EMBEDDING_TYPE, EMBEDDING_TYPES, EvalConfig, resolve_embedding_type
+from .config import (
+    DEFAULT_EMBEDDING_TYPE,
+    EvalConfig,
+    add_embedding_type_argument,
+    resolve_embedding_type,
+)
 from .models import (
     checkpoint_info,
     is_local_checkpoint,
@@ -154,12 +159,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", action="append", default=[], help="drafter to evaluate (repeatable): dir or HF id")
     p.add_argument("--target", default=None, help="also evaluate the target as its own drafter (sanity τ ≈ k+1)")
     p.add_argument("--q4", action="store_true", help="also τ with GGUF Q4_0 weights (QAT state if present, else PTQ)")
-    p.add_argument(
-        "--embedding-type",
-        type=str.upper,
-        choices=EMBEDDING_TYPES,
-        default=None,
-        help="with --q4, for a PTQ drafter: the embedding's type in the Q4_0 file (default: Q8_0)",
+    add_embedding_type_argument(
+        p,
+        "with --q4, for a PTQ drafter: the embedding's type in the Q4_0 file (default: Q8_0)",
     )
     p.add_argument("--ngram", action="store_true", help="also the n-gram prompt-lookup peer")
     p.add_argument("--k", type=int, default=EvalConfig.k, help=f"draft length (default: {EvalConfig.k})")

@@ -40,7 +40,7 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 
 from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
-from .config import DEFAULT_EMBEDDING_TYPE, EMBEDDING_TYPES, resolve_embedding_type
+from .config import DEFAULT_EMBEDDING_TYPE, add_embedding_type_argument, resolve_embedding_type
 from .quant import (
     OUT_TYPES,
     LoadedQatState,
@@ -409,12 +409,9 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to none.",
     )
-    parser.add_argument(
-        "--embedding-type",
-        type=str.upper,
-        choices=EMBEDDING_TYPES,
-        default=None,
-        help="type of the token embedding (and an untied output head) in a Q4_0 file. Defaults to the QAT state's, "
+    add_embedding_type_argument(
+        parser,
+        "type of the token embedding (and an untied output head) in a Q4_0 file. Defaults to the QAT state's, "
         "else Q4_0 with --max-bytes, else Q8_0.",
     )
     parser.add_argument(
