@@ -9,8 +9,9 @@
 #   2. 32 streams × 512 with bench/serveBench.ts (the ≥ 277 req/s floor of 2026-12-01 must hold);
 #   3. target costs (alone, verify m = 1 … 17 native and node-llama-cpp) for both targets;
 #   4. end to end: `specdraft generate --verifier exact` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
-#      with TARGET (e.g. the lab's target GGUF from train/scripts/gpu_lab.sh on this machine): TARGET ← the committed
-#      models/specdraft-default.gguf on data/lab-heldout.jsonl, and its costs;
+#      with TARGET (e.g. the lab's target GGUF that train/scripts/gpu_lab_checks.sh writes on this machine): TARGET ←
+#      the committed models/specdraft-default.gguf on data/lab-heldout.jsonl (or LAB_DRAFTER on LAB_DATA: the drafter
+#      and held-out set of that lab), and its costs;
 #   5. if time is left: an ncu census of the 1.7B drafter's kernels per batch-1 step (count and duration).
 # Everything lands in RESULTS (JSON in generateCosts' format, logs, tables.md from bench/speedUpTable.ts).
 #
@@ -161,12 +162,14 @@ if [ -f "$target_f16" ] && [ -f "$drafter_big" ]; then
   e2e "$t16" "$target_f16" "$big" "$drafter_big" http data/lab-heldout.jsonl
   e2e "$t16" "$target_f16" "$big" "$drafter_big" in-process data/lab-heldout.jsonl
 fi
+# the lab pair: the committed default drafter and held-out set, or (LAB_DRAFTER, LAB_DATA) a lab just run on this machine
+lab_drafter=${LAB_DRAFTER:-models/specdraft-default.gguf}; lab_data=${LAB_DATA:-data/lab-heldout.jsonl}
 if [ -n "$lab_target" ]; then
   if [ -f "$lab_target" ] && [ "$(elapsed)" -lt "$budget" ]; then
     target_costs lab "$lab_target"
-    drafter_costs default models/specdraft-default.gguf
-    e2e lab "$lab_target" default models/specdraft-default.gguf http data/lab-heldout.jsonl 8
-    e2e lab "$lab_target" default models/specdraft-default.gguf in-process data/lab-heldout.jsonl 8
+    drafter_costs default "$lab_drafter"
+    e2e lab "$lab_target" default "$lab_drafter" http "$lab_data" 8
+    e2e lab "$lab_target" default "$lab_drafter" in-process "$lab_data" 8
   else
     fail "lab target $lab_target: missing or no time left"
   fi

@@ -23,6 +23,11 @@ the token embedding at Q4_0 too, an all-Q4_0 file), or ``variant.qat=true|false`
 its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every variant) besides its epochs and
 plateau stop.
 
+``--jobs N`` runs N variants at a time on the one device, each in its own process: a small drafter leaves most of an
+H200 idle (its steps are bound by kernel launches), so N variants with equal time budgets share it fairly, each
+training on fewer tokens than alone. Each result records ``device_shared_by`` (N, or fewer when fewer variants were
+left to run), and the report says so beside the device seconds.
+
 Writes ``OUT/NAME/`` (the variant's checkpoints, GGUF and ``result.json``), then ``OUT/ablation.json`` and
 ``OUT/ablation.md`` (one row per finished variant). Resumable: a finished variant is skipped on rerun, a
 distillation cut off mid-run resumes from its own ``resume/`` state; a name reused with other settings is refused.
@@ -34,12 +39,15 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from . import distill
 from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
@@ -62,6 +70,11 @@ class Variant:
     distill_settings: tuple[str, ...]  # "distill.FIELD=VALUE", as given
     qat: bool = True  # QAT after distillation, like the lab; False scores the distilled drafter at Q4_0 PTQ
     export_settings: tuple[str, ...] = ()  # "export.FIELD=VALUE", as given
+
+    def text(self) -> str:
+        """The ``--variant`` argument that parses back to this variant."""
+        settings = [*self.distill_settings, *self.export_settings, *([] if self.qat else ["variant.qat=false"])]
+        return f"{self.name}:{','.join(settings)}"
 
     def spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
@@ -196,7 +209,13 @@ class VariantProgress:
 
 
 def run_variant(
-    lab: Path, out: Path, preset: LabPreset, variant: Variant, reference: dict[str, Any], device_name: str
+    lab: Path,
+    out: Path,
+    preset: LabPreset,
+    variant: Variant,
+    reference: dict[str, Any],
+    device_name: str,
+    device_shared_by: int = 1,
 ) -> dict[str, Any]:
     """Distill (+ QAT) and score one variant into ``out/NAME``; returns its result (also written as result.json)."""
     directory = out / variant.name
@@ -290,8 +309,10 @@ def run_variant(
             for m in manifests
         },
         "device": str(device),
-        # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200.
+        # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200
+        # (shared with device_shared_by − 1 other variants running at the same time, with --jobs).
         "device_seconds": round(sum(progress.data["seconds"].values()), 2),
+        "device_shared_by": device_shared_by,
     }
     atomic_write_json(directory / RESULT_FILE, result)
     return result
@@ -382,6 +403,14 @@ def markdown(summary: dict[str, Any]) -> str:
         + " | ".join(_fmt(target["by_category"].get(c, {}).get("tau")) for c in categories)
         + " |"
     )
+    shared = {r["name"]: r.get("device_shared_by", 1) for r in rows if r.get("device_shared_by", 1) > 1}
+    if shared:
+        lines += [
+            "",
+            "Ran concurrently on one device (`--jobs`): "
+            + ", ".join(f"{name} (shared by {n})" for name, n in shared.items())
+            + ". Their device seconds overlap; each trained on fewer tokens in its time budget than it would alone.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -403,15 +432,51 @@ def write_summary(
     return summary
 
 
+def run_concurrently(
+    lab: Path, out: Path, variants: list[Variant], device_name: str, time_budget_s: float | None, jobs: int
+) -> None:
+    """Each variant in its own ``ablate`` process, ``jobs`` at a time; raises naming those that failed."""
+    pending, running, failed = list(variants), [], []
+    while pending or running:
+        while pending and len(running) < jobs:
+            variant = pending.pop(0)
+            threads = str(max(1, torch.get_num_threads() // jobs))  # the CPU's threads, shared like the device
+            command = [sys.executable, "-m", "specdraft_train", "--threads", threads, "ablate"]
+            command += ["--lab", str(lab), "--out", str(out)]
+            command += ["--variant", variant.text(), "--device", device_name]
+            command += ["--device-shared-by", str(min(jobs, len(running) + 1 + len(pending)))]
+            if time_budget_s is not None:
+                command += ["--time-budget", str(time_budget_s)]
+            print(f"ablate: {variant.name}: started in its own process", file=sys.stderr)
+            running.append((variant, subprocess.Popen(command)))
+        time.sleep(0.5)
+        for variant, process in list(running):
+            if process.poll() is not None:
+                running.remove((variant, process))
+                if process.returncode != 0:
+                    failed.append(f"{variant.name} (exit {process.returncode})")
+    if failed:
+        raise ValueError(f"variants failed: {', '.join(failed)}; rerun the same command to resume them")
+
+
 def run_ablation(
-    lab: Path, out: Path, variants: list[Variant], device_name: str = "auto", time_budget_s: float | None = None
+    lab: Path,
+    out: Path,
+    variants: list[Variant],
+    device_name: str = "auto",
+    time_budget_s: float | None = None,
+    jobs: int = 1,
+    device_shared_by: int = 1,
 ) -> dict[str, Any]:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("ablate runs its variants one after another in one process; start it without torchrun")
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: expected at least 1")
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise ValueError(f"--variant names must differ: {names}")
     preset = lab_preset(lab)
+    given = variants
     if time_budget_s is not None:
         variants = [
             Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat, v.export_settings)
@@ -431,13 +496,16 @@ def run_ablation(
         "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
     }
     out.mkdir(parents=True, exist_ok=True)
+    unfinished = [g for g, v in zip(given, variants) if not (out / v.name / RESULT_FILE).is_file()]
+    if jobs > 1 and len(unfinished) > 1:
+        run_concurrently(lab, out, unfinished, device_name, time_budget_s, jobs)
     for variant in variants:
         result_path = out / variant.name / RESULT_FILE
         if result_path.is_file():
             VariantProgress(out / variant.name, variant)  # refuses a name reused with other settings
             print(f"ablate: {variant.name}: finished in {result_path.parent}, skipped", file=sys.stderr)
             continue
-        result = run_variant(lab, out, preset, variant, reference, device_name)
+        result = run_variant(lab, out, preset, variant, reference, device_name, device_shared_by)
         print(
             f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
             f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
@@ -474,13 +542,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="distill.time_budget_s of every variant's distill runs (default: the lab's)",
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="variants run at a time on the one device, each in its own process (default: 1, one after another)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    # set by --jobs for the processes it starts: how many variants share the device (recorded in each result)
+    p.add_argument("--device-shared-by", type=int, default=1, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     variants = [parse_variant(v) for v in args.variants]
-    summary = run_ablation(args.lab, args.out, variants, args.device, args.time_budget)
+    summary = run_ablation(
+        args.lab, args.out, variants, args.device, args.time_budget, args.jobs, args.device_shared_by
+    )
     for row in summary["variants"]:
         print(
             f"{row['name']}: τ {row['tau']:.3f} ({row['weights']}), macro τ {row['macro_tau']:.3f}, "

@@ -336,33 +336,38 @@ LAB = LabPreset(
     # Continuations of exactly 128 tokens (those that stop earlier are not kept for held-out/dev): the 2026-12-01 H200
     # smoke run with ≤256 saw 91 % of continuation 4-grams repeat earlier text (greedy small-model text loops the
     # longer it runs) and τ(base Q4_0 PTQ) 8.65; the calibration with 128 tokens had 70-80 % and τ(base) 6.37.
-    # 32,768 KD continuations (4.2M tokens, 2× the old lab's) at the static engine's ~90k tok/s: ~50 s with the eval
-    # sets (12 categories × (32 held-out + 24 dev), 1.5× oversampled); batches of 1,024 rows (the engine's per-step
-    # floor is kernel launches, so rows are the lever).
+    # 65,536 KD continuations (~8.1M tokens, 4× the old lab's) at the static engine's 72-121k tok/s: ~110 s with the
+    # eval sets (12 categories × (32 held-out + 24 dev), 1.5× oversampled). 32,768 (4.06M tokens) were seen 6.7 times
+    # in a 150 s distillation whose dev τ still rose at the end (2026-12-01): a longer one needs more unique text.
+    # Batches of 1,024 rows (the engine's per-step floor is kernel launches, so rows are the lever).
     reference=ReferenceConfig(
         prompt_lengths=(64, 192, 512),
         max_new_tokens=128,
         min_continuation_tokens=128,
-        train_prompts=32_768,
+        train_prompts=65_536,
         heldout_per_category=32,
         dev_per_category=24,
         batch_size=1024,
         shard_prompts=4096,
     ),
-    # A 7.3M drafter on 32k × ≤640-token sequences: ~512 steps per epoch (the smoke run: 15 steps/s), ~2 epochs; dev
-    # macro τ every 100 steps keeps the best checkpoint, 10 evaluations without a new best count as a plateau, the
-    # budget caps the total.
+    # A 7.3M drafter on 64k × ≤640-token sequences: 1,024 steps per epoch at ~23 steps/s (2026-12-01: 3,448 steps in
+    # 150 s), so 330 s is ~7.5 of the 8 epochs the cosine schedule spans, ending near its floor; the whole preset stays
+    # under 15 minutes of one H200. Dev macro τ every 200 steps keeps the best checkpoint, 10 evaluations without a new
+    # best count as a plateau. Replay 0.2 (LM loss on the base's pretraining text): distilling on the target's
+    # continuations alone may erase what the base knew about text unlike them, which data/unseen-texts.jsonl checks;
+    # on the micro lab it also scored above plain KL (8.88 vs 8.60, docs/lab.md).
     distill=DistillConfig(
         epochs=8,
         batch_size=64,
         lr=1e-3,
         warmup_steps=30,
         ckpt_every=200,
-        time_budget_s=150,
+        time_budget_s=330,
         qat_epochs=1,
         qat_lr=2e-4,
-        eval_every=100,
+        eval_every=200,
         patience=10,
+        replay_weight=0.2,
     ),
     evaluate=EvalConfig(),
     prose_packages=("linux-doc-6.1", "python3.11-doc", "git-doc"),

@@ -6,8 +6,11 @@ the file), and each of the preset's prompt lengths (lab: 64 / 192 / 512; e.g. ``
 have a fixed number per category, each prompt's continuation at least `min_continuation_tokens` long: candidates are
 oversampled and, per category, the first that reach the minimum are kept (the target is never forced past
 <|endoftext|>). Training prompts cover every category in the proportions `train_prose_share` / `train_open_share` set
-(lengths evenly). Prompts may also come from a chat JSONL (`--chat`, one ``{"messages": [...], "id"?, "category"?,
-"split"?}`` per line, rendered with the target tokenizer's chat template, thinking off; kept whatever their length).
+(lengths evenly). Prompts may also come from a JSONL of given prompts (`--prompts`, alias `--chat`), one per line:
+``{"messages": [...]}`` rendered with the target tokenizer's chat template, thinking off, or ``{"text": "..."}`` taken
+as plain text (its first ``"prompt_tokens"`` tokens when the line says how many), each with optional ``"id"``,
+``"category"`` and ``"split"``; kept whatever their continuation's length. Text lines are how a drafter is checked on
+prompts nobody's generator made (data/unseen-texts.jsonl: other languages and formats than the lab corpus's).
 The target continues each prompt greedily for at most `max_new_tokens`, stopping at end-of-text / end-of-turn: by
 default with the static engine of `generation.py` (prompts bucketed by length, a preallocated KV cache, the decode
 step as a CUDA graph), or with HF ``generate`` (`--engine hf`), its tested peer.
@@ -20,7 +23,7 @@ id / local path (real path: e.g. Qwen/Qwen3-8B):
 
     python -m specdraft_train reference --target runs/lab/target --corpus runs/lab/corpus --out runs/lab/reference \
         --preset micro
-    python -m specdraft_train reference --target Qwen/Qwen3-8B --chat prompts.jsonl --out runs/real/reference \
+    python -m specdraft_train reference --target Qwen/Qwen3-8B --prompts chat.jsonl --out runs/real/reference \
         --dtype bfloat16
     torchrun --nproc-per-node 8 -m specdraft_train reference --target Qwen/Qwen3-8B ...
 
@@ -249,27 +252,40 @@ def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str
     return [int(t) for t in rendered]
 
 
-def chat_prompts(
+def given_prompts(
     path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig
 ) -> dict[str, list[Prompt]]:
-    """Chat prompts by split: a line's own "split", else the corpus rule applied to the sha256 of its messages."""
+    """Given prompts by split (the module docstring has the line format): a line's own "split", else the corpus rule
+    applied to the sha256 of its messages or text."""
     by_split: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
             row = json.loads(line)
-            if "messages" not in row:
-                raise ValueError(f'{path}:{line_no}: expected a JSON object with "messages"')
-            digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
+            if not isinstance(row, dict) or ("messages" in row) == ("text" in row):
+                raise ValueError(f'{path}:{line_no}: expected a JSON object with "messages" or "text" (one of them)')
+            if "messages" in row:
+                digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
+                tokens, default_category = render_chat(tokenizer, row["messages"]), "chat"
+            else:
+                if not isinstance(row["text"], str) or not row["text"]:
+                    raise ValueError(f'{path}:{line_no}: "text" must be a non-empty string')
+                digest = hashlib.sha256(row["text"].encode()).hexdigest()
+                tokens, default_category = tokenizer(row["text"], add_special_tokens=False)["input_ids"], "text"
+                limit = row.get("prompt_tokens")
+                if limit is not None:
+                    if type(limit) is not int or limit < 1:
+                        raise ValueError(f'{path}:{line_no}: "prompt_tokens" must be a positive integer, got {limit!r}')
+                    tokens = tokens[:limit]
             split = row.get("split") or split_of(digest, corpus_config)
             if split not in by_split:
                 raise ValueError(f"{path}:{line_no}: split {split!r}: expected train, dev or heldout")
             by_split[split].append(
                 Prompt(
-                    str(row.get("id", f"chat/{digest[:12]}")),
-                    str(row.get("category", "chat")),
-                    render_chat(tokenizer, row["messages"]),
+                    str(row.get("id", f"{default_category}/{digest[:12]}")),
+                    str(row.get("category", default_category)),
+                    [int(t) for t in tokens],
                 )
             )
     return by_split
@@ -432,8 +448,8 @@ def corpus_eval_pools(
     return pools
 
 
-def chat_eval_pools(prompts: dict[str, list[Prompt]], config: ReferenceConfig) -> list[EvalPool]:
-    """Chat lines of dev and held-out, up to the per-category count of each category, kept whatever their length:
+def given_eval_pools(prompts: dict[str, list[Prompt]], config: ReferenceConfig) -> list[EvalPool]:
+    """Given lines of dev and held-out, up to the per-category count of each category, kept whatever their length:
     they are the user's own prompts, so none is dropped for a short answer."""
     pools = []
     for split, keep in (("dev", config.dev_per_category), ("heldout", config.heldout_per_category)):
@@ -525,15 +541,15 @@ def run(
     out_dir: Path,
     config: ReferenceConfig,
     corpus_dir: Path | None = None,
-    chat: Path | None = None,
+    prompts: Path | None = None,
     corpus_config: CorpusConfig | None = None,
     device_name: str = "auto",
     dtype: str = "float32",
     halt_after_shards: int | None = None,
 ) -> dict[str, Any] | None:
     """Generate the reference data into ``out_dir``; returns the manifest (rank 0; None on the other ranks)."""
-    if corpus_dir is None and chat is None:
-        raise ValueError("reference needs prompts: give --corpus, --chat, or both")
+    if corpus_dir is None and prompts is None:
+        raise ValueError("reference needs prompts: give --corpus, --prompts (alias --chat), or both")
     if corpus_dir is not None and config.min_continuation_tokens > config.max_new_tokens:
         raise ValueError(
             f"reference.min_continuation_tokens {config.min_continuation_tokens} > max_new_tokens "
@@ -564,16 +580,19 @@ def run(
                     file=sys.stderr,
                 )
         pools += corpus_eval_pools(documents, tokenizer, categories, config)
-    if chat is not None:
+    if prompts is not None:
         from .artifacts import sha256_file
 
-        inputs["chat"] = {"path": str(chat), "sha256": sha256_file(chat)}
-        rows = chat_prompts(chat, tokenizer, corpus_config or CorpusConfig())
+        inputs["prompts"] = {"path": str(prompts), "sha256": sha256_file(prompts)}
+        rows = given_prompts(prompts, tokenizer, corpus_config or CorpusConfig())
         train += rows["train"][: config.train_prompts]
-        pools += chat_eval_pools(rows, config)
-    for split in EVAL_SPLITS:
+        pools += given_eval_pools(rows, config)
+    # Held-out is what every use needs; dev only training does (distill picks its checkpoint by dev τ), so a set made
+    # only to evaluate on (given held-out lines, no training prompts) needs no dev split.
+    for split in EVAL_SPLITS if train else ("heldout",):
         if not any(pool.keep for pool in pools if pool.split == split):
-            raise ValueError(f"no {split} prompts: the {split} split has no file long enough for the prompt lengths")
+            where = "no file long enough for the prompt lengths" if corpus_dir is not None else "no line"
+            raise ValueError(f"no {split} prompts: the {split} split has {where}")
     out_dir.mkdir(parents=True, exist_ok=True)
     candidates = {
         "train": train,
@@ -689,7 +708,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", required=True, help="target: lab checkpoint directory, local HF model, or HF id")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--corpus", type=Path, default=None, help="corpus stage directory (prompts from its files)")
-    p.add_argument("--chat", type=Path, default=None, help='chat prompts JSONL ({"messages": [...]} per line)')
+    p.add_argument(
+        "--prompts",
+        "--chat",
+        dest="prompts",
+        type=Path,
+        default=None,
+        help='given prompts JSONL, {"messages": [...]} (chat template) or {"text": "..."} per line',
+    )
     p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument(
@@ -749,7 +775,7 @@ def main(args: argparse.Namespace) -> int:
         args.out,
         config,
         args.corpus,
-        args.chat,
+        args.prompts,
         preset.corpus,
         args.device,
         args.dtype,

@@ -125,6 +125,31 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(
         run_ablation(lab, out, [parse_variant("kl:distill.loss=tvd")], device_name="cpu")
 
 
+def test_jobs_run_variants_in_parallel_processes_and_score_them_alike(lab: Path, tmp_path: Path):
+    """--jobs 2: each variant in its own process at once, recorded as sharing the device; the results equal what the
+    same variant gives alone (CPU training is deterministic), and the report says they ran concurrently."""
+    out = tmp_path / "parallel"
+    specs = ["kl:variant.qat=false", "tvd:distill.loss=tvd,variant.qat=false"]
+    result = run_cli(
+        "ablate", "--lab", str(lab), "--out", str(out), *[a for s in specs for a in ("--variant", s)],
+        "--jobs", "2", "--device", "cpu",
+    )  # fmt: skip
+    assert "kl: started in its own process" in result.stderr and "tvd: started in its own process" in result.stderr
+    summary = json.loads((out / "ablation.json").read_text())
+    assert [r["name"] for r in summary["variants"]] == ["kl", "tvd"]
+    assert all(r["device_shared_by"] == 2 for r in summary["variants"])
+    alone = run_ablation(lab, tmp_path / "alone", [parse_variant(specs[0])], device_name="cpu")["variants"][0]
+    assert alone["device_shared_by"] == 1
+    parallel_kl = summary["variants"][0]
+    assert parallel_kl["tau"] == alone["tau"] and parallel_kl["by_category"] == alone["by_category"]
+    assert summary["variants"][1]["config"]["loss"] == "tvd"
+    assert (
+        "Ran concurrently on one device (`--jobs`): kl (shared by 2), tvd (shared by 2)"
+        in (out / "ablation.md").read_text()
+    )
+    assert parse_variant(parse_variant(specs[1]).text()) == parse_variant(specs[1])
+
+
 def test_ablate_cli_refuses_an_unknown_setting_before_training(lab: Path, tmp_path: Path):
     result = run_cli(
         "ablate",

@@ -69,7 +69,7 @@ def test_chat_prompts_are_rendered_with_the_chat_template_thinking_off(tiny: dic
     chat, out = chat_reference
     manifest = verify_stage_dir(out, "reference")
     assert manifest["prompts"] == {"train": 7, "dev": 2, "heldout": 3}
-    assert manifest["inputs"]["chat"]["sha256"]
+    assert manifest["inputs"]["prompts"]["sha256"]
     tokenizer = load_tokenizer(tiny["target"])
     rows = {json.loads(line)["id"]: json.loads(line) for line in chat.read_text().splitlines()}
     held = read_conversations(out / "heldout.jsonl")
@@ -118,8 +118,45 @@ def test_distill_and_evaluate_take_models_by_path(tiny: dict[str, Path], chat_re
 
 
 def test_reference_needs_some_prompts(tiny: dict[str, Path], tmp_path: Path):
-    with pytest.raises(ValueError, match="--corpus, --chat"):
+    with pytest.raises(ValueError, match="--corpus, --prompts"):
         reference.run(tiny["target"], tmp_path / "r", MICRO.reference)
+
+
+def test_text_prompts_make_an_evaluation_only_set(tiny: dict[str, Path], tmp_path: Path):
+    """Plain-text lines (how prompts nobody's generator made are checked): tokenized as given, cut to their
+    prompt_tokens, all held out, no dev split needed without training prompts."""
+    texts = tmp_path / "texts.jsonl"
+    samples = [
+        ("js", "function add(a, b) {\n  return a + b;\n}\nmodule.exports = { add };\n", 12),
+        ("js", "const items = [1, 2, 3].map((x) => x * 2);\nconsole.log(items);\n", None),
+        ("markdown", "# Install\n\nRun `npm ci`, then `npm start`. The server listens on port 8080.\n", 8),
+    ]
+    with open(texts, "w") as f:
+        for i, (category, text, limit) in enumerate(samples):
+            row = {"id": f"t{i}", "category": category, "split": "heldout", "text": text}
+            if limit is not None:
+                row["prompt_tokens"] = limit
+            f.write(json.dumps(row) + "\n")
+    out = tmp_path / "reference"
+    manifest = reference.run(
+        tiny["target"], out, replace(MICRO.reference, max_new_tokens=8), prompts=texts, device_name="cpu"
+    )
+    assert manifest is not None and manifest["prompts"] == {"train": 0, "dev": 0, "heldout": 3}
+    tokenizer = load_tokenizer(tiny["target"])
+    held = {c.id: c for c in read_conversations(out / "heldout.jsonl")}
+    for i, (category, text, limit) in enumerate(samples):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert held[f"t{i}"].prompt_tokens == (ids[:limit] if limit else ids)
+        assert held[f"t{i}"].category == category
+        assert len(held[f"t{i}"].continuation_tokens) <= 8
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "x", "prompt_tokens": 0}) + "\n")
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        reference.run(tiny["target"], tmp_path / "r2", MICRO.reference, prompts=bad, device_name="cpu")
+    both = tmp_path / "both.jsonl"
+    both.write_text(json.dumps({"text": "x", "messages": []}) + "\n")
+    with pytest.raises(ValueError, match='"messages" or "text"'):
+        reference.run(tiny["target"], tmp_path / "r3", MICRO.reference, prompts=both, device_name="cpu")
 
 
 def test_evaluate_refuses_a_heldout_file_that_does_not_match_its_manifest(tiny: dict[str, Path], tmp_path: Path):
