@@ -22,9 +22,11 @@ pack() { tar -C "$results" -cJf "$results/checks.tar.xz.tmp" checks && mv "$resu
 
 if [ "$preset" = lab ]; then
   LAB_DIR=$lab bash train/scripts/gpu_lab.sh "$results/lab" "$lab_limit" || { log "lab not finished"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD/train PYTHONUNBUFFERED=1  # where gpu_lab.sh put the gguf wheel, and specdraft_train
 else
   export PYTHONPATH=${PYTHONPATH:-}:$PWD/train
 fi
+"${py[@]}" --help > /dev/null || { log "python -m specdraft_train does not start (PYTHONPATH=$PYTHONPATH)"; exit 1; }
 [ -f "$lab/lab_report.json" ] || { log "no $lab/lab_report.json: the lab has not finished"; exit 1; }
 cp "$lab/lab_report.md" "$lab/lab_report.json" "$lab/lab_state.json" "$results/checks/" 2>/dev/null
 for stage in distilled distilled-qat base target; do
@@ -35,6 +37,7 @@ pack
 log "unseen prompts: the target's continuations"
 "${py[@]}" reference --target "$lab/target" --prompts "${UNSEEN:-data/unseen-texts.jsonl}" --out "$lab/unseen" --preset "$preset" \
   --device "$device" 2>&1 | tail -2
+[ -f "$lab/unseen/manifest.json" ] || { log "the unseen prompts' reference stage failed (above)"; exit 1; }
 cp "$lab/unseen/heldout.jsonl" "$results/checks/unseen-heldout.jsonl"
 cp "$lab/unseen/manifest.json" "$results/checks/unseen-reference-manifest.json"
 log "unseen prompts: base, distilled and QAT drafters by kind"
