@@ -159,6 +159,25 @@ def test_text_prompts_make_an_evaluation_only_set(tiny: dict[str, Path], tmp_pat
         reference.run(tiny["target"], tmp_path / "r3", MICRO.reference, prompts=both, device_name="cpu")
 
 
+def test_the_committed_unseen_texts_are_valid_given_prompts(tiny: dict[str, Path]):
+    """data/unseen-texts.jsonl (the check on prompts the lab did not make) reads as given prompts: every line held out,
+    16 per kind of the eight, each its text's first prompt_tokens tokens (one of the lab's prompt lengths)."""
+    from specdraft_train.config import LAB, CorpusConfig
+
+    path = Path(__file__).resolve().parents[2] / "data" / "unseen-texts.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    tokenizer = load_tokenizer(tiny["target"])
+    prompts = reference.given_prompts(path, tokenizer, CorpusConfig())
+    assert len(prompts["heldout"]) == len(rows) and not prompts["train"] and not prompts["dev"]
+    kinds: dict[str, int] = {}
+    for row, prompt in zip(rows, prompts["heldout"]):
+        assert row["prompt_tokens"] in LAB.reference.prompt_lengths
+        whole = tokenizer(row["text"], add_special_tokens=False)["input_ids"]
+        assert prompt.tokens == whole[: row["prompt_tokens"]] and prompt.category == row["category"]
+        kinds[prompt.category] = kinds.get(prompt.category, 0) + 1
+    assert len(kinds) == 8 and set(kinds.values()) == {16}
+
+
 def test_evaluate_refuses_a_heldout_file_that_does_not_match_its_manifest(tiny: dict[str, Path], tmp_path: Path):
     import shutil
 
