@@ -6,7 +6,8 @@
 #      process, n = 1 … 16, drafts grown as a generation grows them and by +8 tokens; per-step split from /metrics and
 #      by step index; A/B of the batch-1 knobs on the 1.7B drafter: before this change (SPECDRAFT_STEP_PREFILL=0),
 #      ggml-cuda's concurrent-stream graph optimization (GGML_CUDA_GRAPH_OPT=1), flash attention off;
-#   2. 32 streams × 512 with bench/serveBench.ts (the ≥ 277 req/s floor of 2026-12-01 must hold);
+#   2. 32 streams × 512 with bench/serveBench.ts (the ≥ 277 req/s floor of 2026-12-01 must hold), and again with
+#      GGML_CUDA_GRAPH_OPT=1 between two default runs (its peer in the same job);
 #   3. target costs (alone, verify m = 1 … 17 native and node-llama-cpp) for both targets;
 #   4. end to end: `specdraft generate --verifier exact` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
 #      with TARGET (e.g. the lab's target GGUF that train/scripts/gpu_lab_checks.sh writes on this machine): TARGET ←
@@ -124,15 +125,23 @@ wait_file "$drafter_big" && {
 }
 wait_file "$drafter_small" && drafter_costs "$small" "$drafter_small"
 
-# ---- 2. 32 streams × 512: batching must not lose what it had ----
-if [ -f "$drafter_big" ]; then
-  log "serveBench: $streams_big streams × 512, $big"
-  if start_server "$drafter_big" "$streams_big" "$results/serve-$big-s$streams_big.log"; then
+# ---- 2. 32 streams × 512: batching must not lose what it had; the same with GGML_CUDA_GRAPH_OPT=1 (which took 8 %
+# off a batch-1 step on 2026-12-01) before it can become a default, interleaved as defaults / opt / defaults ----
+serve_bench() { # label [VAR=value ...]
+  local label=$1; shift
+  log "serveBench: $streams_big streams × 512, $big${*:+ $*}"
+  (
+    for kv in "$@"; do export "${kv?}"; done
+    start_server "$drafter_big" "$streams_big" "$results/serve-$big-s$streams_big$label.log" || exit 1
     js 90 serveBench --url "$url" --streams "$streams_big" --start-context 512 --steps 10 --no-progress \
-      > "$results/serveBench-$big-s$streams_big-c512.json" 2> "$results/serveBench.err" || fail "serveBench: $(tail -3 "$results/serveBench.err" | tr '\n' ' ')"
-    grep -E '"requests_per_s"|"p50"' "$results/serveBench-$big-s$streams_big-c512.json" | tr -d '\n' | tee -a "$results/progress.log"; echo
+      > "$results/serveBench-$big-s$streams_big-c512$label.json" 2> "$results/serveBench$label.err" || fail "serveBench$label: $(tail -3 "$results/serveBench$label.err" | tr '\n' ' ')"
+    grep -E '"requests_per_s"|"p50"' "$results/serveBench-$big-s$streams_big-c512$label.json" | tr -d '\n' | tee -a "$results/progress.log"; echo
     stop_server
-  fi
+  )
+}
+if [ -f "$drafter_big" ]; then
+  serve_bench ""
+  if [ "$cpu" != 1 ]; then serve_bench "@graph-opt" GGML_CUDA_GRAPH_OPT=1; serve_bench "@again"; fi
 fi
 
 # ---- 3. target costs ----

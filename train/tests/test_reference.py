@@ -222,17 +222,18 @@ def _check_windows(
 
 def test_prompts_reach_every_category_at_the_lab_scale():
     """With 22,877 train files and 8,192 prompts the old selection took only openings (docs/lab.md). A corpus shaped
-    like the lab's (tens of thousands of files) gets every category at the lab's counts, inner windows included."""
+    like the lab's (tens of thousands of files) gets every category at the lab's counts (65,536 prompts), inner
+    windows included."""
     documents = _synthetic_split(22_877, 5_400, seed=0)
     categories = corpus_categories(("code", "prose"), LAB.reference.prompt_lengths)
     counts = train_category_counts(categories, LAB.reference)
-    assert sum(counts.values()) == LAB.reference.train_prompts == 32768
+    assert sum(counts.values()) == LAB.reference.train_prompts == 65_536
     inner = sum(n for c, n in counts.items() if c.position == "inner")
-    assert inner == pytest.approx(32768 * (1 - LAB.reference.train_open_share), abs=len(categories))
+    assert inner == pytest.approx(65_536 * (1 - LAB.reference.train_open_share), abs=len(categories))
     selected = select_prompts(documents, _CharTokenizer(), counts, "train", seed=0)
     assert {c: len(p) for c, p in selected.items()} == counts  # inner windows of every length reached
     _check_windows(documents, selected, distinct_files=False)
-    # 5,400 prose files cannot give 3,641 prose/inner/64 prompts once each: long files give several windows
+    # 5,400 prose files cannot give 7,282 prose/inner/64 prompts once each: long files give several windows
     prose_inner = selected[next(c for c in counts if c.name == "prose/inner/64")]
     assert len({p.id.split("/")[1] for p in prose_inner}) < len(prose_inner)
     starts = [int(p.id.split("/")[2].split("+")[0]) for c, ps in selected.items() if c.position == "inner" for p in ps]
