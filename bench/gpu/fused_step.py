@@ -32,6 +32,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SHAPES = {
@@ -48,6 +49,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--context", type=int, default=512, help="tokens already in the KV cache (default: 512)")
     p.add_argument("--steps", type=int, default=16, help="steps captured in one CUDA graph (default: 16)")
     p.add_argument("--repeats", type=int, default=20, help="graph replays timed (default: 20)")
+    p.add_argument("--no-tune", action="store_true", help="keep the guessed kernel configurations (no sweep)")
     p.add_argument("--check", action="store_true", help="on the CPU: TRITON_INTERPRET=1, eager kernels, no timing")
     p.add_argument("--out", default=None, help="JSON file for the results")
     return p.parse_args()
@@ -305,20 +307,76 @@ class Drafter:
         self.tok = torch.zeros(1, dtype=torch.int32, device=device)
         self.pos = torch.zeros(1, dtype=torch.int32, device=device)
         self.kernels_per_step = 1 + 6 * self.L + 2
+        self.configs: dict[tuple[int, int, bool], tuple[int, int, int]] = {}
 
     def weight_bytes(self) -> int:
         per_layer = sum(m.nbytes() for name, m in self.layers[0].items() if isinstance(m, Q4Matrix))
         return self.L * per_layer + self.embedding.nbytes()
 
-    def gemv(self, m: Q4Matrix, x, out, norm_w=None, resid=None, swiglu=False) -> None:
+    def gemv(self, m: Q4Matrix, x, out, norm_w=None, resid=None, swiglu=False, config=None) -> None:
+        """out ← W·x (options as gemv_q4_0's); ``config`` = (rows a program, columns an iteration, warps), else the
+        one `tune` chose for this matrix's shape, else a guess."""
         n_out = m.rows // 2 if swiglu else m.rows
-        br, bk = (16, 256) if n_out >= 32_768 else (4, 256)
+        key = (m.rows, m.cols, swiglu)
+        br, bk, warps = config or self.configs.get(key) or ((16, 256, 4) if n_out >= 32_768 else (4, 256, 4))
         if m.cols % bk:
             bk = 32 * math.gcd(m.cols // 32, bk // 32)
         gemv_q4_0[(triton.cdiv(n_out, br),)](
             m.q, m.d, x, norm_w if norm_w is not None else x, resid if resid is not None else out, out,
             m.rows, m.cols, self.eps, NORM=norm_w is not None, RESID=resid is not None, SWIGLU=swiglu, BR=br, BK=bk,
+            num_warps=warps,
         )  # fmt: skip
+
+    def gemvs(self) -> dict[str, Callable[..., None]]:
+        """Each matrix-vector product of a step (the first layer's; every layer's have the same shapes), by name."""
+        layer = self.layers[0]
+        return {
+            "qkv (norm fused)": lambda **c: self.gemv(layer["qkv"], self.h, self.qkv, layer["attn_norm"], **c),
+            "o (+ residual)": lambda **c: self.gemv(layer["o"], self.attn, self.h, resid=self.h, **c),
+            "gate·up (norm, SiLU fused)": lambda **c: self.gemv(
+                layer["gate_up"], self.h, self.act, layer["ffn_norm"], swiglu=True, **c
+            ),
+            "down (+ residual)": lambda **c: self.gemv(layer["down"], self.act, self.h, resid=self.h, **c),
+            "output head (norm fused)": lambda **c: self.gemv(
+                self.embedding, self.h, self.logits, self.final_norm, **c
+            ),
+        }
+
+    def shape_key(self, name: str) -> tuple[int, int, bool]:
+        layer = self.layers[0]
+        m, swiglu = {
+            "qkv (norm fused)": (layer["qkv"], False),
+            "o (+ residual)": (layer["o"], False),
+            "gate·up (norm, SiLU fused)": (layer["gate_up"], True),
+            "down (+ residual)": (layer["down"], False),
+            "output head (norm fused)": (self.embedding, False),
+        }[name]
+        return (m.rows, m.cols, swiglu)
+
+    def tune(self) -> dict[str, dict[str, object]]:
+        """For each matrix-vector product: the fastest of rows a program (1, 4, 16) × columns an iteration (256,
+        1024) × warps (2, 4, 8), timed as 100 launches in a CUDA graph (about a minute of compiling in all); the step
+        then uses it. Returns each product's choice and µs."""
+        chosen = {}
+        for name, launch in self.gemvs().items():
+            best = None
+            for br in (1, 4, 16):
+                for bk in (256, 1024):
+                    for warps in (2, 4, 8):
+                        if self.shape_key(name)[1] % bk:
+                            continue
+                        us = time_launches(lambda launch=launch, c=(br, bk, warps): launch(config=c))
+                        if best is None or us < best[0]:
+                            best = (us, (br, bk, warps))
+            assert best is not None
+            self.configs[self.shape_key(name)] = best[1]
+            chosen[name] = {
+                "us": round(best[0], 2),
+                "rows_per_program": best[1][0],
+                "block_k": best[1][1],
+                "warps": best[1][2],
+            }
+        return chosen
 
     def step(self) -> None:
         """One draft step: the token in self.tok at position self.pos → the next token in self.tok, pos + 1."""
@@ -395,10 +453,30 @@ def check(shape: str, steps: int = 4, context: int = 5) -> dict[str, object]:
     return {"shape": shape, "device": device, "steps": steps, "max_rel_logit_error": worst, "same_greedy_token": same}
 
 
-def bench(shape: str, context: int, steps: int, repeats: int) -> dict[str, object]:
+def time_launches(launch: Callable[[], None], n: int = 100) -> float:
+    """µs per launch of ``n`` launches captured as one CUDA graph (compiled first, outside the capture)."""
+    launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            launch()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / n
+
+
+def bench(shape: str, context: int, steps: int, repeats: int, tune: bool = True) -> dict[str, object]:
     m = Drafter(shape, context + steps * (repeats + 4) + 1, "cuda")
     m.tok.fill_(7)
     m.pos.fill_(context)
+    guessed = {name: round(time_launches(launch), 2) for name, launch in m.gemvs().items()}  # the default configs
+    tuned = m.tune() if tune else {}
     for _ in range(3):  # compile every kernel, outside the capture
         m.step()
     torch.cuda.synchronize()
@@ -418,28 +496,6 @@ def bench(shape: str, context: int, steps: int, repeats: int) -> dict[str, objec
         times.append(start.elapsed_time(end) / steps)
     times.sort()
     per_step = times[len(times) // 2]
-    # one kernel kind at a time, as a graph of 100 launches: what each costs at this shape
-    parts = {}
-    layer = m.layers[0]
-    for name, launch in (
-        ("qkv (norm fused)", lambda: m.gemv(layer["qkv"], m.h, m.qkv, norm_w=layer["attn_norm"])),
-        ("o (+ residual)", lambda: m.gemv(layer["o"], m.attn, m.h, resid=m.h)),
-        ("gate·up (norm, SiLU fused)", lambda: m.gemv(layer["gate_up"], m.h, m.act, layer["ffn_norm"], swiglu=True)),
-        ("down (+ residual)", lambda: m.gemv(layer["down"], m.act, m.h, resid=m.h)),
-        ("output head (norm fused)", lambda: m.gemv(m.embedding, m.h, m.logits, norm_w=m.final_norm)),
-    ):
-        launch()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(100):
-                launch()
-        g.replay()
-        torch.cuda.synchronize()
-        start.record()
-        g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        parts[name] = round(start.elapsed_time(end) * 1000 / 100, 2)  # µs
     gib = m.weight_bytes() / 2**30
     return {
         "shape": shape,
@@ -451,7 +507,8 @@ def bench(shape: str, context: int, steps: int, repeats: int) -> dict[str, objec
         "ms_per_step_all": [round(t, 4) for t in times],
         "weight_gib": round(gib, 3),
         "weight_tb_per_s": round(m.weight_bytes() / (per_step / 1000) / 1e12, 2),
-        "us_per_kernel": parts,
+        "gemv_us_default_config": guessed,
+        "gemv_tuned": tuned,
         "llama_cpp_ms_per_step_2026_12_01": 1.681,
     }
 
@@ -462,7 +519,7 @@ def main() -> int:
     if args.check or not torch.cuda.is_available():
         result = check(args.shape)
     else:
-        result = {"check": check("tiny"), **bench(args.shape, args.context, args.steps, args.repeats)}
+        result = {"check": check("tiny"), **bench(args.shape, args.context, args.steps, args.repeats, not args.no_tune)}
     print(json.dumps(result, indent=2))
     if args.out:
         with open(args.out, "w") as f:
