@@ -114,6 +114,44 @@ async function evaluateGreedily(
 const greedyNext = { generateNext: { token: true, options: { temperature: 0 } } } as const;
 
 /**
+ * The tokens one verify step yields, for the exact verifiers alike: the drafts while each equals the target's greedy
+ * token before it (`outputAt(j)`: the target's token after the last verified token, j = 0, or after draft j − 1),
+ * then the target's own token at the first disagreement or after the last draft. `missing(j)` is the error when the
+ * target gave no token at position j.
+ */
+export function acceptDrafts(
+    drafts: readonly number[],
+    outputAt: (j: number) => number | undefined,
+    missing: (j: number) => Error,
+): number[] {
+    const stepTokens: number[] = [];
+    for (let j = 0; j <= drafts.length; j++) {
+        const next = outputAt(j);
+        if (next === undefined) throw missing(j);
+        stepTokens.push(next);
+        if (j === drafts.length || drafts[j] !== next) break;
+    }
+    return stepTokens;
+}
+
+/**
+ * Appends a step's tokens to the output as sequence.evaluate() would: an end-of-generation token ends the output
+ * and is not part of it, and the output stops at `maxTokens`. Returns whether the generation is over.
+ */
+export function appendStepTokens(
+    tokens: number[],
+    stepTokens: readonly number[],
+    isEog: (token: number) => boolean,
+    maxTokens: number,
+): boolean {
+    for (const token of stepTokens) {
+        if (isEog(token) || tokens.length >= maxTokens) return true;
+        tokens.push(token);
+    }
+    return tokens.length >= maxTokens;
+}
+
+/**
  * Generates up to `maxTokens` greedy tokens after `prompt` on `sequence` (a sequence without a token predictor of its
  * own), taking at most `draftLength` draft tokens per step from `predictor`.
  */
@@ -155,13 +193,11 @@ export async function generateWithExactVerifier(
             drafted += drafts.length;
 
             const base = pending.length - 1;
-            const stepTokens: Token[] = [];
-            for (let j = 0; j <= drafts.length; j++) {
-                const next = outputs[base + j]?.next.token;
-                if (next == null) throw new Error(`the target produced no token at draft position ${j}`);
-                stepTokens.push(next);
-                if (j === drafts.length || drafts[j] !== next) break;
-            }
+            const stepTokens = acceptDrafts(
+                drafts,
+                (j) => outputs[base + j]?.next.token ?? undefined,
+                (j) => new Error(`the target produced no token at draft position ${j}`),
+            ) as Token[];
             const stepAccepted = stepTokens.length - 1;
             accepted += stepAccepted;
             const rejected = drafts.length - stepAccepted;
@@ -170,16 +206,7 @@ export async function generateWithExactVerifier(
                     { start: sequence.nextTokenIndex - rejected, end: sequence.nextTokenIndex },
                 ]);
 
-            let finished = false;
-            for (const token of stepTokens) {
-                // like sequence.evaluate(): an end-of-generation token ends the output and is not part of it
-                if (model.isEogToken(token) || tokens.length >= maxTokens) {
-                    finished = true;
-                    break;
-                }
-                tokens.push(token);
-            }
-            if (finished || tokens.length >= maxTokens) break;
+            if (appendStepTokens(tokens, stepTokens, (token) => model.isEogToken(token as Token), maxTokens)) break;
             predictor.pushTokens(stepTokens);
             pending = stepTokens.slice(-1);
         }

@@ -12,7 +12,7 @@
  * the state tokens, never the target sequence node-llama-cpp would pass them.
  */
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
-import type { TimedTokenPredictor } from "./generateGreedily.js";
+import { acceptDrafts, appendStepTokens, type TimedTokenPredictor } from "./generateGreedily.js";
 import type { NativeTarget } from "./NativeTarget.js";
 import type { GenerationRun } from "./types.js";
 
@@ -56,29 +56,17 @@ export async function generateWithNativeVerifier(
             targetSteps++;
             drafted += drafts.length;
 
-            const stepTokens: number[] = [];
-            for (let j = 0; j <= drafts.length; j++) {
-                const output = outputs[j];
-                if (output === undefined)
-                    throw new Error(`native verify returned ${outputs.length} tokens for ${drafts.length} drafts`);
-                stepTokens.push(output);
-                if (j === drafts.length || drafts[j] !== output) break;
-            }
+            const stepTokens = acceptDrafts(
+                drafts,
+                (j) => outputs[j],
+                () => new Error(`native verify returned ${outputs.length} tokens for ${drafts.length} drafts`),
+            );
             const stepAccepted = stepTokens.length - 1;
             accepted += stepAccepted;
             // verified: pending and the accepted drafts; the rejected ones are trimmed by the next verify
             keep += pending.length + stepAccepted;
 
-            let finished = false;
-            for (const token of stepTokens) {
-                // like sequence.evaluate(): an end-of-generation token ends the output and is not part of it
-                if (target.eogIds.has(token) || tokens.length >= maxTokens) {
-                    finished = true;
-                    break;
-                }
-                tokens.push(token);
-            }
-            if (finished || tokens.length >= maxTokens) break;
+            if (appendStepTokens(tokens, stepTokens, (token) => target.eogIds.has(token), maxTokens)) break;
             predictor.pushTokens(stepTokens as Token[]);
             pending = stepTokens.slice(-1); // the target's own token: never empty
         }
