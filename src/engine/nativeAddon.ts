@@ -178,6 +178,18 @@ export interface NativeTargetHandle {
         keep: number,
         maxTokens: number,
     ): Promise<{ tokens: Int32Array; cached: number; stats: Float64Array }>;
+    /**
+     * In a context of its own (this target's KV cache is left as it was): `gap`, logit[a] − logit[b] after `tokens` on
+     * the target alone's path (the first promptLength as a prompt, the rest one a decode), and `disagreement`, the
+     * largest difference over the vocabulary between those logits and the same position's from one decode of
+     * `tokens` + [b] (verification's kernels).
+     */
+    logitGap(
+        tokens: Int32Array,
+        promptLength: number,
+        a: number,
+        b: number,
+    ): Promise<{ gap: number; disagreement: number }>;
     dispose(): void;
 }
 

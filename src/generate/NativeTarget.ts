@@ -127,6 +127,21 @@ export class NativeTarget {
         return Array.from(tokens);
     }
 
+    /**
+     * How near a tie the target alone's choice between `a` and `b` after `prompt` + `generated` was, and how much its
+     * one-token and multi-token kernels disagree there: `gap` = logit[a] − logit[b] as the target alone computes it
+     * (the prompt's prefill, then one token a decode), `disagreement` = the largest logit difference between that and
+     * one decode of the same tokens + [b], as verification computes it. Runs in a context of its own.
+     */
+    async logitGap(
+        prompt: readonly number[],
+        generated: readonly number[],
+        a: number,
+        b: number,
+    ): Promise<{ gap: number; disagreement: number }> {
+        return this.native.logitGap(Int32Array.from([...prompt, ...generated]), prompt.length, a, b);
+    }
+
     dispose(): void {
         this.native.dispose();
     }

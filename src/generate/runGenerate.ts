@@ -1,7 +1,10 @@
 /**
  * The whole of `specdraft generate` but the terminal: checks vocabularies, loads the target (and the draft source),
  * and generates every prompt `runs` times with the target alone and with drafts, in the same process, alternating the
- * order so neither mode always runs warm. Returns the side-by-side summary; equality of outputs is checked here.
+ * order so neither mode always runs warm, after `warmup` untimed generations of the first prompt in each mode (the
+ * first generations after a load pay one-off costs: CUDA-graph captures, cuBLAS handles, the drafter's first graphs;
+ * on the H200 they doubled the first prompt's time). Returns the side-by-side summary; equality of outputs is checked
+ * here.
  */
 import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
 import { defaultThreads } from "../engine/defaultThreads.js";
@@ -28,6 +31,8 @@ import {
 
 export const defaultMaxTokens = 256;
 export const defaultRuns = 1;
+/** Untimed generations of the first prompt per mode before the measured ones. */
+export const defaultWarmup = 1;
 /**
  * `exact`: specdraft's verification loop with the target in specdraft's native addon (one decode per step, greedy tokens
  * from llama.cpp's graph). `exact-node-llama-cpp` is the same loop over node-llama-cpp's `controlledEvaluate`. The
@@ -54,6 +59,8 @@ export interface RunGenerateOptions {
     draftLength?: number;
     /** Generations per prompt and mode. Defaults to `1`. */
     runs?: number;
+    /** Untimed generations of the first prompt per mode before timing (0: none). Defaults to `1`. */
+    warmup?: number;
     /** Defaults to `"auto"`. */
     gpu?: GpuChoice;
     /** Defaults to `"exact"` (defaultVerifier). */
@@ -97,6 +104,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
     const maxTokens = options.maxTokens ?? defaultMaxTokens;
     const draftLength = options.draftLength ?? defaultDraftLength;
     const runs = options.runs ?? defaultRuns;
+    const warmup = options.warmup ?? defaultWarmup;
     const gpu = options.gpu ?? defaultGpu;
     const verifier = options.verifier ?? defaultVerifier;
     const threads = options.threads ?? defaultThreads();
@@ -173,6 +181,12 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                     : generateWithExactVerifier(speculativeSequence, predictor, tokens, maxTokens, draftLength);
         }
 
+        const first = prompts[0];
+        for (let w = 0; w < warmup && first !== undefined; w++) {
+            await generateAloneRun(first.tokens);
+            await speculate(first.tokens);
+        }
+
         const results: PromptResult[] = [];
         const total = prompts.length * runs * 2;
         let done = 0;
@@ -193,7 +207,20 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                     step();
                 }
             }
-            results.push(comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative));
+            const result = comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative);
+            const d = result.firstDifference;
+            if (nativeTarget !== undefined && d !== undefined && d.expected !== null && d.actual !== null) {
+                const before = alone[d.run]?.tokens.slice(0, d.position) ?? [];
+                // on a GPU the target's multi-token decodes (verification) and one-token decodes (the target alone)
+                // run other kernels, which round differently: where the target's two tokens are closer than their
+                // disagreement, that rounding (not speculation) chose (on 2026-12-01 the lab target, Q8_0 on the H200,
+                // parted from itself so on 2 of 16 prompts)
+                const { gap, disagreement } = await nativeTarget.logitGap(prompt.tokens, before, d.expected, d.actual);
+                d.logitGap = gap;
+                d.kernelDisagreement = disagreement;
+                d.nearTie = gap <= 2 * disagreement;
+            }
+            results.push(result);
         }
 
         return summarizeGeneration(results, {
@@ -213,6 +240,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                 maxTokens,
                 draftLength,
                 runs,
+                warmup,
                 gpu: nativeTarget
                     ? (nativeTarget.gpuDevice.split(":")[0] ?? "").toLowerCase() || "cpu"
                     : llama.gpu === false

@@ -32,10 +32,31 @@ export function comparePromptRuns(
 export function describeMismatch(prompt: PromptResult): string | undefined {
     const d = prompt.firstDifference;
     if (prompt.identical || d === undefined) return undefined;
+    const apart = `the target alone's logits for the two differ by ${d.logitGap?.toPrecision(2)}`;
+    const rounding = `its one- and multi-token kernels by up to ${d.kernelDisagreement?.toPrecision(2)}`;
+    const gap =
+        d.logitGap === undefined
+            ? ""
+            : d.nearTie
+              ? `; a near tie: ${apart}, ${rounding}`
+              : `; ${apart}, ${rounding}: not a tie`;
     return (
         `output mismatch: prompt ${JSON.stringify(prompt.id)}, run ${d.run + 1}: speculative output differs from the target alone ` +
-        `at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"})`
+        `at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"}${gap})`
     );
+}
+
+/**
+ * What a run's differences mean for its exit: a difference at a near tie of the target's logits is the rounding of its
+ * kernels, not an error of speculation (a warning); any other is a failure (the first one's line).
+ */
+export function judgeDifferences(summary: GenerateSummary): { warnings: string[]; failure?: string } {
+    const differing = summary.prompts.filter((p) => !p.identical);
+    const warnings = differing
+        .filter((p) => p.firstDifference?.nearTie === true)
+        .map((p) => `warning: ${describeMismatch(p)}`);
+    const failing = differing.find((p) => p.firstDifference?.nearTie !== true);
+    return failing === undefined ? { warnings } : { warnings, failure: describeMismatch(failing) };
 }
 
 /** The first index where `expected` and `actual` differ (a missing token counts as `null`), or `undefined` if equal. */
@@ -66,6 +87,7 @@ export function summarizeGeneration(
         tau: ratio(speculative.tokens, speculative.targetSteps),
         draftTimeShare: ratio(speculative.draftSeconds, speculative.seconds),
         identical: prompts.every((p) => p.identical),
+        nearTies: prompts.filter((p) => p.firstDifference?.nearTie === true).length,
         finishedAt: new Date().toISOString(),
     };
 }
@@ -105,7 +127,15 @@ export function formatGenerateReport(summary: GenerateSummary): string {
         ["τ (tokens per target step)", "1.00", summary.tau.toFixed(2)],
         ["draft tokens accepted / offered", "–", `${speculative.accepted} / ${speculative.drafted}`],
         ["draft time share", "–", `${(summary.draftTimeShare * 100).toFixed(1)} %`],
-        ["outputs identical", "", summary.identical ? "yes" : "NO"],
+        [
+            "outputs identical",
+            "",
+            summary.identical
+                ? "yes"
+                : summary.nearTies > 0
+                  ? `NO (${summary.nearTies} of ${summary.prompts.filter((p) => !p.identical).length} at near ties)`
+                  : "NO",
+        ],
     ];
     const width = (column: 0 | 1 | 2): number => Math.max(...rows.map((row) => row[column].length));
     const [labelWidth, aloneWidth, speculativeWidth] = [width(0), width(1), width(2)];

@@ -49,7 +49,27 @@ export interface PromptResult {
     /** True when every speculative run produced exactly the target-alone tokens. */
     identical: boolean;
     /** First position where a speculative run differs from the target alone; absent when identical. */
-    firstDifference?: { run: number; position: number; expected: number | null; actual: number | null };
+    firstDifference?: {
+        run: number;
+        position: number;
+        expected: number | null;
+        actual: number | null;
+        /**
+         * logit[expected] − logit[actual] on the target alone's path at that position (the native verifier only; absent
+         * where either is the end of the output).
+         */
+        logitGap?: number;
+        /**
+         * The largest difference over the vocabulary between the target alone's logits there and verification's (one
+         * decode of the tokens so far and the next): how much the two kernel paths disagree at that position.
+         */
+        kernelDisagreement?: number;
+        /**
+         * logitGap ≤ 2 · kernelDisagreement: the two tokens were closer than the paths' rounding, which (not
+         * speculation) chose between them.
+         */
+        nearTie?: boolean;
+    };
 }
 
 /** Totals over all prompts and runs of one mode. */
@@ -74,6 +94,8 @@ export interface GenerateSummary {
         maxTokens: number;
         draftLength: number;
         runs: number;
+        /** Untimed warm-up generations of the first prompt per mode (absent in summaries from before it existed). */
+        warmup?: number;
         gpu: string;
         contextSize: number;
         threads?: number;
@@ -89,6 +111,8 @@ export interface GenerateSummary {
     draftTimeShare: number;
     /** All speculative outputs equal the target-alone outputs. */
     identical: boolean;
+    /** Prompts whose outputs part at a near tie of the target's logits (firstDifference.nearTie). */
+    nearTies: number;
     /** Warnings raised while generating (e.g. the drafter failed and generation fell back to the target alone). */
     warnings: string[];
     /** ISO time the run finished. */

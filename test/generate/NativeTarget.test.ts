@@ -116,6 +116,44 @@ test("the target alone equals node-llama-cpp's greedy generation; a prompt longe
     assert.equal(target.cached, prompt.length + tokens.length - 1);
 });
 
+test("logitGap: the target alone's logit difference of two tokens at a position, as node-llama-cpp's logits give it", async (t) => {
+    const target = await openTarget(t);
+    const generated = await target.generate(prompt, 6);
+    const cached = target.cached;
+    const before = generated.slice(0, 4);
+    const chosen = generated[4];
+    // the second most likely token there, from node-llama-cpp's probabilities (a softmax of the same logits)
+    const model = await llama.loadModel({ modelPath: targetModel });
+    const context = await model.createContext({ contextSize, sequences: 1, threads: testThreads });
+    let probabilities: Map<Token, number>;
+    try {
+        const tokens = [...prompt, ...before];
+        const input: ControlledEvaluateInputItem[] = tokens.map((token, i) =>
+            i === tokens.length - 1 ? [token as Token, { generateNext: { probabilities: true } }] : (token as Token),
+        );
+        const outputs = await context.getSequence().controlledEvaluate(input);
+        probabilities = outputs.at(-1)?.next?.probabilities ?? new Map();
+    } finally {
+        await context.dispose();
+        await model.dispose();
+    }
+    const ranked = [...probabilities.entries()].sort((a, b) => b[1] - a[1]);
+    assert.equal(ranked[0]?.[0], chosen, "the target alone's token is the most likely one");
+    const [runnerUp, pRunnerUp] = ranked[1] ?? [0, 0];
+    const { gap, disagreement } = await target.logitGap(prompt, before, chosen, runnerUp);
+    assert.ok(gap > 0, `gap ${gap}`);
+    const expected = Math.log((ranked[0]?.[1] ?? 0) / pRunnerUp);
+    assert.ok(Math.abs(gap - expected) < 0.05, `gap ${gap}, node-llama-cpp ${expected}`);
+    // the CPU's one-token and multi-token paths nearly agree: far below the gap, so no tie
+    assert.ok(disagreement >= 0 && disagreement < 0.05, `disagreement ${disagreement}`);
+    assert.equal((await target.logitGap(prompt, before, runnerUp, chosen)).gap, -gap);
+    assert.equal((await target.logitGap(prompt, before, chosen, chosen)).gap, 0);
+    await assert.rejects(target.logitGap(prompt, before, chosen, target.vocabSize), /out of the vocabulary/);
+    // its own context: the target's cache is as it was
+    assert.equal(target.cached, cached);
+    assert.deepEqual(await target.generate(prompt, 6), generated);
+});
+
 test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missing option", async (t) => {
     const target = await openTarget(t);
     await target.verify(prompt, 0, prompt.length - 1);

@@ -182,3 +182,55 @@ for (const [name, draftAnswer] of [
         }
     });
 }
+
+test("the warm-up generates the first prompt untimed in both modes before the measured runs", async () => {
+    const target = await readModelFileInfo(targetModel);
+    let draftRequests = 0;
+    const server = await fakeServer((request, response) => {
+        request.resume();
+        response.setHeader("content-type", "application/json");
+        if (request.url === "/info") {
+            response.end(
+                JSON.stringify({
+                    model: "fake",
+                    vocab_size: target.vocabSize,
+                    vocab_fingerprint: target.vocabFingerprint,
+                }),
+            );
+            return;
+        }
+        draftRequests++;
+        response.end('{"draft":[1,2]}');
+    });
+    try {
+        const requestsWith = async (warmup: number) => {
+            draftRequests = 0;
+            const summary = await runGenerate({
+                target: targetModel,
+                draft: { kind: "http", url: server.url },
+                prompts: testPrompts,
+                maxTokens,
+                draftLength,
+                gpu: "cpu",
+                threads: testThreads,
+                llama,
+                warmup,
+            });
+            assertLossless(summary);
+            assert.equal(summary.settings.warmup, warmup);
+            return { requests: draftRequests, summary };
+        };
+        const cold = await requestsWith(0);
+        // one draft request per target step of the measured runs, and none for the target alone
+        assert.equal(cold.requests, cold.summary.speculative.targetSteps);
+        const warm = await requestsWith(1);
+        // the measured runs are the same; the warm-up added one speculative generation of the first prompt
+        assert.deepEqual(
+            warm.summary.prompts.map((p) => p.speculative[0].tokens),
+            cold.summary.prompts.map((p) => p.speculative[0].tokens),
+        );
+        assert.equal(warm.requests - cold.requests, cold.summary.prompts[0].speculative[0].targetSteps);
+    } finally {
+        await server.close();
+    }
+});

@@ -1,8 +1,14 @@
 /** The lossless check: each speculative run against the target-alone run of the same round, and the failure line. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { comparePromptRuns, describeMismatch, firstDifference } from "../../src/generate/summarizeGeneration.js";
-import type { GenerationRun } from "../../src/generate/types.js";
+import {
+    comparePromptRuns,
+    describeMismatch,
+    firstDifference,
+    judgeDifferences,
+    summarizeGeneration,
+} from "../../src/generate/summarizeGeneration.js";
+import type { GenerateSummary, GenerationRun, PromptResult } from "../../src/generate/types.js";
 
 function run(tokens: number[]): GenerationRun {
     return { tokens, seconds: 1, targetSteps: tokens.length, drafted: 0, accepted: 0, draftSeconds: 0 };
@@ -37,4 +43,39 @@ test("a differing second run is named with its round and first differing positio
         describeMismatch(result),
         'output mismatch: prompt "p", run 2: speculative output differs from the target alone at position 2 (expected token 3, found 9)',
     );
+});
+
+test("a difference at a near tie of the target's logits warns; any other fails, and names the gap", () => {
+    const parted = (id: string, logitGap?: number, nearTie?: boolean): PromptResult => {
+        const result = comparePromptRuns(id, undefined, 3, [run([1, 2, 3])], [run([1, 2, 9])]);
+        if (result.firstDifference && logitGap !== undefined)
+            Object.assign(result.firstDifference, { logitGap, kernelDisagreement: 0.002, nearTie });
+        return result;
+    };
+    const same = comparePromptRuns("same", undefined, 3, [run([1, 2])], [run([1, 2])]);
+    const about = {
+        target: { path: "t.gguf", vocabFingerprint: "x", quantization: "Q8_0" },
+        draft: { kind: "ngram", source: "prompt lookup" },
+        verifier: "exact",
+        settings: { maxTokens: 3, draftLength: 2, runs: 1, gpu: "cuda", contextSize: 16 },
+        warnings: [],
+    } satisfies Pick<GenerateSummary, "target" | "draft" | "verifier" | "settings" | "warnings">;
+
+    const tie = summarizeGeneration([same, parted("tie", 0.0004, true)], about);
+    assert.equal(tie.identical, false);
+    assert.equal(tie.nearTies, 1);
+    const judged = judgeDifferences(tie);
+    assert.equal(judged.failure, undefined, "a near tie alone does not fail the run");
+    assert.equal(judged.warnings.length, 1);
+    assert.match(
+        judged.warnings[0],
+        /warning: output mismatch: prompt "tie", .*a near tie: .* differ by 0\.00040, .* kernels by up to 0\.0020\)/,
+    );
+
+    const real = summarizeGeneration([parted("tie", 0.0004, true), parted("bug", 3.5, false)], about);
+    assert.equal(real.nearTies, 1);
+    assert.match(judgeDifferences(real).failure ?? "", /prompt "bug", .*differ by 3\.5, .*0\.0020: not a tie/);
+    // no gap measured (another verifier, or an end of output): a failure
+    assert.match(judgeDifferences(summarizeGeneration([parted("unknown")], about)).failure ?? "", /prompt "unknown"/);
+    assert.deepEqual(judgeDifferences(summarizeGeneration([same], about)), { warnings: [] });
 });

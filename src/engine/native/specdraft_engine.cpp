@@ -85,6 +85,9 @@ std::string takeLoggedErrors() {
     return errors;
 }
 
+// llama.cpp's logged errors, or a hint where it logged none.
+std::string orUnknown(std::string s) { return s.empty() ? "unknown reason (run with verbose logs)" : s; }
+
 std::once_flag g_backend_once;
 
 void initBackends(const std::string& binsDir) {
@@ -371,7 +374,6 @@ public:
     void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
 private:
-    static std::string orUnknown(std::string s) { return s.empty() ? "unknown reason (run with verbose logs)" : s; }
     Engine* engine_;
     LoadOptions options_;
     Napi::Promise::Deferred deferred_;
@@ -934,6 +936,8 @@ Napi::Object Engine::Init(Napi::Env env, Napi::Object exports) {
 //   await target.evaluate(tokens: Int32Array, keep, outputFrom) -> { next: Int32Array, cached, stats: Float64Array }
 //   await target.generate(tokens: Int32Array, keep, maxTokens)  -> { tokens: Int32Array, cached, stats: Float64Array }
 // (`cached`: tokens now in the KV cache)
+//   await target.logitGap(tokens: Int32Array, promptLength, a, b) -> { gap: logit[a] − logit[b] after tokens on the
+//         target alone's path, disagreement: the largest logit difference of that path and a verification's there }
 //   target.dispose()
 // `stats` (targetStatFields numbers): llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
 // (llama_synchronize after each), read ms (fetching the sampled ids or the argmax over logits), graphs llama.cpp reused.
@@ -974,10 +978,12 @@ public:
     int32_t batchCapacity = 0;
     int32_t nVocab = 0;
     int32_t maxOutputs = 0;
+    int32_t argmaxThreads = 1;  // host argmax (without backendSampling): rows split over up to 8 threads
     int32_t length = 0;  // cells [0, length) of the KV cache hold evaluated tokens
     bool backendSampling = false;
     llama_sampler* sampler = nullptr;
     llama_sampler_seq_config samplerConfig{};
+    llama_context_params baseParams{};  // the context's parameters but its samplers
     std::vector<llama_token> eogIds;
     std::vector<bool> isEog;
     std::string gpuDevice;
@@ -1016,16 +1022,25 @@ public:
         const Clock::time_point submitted = Clock::now();
         llama_synchronize(ctx);
         const Clock::time_point decoded = Clock::now();
-        for (int32_t j = firstOutput; j < count; ++j) {
-            if (backendSampling) {
+        if (backendSampling) {
+            for (int32_t j = firstOutput; j < count; ++j) {
                 const llama_token token = llama_get_sampled_token_ith(ctx, j);
                 if (token == LLAMA_TOKEN_NULL) throw std::runtime_error("llama.cpp returned no sampled token: " + takeLoggedErrors());
                 next.push_back(token);
-            } else {
-                const float* row = llama_get_logits_ith(ctx, j);
-                if (!row) throw std::runtime_error("llama.cpp returned no logits for an output");
-                next.push_back(argmax(row, nVocab));
             }
+        } else if (count > firstOutput) {
+            // every row fetched on this thread first (the first fetch applies llama.cpp's pending output reorder: the
+            // guard the draft engine explains at the top), then the argmax of the rows split over threads
+            const int32_t outputs = count - firstOutput;
+            std::vector<const float*> rows(outputs);
+            for (int32_t k = 0; k < outputs; ++k) {
+                rows[k] = llama_get_logits_ith(ctx, firstOutput + k);
+                if (!rows[k]) throw std::runtime_error("llama.cpp returned no logits for an output");
+            }
+            const size_t first = next.size();
+            next.resize(first + outputs);
+            const int32_t threads = (int64_t)outputs * nVocab >= (1 << 20) ? argmaxThreads : 1;
+            parallelFor(outputs, threads, [&](int32_t k) { next[first + k] = argmax(rows[k], nVocab); });
         }
         stats.decodes++;
         stats.tokens += count;
@@ -1051,6 +1066,65 @@ public:
         return next;
     }
 
+    // How near a tie the target alone's choice between tokens a and b after `tokens` was, and how much two kernel paths
+    // disagree there. In a context of its own without samplers (so its logits reach the host): the target alone's path
+    // (the first promptLength decoded as generate() decodes a prompt, in batch-sized chunks, then one token a decode)
+    // gives logit[a] − logit[b]; then `tokens` + [b] as verification decodes them (in one decode where they fit, the
+    // output at the last of `tokens`) gives the same position's logits by the other kernels, and the largest
+    // difference of the two over the vocabulary is their disagreement. A GPU's multi-token and one-token kernels round
+    // differently; the outputs of the target alone and of speculation can part only where the gap is within twice it.
+    std::pair<double, double> logitGap(const std::vector<llama_token>& tokens, int32_t promptLength, llama_token a, llama_token b) {
+        llama_context* c = llama_init_from_model(model, baseParams);
+        if (!c) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
+        llama_batch one = llama_batch_init(batchCapacity, 0, 1);
+        struct Release {
+            llama_context* c;
+            llama_batch* b;
+            ~Release() {
+                llama_batch_free(*b);
+                llama_free(c);
+            }
+        } release{c, &one};
+        // decodes seq[from, from + n) at their positions, the logits of index `output` (-1: none) asked
+        auto run = [&](const std::vector<llama_token>& seq, int32_t from, int32_t n, int32_t output) {
+            one.n_tokens = n;
+            for (int32_t j = 0; j < n; ++j) {
+                one.token[j] = seq[from + j];
+                one.pos[j] = from + j;
+                one.n_seq_id[j] = 1;
+                one.seq_id[j][0] = 0;
+                one.logits[j] = from + j == output ? 1 : 0;
+            }
+            const int32_t rc = llama_decode(c, one);
+            if (rc != 0) throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
+        };
+        const int32_t count = (int32_t)tokens.size();
+        for (int32_t offset = 0; offset < promptLength; offset += batchCapacity) {
+            run(tokens, offset, std::min(batchCapacity, promptLength - offset), promptLength - 1);
+        }
+        for (int32_t i = promptLength; i < count; ++i) run(tokens, i, 1, i);
+        const float* row = llama_get_logits_ith(c, -1);
+        if (!row) throw std::runtime_error("llama.cpp returned no logits");
+        const std::vector<float> alone(row, row + nVocab);
+
+        llama_memory_clear(llama_get_memory(c), true);
+        std::vector<llama_token> verified(tokens);
+        verified.push_back(b);
+        const int32_t total = (int32_t)verified.size();
+        double disagreement = 0;
+        for (int32_t offset = 0; offset < total; offset += batchCapacity) {
+            const int32_t chunk = std::min(batchCapacity, total - offset);
+            run(verified, offset, chunk, count - 1);
+            if (count - 1 < offset || count - 1 >= offset + chunk) continue;
+            const float* other = llama_get_logits_ith(c, count - 1 - offset);
+            if (!other) throw std::runtime_error("llama.cpp returned no logits");
+            for (int32_t v = 0; v < nVocab; ++v) {
+                disagreement = std::max(disagreement, std::fabs((double)alone[v] - (double)other[v]));
+            }
+        }
+        return {(double)alone[a] - (double)alone[b], disagreement};
+    }
+
     // The target alone: evaluates `tokens` after `keep` cached ones, then greedy tokens one decode each until an
     // end-of-generation token (not included) or maxTokens of them.
     std::vector<llama_token> generate(const std::vector<llama_token>& tokens, int32_t keep, int32_t maxTokens, TargetStats& stats) {
@@ -1074,6 +1148,7 @@ private:
     Napi::Value Info(const Napi::CallbackInfo& info);
     Napi::Value Evaluate(const Napi::CallbackInfo& info);
     Napi::Value Generate(const Napi::CallbackInfo& info);
+    Napi::Value LogitGap(const Napi::CallbackInfo& info);
     Napi::Value Dispose(const Napi::CallbackInfo& info);
     std::vector<llama_token> readTokens(Napi::Env env, const Napi::Value& value, const char* method);
 };
@@ -1158,6 +1233,7 @@ protected:
                 cp.n_threads = options_.threads;
                 cp.n_threads_batch = options_.threads;
             }
+            t.baseParams = cp;  // without samplers: logitGap() makes contexts of its own from it
             if (options_.backendSampling) {
                 // greedy in the graph for every output of the one sequence (llama.cpp builds one argmax per output row)
                 t.sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
@@ -1175,6 +1251,7 @@ protected:
             const llama_vocab* vocab = llama_model_get_vocab(t.model);
             t.nVocab = llama_vocab_n_tokens(vocab);
             t.maxOutputs = options_.maxOutputs;
+            t.argmaxThreads = (int32_t)std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
             t.length = 0;
             t.isEog.assign(t.nVocab, false);
             t.eogIds.clear();
@@ -1207,7 +1284,6 @@ protected:
     }
 
 private:
-    static std::string orUnknown(std::string s) { return s.empty() ? "unknown reason (run with verbose logs)" : s; }
     TargetOptions options_;
 };
 
@@ -1237,6 +1313,29 @@ private:
     int32_t maxTokens_;  // > 0: generate() instead of evaluate()
     std::vector<llama_token> out_;
     TargetStats stats_;
+};
+
+class TargetLogitGapWorker : public TargetWorker {
+public:
+    TargetLogitGapWorker(Napi::Env env, Target* target, std::vector<llama_token> tokens, int32_t promptLength, llama_token a,
+                         llama_token b)
+        : TargetWorker(env, target), tokens_(std::move(tokens)), promptLength_(promptLength), a_(a), b_(b) {}
+
+protected:
+    void work() override { gap_ = target_->logitGap(tokens_, promptLength_, a_, b_); }
+    Napi::Value result(Napi::Env env) override {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("gap", gap_.first);
+        o.Set("disagreement", gap_.second);
+        return o;
+    }
+
+private:
+    std::vector<llama_token> tokens_;
+    int32_t promptLength_;
+    llama_token a_;
+    llama_token b_;
+    std::pair<double, double> gap_{0, 0};
 };
 
 Napi::Value Target::Load(const Napi::CallbackInfo& info) {
@@ -1353,6 +1452,28 @@ Napi::Value Target::Generate(const Napi::CallbackInfo& info) {
     return promise;
 }
 
+Napi::Value Target::LogitGap(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.logitGap: not loaded");
+    if (info.Length() < 4 || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber()) {
+        throw Napi::TypeError::New(env, "Target.logitGap(tokens: Int32Array, promptLength: number, a: number, b: number) expected");
+    }
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.logitGap");
+    const int32_t promptLength = info[1].As<Napi::Number>().Int32Value();
+    const int32_t a = info[2].As<Napi::Number>().Int32Value();
+    const int32_t b = info[3].As<Napi::Number>().Int32Value();
+    if (promptLength < 1 || promptLength > (int32_t)tokens.size()) {
+        throw Napi::RangeError::New(env, "Target.logitGap: promptLength must be 1 … the number of tokens");
+    }
+    if (a < 0 || a >= nVocab || b < 0 || b >= nVocab) throw Napi::RangeError::New(env, "Target.logitGap: token ids out of the vocabulary");
+    if ((int64_t)tokens.size() + 1 > (int64_t)llama_n_ctx_seq(ctx)) throw Napi::RangeError::New(env, "Target.logitGap: context overflow");
+    if (busy.load()) throw Napi::Error::New(env, "Target.logitGap: a call is already in flight");
+    auto* worker = new TargetLogitGapWorker(env, this, std::move(tokens), promptLength, a, b);
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
 Napi::Value Target::Dispose(const Napi::CallbackInfo& info) {
     if (busy.load()) throw Napi::Error::New(info.Env(), "Target.dispose: a call is in flight");
     freeModel();
@@ -1363,7 +1484,7 @@ void Target::Init(Napi::Env env, Napi::Object exports) {
     Napi::Function cls = DefineClass(env, "Target",
                                      {InstanceMethod("load", &Target::Load), InstanceMethod("info", &Target::Info),
                                       InstanceMethod("evaluate", &Target::Evaluate), InstanceMethod("generate", &Target::Generate),
-                                      InstanceMethod("dispose", &Target::Dispose)});
+                                      InstanceMethod("logitGap", &Target::LogitGap), InstanceMethod("dispose", &Target::Dispose)});
     exports.Set("Target", cls);
 }
 
