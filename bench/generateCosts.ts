@@ -10,7 +10,10 @@
  * - verify[m]: ms for one node-llama-cpp `controlledEvaluate` of m tokens with the greedy next token asked at every
  *   position (`all`: the exact-node-llama-cpp verifier's step) or at the last only (`last`), plus erasing the m − 1;
  *   verify_native[m]: the native verifier's step (NativeTarget.verify: one decode, greedy tokens from llama.cpp's
- *   graph), with `all` and `last` as above, and its split (submit / wait / read ms, llama_decode calls, graph reuse).
+ *   graph), with `all` and `last` as above, and their split (submit / wait / read ms, llama_decode calls, graph reuse);
+ *   verify_native_host[m]: the same with the logits read back and the argmax taken on the host;
+ * - alone_native_fixed[P]: what a new prompt of P tokens costs the native target beyond its tokens (prefill, and the
+ *   first decodes after it): t(P, 8 tokens) − 8 · alone_native_per_token.
  * Drafter costs (`--drafter URL`, `--draft-model GGUF`):
  * - draft[n]: ms per `POST /draft` of n tokens to a specdraft server, the context growing by 8 random tokens a request
  *   (8 new tokens to evaluate, the measurement of 2026-12-01);
@@ -18,12 +21,16 @@
  *   part of the draft + the target's token, accepting each draft token with probability 0.81): 1–2 new tokens a request;
  *   draft_step_ms: the server's /metrics over the walk (mean ms per decode step: decode = submit + wait, sample, host;
  *   share of steps whose graph llama.cpp reused);
- * - draft_in_process[n] / draft_walk_in_process[n]: the same two with specdraft's draft engine loaded in this process
- *   (NativeDraftTokenPredictor's path: no HTTP), and steps_in_process: mean ms per decode step by its index within a
- *   request (1: the request's new tokens, 2, 3, 4+), which shows what a graph rebuild and CUDA-graph warm-up cost.
+ * - draft_walk_interleaved[n] (with --interleave-target T): the walk again with T, loaded in this process, verifying
+ *   n + 1 tokens before each request (untimed), as `specdraft generate` alternates them: two processes sharing a GPU;
+ * - draft_first[P]: ms of the first draft (n = 1) on a new context of P tokens: the drafter's prefill of a prompt;
+ * - draft_in_process[n] / draft_walk_in_process[n] / draft_walk_in_process_interleaved[n] / draft_first_in_process[P]:
+ *   the same with specdraft's draft engine loaded in this process (NativeDraftTokenPredictor's path: no HTTP), and
+ *   steps_in_process: mean ms per decode step by its index within a request (1: the request's new tokens, 2, 3, 4+),
+ *   which shows what a graph rebuild and CUDA-graph warm-up cost.
  *
  *   node --import tsx bench/generateCosts.ts [--target T.gguf] [--drafter http://127.0.0.1:8000] [--draft-model D.gguf]
- *       [--gpu cuda] [--repeats 20] > costs.json
+ *       [--interleave-target T.gguf] [--gpu cuda] [--repeats 20] > costs.json
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
@@ -39,6 +46,8 @@ import { loadLlama } from "../src/generate/runGenerate.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
 const verifySizes = [1, 3, 5, 7, 9, 17];
+/** Prompt lengths of the per-prompt costs (the held-out sets' prompts are 64–512 tokens). */
+const promptLengths = [64, 256, 512];
 /** Draft sizes n = k, and n = 1. */
 const draftSizes = [1, 2, 4, 6, 8, 16];
 /** Per-token agreement of the walk's simulated target (τ 5.1 at k = 16, the 1.7B → 8B pair's estimate). */
@@ -49,6 +58,7 @@ interface Options {
     target?: string;
     drafter?: string;
     draftModel?: string;
+    interleaveTarget?: string;
     gpu: GpuChoice;
     repeats: number;
 }
@@ -74,6 +84,78 @@ function seededRandom(seed: number): (max: number) => number {
 /** 256 token ids spread over the vocabulary (away from the lowest ids, which hold special tokens in some vocabularies). */
 function makePrompt(vocab: number): Prompt {
     return Array.from({ length: 256 }, (_, i) => ((i * 7919) % vocab) + 10);
+}
+
+/** ms per token of the native target alone: the difference of a short and a long generation, so the prompt's prefill
+ * cancels (median of 3 pairs). */
+async function timeAloneNative(target: NativeTarget, prompt: Prompt, repeats: number): Promise<number | null> {
+    const time = async (n: number): Promise<{ ms: number; tokens: number }> => {
+        const t = performance.now();
+        const tokens = await target.generate(prompt, n);
+        return { ms: ms(t), tokens: tokens.length };
+    };
+    await time(8);
+    const perToken: number[] = [];
+    for (let pair = 0; pair < 3; pair++) {
+        const short = await time(8);
+        const long = await time(8 + repeats * 4);
+        if (long.tokens > short.tokens) perToken.push((long.ms - short.ms) / (long.tokens - short.tokens));
+    }
+    perToken.sort((a, b) => a - b);
+    return perToken.length > 0 ? perToken[Math.floor(perToken.length / 2)] : null;
+}
+
+/**
+ * What a new prompt costs the native target beyond its tokens, by prompt length P: F(P) = t(P, 8) − 8 · alone, the
+ * median of 3 generations of 8 tokens from a fresh P-token prompt (the prefill, and the first decodes after it, which
+ * rebuild the 1-token graph and warm its CUDA graph again).
+ */
+async function timePromptFixed(target: NativeTarget, vocab: number, alone: number): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    for (const length of promptLengths) {
+        const fixed: number[] = [];
+        for (let r = 0; r < 3; r++) {
+            const prompt = Array.from({ length }, (_, i) => ((i * 7919 + r * 104_729 + length) % vocab) + 10);
+            const t = performance.now();
+            const tokens = await target.generate(prompt, 8);
+            fixed.push(ms(t) - tokens.length * alone);
+        }
+        fixed.sort((a, b) => a - b);
+        out[`p${length}`] = fixed[1] ?? 0;
+    }
+    return out;
+}
+
+/** verify(m) of the native target: every position asked (`all`, with its split) and the last only. */
+async function timeNativeVerify(
+    target: NativeTarget,
+    prompt: Prompt,
+    repeats: number,
+): Promise<Record<string, unknown>> {
+    const verifyNative: Record<string, unknown> = {};
+    for (const m of verifySizes) {
+        const row: Record<string, number> = {};
+        for (const mode of ["all", "last"] as const) {
+            await target.verify(prompt, 0, prompt.length - 1);
+            const before = { ...target.stats };
+            let total = 0;
+            for (let r = 0; r < repeats; r++) {
+                const input = Array.from({ length: m }, (_, j) => 100 + j + r);
+                const t = performance.now();
+                const next = await target.verify(input, prompt.length, mode === "all" ? 0 : m - 1);
+                total += ms(t);
+                if (next.length !== (mode === "all" ? m : 1)) throw new Error(`verify ${m}: ${next.length} outputs`);
+            }
+            row[mode] = total / repeats;
+            row[`${mode}_decodes_per_call`] = (target.stats.decodes - before.decodes) / repeats;
+            row[`${mode}_submit`] = (target.stats.submitMs - before.submitMs) / repeats;
+            row[`${mode}_wait`] = (target.stats.waitMs - before.waitMs) / repeats;
+            row[`${mode}_read`] = (target.stats.readMs - before.readMs) / repeats;
+            row[`${mode}_graph_reused`] = (target.stats.graphsReused - before.graphsReused) / repeats;
+        }
+        verifyNative[`m${m}`] = row;
+    }
+    return verifyNative;
 }
 
 async function measureTarget(path: string, options: Options): Promise<Record<string, unknown>> {
@@ -129,68 +211,39 @@ async function measureTarget(path: string, options: Options): Promise<Record<str
         await model.dispose();
     }
 
-    const target = await NativeTarget.load({
-        modelPath: path,
-        contextSize,
-        maxOutputs: Math.max(...verifySizes),
-        gpu: options.gpu,
-        threads,
-    });
-    try {
-        result.native_gpu_device = target.gpuDevice || "cpu";
-        // alone: the difference of a short and a long generation, so the prompt's prefill cancels (median of 3 pairs)
-        const time = async (n: number): Promise<{ ms: number; tokens: number }> => {
-            const t = performance.now();
-            const tokens = await target.generate(prompt, n);
-            return { ms: ms(t), tokens: tokens.length };
-        };
-        await time(8);
-        const perToken: number[] = [];
-        for (let pair = 0; pair < 3; pair++) {
-            const short = await time(8);
-            const long = await time(8 + options.repeats * 4);
-            if (long.tokens > short.tokens) perToken.push((long.ms - short.ms) / (long.tokens - short.tokens));
-        }
-        perToken.sort((a, b) => a - b);
-        result.alone_native_per_token = perToken.length > 0 ? perToken[Math.floor(perToken.length / 2)] : null;
-
-        const verifyNative: Record<string, unknown> = {};
-        for (const m of verifySizes) {
-            const row: Record<string, number> = {};
-            for (const mode of ["all", "last"] as const) {
-                await target.verify(prompt, 0, prompt.length - 1);
-                const before = { ...target.stats };
-                let total = 0;
-                for (let r = 0; r < options.repeats; r++) {
-                    const input = Array.from({ length: m }, (_, j) => 100 + j + r);
-                    const t = performance.now();
-                    const next = await target.verify(input, prompt.length, mode === "all" ? 0 : m - 1);
-                    total += ms(t);
-                    if (next.length !== (mode === "all" ? m : 1))
-                        throw new Error(`verify ${m}: ${next.length} outputs`);
-                }
-                row[mode] = total / options.repeats;
-                if (mode === "all") {
-                    const calls = options.repeats;
-                    row.all_decodes_per_call = (target.stats.decodes - before.decodes) / calls;
-                    row.all_submit = (target.stats.submitMs - before.submitMs) / calls;
-                    row.all_wait = (target.stats.waitMs - before.waitMs) / calls;
-                    row.all_read = (target.stats.readMs - before.readMs) / calls;
-                    row.all_graph_reused = (target.stats.graphsReused - before.graphsReused) / calls;
-                }
+    // the native verifier twice: greedy tokens from llama.cpp's graph (backend sampling, what generate uses), and the
+    // logits read back with the argmax on the host (rows split over threads)
+    for (const backendSampling of [true, false]) {
+        const target = await NativeTarget.load({
+            modelPath: path,
+            contextSize,
+            maxOutputs: Math.max(...verifySizes),
+            gpu: options.gpu,
+            threads,
+            backendSampling,
+        });
+        try {
+            if (backendSampling) {
+                result.native_gpu_device = target.gpuDevice || "cpu";
+                const alone = await timeAloneNative(target, prompt, options.repeats);
+                result.alone_native_per_token = alone;
+                if (alone !== null) result.alone_native_fixed = await timePromptFixed(target, vocab, alone);
+                result.verify_native = await timeNativeVerify(target, prompt, options.repeats);
+            } else {
+                result.verify_native_host = await timeNativeVerify(target, prompt, options.repeats);
             }
-            verifyNative[`m${m}`] = row;
+        } finally {
+            target.dispose();
         }
-        result.verify_native = verifyNative;
-    } finally {
-        target.dispose();
-        await llama.dispose();
     }
+    await llama.dispose();
     return result;
 }
 
 /** A drafter under test: one draft request of n tokens for a context. */
 type DraftFn = (tokens: readonly number[], n: number) => Promise<number[]>;
+/** Untimed work before each timed draft of n (a target verifying n + 1 tokens, as a generation alternates them). */
+type Between = (n: number) => Promise<void>;
 
 /** ms per draft of n, the context growing by 8 random tokens a request. */
 async function timeGrowingBy8(draft: DraftFn, prompt: Prompt, vocab: number, repeats: number) {
@@ -221,6 +274,7 @@ async function timeWalk(
     vocab: number,
     repeats: number,
     onRequest?: (n: number) => void,
+    between?: Between,
 ) {
     const out: Record<string, number> = {};
     const random = seededRandom(7);
@@ -232,12 +286,33 @@ async function timeWalk(
             let accepted = 0;
             while (accepted < last.length && random(1000) < walkAgreement * 1000) accepted++;
             tokens = [...tokens, ...last.slice(0, accepted), random(vocab - 10) + 10];
+            await between?.(n);
             onRequest?.(n);
             const t = performance.now();
             last = await draft(tokens, n);
             total += ms(t);
         }
         out[`n${n}`] = total / repeats;
+    }
+    return out;
+}
+
+/**
+ * ms of the first draft (n = 1) on a new context of P tokens, by P: the drafter's prefill of a new prompt plus one
+ * draft token (median of 3 contexts that share no prefix with anything the drafter saw).
+ */
+async function timeFirstDraft(draft: DraftFn, vocab: number): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    for (const length of promptLengths) {
+        const times: number[] = [];
+        for (let r = 0; r < 3; r++) {
+            const tokens = Array.from({ length }, (_, i) => ((i * 6151 + r * 7727 + length * 3) % vocab) + 10);
+            const t = performance.now();
+            await draft(tokens, 1);
+            times.push(ms(t));
+        }
+        times.sort((a, b) => a - b);
+        out[`p${length}`] = times[1] ?? 0;
     }
     return out;
 }
@@ -262,7 +337,7 @@ async function readStepCounters(url: string): Promise<Record<string, number> | u
     };
 }
 
-async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, repeats: number) {
+async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, repeats: number, between?: Between) {
     const client = createSpecdraftClient(url, { name: url, timeoutMs: 10_000 });
     const draft: DraftFn = async (tokens, n) => {
         const outcome = await client.draft(tokens, n);
@@ -287,10 +362,25 @@ async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, re
             graph_reused: round((after.reused - before.reused) / steps),
         };
     }
-    return { draft: draftBy8, draft_walk: draftWalk, draft_step_ms: stepMs };
+    const interleaved = between && {
+        draft_walk_interleaved: await timeWalk(draft, prompt, vocab, repeats, undefined, between),
+    };
+    return {
+        draft: draftBy8,
+        draft_walk: draftWalk,
+        ...interleaved,
+        draft_step_ms: stepMs,
+        draft_first: await timeFirstDraft(draft, vocab),
+    };
 }
 
-async function measureInProcessDrafter(path: string, options: Options, prompt: Prompt, vocab: number) {
+async function measureInProcessDrafter(
+    path: string,
+    options: Options,
+    prompt: Prompt,
+    vocab: number,
+    between?: Between,
+) {
     // per decode step, by its index within the request in flight (one stream: the steps of one request in order)
     const byIndex = new Map<number, { n: number; decode: number; submit: number; wait: number; reused: number }>();
     let stepIndex = 0;
@@ -322,6 +412,17 @@ async function measureInProcessDrafter(path: string, options: Options, prompt: P
             stepIndex = 0;
         });
         recording = false;
+        const interleaved = between && {
+            draft_walk_in_process_interleaved: await timeWalk(
+                draft,
+                prompt,
+                vocab,
+                options.repeats,
+                undefined,
+                between,
+            ),
+        };
+        const firstDraft = await timeFirstDraft(draft, vocab);
         const steps: Record<string, unknown> = {};
         for (const [index, row] of [...byIndex.entries()].sort((a, b) => a[0] - b[0]))
             steps[index < 4 ? `step${index}` : "step4plus"] = {
@@ -334,6 +435,8 @@ async function measureInProcessDrafter(path: string, options: Options, prompt: P
         return {
             draft_in_process: draftBy8,
             draft_walk_in_process: draftWalk,
+            ...interleaved,
+            draft_first_in_process: firstDraft,
             steps_in_process: steps,
             backend: engine.info.backend,
         };
@@ -347,6 +450,10 @@ const program = new Command("generateCosts")
     .option("--target <gguf>", "target model")
     .option("--drafter <url>", "a specdraft server to time /draft against")
     .option("--draft-model <gguf>", "a drafter to time in this process (specdraft's draft engine, one stream)")
+    .option(
+        "--interleave-target <gguf>",
+        "also time the drafts' walk with this target verifying k + 1 tokens between requests, as a generation does",
+    )
     .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
     .action(async (options: Options) => {
@@ -364,10 +471,45 @@ const program = new Command("generateCosts")
         const vocabFrom = options.target ?? options.draftModel;
         const vocab = vocabFrom ? Math.min((await readModelFileInfo(vocabFrom)).vocabSize - 10, 4000) : 4000;
         const prompt = makePrompt(vocab);
-        if (options.drafter)
-            Object.assign(result, await measureHttpDrafter(options.drafter, prompt, vocab, options.repeats));
-        if (options.draftModel)
-            Object.assign(result, await measureInProcessDrafter(options.draftModel, options, prompt, vocab));
+        // the generation's rhythm: a target on the same device verifies between draft requests (in this process, as
+        // `specdraft generate` runs it), so the drafter's figures include sharing the GPU with it
+        const target =
+            options.interleaveTarget === undefined
+                ? undefined
+                : await NativeTarget.load({
+                      modelPath: options.interleaveTarget,
+                      contextSize,
+                      maxOutputs: Math.max(...verifySizes),
+                      gpu: options.gpu,
+                      threads: defaultThreads(),
+                  });
+        let between: Between | undefined;
+        if (target) {
+            const targetPrompt = makePrompt(Math.min(target.vocabSize - 10, 4000));
+            await target.verify(targetPrompt, 0, targetPrompt.length - 1);
+            between = async (n) => {
+                await target.verify(
+                    Array.from({ length: n + 1 }, (_, j) => 100 + j),
+                    targetPrompt.length,
+                    0,
+                );
+            };
+            result.interleave_target = options.interleaveTarget;
+        }
+        try {
+            if (options.drafter)
+                Object.assign(
+                    result,
+                    await measureHttpDrafter(options.drafter, prompt, vocab, options.repeats, between),
+                );
+            if (options.draftModel)
+                Object.assign(
+                    result,
+                    await measureInProcessDrafter(options.draftModel, options, prompt, vocab, between),
+                );
+        } finally {
+            target?.dispose();
+        }
         process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
     });
 

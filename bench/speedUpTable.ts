@@ -40,11 +40,17 @@ export interface CostsJson {
         string,
         { all: number; last: number; all_decodes_per_call?: number } & Record<string, number>
     >;
+    verify_native_host?: Record<string, { all: number; last: number } & Record<string, number>>;
     draft?: Record<string, number>;
     draft_walk?: Record<string, number>;
     draft_step_ms?: Record<string, number> | null;
     draft_in_process?: Record<string, number>;
     draft_walk_in_process?: Record<string, number>;
+    draft_walk_interleaved?: Record<string, number>;
+    draft_walk_in_process_interleaved?: Record<string, number>;
+    alone_native_fixed?: Record<string, number>;
+    draft_first?: Record<string, number>;
+    draft_first_in_process?: Record<string, number>;
     steps_in_process?: Record<string, Record<string, number>>;
 }
 
@@ -57,16 +63,26 @@ function bySize<T>(record: Record<string, T> | undefined, pick: (value: T) => nu
 
 /**
  * The model's costs for a target with a drafter path: the native verifier (every position asked) and the native
- * target alone, drafts grown the way a generation grows them.
+ * target alone, drafts grown the way a generation grows them (timed between a target's verifications where
+ * generateCosts had --interleave-target), and (where measured) what a new prompt costs each: the target's F(P), and the
+ * drafter's prefill D(P) = its first one-token draft on a new context less a steady one.
  */
 export function stepCosts(target: CostsJson, drafter: CostsJson, path: DrafterPath): StepCosts {
     const alone = target.alone_native_per_token;
     if (alone == null) throw new Error(`target ${target.target}: no alone_native_per_token`);
-    return {
-        alone,
-        verify: bySize(target.verify_native, (row) => row.all),
-        draft: bySize(path === "http" ? drafter.draft_walk : drafter.draft_walk_in_process, (ms) => ms),
-    };
+    // the walk timed between a target's verifications (as a generation runs) where measured, else alone
+    const walk =
+        path === "http"
+            ? (drafter.draft_walk_interleaved ?? drafter.draft_walk)
+            : (drafter.draft_walk_in_process_interleaved ?? drafter.draft_walk_in_process);
+    const draft = bySize(walk, (ms) => ms);
+    const first = path === "http" ? drafter.draft_first : drafter.draft_first_in_process;
+    const steadyOne = draft.get(1);
+    const costs: StepCosts = { alone, verify: bySize(target.verify_native, (row) => row.all), draft };
+    if (target.alone_native_fixed !== undefined) costs.promptFixed = bySize(target.alone_native_fixed, (ms) => ms);
+    if (first !== undefined && steadyOne !== undefined)
+        costs.draftPrefill = bySize(first, (ms) => Math.max(0, ms - steadyOne));
+    return costs;
 }
 
 const f = (x: number | null | undefined, digits = 2): string => (x == null ? "–" : x.toFixed(digits));
@@ -75,17 +91,18 @@ function costTables(targets: Map<string, CostsJson>, drafters: Map<string, Costs
     const lines: string[] = [];
     const sizes = [1, 3, 5, 7, 9, 17];
     lines.push(
-        "| target | alone ms/token (node-llama-cpp / native) | verify m = 1, 3, 5, 7, 9, 17: native, every position (ms) | node-llama-cpp, every position | node-llama-cpp, last only | native verify(17) ÷ verify(1) |",
-        "|---|---|---|---|---|---|",
+        "| target | alone ms/token (node-llama-cpp / native) | verify m = 1, 3, 5, 7, 9, 17: native, every position (ms) | native, argmax on the host | node-llama-cpp, every position | node-llama-cpp, last only | native verify(17) ÷ verify(1) (host argmax) |",
+        "|---|---|---|---|---|---|---|",
     );
     for (const [name, t] of targets) {
         const native = bySize(t.verify_native, (r) => r.all);
+        const host = bySize(t.verify_native_host, (r) => r.all);
         const all = bySize(t.verify, (r) => r.all);
         const last = bySize(t.verify, (r) => r.last);
         const row = (m: Map<number, number>) => sizes.map((s) => f(m.get(s))).join(" / ");
-        const ratio = (native.get(17) ?? Number.NaN) / (native.get(1) ?? Number.NaN);
+        const ratio = (m: Map<number, number>) => (m.get(17) ?? Number.NaN) / (m.get(1) ?? Number.NaN);
         lines.push(
-            `| ${name} | ${f(t.alone_per_token)} / ${f(t.alone_native_per_token)} | ${row(native)} | ${row(all)} | ${row(last)} | **${f(ratio)}** |`,
+            `| ${name} | ${f(t.alone_per_token)} / ${f(t.alone_native_per_token)} | ${row(native)} | ${row(host)} | ${row(all)} | ${row(last)} | **${f(ratio(native))}** (${f(ratio(host))}) |`,
         );
     }
     lines.push("");
@@ -164,6 +181,8 @@ export function checkEndToEnd(summary: GenerateSummary, costs: StepCosts) {
         targetSteps: s.targetSteps,
         drafted: s.drafted,
         draftLength: summary.settings.draftLength,
+        // every speculative generation starts a prompt (the untimed warm-ups are not in the summary)
+        promptLengths: summary.prompts.flatMap((p) => p.speculative.map(() => p.promptLength)),
     });
     const error = predicted.speedUp / summary.speedUp - 1;
     return { measured: summary.speedUp, predicted, error, withinTolerance: Math.abs(error) <= predictionTolerance };
@@ -175,7 +194,7 @@ function endToEndTable(
     drafters: Map<string, CostsJson>,
 ): string[] {
     const lines = [
-        "| target ← drafter (path), k | alone tok/s | speculative tok/s | τ | measured speed-up | predicted (own τ, costs above) | error | identical |",
+        "| target ← drafter (path), k | alone tok/s | speculative tok/s | τ | measured speed-up | predicted (own τ, costs above; the prompts' ms alone / speculative) | error | identical |",
         "|---|---|---|---|---|---|---|---|",
     ];
     for (const [name, summary] of runs) {
@@ -186,7 +205,8 @@ function endToEndTable(
         let error = "–";
         if (t && d && (path === "http" || path === "in-process")) {
             const check = checkEndToEnd(summary, stepCosts(t, d, path));
-            predicted = `${f(check.predicted.speedUp)}×`;
+            const prompts = check.predicted.promptMs;
+            predicted = `${f(check.predicted.speedUp)}×${prompts.alone > 0 ? ` (prompts: ${f(prompts.alone, 0)} / ${f(prompts.speculative, 0)} ms)` : ""}`;
             error = `${check.error >= 0 ? "+" : ""}${f(100 * check.error, 1)} %${check.withinTolerance ? "" : " (over 10 %)"}`;
         }
         lines.push(

@@ -5,9 +5,19 @@
  *   speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)),   τ(k) = (1 − a^(k+1)) ÷ (1 − a)
  *
  * for a per-token agreement a (the chance that the drafter's next greedy token is the target's, independently at each
- * position). `predictRunSpeedUp` applies the same costs to a measured generation's own counts, so a cost table can be
- * checked against an end-to-end `specdraft generate` run. Both leave out the prompt's prefill, which the target alone
- * and the speculative run each pay once.
+ * position): the steady state of a long generation. `predictRunSpeedUp` applies the same costs to a measured
+ * generation's own counts, so a cost table can be checked against an end-to-end `specdraft generate` run; given the
+ * per-prompt costs it also counts what each new prompt costs, which a short generation feels (on the H200 a 64-token
+ * prompt cost the lab target ≈ 7 ms beyond its tokens, 10 % of a 128-token generation):
+ *
+ *   alone       = Σ_prompts F(P) + tokens · alone
+ *   speculative = Σ_prompts [F(P) + alone − verify(1) + D(P)] + steps · (verify(m̄) + draft(k))
+ *
+ * F(P): the target's cost of a new P-token prompt beyond its tokens, t(P, n) − n · alone (its prefill, less the one
+ * decode it stands for, and the decodes after it warming again); D(P): the drafter's prefill of the prompt (its first
+ * draft less a steady one-token draft). The speculative run's first step is the prefill of the prompt and its first
+ * drafts, P + k tokens: taken as prefill(P) + verify(m̄) − verify(1), it costs F(P) + alone − verify(1) more than a
+ * steady step.
  */
 
 /** Measured costs in ms, each a function of a size given at measured points (linear in between). */
@@ -18,6 +28,10 @@ export interface StepCosts {
     verify: ReadonlyMap<number, number>;
     /** ms of one draft request of n tokens, by n (0 tokens: 0 ms). */
     draft: ReadonlyMap<number, number>;
+    /** F(P): ms a new prompt of P tokens costs the target beyond its tokens, by P (absent: not counted). */
+    promptFixed?: ReadonlyMap<number, number>;
+    /** D(P): ms of the drafter's prefill of a new P-token prompt, by P (absent: not counted). */
+    draftPrefill?: ReadonlyMap<number, number>;
 }
 
 /** Expected tokens per target step for drafts of k at per-token agreement a: 1 + a + … + a^k. */
@@ -85,6 +99,8 @@ export interface RunCounts {
     drafted: number;
     /** Draft tokens asked for per request (k). */
     draftLength: number;
+    /** The prompt length of every generation in the run (counted with costs.promptFixed). */
+    promptLengths?: readonly number[];
 }
 
 /** What the model predicts for a measured run, and how. */
@@ -93,28 +109,43 @@ export interface RunPrediction {
     tau: number;
     /** Mean tokens per verify step: 1 + drafted ÷ targetSteps. */
     meanVerifyTokens: number;
-    /** Predicted ms of the speculative run: steps × (verify(mean tokens) + draft(k)). */
+    /** Predicted ms of the speculative run: steps × (verify(mean tokens) + draft(k)), plus the prompts' costs. */
     speculativeMs: number;
-    /** Predicted ms of the target alone for the same tokens: tokens × alone. */
+    /** Predicted ms of the target alone for the same tokens: tokens × alone, plus the prompts' costs. */
     aloneMs: number;
+    /** Of both: ms the prompts cost (0 when the costs or the run have no per-prompt figures). */
+    promptMs: { alone: number; speculative: number };
     speedUp: number;
 }
 
 /**
  * The model applied to a run's own counts: every step verifies 1 + drafted/steps tokens on average and asks one draft
- * of k (the last step's draft included: a predictor is asked before each step).
+ * of k (the last step's draft included: a predictor is asked before each step); with per-prompt costs and the run's
+ * prompt lengths, each generation's prompt is counted as in the header.
  */
 export function predictRunSpeedUp(costs: StepCosts, run: RunCounts): RunPrediction {
     if (run.targetSteps <= 0) throw new RangeError(`a run needs target steps, got ${run.targetSteps}.`);
     const meanVerifyTokens = 1 + run.drafted / run.targetSteps;
-    const speculativeMs =
-        run.targetSteps * (interpolateCost(costs.verify, meanVerifyTokens) + draftCost(costs, run.draftLength));
-    const aloneMs = run.tokens * costs.alone;
+    const verify = interpolateCost(costs.verify, meanVerifyTokens);
+    const promptMs = { alone: 0, speculative: 0 };
+    // what a prompt's first step costs beyond a steady step, but the prefill itself (see the header)
+    const firstStepExtra = costs.alone - interpolateCost(costs.verify, 1);
+    if (costs.promptFixed !== undefined && run.promptLengths !== undefined) {
+        for (const length of run.promptLengths) {
+            const fixed = interpolateCost(costs.promptFixed, length);
+            const draftPrefill = costs.draftPrefill === undefined ? 0 : interpolateCost(costs.draftPrefill, length);
+            promptMs.alone += fixed;
+            promptMs.speculative += fixed + firstStepExtra + draftPrefill;
+        }
+    }
+    const speculativeMs = promptMs.speculative + run.targetSteps * (verify + draftCost(costs, run.draftLength));
+    const aloneMs = promptMs.alone + run.tokens * costs.alone;
     return {
         tau: run.tokens / run.targetSteps,
         meanVerifyTokens,
         speculativeMs,
         aloneMs,
+        promptMs,
         speedUp: aloneMs / speculativeMs,
     };
 }

@@ -20,6 +20,7 @@ const target = {
     alone_native_per_token: 5.6,
     verify: sizes([1, 3, 5, 7, 9, 17], "m", (m) => ({ all: 6 + m, last: 6 + m / 4 })),
     verify_native: sizes([1, 3, 5, 7, 9, 17], "m", (m) => ({ all: 6 + m / 4, last: 6 + m / 5 })),
+    verify_native_host: sizes([1, 3, 5, 7, 9, 17], "m", (m) => ({ all: 6 + m / 8, last: 6 + m / 5 })),
 };
 const drafter = {
     draft: sizes([1, 2, 4, 6, 8, 16], "n", (n) => 3 + 2 * n),
@@ -52,6 +53,7 @@ function summary(speedUp: number): GenerateSummary {
         tau: 2,
         draftTimeShare: 0.5,
         identical: true,
+        nearTies: 0,
         warnings: [],
         finishedAt: "2026-12-02T00:00:00Z",
     };
@@ -71,8 +73,8 @@ test("tables from a results folder: costs, projections (not for A/B variants), e
     await writeFile(join(dir, "notes.txt"), "not a result");
 
     const md = renderSpeedUpTables(dir);
-    // native verify(17) ÷ verify(1) = (6 + 17/4) / (6 + 1/4)
-    assert.match(md, /\| 8b-f16 \| 5\.80 \/ 5\.60 \| .* \| \*\*1\.64\*\* \|/);
+    // native verify(17) ÷ verify(1) = (6 + 17/4) / (6 + 1/4), with the host's argmax (6 + 17/8) / (6 + 1/8)
+    assert.match(md, /\| 8b-f16 \| 5\.80 \/ 5\.60 \| .* \| \*\*1\.64\*\* \(1\.33\) \|/);
     assert.match(md, /\| 1\.7b@before \| HTTP/, "the variant's costs are listed");
     assert.match(md, /\*\*8b-f16 ← 1\.7b\*\*/);
     assert.doesNotMatch(md, /← 1\.7b@before/, "no projection for an A/B variant");
@@ -85,4 +87,28 @@ test("tables from a results folder: costs, projections (not for A/B variants), e
 
     const check = checkEndToEnd(summary(predicted), costs);
     assert.ok(Math.abs(check.error) < 1e-9 && check.withinTolerance);
+});
+
+test("per-prompt costs: F(P) from the target, D(P) = the first draft less a steady one, each generation's prompt", () => {
+    const withPrompts = {
+        ...target,
+        alone_native_fixed: { p64: 7, p256: 9, p512: 13 },
+    };
+    const drafterWithFirst = { ...drafter, draft_first: { p64: 4.8, p256: 6, p512: 9 } };
+    const costs = stepCosts(withPrompts, drafterWithFirst, "http");
+    assert.equal(costs.promptFixed?.get(256), 9);
+    // draft_walk n1 is 1 + 1.8 = 2.8 ms
+    assert.ok(Math.abs((costs.draftPrefill?.get(64) ?? Number.NaN) - 2) < 1e-9);
+    assert.equal(stepCosts(withPrompts, drafterWithFirst, "in-process").draftPrefill, undefined, "none in process");
+    // drafts timed between a target's verifications win over the walk alone
+    const interleaved = { ...drafter, draft_walk_interleaved: { n1: 3, n4: 9 } };
+    assert.equal(stepCosts(target, interleaved, "http").draft.get(4), 9);
+    assert.equal(stepCosts(target, interleaved, "in-process").draft.get(4), 0.5 + 1.8 * 4);
+    const run = summary(0.5);
+    run.prompts = [
+        { id: "a", promptLength: 64, alone: [], speculative: [run.speculative, run.speculative], identical: true },
+        { id: "b", promptLength: 512, alone: [], speculative: [run.speculative], identical: true },
+    ] as unknown as GenerateSummary["prompts"];
+    const check = checkEndToEnd(run, costs);
+    assert.ok(Math.abs(check.predicted.promptMs.alone - (7 + 7 + 13)) < 1e-9, "three generations' prompts");
 });

@@ -79,3 +79,30 @@ test("a run's prediction uses its own τ and mean verify size, and equals the pr
     close(short.speculativeMs, 100 * (interpolateCost(h200.verify, 4) + 11.8), 1e-9, "shorter drafts");
     assert.throws(() => predictRunSpeedUp(h200, { tokens: 0, targetSteps: 0, drafted: 0, draftLength: 4 }), /steps/);
 });
+
+test("with per-prompt costs each generation's prompt is counted: F(P) in both modes, and D(P) + alone − verify(1)", () => {
+    const costs: StepCosts = {
+        ...h200,
+        promptFixed: new Map([
+            [64, 7],
+            [512, 21],
+        ]),
+        draftPrefill: new Map([
+            [64, 2],
+            [512, 9],
+        ]),
+    };
+    const run = { tokens: 300, targetSteps: 100, drafted: 400, draftLength: 4 };
+    const steady = predictRunSpeedUp(costs, run);
+    assert.deepEqual(steady.promptMs, { alone: 0, speculative: 0 }, "no prompt lengths: the steady state");
+    // two generations: a 64-token prompt and a 288-token one (F and D halfway between their measured points)
+    const counted = predictRunSpeedUp(costs, { ...run, promptLengths: [64, 288] });
+    const fixed = 7 + 14;
+    close(counted.promptMs.alone, fixed, 1e-9, "alone's prompts");
+    close(counted.promptMs.speculative, fixed + 2 * (5.74 - 6.9) + 2 + 5.5, 1e-9, "speculative prompts");
+    close(counted.aloneMs, 300 * 5.74 + fixed, 1e-9, "alone ms");
+    close(counted.speculativeMs, steady.speculativeMs + counted.promptMs.speculative, 1e-9, "speculative ms");
+    // a drafter with no prefill figure: the target's part alone
+    const noDraftPrefill = predictRunSpeedUp({ ...costs, draftPrefill: undefined }, { ...run, promptLengths: [64] });
+    close(noDraftPrefill.promptMs.speculative, 7 + 5.74 - 6.9, 1e-9, "no D(P)");
+});
