@@ -1,10 +1,13 @@
 /**
  * Does a draft depend on what else is in the batch? Asks a draft server for the drafts of `--streams` distinct
- * contexts one at a time, then for the same contexts all at once, and counts the drafts that differ. The contexts are
+ * contexts one at a time, then for the same contexts all at once, and counts the drafts that differ. With `--peer URL`
+ * it compares two servers instead (the same model under two settings, e.g. an engine knob): each context alone to
+ * both, and counts the drafts that differ between them. The contexts are
  * seeded random ids, or with `--data` real text: the first `--context` tokens (prompt then continuation) of the first
  * `--streams` conversations of a held-out JSONL file.
  *
  *   node --import tsx bench/batchConsistency.ts --url http://127.0.0.1:8000 --streams 32 --context 512 [--data FILE]
+ *       [--peer http://127.0.0.1:8001]
  *
  * Prints JSON: { requests, differing, differing_rate, first_difference }.
  */
@@ -23,6 +26,7 @@ const program = new Command("batchConsistency")
     .option("--vocab-size <n>", "ids are drawn below this", parseIntegerOption(2), 151_936)
     .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 7)
     .option("--data <file>", "take the contexts from this held-out JSONL file instead of random ids")
+    .option("--peer <url>", "compare each context's draft alone with this server's instead of with a batch")
     .action(
         async (options: {
             url: string;
@@ -32,8 +36,10 @@ const program = new Command("batchConsistency")
             vocabSize: number;
             seed: number;
             data?: string;
+            peer?: string;
         }) => {
             const client = createDraftClient(options.url, 120_000);
+            const peer = options.peer === undefined ? undefined : createDraftClient(options.peer, 120_000);
             let state = options.seed >>> 0;
             const random = () => {
                 // mulberry32: a seeded generator, so every peer gets the same contexts
@@ -53,13 +59,15 @@ const program = new Command("batchConsistency")
                       );
             if (contexts.length < options.streams)
                 throw new Error(`${options.data}: ${contexts.length} conversations, --streams ${options.streams}`);
-            const draftOf = async (context: number[]): Promise<number[] | undefined> => {
-                const outcome = await client.draft(context, options.draftLen);
+            const draftOf = async (context: number[], from = client): Promise<number[] | undefined> => {
+                const outcome = await from.draft(context, options.draftLen);
                 return outcome.ok ? outcome.draft : undefined;
             };
             const alone: (number[] | undefined)[] = [];
             for (const context of contexts) alone.push(await draftOf(context));
-            const batched = await Promise.all(contexts.map(draftOf));
+            const batched: (number[] | undefined)[] = [];
+            if (peer === undefined) batched.push(...(await Promise.all(contexts.map((c) => draftOf(c)))));
+            else for (const context of contexts) batched.push(await draftOf(context, peer));
             let differing = 0;
             let firstDifference: { stream: number; alone?: number[]; batched?: number[] } | undefined;
             for (let i = 0; i < contexts.length; i++) {
@@ -72,6 +80,7 @@ const program = new Command("batchConsistency")
                 `${JSON.stringify(
                     {
                         url: options.url,
+                        ...(options.peer === undefined ? {} : { peer: options.peer }),
                         contexts: options.data ?? `random (seed ${options.seed})`,
                         requests: contexts.length,
                         context: options.context,

@@ -3,12 +3,16 @@
 # Qwen3-8B (F16 and Q8_0 targets) and Qwen3-1.7B / 0.6B (Q4_0 drafters) made here (bench/models/make_random_gguf.py:
 # nothing that large travels), then
 #   1. drafter costs (bench/generateCosts.ts): POST /draft to `specdraft serve --streams 1` and the same engine in
-#      process, n = 1 … 16, drafts grown as a generation grows them and by +8 tokens; per-step split from /metrics and
-#      by step index; A/B of the batch-1 knobs on the 1.7B drafter: before this change (SPECDRAFT_STEP_PREFILL=0),
-#      ggml-cuda's concurrent-stream graph optimization (GGML_CUDA_GRAPH_OPT=1), flash attention off;
+#      process, n = 1 … 16, drafts grown as a generation grows them and by +8 tokens, a new prompt's first draft;
+#      per-step split from /metrics and by step index; A/B of the batch-1 knobs on the 1.7B drafter: one token a step
+#      for arrivals off (SPECDRAFT_STEP_PREFILL=0), ggml-cuda's concurrent-stream graph optimization on
+#      (GGML_CUDA_GRAPH_OPT=1), flash attention off; and whether that optimization changes drafts
+#      (bench/batchConsistency.ts --peer: the same contexts to a server with it and one without, random ids and, with
+#      the lab pair, real text: on 2026-12-01 it changed 28 of 32 of the lab drafter's drafts);
 #   2. 32 streams × 512 with bench/serveBench.ts (the ≥ 277 req/s floor of 2026-12-01 must hold), and again with
 #      GGML_CUDA_GRAPH_OPT=1 between two default runs (its peer in the same job);
-#   3. target costs (alone, verify m = 1 … 17 native and node-llama-cpp) for both targets;
+#   3. target costs (alone, a new prompt's fixed cost, verify m = 1 … 17 native with the argmax in the graph and on
+#      the host, and node-llama-cpp) for both targets;
 #   4. end to end: `specdraft generate --verifier exact` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
 #      with TARGET (e.g. the lab's target GGUF that train/scripts/gpu_lab_checks.sh writes on this machine): TARGET ←
 #      the committed models/specdraft-default.gguf on data/lab-heldout.jsonl (or LAB_DRAFTER on LAB_DATA: the drafter
@@ -110,20 +114,42 @@ drafter_costs() { # label model [VAR=value ...]: serve + in-process costs under 
   (
     for kv in "$@"; do export "${kv?}"; done
     start_server "$model" 1 "$results/serve-$label.log" || exit 1
-    js 150 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" \
+    # with $interleave (a target GGUF): the walk again with that target verifying between requests, as generate does
+    js 150 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" ${interleave:+--interleave-target "$interleave"} \
       > "$results/drafter-$label.json" 2> "$results/drafter-$label.err" || fail "generateCosts drafter $label: $(tail -3 "$results/drafter-$label.err" | tr '\n' ' ')"
     stop_server
   )
   [ -s "$results/drafter-$label.json" ] && node -e 'const c=require(process.argv[1]);console.log("  draft_walk n8", c.draft_walk?.n8?.toFixed(2), "ms (HTTP),", c.draft_walk_in_process?.n8?.toFixed(2), "ms (in process); step", JSON.stringify(c.draft_step_ms))' "$results/drafter-$label.json" | tee -a "$results/progress.log"
 }
 # variants are labelled <drafter>@<variant>: bench/speedUpTable.ts lists their costs beside the drafter's, no projection
+interleave=""
 wait_file "$drafter_big" && {
+  # the drafter of the end-to-end runs also between the 8B F16 target's verifications (the model's figures for them)
+  wait_file "$target_f16" && interleave=$target_f16
   drafter_costs "$big" "$drafter_big"
+  interleave=""
   drafter_costs "$big@before" "$drafter_big" SPECDRAFT_STEP_PREFILL=0
   drafter_costs "$big@graph-opt" "$drafter_big" GGML_CUDA_GRAPH_OPT=1
   drafter_costs "$big@no-flash-attention" "$drafter_big" SPECDRAFT_FLASH_ATTENTION=0
 }
 wait_file "$drafter_small" && drafter_costs "$small" "$drafter_small"
+
+# does GGML_CUDA_GRAPH_OPT change drafts? the same contexts, each alone, to one server with it and one without
+graph_opt_identity() { # label model [--data FILE]
+  local label=$1 model=$2; shift 2
+  log "drafts with and without GGML_CUDA_GRAPH_OPT: $label"
+  (
+    GGML_CUDA_GRAPH_OPT=1 start_server "$model" 1 "$results/serve-identity-$label-opt.log" || exit 1
+    local with_opt=$url with_pid=$server_pid
+    start_server "$model" 1 "$results/serve-identity-$label-noopt.log" || { kill "$with_pid"; exit 1; }
+    js 120 batchConsistency --url "$with_opt" --peer "$url" --streams 32 --context 512 --draft-len 16 "$@" \
+      > "$results/graph-opt-identity-$label.json" 2> "$results/graph-opt-identity-$label.err" \
+      || fail "batchConsistency $label: $(tail -3 "$results/graph-opt-identity-$label.err" | tr '\n' ' ')"
+    grep -E '"differing"' "$results/graph-opt-identity-$label.json" | tee -a "$results/progress.log"
+    stop_server; kill -TERM "$with_pid" 2>/dev/null; wait "$with_pid" 2>/dev/null
+  )
+}
+[ "$cpu" != 1 ] && [ -f "$drafter_big" ] && graph_opt_identity "$big" "$drafter_big"
 
 # ---- 2. 32 streams × 512: batching must not lose what it had; the same with GGML_CUDA_GRAPH_OPT=1 (which took 8 %
 # off a batch-1 step on 2026-12-01) before it can become a default, interleaved as defaults / opt / defaults ----
@@ -176,9 +202,10 @@ lab_drafter=${LAB_DRAFTER:-models/specdraft-default.gguf}; lab_data=${LAB_DATA:-
 if [ -n "$lab_target" ]; then
   if [ -f "$lab_target" ] && [ "$(elapsed)" -lt "$budget" ]; then
     target_costs lab "$lab_target"
-    drafter_costs default "$lab_drafter"
-    e2e lab "$lab_target" default "$lab_drafter" http "$lab_data" 8
-    e2e lab "$lab_target" default "$lab_drafter" in-process "$lab_data" 8
+    interleave=$lab_target drafter_costs default "$lab_drafter"
+    [ "$cpu" != 1 ] && graph_opt_identity default "$lab_drafter" --data "$lab_data"
+    e2e lab "$lab_target" default "$lab_drafter" http "$lab_data" 16
+    e2e lab "$lab_target" default "$lab_drafter" in-process "$lab_data" 16
   else
     fail "lab target $lab_target: missing or no time left"
   fi

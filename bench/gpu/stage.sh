@@ -34,7 +34,7 @@ for f in serveBench batchConsistency generateCosts speedUpTable; do
 done
 # bench/gpu/real-shape.sh's scripts alone (no tokenizer: its GGUFs have a synthetic vocabulary), so that job fits 64 MiB
 mkdir -p .gpu-rs
-cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-rs/
+cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs .gpu-rs/
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0
 [ -f build/llama-headers/include/llama.h ] || node scripts/build-native.mjs
