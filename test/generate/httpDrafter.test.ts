@@ -11,7 +11,7 @@ import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
 import { readModelFileInfo } from "../../src/engine/gguf.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { runGenerate } from "../../src/generate/runGenerate.js";
+import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
 import { GenerateError, type GenerateSummary, type VerifierKind } from "../../src/generate/types.js";
 import { type RunningServer, startServer } from "../../src/server/startServer.js";
 import { cpuLlama, otherVocabModel, targetModel, testPrompts, testThreads } from "./testModels.js";
@@ -57,6 +57,7 @@ async function serve(modelPath: string): Promise<RunningServer> {
 async function generateWith(
     url: string,
     verifier: VerifierKind = "exact",
+    more: Partial<RunGenerateOptions> = {},
 ): Promise<{ summary: GenerateSummary; warnings: string[] }> {
     const warnings: string[] = [];
     const summary = await runGenerate({
@@ -71,6 +72,7 @@ async function generateWith(
         llama,
         verifier,
         onWarning: (message) => warnings.push(message),
+        ...more,
     });
     return { summary, warnings };
 }
@@ -130,6 +132,36 @@ async function fakeServer(
     };
 }
 
+/** A fake drafter: GET /info names the target's vocabulary, every other request is a draft answered `answer`. */
+async function fakeDrafter(answer: { status: number; body: string }) {
+    const target = await readModelFileInfo(targetModel);
+    let draftRequests = 0;
+    const server = await fakeServer((request, response) => {
+        request.resume();
+        response.setHeader("content-type", "application/json");
+        if (request.url === "/info") {
+            response.end(
+                JSON.stringify({
+                    model: "fake",
+                    vocab_size: target.vocabSize,
+                    vocab_fingerprint: target.vocabFingerprint,
+                }),
+            );
+            return;
+        }
+        draftRequests++;
+        response.statusCode = answer.status;
+        response.end(answer.body);
+    });
+    /** Draft requests since the last call. */
+    const takeRequests = () => {
+        const n = draftRequests;
+        draftRequests = 0;
+        return n;
+    };
+    return { ...server, takeRequests };
+}
+
 test("a closed port: a warning, then the target alone, identical output", async () => {
     // a port that was free a moment ago and is closed now
     const closed = await fakeServer((_, response) => response.end());
@@ -148,32 +180,14 @@ for (const [name, draftAnswer] of [
     ["ids outside the vocabulary", { status: 200, body: '{"draft":[1,2,99999999]}' }],
 ] as const) {
     test(`a drafter answering ${name}: a warning, then the target alone, identical output`, async () => {
-        const target = await readModelFileInfo(targetModel);
-        let draftRequests = 0;
-        const server = await fakeServer((request, response) => {
-            request.resume();
-            if (request.url === "/info") {
-                response.setHeader("content-type", "application/json");
-                response.end(
-                    JSON.stringify({
-                        model: "fake",
-                        vocab_size: target.vocabSize,
-                        vocab_fingerprint: target.vocabFingerprint,
-                    }),
-                );
-                return;
-            }
-            draftRequests++;
-            response.statusCode = draftAnswer.status;
-            response.end(draftAnswer.body);
-        });
+        const server = await fakeDrafter(draftAnswer);
         try {
             for (const verifier of ["exact", "node-llama-cpp"] as const) {
-                draftRequests = 0;
+                server.takeRequests();
                 const { summary, warnings } = await generateWith(server.url, verifier);
                 assert.equal(warnings.length, 1, `${verifier}: ${JSON.stringify(warnings)}`);
                 assert.match(warnings[0], /failed .*target alone/);
-                assert.equal(draftRequests, 1, "after the first failure no more drafts are asked for");
+                assert.equal(server.takeRequests(), 1, "after the first failure no more drafts are asked for");
                 assertLossless(summary);
                 assert.equal(summary.speculative.accepted, 0);
             }
@@ -184,41 +198,14 @@ for (const [name, draftAnswer] of [
 }
 
 test("the warm-up generates the first prompt untimed in both modes before the measured runs", async () => {
-    const target = await readModelFileInfo(targetModel);
-    let draftRequests = 0;
-    const server = await fakeServer((request, response) => {
-        request.resume();
-        response.setHeader("content-type", "application/json");
-        if (request.url === "/info") {
-            response.end(
-                JSON.stringify({
-                    model: "fake",
-                    vocab_size: target.vocabSize,
-                    vocab_fingerprint: target.vocabFingerprint,
-                }),
-            );
-            return;
-        }
-        draftRequests++;
-        response.end('{"draft":[1,2]}');
-    });
+    const server = await fakeDrafter({ status: 200, body: '{"draft":[1,2]}' });
     try {
         const requestsWith = async (warmup: number) => {
-            draftRequests = 0;
-            const summary = await runGenerate({
-                target: targetModel,
-                draft: { kind: "http", url: server.url },
-                prompts: testPrompts,
-                maxTokens,
-                draftLength,
-                gpu: "cpu",
-                threads: testThreads,
-                llama,
-                warmup,
-            });
+            server.takeRequests();
+            const { summary } = await generateWith(server.url, "exact", { warmup });
             assertLossless(summary);
             assert.equal(summary.settings.warmup, warmup);
-            return { requests: draftRequests, summary };
+            return { requests: server.takeRequests(), summary };
         };
         const cold = await requestsWith(0);
         // one draft request per target step of the measured runs, and none for the target alone
