@@ -20,8 +20,10 @@
 #   5. if time is left: an ncu census of the 1.7B drafter's kernels per batch-1 step (count and duration).
 # Everything lands in RESULTS (JSON in generateCosts' format, logs, tables.md from bench/speedUpTable.ts).
 #
-# On the GPU machine, from the checkout, carrying .gpu .gpu-rs .whl dist build/llama-headers (bench/gpu/stage.sh makes
-# them; `npm run build` makes dist; ≈ 63.5 MiB with the checkout, under the device tool's 64: nothing else fits):
+# On the GPU machine, from the checkout, with .gpu .gpu-rs .whl dist build/llama-headers there (bench/gpu/stage.sh
+# makes them; `npm run build` makes dist). With the checkout (18 MiB on 2026-12-01) they pass the device tool's 64 MiB
+# a call, so carry them over two calls to one warm machine: .gpu without node.xz plus the small ones, then .gpu/node.xz;
+# a larger TARGET travels in parts, each moved out of the checkout (e.g. to /tmp) by the call that brings it:
 #   bash bench/gpu/real-shape.sh RESULTS [TARGET.gguf]
 # CPU dry run (tiny shapes of the same kinds, --gpu cpu, a few repeats; no .gpu needed):
 #   REAL_SHAPE_CPU=1 bash bench/gpu/real-shape.sh /tmp/real-shape-cpu
