@@ -3,16 +3,19 @@
 llama.cpp launches 600 kernels a step for that shape (docs/benchmarks.md, the ncu census of 2026-12-01): 183
 matrix-vector products of ~7 µs that cannot fill the GPU, 182 separate input quantizations, and the norms, RoPE and
 attention around them; 1.68 ms a step where reading the ~1 GB of weights takes ~0.2 ms. This is the experiment that
-decides whether an engine of our own is worth building: the same step in 6 Triton kernels a layer (RMSNorm fused into
+decides whether an engine of our own is worth building: the same step in 7 Triton kernels a layer (RMSNorm fused into
 the matrix-vector product that reads its output; Q, K and V as one matrix; gate and up as one matrix with SiLU·up
-fused; the residual adds fused into O and down; q/k norm, RoPE and the KV write in one kernel; one attention
-kernel), the Q4_0 blocks read as GGUF stores them (an fp16 scale and 16 bytes of nibbles per 32 weights, element j in
-the low nibble of byte j and element j + 16 in its high nibble), the weights dequantized in registers against fp32
-activations (llama.cpp rounds the activations to Q8_1 and uses integer dot products instead: the drafts would not be
-bit-identical to llama.cpp's), the token fed back on the device, and STEPS steps captured as one CUDA graph.
+fused; the residual adds fused into O and down; q/k norm, RoPE and the KV write in one kernel; split-K attention and
+its reduction: with one program per head, 16 programs, the first version's attention took most of its 3.12 ms), the
+greedy argmax in two kernels, the Q4_0 blocks read as GGUF stores them (an fp16 scale and 16 bytes of nibbles per 32
+weights, element j in the low nibble of byte j and element j + 16 in its high nibble), the weights dequantized in
+registers against fp32 activations (llama.cpp rounds the activations to Q8_1 and uses integer dot products instead:
+the drafts would not be bit-identical to llama.cpp's), the token fed back on the device, and STEPS steps captured as
+one CUDA graph.
 
-It prints the ms per step and the weight bandwidth it reached, with a check against a PyTorch reference of the same
-dequantized weights (logits and greedy tokens). Random weights; timing does not depend on their values.
+It prints the ms per step, the weight bandwidth it reached and the µs of each kind of kernel alone, with a check
+against a PyTorch reference of the same dequantized weights (logits and greedy tokens). Random weights; timing does not
+depend on their values.
 
     python3 bench/gpu/fused_step.py                       # on the H200: the 1.7B shape, a CUDA graph of 16 steps
     python3 bench/gpu/fused_step.py --shape tiny --check  # anywhere: TRITON_INTERPRET=1 runs the kernels on the CPU
@@ -172,30 +175,37 @@ def qk_norm_rope_kv(
 
 
 @triton.jit
-def attend(
+def attend_split(
     q,  # fp32 [NQ·D], RoPE applied
     k_cache,
     v_cache,
     pos_ptr,
-    out,  # fp32 [NQ·D]
+    part,  # fp32 [NQ, SPLITS, D + 2]: each split's unnormalized output, running max and sum
     max_pos,
     scale,
     NQ: tl.constexpr,
     NKV: tl.constexpr,
     D: tl.constexpr,
     BL: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
+    """Split-K attention (flash-decoding): program (head, split) attends over its share of the positions 0 … pos, so
+    a step's attention fills the GPU (NQ × SPLITS programs) instead of running NQ programs over the whole context."""
     h = tl.program_id(0)
+    sp = tl.program_id(1)
     kv = h // (NQ // NKV)
     n = tl.load(pos_ptr) + 1
+    per = tl.cdiv(tl.cdiv(n, SPLITS), BL) * BL
+    lo = sp * per
+    hi = tl.minimum(lo + per, n)
     d = tl.arange(0, D)
     qh = tl.load(q + h * D + d)
     m = -float("inf")
     s_sum = 0.0
     acc = tl.zeros([D], tl.float32)
-    for l0 in tl.range(0, n, BL):
+    for l0 in tl.range(lo, hi, BL):
         ls = l0 + tl.arange(0, BL)
-        lm = ls < n
+        lm = ls < hi
         offs = kv * max_pos * D + ls[:, None] * D + d[None, :]
         k = tl.load(k_cache + offs, mask=lm[:, None], other=0.0)
         s = tl.where(lm, tl.sum(k * qh[None, :], axis=1) * scale, -float("inf"))
@@ -206,7 +216,24 @@ def attend(
         acc = acc * alpha + tl.sum(p[:, None] * vv, axis=0)
         s_sum = s_sum * alpha + tl.sum(p, axis=0)
         m = m_new
-    tl.store(out + h * D + d, acc / s_sum)
+    base = (h * SPLITS + sp) * (D + 2)
+    tl.store(part + base + d, acc)
+    tl.store(part + base + D, m)  # -inf for a split with no positions: its weight below is 0
+    tl.store(part + base + D + 1, s_sum)
+
+
+@triton.jit
+def attend_reduce(part, out, D: tl.constexpr, SPLITS: tl.constexpr):
+    """Combines a head's splits: Σ e^(m_i − M)·acc_i ÷ Σ e^(m_i − M)·sum_i (split 0 always holds position 0)."""
+    h = tl.program_id(0)
+    sp = tl.arange(0, SPLITS)
+    d = tl.arange(0, D)
+    base = (h * SPLITS + sp) * (D + 2)
+    ms = tl.load(part + base + D)
+    w = tl.exp(ms - tl.max(ms, axis=0))
+    acc = tl.load(part + base[:, None] + d[None, :])
+    total = tl.sum(tl.load(part + base + D + 1) * w, axis=0)
+    tl.store(out + h * D + d, tl.sum(acc * w[:, None], axis=0) / total)
 
 
 @triton.jit
@@ -223,19 +250,26 @@ def embed_q4_0(wq, wd, tok_ptr, out, C, BK: tl.constexpr):
 
 
 @triton.jit
-def argmax_advance(logits, tok_ptr, pos_ptr, V, BV: tl.constexpr):
-    """One program: the greedy token into tok_ptr (the next step's input) and the position + 1."""
-    best = -float("inf")
-    best_i = 0
-    for v0 in tl.range(0, V, BV):
-        vs = v0 + tl.arange(0, BV)
-        x = tl.load(logits + vs, mask=vs < V, other=-float("inf"))
-        m = tl.max(x, axis=0)
-        i = tl.min(tl.where(x == m, vs, V), axis=0)  # the first index of the maximum, as argmax
-        take = m > best
-        best_i = tl.where(take, i, best_i)
-        best = tl.where(take, m, best)
-    tl.store(tok_ptr, best_i)
+def argmax_partial(logits, part_v, part_i, V, BV: tl.constexpr):
+    """Program b: the largest logit of block b and its first index (the greedy token in two kernels that fill the
+    GPU, where one program over 151,936 logits would run alone)."""
+    b = tl.program_id(0)
+    vs = b * BV + tl.arange(0, BV)
+    x = tl.load(logits + vs, mask=vs < V, other=-float("inf"))
+    m = tl.max(x, axis=0)
+    tl.store(part_v + b, m)
+    tl.store(part_i + b, tl.min(tl.where(x == m, vs, V), axis=0))
+
+
+@triton.jit
+def argmax_advance(part_v, part_i, tok_ptr, pos_ptr, NB, V, BB: tl.constexpr):
+    """One program over the blocks' maxima: the greedy token (the first index of the maximum, as argmax) into
+    tok_ptr, the next step's input, and the position + 1."""
+    bs = tl.arange(0, BB)
+    x = tl.load(part_v + bs, mask=bs < NB, other=-float("inf"))
+    m = tl.max(x, axis=0)
+    i = tl.load(part_i + bs, mask=bs < NB, other=V)
+    tl.store(tok_ptr, tl.min(tl.where(x == m, i, V), axis=0))
     tl.store(pos_ptr, tl.load(pos_ptr) + 1)
 
 
@@ -304,9 +338,15 @@ class Drafter:
         self.attn = torch.zeros(NQ * D, **f32)
         self.act = torch.zeros(F, **f32)
         self.logits = torch.zeros(self.V, **f32)
+        self.splits = 16  # attention splits a head (attend_split)
+        self.attn_part = torch.zeros(NQ, self.splits, D + 2, **f32)
+        self.argmax_block = 4096
+        self.argmax_blocks = triton.cdiv(self.V, self.argmax_block)
+        self.argmax_v = torch.zeros(self.argmax_blocks, **f32)
+        self.argmax_i = torch.zeros(self.argmax_blocks, dtype=torch.int32, device=device)
         self.tok = torch.zeros(1, dtype=torch.int32, device=device)
         self.pos = torch.zeros(1, dtype=torch.int32, device=device)
-        self.kernels_per_step = 1 + 6 * self.L + 2
+        self.kernels_per_step = 1 + 7 * self.L + 3
         self.configs: dict[tuple[int, int, bool], tuple[int, int, int]] = {}
 
     def weight_bytes(self) -> int:
@@ -387,15 +427,28 @@ class Drafter:
                 self.qkv, layer["q_norm"], layer["k_norm"], self.cos, self.sin, self.pos, self.q, self.k_cache,
                 self.v_cache, self.max_pos, self.eps, NQ=self.NQ, NKV=self.NKV, D=self.D,
             )  # fmt: skip
-            attend[(self.NQ,)](
-                self.q, self.k_cache, self.v_cache, self.pos, self.attn, self.max_pos, 1 / math.sqrt(self.D),
-                NQ=self.NQ, NKV=self.NKV, D=self.D, BL=64,
-            )  # fmt: skip
+            self.attention()
             self.gemv(layer["o"], self.attn, self.h, resid=self.h)
             self.gemv(layer["gate_up"], self.h, self.act, norm_w=layer["ffn_norm"], swiglu=True)
             self.gemv(layer["down"], self.act, self.h, resid=self.h)
         self.gemv(self.embedding, self.h, self.logits, norm_w=self.final_norm)
-        argmax_advance[(1,)](self.logits, self.tok, self.pos, self.V, BV=1024)
+        self.greedy()
+
+    def attention(self) -> None:
+        """self.attn ← attention of self.q over the cache's positions 0 … pos (two kernels)."""
+        attend_split[(self.NQ, self.splits)](
+            self.q, self.k_cache, self.v_cache, self.pos, self.attn_part, self.max_pos, 1 / math.sqrt(self.D),
+            NQ=self.NQ, NKV=self.NKV, D=self.D, BL=32, SPLITS=self.splits,
+        )  # fmt: skip
+        attend_reduce[(self.NQ,)](self.attn_part, self.attn, D=self.D, SPLITS=self.splits)
+
+    def greedy(self) -> None:
+        """self.tok ← argmax of self.logits, self.pos + 1 (two kernels)."""
+        argmax_partial[(self.argmax_blocks,)](self.logits, self.argmax_v, self.argmax_i, self.V, BV=self.argmax_block)
+        argmax_advance[(1,)](
+            self.argmax_v, self.argmax_i, self.tok, self.pos, self.argmax_blocks, self.V,
+            BB=triton.next_power_of_2(self.argmax_blocks),
+        )  # fmt: skip
 
 
 def reference_step(m: Drafter, tok: int, pos: int, k_ref: list[torch.Tensor], v_ref: list[torch.Tensor]):
@@ -476,6 +529,10 @@ def bench(shape: str, context: int, steps: int, repeats: int, tune: bool = True)
     m.tok.fill_(7)
     m.pos.fill_(context)
     guessed = {name: round(time_launches(launch), 2) for name, launch in m.gemvs().items()}  # the default configs
+    attention_us = round(time_launches(m.attention), 2)  # at the starting context (pos stays: no argmax between)
+    greedy_start = int(m.pos.item())
+    greedy_us = round(time_launches(m.greedy), 2)
+    m.pos.fill_(greedy_start)
     tuned = m.tune() if tune else {}
     for _ in range(3):  # compile every kernel, outside the capture
         m.step()
@@ -508,6 +565,8 @@ def bench(shape: str, context: int, steps: int, repeats: int, tune: bool = True)
         "weight_gib": round(gib, 3),
         "weight_tb_per_s": round(m.weight_bytes() / (per_step / 1000) / 1e12, 2),
         "gemv_us_default_config": guessed,
+        "attention_us_per_layer_at_context": attention_us,
+        "greedy_argmax_us": greedy_us,
         "gemv_tuned": tuned,
         "llama_cpp_ms_per_step_2026_12_01": 1.681,
     }
