@@ -19,6 +19,7 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import { type KvType, kvTypes } from "../src/engine/readEngineEnv.js";
 import type { DraftEngine, EngineInfo, GpuChoice } from "../src/engine/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
+import { seededRandom } from "./seededRandom.js";
 
 interface BenchFlags {
     model: string;
@@ -55,18 +56,6 @@ interface PhaseResult {
 
 /** Every integer option of this bench is ≥ 0. */
 const integer = parseIntegerOption(0);
-
-function seededRandom(seed: number): (max: number) => number {
-    let state = seed >>> 0 || 1;
-    return (max: number) => {
-        state ^= state << 13;
-        state >>>= 0;
-        state ^= state >>> 17;
-        state ^= state << 5;
-        state >>>= 0;
-        return state % max;
-    };
-}
 
 const counters = {
     evaluated: 0,

@@ -43,6 +43,7 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
+import { seededRandom } from "./seededRandom.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
 const verifySizes = [1, 3, 5, 7, 9, 17];
@@ -67,19 +68,6 @@ type Prompt = number[];
 
 const ms = (started: number): number => performance.now() - started;
 const round = (x: number): number => Math.round(x * 1000) / 1000;
-
-/** A deterministic generator of integers in [0, max) (xorshift32). */
-function seededRandom(seed: number): (max: number) => number {
-    let state = seed >>> 0 || 1;
-    return (max: number) => {
-        state ^= state << 13;
-        state >>>= 0;
-        state ^= state >>> 17;
-        state ^= state << 5;
-        state >>>= 0;
-        return state % max;
-    };
-}
 
 /** 256 token ids spread over the vocabulary (away from the lowest ids, which hold special tokens in some vocabularies). */
 function makePrompt(vocab: number): Prompt {
