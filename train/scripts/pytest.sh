@@ -8,8 +8,14 @@ stamp="$venv/.installed-$(cat "$here/pyproject.toml" "$here/requirements-cpu.txt
 if [ ! -f "$stamp" ]; then
   echo "train: creating $venv from train/requirements-cpu.txt (3.9 GB; the first run downloads PyTorch)"
   rm -rf "$venv"
+  # Said before a download that would otherwise end in pip's "No space left on device" minutes later.
+  free_kb=$(df -Pk "$here" | awk 'NR == 2 { print $4 }')
+  if [ "$free_kb" -lt $((4500 * 1024)) ]; then
+    echo "train: $venv needs about 4.5 GB free and $(df -Ph "$here" | awk 'NR == 2 { print $6 }') has $((free_kb / 1024)) MB" >&2
+    exit 1
+  fi
   python3 -m venv "$venv"
-  # --no-deps: the list is the whole environment, without the CUDA libraries torch's metadata would pull in.
+  # --no-deps: the list is the whole environment, without the CUDA packages torch asks for but opens only on demand.
   # --no-cache-dir: a second copy of a 900 MB wheel in ~/.cache is what fills a small disk.
   pip=("$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps)
   "${pip[@]}" -r "$here/requirements-cpu.txt"
