@@ -19,9 +19,11 @@ def _locked() -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        name, sep, version = line.partition("==")
-        assert sep and version, f"requirements-cpu.txt: {line!r} is not pinned as name==version"
-        pins[canonicalize_name(name)] = version
+        req = Requirement(line)
+        (spec,) = req.specifier
+        assert spec.operator == "==", f"requirements-cpu.txt: {line!r} is not pinned as name==version"
+        if req.marker is None or req.marker.evaluate():
+            pins[canonicalize_name(req.name)] = spec.version
     return pins
 
 
