@@ -1,6 +1,10 @@
 /** Shared bits of the engine tests: the tiny GGUF fixtures and seeded random prompts. */
 
 import { fileURLToPath } from "node:url";
+import { seededRandom } from "../../../bench/seededRandom.js";
+
+// The benches' generator, so a test and a bench given the same seed draw the same workload.
+export { seededRandom };
 
 /** 4,003-token Qwen3 vocabulary, Q8_0 weights (test/fixtures/make_tiny_qwen3.py). */
 export const tinyModel = fileURLToPath(new URL("../../fixtures/tiny-qwen3.gguf", import.meta.url));
@@ -17,20 +21,6 @@ export const testGpu = (process.env.SPECDRAFT_TEST_GPU ?? "cpu") as "cpu" | "cud
 
 /** Tests run single-threaded llama.cpp: the CI machine is small and shared, and spinning threads starve there. */
 export const testThreads = 1;
-
-/** A deterministic generator of integers in [0, max). */
-export function seededRandom(seed: number): (max: number) => number {
-    let state = seed >>> 0;
-    return (max: number) => {
-        // xorshift32
-        state ^= state << 13;
-        state >>>= 0;
-        state ^= state >>> 17;
-        state ^= state << 5;
-        state >>>= 0;
-        return state % max;
-    };
-}
 
 /** `count` distinct prompts of 8–67 token ids below `vocabSize` (the first id is the prompt's index). */
 export function randomPrompts(count: number, vocabSize: number, seed: number): number[][] {
