@@ -39,6 +39,7 @@ from gguf import GGMLQuantizationType, LlamaFileType
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from . import vocabulary
 from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
 from .config import DEFAULT_EMBEDDING_TYPE, add_embedding_type_argument, resolve_embedding_type
 from .quant import (
@@ -132,11 +133,6 @@ def add_model_metadata(
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def _looks_special(token: str) -> bool:
-    # convert_hf_to_gguf.py's does_token_look_special, for the token shapes a Qwen vocabulary has
-    return (token.startswith("<|") and token.endswith("|>")) or (token.startswith("<｜") and token.endswith("｜>"))
-
-
 def check_pre_tokenizer(tokenizer_json: dict[str, Any]) -> None:
     """Refuse a tokenizer whose pre-tokenizer is not Qwen2's: llama.cpp would split text differently."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
@@ -151,35 +147,18 @@ def check_pre_tokenizer(tokenizer_json: dict[str, Any]) -> None:
         )
 
 
+GGUF_TOKEN_TYPES = {
+    vocabulary.NORMAL: gguf.TokenType.NORMAL,
+    vocabulary.CONTROL: gguf.TokenType.CONTROL,
+    vocabulary.USER_DEFINED: gguf.TokenType.USER_DEFINED,
+    vocabulary.UNUSED: gguf.TokenType.UNUSED,
+}
+
+
 def vocab_tokens(checkpoint_dir: Path, vocab_size: int) -> tuple[list[str], list[int]]:
-    """Token strings and types for ids 0..vocab_size-1 (ids the tokenizer lacks: ``[PAD{i}]``, UNUSED)."""
-    tokenizer = Tokenizer.from_file(str(checkpoint_dir / "tokenizer.json"))
-    reverse = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
-    added = tokenizer.get_added_tokens_decoder()
-    if max(reverse) >= vocab_size:
-        raise ValueError(f"tokenizer has id {max(reverse)} but the model's vocab_size is {vocab_size}.")
-    tokens: list[str] = []
-    types: list[int] = []
-    for i in range(vocab_size):
-        if i not in reverse:
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.UNUSED)
-            continue
-        token = reverse[i]
-        if i in added:
-            if not added[i].normalized:
-                # llama.cpp assumes CONTROL/USER_DEFINED tokens pre-normalized (convert_hf_to_gguf.py does the same)
-                token = tokenizer.decode(
-                    tokenizer.encode(token, add_special_tokens=False).ids, skip_special_tokens=False
-                )
-            if added[i].special or _looks_special(token):
-                types.append(gguf.TokenType.CONTROL)
-            else:
-                types.append(gguf.TokenType.USER_DEFINED)
-        else:
-            types.append(gguf.TokenType.NORMAL)
-        tokens.append(token)
-    return tokens, types
+    """Token strings and GGUF token types for ids 0..vocab_size-1 (vocabulary.gguf_vocabulary's rules)."""
+    tokens, kinds = vocabulary.gguf_vocabulary(Tokenizer.from_file(str(checkpoint_dir / "tokenizer.json")), vocab_size)
+    return tokens, [GGUF_TOKEN_TYPES[kind] for kind in kinds]
 
 
 def add_vocab(writer: gguf.GGUFWriter, checkpoint_dir: Path, vocab_size: int) -> dict[str, int]:
