@@ -166,6 +166,24 @@ def walk_context_tokens(prompt_tokens: int, continuation_tokens: int, k: int) ->
     return prompt_tokens + max(continuation_tokens - 1, 0) + k
 
 
+def serving_context_note(
+    stage: str, what: str, items: Sequence[tuple[str, int, int]], k: int, context: int = SERVING_CONTEXT_TOKENS
+) -> str | None:
+    """The line a stage prints (and returns) when some of ``items`` — (id, prompt tokens, continuation tokens) —
+    cannot be walked in the served drafter's context; None when all can."""
+    over = [item for item in items if walk_context_tokens(item[1], item[2], k) > context]
+    if not over:
+        return None
+    longest = max(over, key=lambda item: item[1] + item[2])
+    line = (
+        f"{stage}: {len(over):,} of {len(items):,} {what} cannot be walked in the serving context of {context:,} "
+        f"tokens with {k}-token drafts (longest: {longest[0]}, {longest[1]:,} prompt + {longest[2]:,} continuation "
+        "tokens): serve with a larger --context-size, or shorten them"
+    )
+    print(line, file=sys.stderr)
+    return line
+
+
 def add_embedding_type_argument(parser: argparse.ArgumentParser, help: str) -> None:
     """``--embedding-type Q8_0|Q4_0`` (any case), None when absent, for every command that writes or scores a file."""
     parser.add_argument("--embedding-type", type=str.upper, choices=EMBEDDING_TYPES, default=None, help=help)

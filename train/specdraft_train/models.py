@@ -124,7 +124,9 @@ def _loading(name_or_path: str | Path, what: str, load: Any) -> Any:
 
 
 def load_causal_lm(name_or_path: str | Path, device: torch.device, dtype: torch.dtype = torch.float32) -> nn.Module:
-    model = _loading(name_or_path, "model", lambda: AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype))
+    model = _loading(
+        name_or_path, "model", lambda: AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+    )
     model.to(device)
     model.eval()
     return model
@@ -132,6 +134,29 @@ def load_causal_lm(name_or_path: str | Path, device: torch.device, dtype: torch.
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     return _loading(name_or_path, "tokenizer", lambda: AutoTokenizer.from_pretrained(str(name_or_path)))
+
+
+def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states (after its final norm), (B, T, H), without the (B, T, V) logits: the forward
+    runs through ``model`` itself (DDP's and FSDP's hooks need that) with no position kept for its head; callers apply
+    the head where they score (distill.head_terms, tau.greedy_matches)."""
+    outputs = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        output_hidden_states=True,
+        logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),
+    )
+    return outputs.hidden_states[-1]
+
+
+def output_weight(model: nn.Module) -> torch.Tensor:
+    """The output head's weight (V, H) of a model (or of the model inside DDP), read once a step: under QAT the
+    fake-quantized one, computed once and shared by every chunk of positions."""
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    head = inner.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("an output head with a bias: the chunked head computes x · Wᵀ only (Qwen3 has none)")
+    return head.weight
 
 
 def parameter_count(model: nn.Module) -> int:

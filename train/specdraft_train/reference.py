@@ -62,7 +62,6 @@ from transformers import PreTrainedTokenizerBase
 
 from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import (
-    SERVING_CONTEXT_TOKENS,
     CorpusConfig,
     EvalConfig,
     ReferenceConfig,
@@ -70,11 +69,12 @@ from .config import (
     announce,
     get_preset,
     override,
-    walk_context_tokens,
+    serving_context_note,
 )
 from .corpus import KINDS, Document, read_documents, split_of
 from .generation import StaticGreedyEngine, generate_greedy_hf
 from .models import DTYPES, checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
+from .provenance import model_pin
 from .tau import Conversation, conversation_json
 from .training import finish_distributed, init_distributed
 from .vocabulary import tokenizer_fingerprint
@@ -342,24 +342,6 @@ def given_prompts(
                 )
             )
     return by_split
-
-
-def report_serving_context(
-    prompts: Sequence[Prompt], max_new_tokens: int, split: str, context: int = SERVING_CONTEXT_TOKENS
-) -> list[Prompt]:
-    """Say on stderr which prompts leave no room for a full continuation and a draft in the served drafter's context
-    (the validator's walk would fail there: specdraft serve --context-size); returns them."""
-    too_long = [p for p in prompts if walk_context_tokens(len(p.tokens), max_new_tokens, EvalConfig.k) > context]
-    if too_long:
-        longest = max(too_long, key=lambda p: len(p.tokens))
-        print(
-            f"reference: {len(too_long):,} of {len(prompts):,} {split} prompts cannot be walked in the serving context "
-            f"of {context:,} tokens with a {max_new_tokens}-token continuation and {EvalConfig.k}-token drafts "
-            f"(longest: {longest.id}, {len(longest.tokens):,} prompt tokens): serve with a larger --context-size, "
-            "or shorten them",
-            file=sys.stderr,
-        )
-    return too_long
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -630,7 +612,8 @@ def run(
     ctx = init_distributed(device_name, backend="gloo", tf32=False)
     device = ctx.device
     target_manifest = verify_checkpoint(target)
-    inputs: dict[str, Any] = {"target": checkpoint_info(target)}
+    # pinned (revision or content hash) for the packed folder's data manifest (provenance.py)
+    inputs: dict[str, Any] = {"target": {**checkpoint_info(target), "pin": model_pin(target, target_manifest)}}
     tokenizer = load_tokenizer(target)
     train: list[Prompt] = []
     train_asked: dict[str, int] = {}
@@ -667,7 +650,9 @@ def run(
         pools += given_eval_pools(rows)
         if ctx.is_main:
             for split in ("train", *EVAL_SPLITS):
-                report_serving_context(train if split == "train" else rows[split], config.max_new_tokens, split)
+                lines = train if split == "train" else rows[split]
+                items = [(p.id, len(p.tokens), config.max_new_tokens) for p in lines]
+                serving_context_note("reference", f"{split} prompts", items, EvalConfig.k)
     # Held-out is what every use needs; dev only training does (distill picks its checkpoint by dev τ), so a set made
     # only to evaluate on (given held-out lines, no training prompts) needs no dev split.
     for split in EVAL_SPLITS if train else ("heldout",):
