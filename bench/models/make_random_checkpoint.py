@@ -86,7 +86,8 @@ def main() -> None:
     started = time.time()
     write_random_checkpoint(args.out, qwen3_config(args.shape, **overrides), args.tokenizer_dir, args.device, args.seed)
     size = sum(f.stat().st_size for f in args.out.glob("*.safetensors"))
-    print(f"make_random_checkpoint: {args.out} ({args.shape}, {size:,} bytes of weights, {time.time() - started:.0f} s)")
+    seconds = time.time() - started
+    print(f"make_random_checkpoint: {args.out} ({args.shape}, {size:,} bytes of weights, {seconds:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
     ap.add_argument(
-        "--tokenizer", type=Path, required=True, help="tokenizer.json of the model family (tokenizer_config.json beside it)"
+        "--tokenizer", type=Path, required=True, help="the family's tokenizer.json (tokenizer_config.json beside it)"
     )
     ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "F16"])
     add_embedding_type_argument(

@@ -38,7 +38,7 @@ export interface PackOptions {
     out: string;
     /** data_manifest.json to check and include. Defaults to one saying the sources are unknown. */
     manifest?: string;
-    /** `NAME@REV`: the base (target family) model and its revision. Defaults to the GGUF's general.base_model, if any. */
+    /** `NAME@REV`: the model the drafter was trained from, and its revision. Defaults to the GGUF's general.base_model, if any. */
     base?: string;
     /** Tokens drafted per request by default, recorded in architecture.json and passed to serve. Defaults to serve's, `16`. */
     draftLength?: number;
@@ -231,7 +231,7 @@ function overCapHints(
 export function parseBase(text: string): { name: string; revision: string } {
     const at = text.lastIndexOf("@");
     if (at <= 0 || at === text.length - 1)
-        throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-8B@b968826`);
+        throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-1.7B@70d244cc`);
     return { name: text.slice(0, at), revision: text.slice(at + 1) };
 }
 

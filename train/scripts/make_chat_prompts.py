@@ -81,7 +81,9 @@ def chat_prompts(texts: Sequence[str], count: int, seed: int = 0, heldout: int =
                 {"role": "user", "content": f"{rng.choice(QUESTIONS)}\n\n{window(rng, texts, 400)}"},
                 {"role": "assistant", "content": window(rng, texts, 600)},
             ]
-        messages.append({"role": "user", "content": f"{rng.choice(QUESTIONS)}\n\n{window(rng, texts, LENGTHS[length])}"})
+        messages.append(
+            {"role": "user", "content": f"{rng.choice(QUESTIONS)}\n\n{window(rng, texts, LENGTHS[length])}"}
+        )
         line = {"id": f"chat-{i:06d}", "category": f"{form}/{length}", "messages": messages}
         if i < heldout + dev:
             line["split"] = "heldout" if i < heldout else "dev"
