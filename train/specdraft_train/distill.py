@@ -126,6 +126,7 @@ from .training import (
 )
 
 LOG_EVERY_STEPS = 25  # also every evaluation and checkpoint step, so logged windows are the same after a resume
+UNTIMED_STEPS = 5  # the manifest's tokens_per_s starts after these: the first steps pay cuBLAS set-up, allocator growth
 LOSSES = ("kl", "ce", "tvd", "reverse_kl", "prefix")
 DIVERGENCE_OF = {"kl": "kl", "tvd": "tvd", "reverse_kl": "reverse_kl", "prefix": "kl"}  # the loss part each logs
 REVERSE_KL_TAIL_FLOOR = 1e-4  # ≈ the noise of 1 − Σ top-20 p from fp16 log-probs; keeps log p̂ of the tail finite
@@ -537,6 +538,21 @@ def chain_provenance(
     return {"sources": sources, "base_model": base}
 
 
+def synced_clock(device: torch.device) -> float:
+    """Wall time once the device has finished what was queued (steps are asynchronous on CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.time()
+
+
+def warm_throughput(timed_from: list[float] | None, loop_end: list[float]) -> float | None:
+    """Continuation tokens per second between step UNTIMED_STEPS and the last step ([seconds, tokens] at each): what
+    a longer run sustains. None for a run of fewer steps."""
+    if timed_from is None or loop_end[0] <= timed_from[0]:
+        return None
+    return (loop_end[1] - timed_from[1]) / (loop_end[0] - timed_from[0])
+
+
 def finish_line(
     best: dict[str, Any], steps: int, max_steps: int, tokens: int, seconds: float, plateau: bool, budget: bool
 ) -> str:
@@ -731,6 +747,11 @@ def run(
         step += 1
         extra["train_tokens"] += n_global
         extra["replay_tokens"] += replay.tokens_per_step if replay is not None else 0
+        if step == UNTIMED_STEPS:  # throughput is read from here on (tokens_per_s)
+            extra["timed_from"] = [
+                extra["train_seconds"] + synced_clock(ctx.device) - segment_start,
+                extra["train_tokens"],
+            ]
         window.add(
             loss / ctx.world_size,
             sums.parts,
@@ -755,6 +776,7 @@ def run(
             halt_for_test(step, halt_after_steps)
         if stopped_by_plateau:
             break
+    loop_end = [extra["train_seconds"] + synced_clock(ctx.device) - segment_start, extra["train_tokens"]]
     if extra["last_eval_step"] != step:  # stopped between evaluations: the last weights compete too
         log_window()
         evaluate_dev()
@@ -815,6 +837,10 @@ def run(
                     "stopped_by_time_budget": stopped_by_budget,
                     "stopped_by_plateau": stopped_by_plateau,
                     "train_seconds": train_seconds,
+                    "tokens_per_s": warm_throughput(extra.get("timed_from"), loop_end),
+                    "peak_gpu_bytes": torch.cuda.max_memory_allocated(ctx.device)
+                    if ctx.device.type == "cuda"
+                    else None,
                     "seconds": time.time() - start_time,
                     "drafter_verified": drafter_manifest is not None,
                 },

@@ -108,6 +108,9 @@ class EngineStats:
     graph_replays: int = 0
     cuda_graph_failure: str | None = None  # why capture failed (the engine then decodes eagerly)
     batch_shapes: list[tuple[int, int]] = field(default_factory=list)  # (rows, cache length) of each batch
+    # CUDA: rows the KV budget allows at each bucket width planned, before the caller's cap (the largest batch that
+    # fits by the engine's rule: kv_cache_fraction of the free memory)
+    row_budgets: dict[int, int] = field(default_factory=dict)
 
     @property
     def used_cuda_graph(self) -> bool:
@@ -402,7 +405,13 @@ class StaticGreedyEngine:
         free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         per_token = kv_bytes_per_token(self.model, cache_dtype or next(self.model.parameters()).dtype)
         budget = self.config.kv_cache_fraction * free
-        return lambda width: max(1, min(cap, int(budget // ((width + max_new_tokens) * per_token))))
+
+        def rows_at(width: int) -> int:
+            rows = int(budget // ((width + max_new_tokens) * per_token))
+            self.stats.row_budgets[width] = rows
+            return max(1, min(cap, rows))
+
+        return rows_at
 
     # -- one batch -------------------------------------------------------------------------------------------------
 

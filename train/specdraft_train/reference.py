@@ -72,7 +72,7 @@ from .config import (
     serving_context_note,
 )
 from .corpus import KINDS, Document, read_documents, split_of
-from .generation import StaticGreedyEngine, generate_greedy_hf
+from .generation import EngineStats, StaticGreedyEngine, generate_greedy_hf
 from .models import DTYPES, checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
 from .provenance import model_pin
 from .tau import Conversation, conversation_json
@@ -367,19 +367,22 @@ def generate_continuations(
     top_k: int | None,
     engine: str = "static",
     progress: bool = False,
+    stats: list[EngineStats] | None = None,
 ) -> list[Continuation]:
     """Greedy continuations up to and including the first stop token, with the top-k log-probs when ``top_k``.
 
     ``engine="static"``: :class:`generation.StaticGreedyEngine` (static KV cache, CUDA-graph decode, batches of up to
     ``batch_size`` rows as the memory budget allows); ``"hf"``: HF ``generate`` in batches of ``batch_size``, the
     peer both are tested against. Either way, equal-length prompts share batches unpadded, others are left-padded.
+    ``stats`` collects the static engine's EngineStats (batch shapes, graph captures, row budgets).
     """
     eos = stop_ids(model, tokenizer)
     tokens = [p.tokens for p in prompts]
     if engine == "static":
-        outputs = StaticGreedyEngine(model, device).generate(
-            tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress
-        )
+        static = StaticGreedyEngine(model, device)
+        outputs = static.generate(tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress)
+        if stats is not None:
+            stats.append(static.stats)
     elif engine == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
         outputs = generate_greedy_hf(
@@ -391,6 +394,24 @@ def generate_continuations(
         Continuation(o.tokens, o.topk_ids, o.topk_logprobs.astype(np.float16) if o.topk_logprobs is not None else None)
         for o in outputs
     ]
+
+
+def engine_summary(stats: Sequence[EngineStats]) -> dict[str, Any]:
+    """What the static engine did over a rank's training shards: batches and their rows, graph captures, and the rows
+    its KV budget allowed (the largest batch that fits, by its rule) at the narrowest and widest bucket."""
+    rows = [r for s in stats for r, _ in s.batch_shapes]
+    budgets = {w: r for s in stats for w, r in s.row_budgets.items()}
+    return {
+        "batches": len(rows),
+        "padded_batches": sum(s.padded_batches for s in stats),
+        "rows_max": max(rows, default=0),
+        "rows_mean": sum(rows) / len(rows) if rows else 0.0,
+        "decode_steps": sum(s.decode_steps for s in stats),
+        "graph_captures": sum(s.graph_captures for s in stats),
+        "graph_capture_seconds": sum(s.graph_capture_seconds for s in stats),
+        "cuda_graph_failure": next((s.cuda_graph_failure for s in stats if s.cuda_graph_failure), None),
+        "row_budget_by_width": {str(w): budgets[w] for w in sorted(budgets)[:1] + sorted(budgets)[-1:]},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -695,6 +716,7 @@ def run(
                 out_dir / f"{split}.jsonl", [prompt for prompt, _ in kept], [continuation for _, continuation in kept]
             )
     train_tokens = done = 0
+    engine_stats: list[EngineStats] = []
     for index in pending:
         if not claim(claims / shard_names[index]):
             continue  # another rank has it
@@ -709,6 +731,7 @@ def run(
             top_k=config.top_k,
             engine=config.engine,
             progress=ctx.is_main,
+            stats=engine_stats,
         )
         write_train_shard(out_dir / shard_names[index], shards[index], continuations)
         tokens = sum(len(c.tokens) for c in continuations)
@@ -724,7 +747,14 @@ def run(
 
             os.kill(os.getpid(), signal.SIGKILL)  # tests: a crash between shards
     eval_tokens = sum(pool.generated_tokens for pool in pools)
-    mine = {"rank": ctx.rank, "shards": done, "train_tokens": train_tokens, "eval_tokens": eval_tokens}
+    mine = {
+        "rank": ctx.rank,
+        "shards": done,
+        "train_tokens": train_tokens,
+        "eval_tokens": eval_tokens,
+        "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        "engine": engine_summary(engine_stats),
+    }
     per_rank = ctx.all_gather_object({**mine, "seconds": time.time() - generation_start})  # waits for all
     generation_seconds = time.time() - generation_start
     if not ctx.is_main:
