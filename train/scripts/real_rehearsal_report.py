@@ -102,6 +102,7 @@ def stage_rows(work: Path) -> dict[str, dict[str, Any]]:
     if evaluation and "evaluate" in rows:
         rows["evaluate"].update(
             conversations=evaluation["heldout"]["conversations"],
+            peak_gpu_bytes=evaluation.get("peak_gpu_bytes"),
             drafters=[
                 {
                     "path": d["drafter"]["path"],
@@ -193,10 +194,12 @@ def tables(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | not run | | | | |")
             continue
         batch = row.get("batch", "")
+        if name == "reference" and row.get("prompt_tokens_per_s"):
+            batch = f"prompt tokens/s {row['prompt_tokens_per_s']:,.0f}; "
         if name == "reference" and row.get("engine"):
             engine = row["engine"]
             budget = engine["row_budget_by_width"]
-            batch = f"rows ≤ {engine['rows_max']} (mean {engine['rows_mean']:.0f}); KV budget rows by width {budget}"
+            batch += f"rows ≤ {engine['rows_max']} (mean {engine['rows_mean']:.0f}); KV budget rows by width {budget}"
         if name == "probe" and row.get("largest_batch"):
             batch = f"largest that fits: KD {row['largest_batch']['distill']}, QAT {row['largest_batch']['qat']}"
         smi = row.get("nvidia_smi_max_mib")
@@ -253,6 +256,11 @@ def main() -> None:
     args = ap.parse_args()
     rows = stage_rows(args.work)
     lengths = token_lengths(args.work) if (args.work / "reference" / "manifest.json").is_file() else {}
+    if lengths and rows.get("reference", {}).get("generation_seconds"):  # the prefill's share of the work
+        prompts = sum(rows["reference"]["prompts"].values())
+        rows["reference"]["prompt_tokens_per_s"] = (
+            lengths["prompt_tokens_mean"] * prompts / rows["reference"]["generation_seconds"]
+        )
     projected = projection(rows, lengths, args.max_new_tokens) if lengths else None
     import time
 

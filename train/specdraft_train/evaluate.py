@@ -147,6 +147,7 @@ def evaluate(
             "parameters": parameter_count(model),
             **model_tau(model, conversations, k, device, config.batch_size).to_dict(),
         }
+    report["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return report
 
 
