@@ -3,7 +3,7 @@
 # made on the machine (bench/models/make_random_checkpoint.py: bf16, Qwen3's tokenizer, chat template and generation
 # config), a few thousand chat prompts (train/scripts/make_chat_prompts.py), then every command of docs/training.md's
 # "The real-model path" as written there, under --preset qwen3-chat, with only scale flags changed (the prompt count,
-# --shard-prompts, a --time-budget for each distill run, selfcheck's sample, validate's --limit):
+# --shard-prompts, a 20 s --time-budget for each distill run, selfcheck's sample, validate's --limit):
 #   reference (top-20) → distill → distill --qat → evaluate (export beside it: a CPU job) → serve on the GPU + validate
 #   (pack --bundle beside it: xz, a CPU job) → selfcheck --clean-env,
 # plus a probe of the largest distill batch (train/scripts/probe_distill_batch.py). Per stage: seconds, tokens/s,
@@ -52,7 +52,7 @@ if [ "$cpu" = 1 ]; then
 else
   mode="H200"; device=cuda; gpu=cuda; prompts=3000; prompt_split=()
   target_shape=(--shape qwen3-8b); drafter_shape=(--shape qwen3-1.7b)
-  scale=(--shard-prompts 1024); train_scale=(); budget=30; probe_batches=16,32,64,128
+  scale=(--shard-prompts 1024); train_scale=(); budget=20; probe_batches=32,64,128  # 16: the distill run's own
   python=python3; max_new=256
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null \
     || [ -d /tmp/site/gguf ] || { log "FAILED: no gguf wheel in .whl (bench/gpu/stage.sh makes it)"; exit 1; }
@@ -62,8 +62,8 @@ else
     mkdir -p "$tokenizer" && tar -C "$tokenizer" -xJf .gpu-real/qwen3-tokenizer.tar.xz \
       || { log "FAILED: carry .gpu-real/qwen3-tokenizer.tar.xz (bench/gpu/stage.sh)"; exit 1; }
   fi
-  declare -A usual=([models]=90 [prompts]=15 [reference]=180 [distill]=110 [probe]=70 [qat]=130 [evaluate]=120
-    [node]=30 [pack]=120 [selfcheck]=120 [validate]=90)
+  declare -A usual=([models]=60 [prompts]=15 [reference]=150 [distill]=90 [probe]=60 [qat]=110 [evaluate]=100
+    [node]=30 [pack]=120 [selfcheck]=90 [validate]=90)
   [ -f "$work/gpu.txt" ] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$work/gpu.txt"
 fi
 py=("$python" -m specdraft_train)
@@ -95,6 +95,9 @@ stage() {
   else timeout --signal=INT "$(left)" "$@" > "$work/logs/$name.log" 2>&1; fi
   rc=$?
   smi_stop
+  if [ "$rc" -eq 124 ]; then  # timeout's: the call's limit came first; the stage resumes (or restarts) next call
+    log "NOT FINISHED: $name ran into the call's limit: run the same command again"; report; exit 0
+  fi
   local seconds; seconds=$(seconds_since "$t0")
   local smi_max; smi_max=$(sort -n "$work/logs/$name.smi" 2>/dev/null | tail -1)
   tail -3 "$work/logs/$name.log" | sed 's/\r.*//' >&2
