@@ -5,7 +5,7 @@
 # master-worker mode. SIGTERM or Ctrl-C stops the proxy, then drains and stops every replica.
 #
 #   deploy/replicas.sh [--replicas N] [--port P] [--stats-port S] [--host H] [--gpus "0 1 …"]
-#                      [--device-env NAME] [--run-dir DIR] [-- serve options…]
+#                      [--device-env NAME] [--run-dir DIR] [--no-proxy] [-- serve options…]
 #
 #   --replicas N      replicas (1–8; deploy/haproxy.cfg names 8). Defaults to 2.
 #   --port P          the proxy listens at H:P, replica i at H:P+i. Defaults to 8000.
@@ -16,6 +16,7 @@
 #   --device-env NAME the variable that hides the other GPUs: CUDA_VISIBLE_DEVICES (CUDA, the default) or
 #                     GGML_VK_VISIBLE_DEVICES (ggml's Vulkan backend, which emulates CUDA's).
 #   --run-dir DIR     topology.cfg, haproxy.log, replica-N.log and pids. Defaults to a new folder under $TMPDIR.
+#   --no-proxy        the replicas alone (clients pinned to them), e.g. where there is no HAProxy.
 #   after --           passed to every `specdraft serve` (e.g. --model drafter.gguf --streams 32 --gpu cuda).
 #
 # Environment: SPECDRAFT, the command that runs specdraft (default: `specdraft` on PATH, else this checkout's
@@ -23,7 +24,7 @@
 # Prints `replicas: ready at http://H:P (N replicas)` on stdout once the proxy answers, then waits.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-replicas=2 port=8000 stats_port=8404 host=127.0.0.1 gpus="" device_env=CUDA_VISIBLE_DEVICES run_dir=""
+replicas=2 port=8000 stats_port=8404 host=127.0.0.1 gpus="" device_env=CUDA_VISIBLE_DEVICES run_dir="" proxy=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 die() { echo "replicas.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -35,6 +36,7 @@ while [ $# -gt 0 ]; do
     --gpus) gpus=${2?--gpus needs a list}; shift 2 ;;
     --device-env) device_env=${2:?--device-env needs a variable name}; shift 2 ;;
     --run-dir) run_dir=${2:?--run-dir needs a folder}; shift 2 ;;
+    --no-proxy) proxy=0; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -49,7 +51,7 @@ if [ -n "${SPECDRAFT:-}" ]; then read -r -a specdraft <<< "$SPECDRAFT"
 elif command -v specdraft >/dev/null 2>&1; then specdraft=(specdraft)
 else specdraft=(node "$here/../dist/cli/main.js"); fi
 haproxy=${HAPROXY:-haproxy}
-command -v "$haproxy" >/dev/null 2>&1 || die "no haproxy (install Debian's: apt-get install haproxy, or set HAPROXY)"
+[ "$proxy" = 0 ] || command -v "$haproxy" >/dev/null 2>&1 || die "no haproxy (install Debian's: apt-get install haproxy, or set HAPROXY)"
 [ -n "$run_dir" ] || run_dir=$(mktemp -d "${TMPDIR:-/tmp}/specdraft-replicas-XXXXXX")
 mkdir -p "$run_dir"
 
@@ -89,6 +91,12 @@ for i in $(seq 1 "$replicas"); do
     sleep 0.2
   done
 done
+
+if [ "$proxy" = 0 ]; then
+  echo "replicas: ready at http://$host:$((port + 1)) … http://$host:$((port + replicas)) (no proxy, run dir $run_dir)"
+  wait -n "${pids[@]}"
+  exit 1
+fi
 
 # the topology: unset every replica first, so that a reload after removing one forgets it
 {
