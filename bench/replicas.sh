@@ -85,6 +85,8 @@ if ! done_already two-affinity two-no-affinity two-pinned-1 two-pinned-2 "${wide
   stop_set
 fi
 
+# pid files are stale now, and empty .err files say nothing
+find "$results" -type f \( -name '*.pid' -o -empty \) -delete
 python3 - "$results" <<'PY'
 import json, pathlib, sys
 results = pathlib.Path(sys.argv[1])
