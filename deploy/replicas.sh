@@ -20,7 +20,7 @@
 #   after --           passed to every `specdraft serve` (e.g. --model drafter.gguf --streams 32 --gpu cuda).
 #
 # Environment: SPECDRAFT, the command that runs specdraft (default: `specdraft` on PATH, else this checkout's
-# dist/cli/main.js under node); HAPROXY, the haproxy binary (default: `haproxy` on PATH).
+# dist/cli/main.js under node); HAPROXY, the haproxy binary (default: `haproxy` on PATH, else /usr/sbin/haproxy).
 # Prints `replicas: ready at http://H:P (N replicas)` on stdout once the proxy answers, then waits.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,7 +50,8 @@ read -r -a gpu_list <<< "$gpus"
 if [ -n "${SPECDRAFT:-}" ]; then read -r -a specdraft <<< "$SPECDRAFT"
 elif command -v specdraft >/dev/null 2>&1; then specdraft=(specdraft)
 else specdraft=(node "$here/../dist/cli/main.js"); fi
-haproxy=${HAPROXY:-haproxy}
+# Debian's package puts it in /usr/sbin, which a user's PATH may lack
+haproxy=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
 [ "$proxy" = 0 ] || command -v "$haproxy" >/dev/null 2>&1 || die "no haproxy (install Debian's: apt-get install haproxy, or set HAPROXY)"
 [ -n "$run_dir" ] || run_dir=$(mktemp -d "${TMPDIR:-/tmp}/specdraft-replicas-XXXXXX")
 mkdir -p "$run_dir"

@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -29,6 +30,8 @@ import { testServeOptions } from "../server/testServeOptions.js";
 
 const configPath = path.join(repoRoot, "deploy/haproxy.cfg");
 const defaultModel = path.join(repoRoot, "models/specdraft-default.gguf");
+/** Debian's package puts it in /usr/sbin, which a user's PATH may lack. */
+const haproxyPath = existsSync("/usr/sbin/haproxy") ? "/usr/sbin/haproxy" : "haproxy";
 /** The header deploy/haproxy.cfg adds to every answer: the name of the replica that gave it. */
 const replicaHeader = "x-specdraft-replica";
 const draftLength = 16;
@@ -316,7 +319,7 @@ async function distinctFreePorts(count: number): Promise<number[]> {
 
 function haproxyVersion(): string {
     try {
-        return /version (\S+)/.exec(execFileSync("haproxy", ["-v"], { encoding: "utf8" }))?.[1] ?? "";
+        return /version (\S+)/.exec(execFileSync(haproxyPath, ["-v"], { encoding: "utf8" }))?.[1] ?? "";
     } catch {
         return "";
     }
@@ -356,7 +359,7 @@ function startHaproxy(port: number, statsPort: number, topologyPath: string) {
         url,
         async start(behind: Member[]) {
             await writeTopology(behind);
-            child = spawn("haproxy", ["-W", "-f", topologyPath, "-f", configPath], {
+            child = spawn(haproxyPath, ["-W", "-f", topologyPath, "-f", configPath], {
                 stdio: ["ignore", "ignore", "pipe"],
             });
             child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
