@@ -13,6 +13,7 @@
 #   WIDE=1         also 2 replicas at 2 × STREAMS (each replica then holds as many streams as the single one did)
 #   NO_PROXY=1     where there is no HAProxy: only the runs without it (1 replica direct, 2 replicas pinned)
 #   BENCH="node --import tsx bench/serveBench.ts" (a GPU job: "node .gpu-rs/serveBench.mjs")
+#   RUN_TIMEOUT=300 seconds one serveBench run may take before it is stopped (and counted as failed)
 #   HAPROXY, SPECDRAFT: as deploy/replicas.sh takes them.
 # Writes RESULTS/<run>.json (serveBench's output), RESULTS/{one,two}.log and run-{one,two}/ (deploy/replicas.sh's
 # output, each replica's log, the proxy's), RESULTS/machine.txt and RESULTS/summary.md (one table: requests/s, ms per
@@ -58,8 +59,9 @@ run() { # name streams seed url [serveBench options…]; a run with results alre
   [ -s "$results/$name.json" ] && { log "$name: done already"; return 0; }
   if [ "${NO_PROXY:-0}" = 1 ] && [ "$url" = "$proxy" ]; then log "$name: skipped (no proxy)"; return 0; fi
   log "$name: $n streams × $start_context, $steps steps"
-  "${bench[@]}" --url "$url" --streams "$n" --start-context "$start_context" --steps "$steps" --seed "$seed" \
-    --no-progress "$@" > "$results/$name.json" 2> "$results/$name.err" || log "$name failed: $(tail -2 "$results/$name.err")"
+  timeout "${RUN_TIMEOUT:-300}" "${bench[@]}" --url "$url" --streams "$n" --start-context "$start_context" \
+    --steps "$steps" --seed "$seed" --no-progress "$@" > "$results/$name.json" 2> "$results/$name.err" ||
+    log "$name failed: $(tail -2 "$results/$name.err")"
 }
 replica() { echo "http://127.0.0.1:$((port + $1))"; }
 proxy="http://127.0.0.1:$port"

@@ -43,16 +43,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$replicas" =~ ^[1-8]$ ]] || die "--replicas $replicas: expected 1 to 8 (deploy/haproxy.cfg names 8 replicas)"
-[[ "$port" =~ ^[0-9]+$ ]] && [ "$port" -ge 1 ] && [ $((port + replicas)) -le 65535 ] || die "--port $port: expected 1 to $((65535 - replicas))"
+[[ "$port" =~ ^[0-9]+$ ]] && [ "$port" -ge 1 ] && [ $((port + replicas)) -le 65535 ] ||
+  die "--port $port: expected 1 to $((65535 - replicas))"
 [[ "$stats_port" =~ ^[0-9]+$ ]] || die "--stats-port $stats_port: expected a port number"
-case "$device_env" in CUDA_VISIBLE_DEVICES|GGML_VK_VISIBLE_DEVICES) ;; *) die "--device-env $device_env: expected CUDA_VISIBLE_DEVICES or GGML_VK_VISIBLE_DEVICES" ;; esac
+case "$device_env" in
+  CUDA_VISIBLE_DEVICES|GGML_VK_VISIBLE_DEVICES) ;;
+  *) die "--device-env $device_env: expected CUDA_VISIBLE_DEVICES or GGML_VK_VISIBLE_DEVICES" ;;
+esac
 read -r -a gpu_list <<< "$gpus"
 if [ -n "${SPECDRAFT:-}" ]; then read -r -a specdraft <<< "$SPECDRAFT"
 elif command -v specdraft >/dev/null 2>&1; then specdraft=(specdraft)
 else specdraft=(node "$here/../dist/cli/main.js"); fi
 # Debian's package puts it in /usr/sbin, which a user's PATH may lack
 haproxy=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
-[ "$proxy" = 0 ] || command -v "$haproxy" >/dev/null 2>&1 || die "no haproxy (install Debian's: apt-get install haproxy, or set HAPROXY)"
+[ "$proxy" = 0 ] || command -v "$haproxy" >/dev/null 2>&1 ||
+  die "no haproxy (install Debian's: apt-get install haproxy, or set HAPROXY)"
 [ -n "$run_dir" ] || run_dir=$(mktemp -d "${TMPDIR:-/tmp}/specdraft-replicas-XXXXXX")
 mkdir -p "$run_dir"
 
@@ -88,7 +93,10 @@ done
 # the replicas load side by side; the proxy starts once all of them draft (a loading one would only be retried around)
 for i in $(seq 1 "$replicas"); do
   until [ "$(health "http://$host:$((port + i))")" = 200 ]; do
-    kill -0 "${pids[$((i - 1))]}" 2>/dev/null || { tail -5 "$run_dir/replica-$i.log" >&2; die "replica $i exited before /health answered 200"; }
+    if ! kill -0 "${pids[$((i - 1))]}" 2>/dev/null; then
+      tail -5 "$run_dir/replica-$i.log" >&2
+      die "replica $i exited before /health answered 200"
+    fi
     sleep 0.2
   done
 done

@@ -12,7 +12,7 @@
 # bash bench/gpu/stage-haproxy.sh. On the GPU machine, from the checkout, with .gpu .gpu-rs .whl dist
 # build/llama-headers .gpu-haproxy there (over 64 MiB with the checkout: carry .gpu/node.xz in a second call, as for
 # bench/gpu/real-shape.sh):
-#   bash bench/gpu/replicas.sh RESULTS
+#   bash bench/gpu/replicas.sh RESULTS          (with $OUT set, RESULTS also lands in $OUT/<name>.tar.gz)
 # A rerun resumes: runs whose JSON is in RESULTS are not repeated, the model is made once.
 # CPU dry run (the committed default drafter, --gpu cpu, few steps; haproxy from PATH, else .gpu-haproxy; no .gpu):
 #   REPLICAS_CPU=1 bash bench/gpu/replicas.sh /tmp/replicas-cpu
@@ -64,3 +64,8 @@ fi
 
 bash bench/replicas.sh "$results" 2>&1 | tee -a "$results/progress.log"
 log "done"
+# on the device machine only a few files come back through $OUT: the whole folder as one archive
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  tar -C "$(dirname "$results")" -czf "$OUT/$(basename "$results").tar.gz" "$(basename "$results")"
+  log "packed into $OUT/$(basename "$results").tar.gz"
+fi
