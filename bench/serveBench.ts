@@ -10,11 +10,16 @@
  * Prints one JSON object: requests/s, p50/p95 latency, and for a specdraft server the tokens evaluated and reused per
  * request, the mean decode batch and the mean ms per decode step in llama_decode, in fetching results and outside
  * llama.cpp (`step_ms`; from its /metrics, before vs after the measured steps).
+ *
+ * Behind a proxy (docs/deploy.md) each stream sends its own conversation key (`--no-conversation-key`: none, so the
+ * proxy spreads a stream's requests over the replicas), and `--metrics` names every replica, whose counters are summed:
+ *   npm run bench:serve -- --url http://127.0.0.1:8000 --metrics http://127.0.0.1:8001 --metrics http://127.0.0.1:8002
  */
 
 import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { newConversationKey } from "../src/client/conversationKey.js";
 import { createDraftClient } from "../src/client/createDraftClient.js";
 import { defaultDraftLength, defaultStreams } from "../src/engine/engineDefaults.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
@@ -41,6 +46,8 @@ interface BenchOptions {
     vocabSize?: number;
     seed: number;
     timeoutMs: number;
+    conversationKey: boolean;
+    metrics: string[];
     progress: boolean;
 }
 
@@ -94,6 +101,13 @@ const program = new Command("serveBench")
     )
     .option("--seed <n>", "seed of the random contexts", parseIntegerOption(0), 1)
     .option("--timeout-ms <ms>", "per-request timeout", parseIntegerOption(1), defaultTimeoutMs)
+    .option("--no-conversation-key", "send no conversation key (a proxy then spreads a stream over its replicas)")
+    .option(
+        "--metrics <url>",
+        "a server whose /metrics counters are read, summed over all given; repeat for each replica behind a proxy (default: --url)",
+        (url: string, urls: string[]) => [...urls, url],
+        [],
+    )
     .option("--no-progress", "no progress bar")
     .action(async (options: BenchOptions) => {
         process.stdout.write(`${JSON.stringify(await runBench(options), null, 2)}\n`);
@@ -106,6 +120,7 @@ async function runBench(options: BenchOptions) {
     const isLlamaServer = options.url.startsWith("llama-server+");
     const baseUrl = isLlamaServer ? options.url.slice("llama-server+".length) : options.url;
     const info = isLlamaServer ? undefined : await getJson(new URL("/info", baseUrl));
+    const metricsUrls = options.metrics.length > 0 ? options.metrics : [baseUrl];
     const vocabSize = options.vocabSize ?? numberField(info, "vocab_size") ?? (await llamaServerVocabSize(baseUrl));
     if (vocabSize === undefined) throw new Error("cannot tell the vocabulary size: pass --vocab-size");
 
@@ -115,6 +130,7 @@ async function runBench(options: BenchOptions) {
     const contexts = Array.from({ length: options.streams }, () =>
         Array.from({ length: options.startContext }, randomId),
     );
+    const keys = contexts.map(() => (options.conversationKey ? newConversationKey() : undefined));
 
     const bar = options.progress
         ? new cliProgress.SingleBar(
@@ -126,9 +142,9 @@ async function runBench(options: BenchOptions) {
 
     const walk = async (steps: number, latencies: number[] | undefined, failures: { count: number }) =>
         Promise.all(
-            contexts.map(async (context) => {
+            contexts.map(async (context, stream) => {
                 for (let step = 0; step < steps; step++) {
-                    const outcome = await client.draft(context, options.draftLen);
+                    const outcome = await client.draft(context, options.draftLen, keys[stream]);
                     latencies?.push(outcome.latencyMs);
                     if (!outcome.ok) failures.count++;
                     const drafted = outcome.ok ? outcome.draft : [];
@@ -144,19 +160,19 @@ async function runBench(options: BenchOptions) {
     await walk(options.warmupSteps, undefined, warmupFailures);
     bar?.update({ phase: "measuring" });
 
-    const before = isLlamaServer ? undefined : await readCounters(baseUrl);
+    const before = isLlamaServer ? undefined : await readAllCounters(metricsUrls);
     const latencies: number[] = [];
     const failures = { count: 0 };
     const started = performance.now();
     await walk(options.steps, latencies, failures);
     const seconds = (performance.now() - started) / 1000;
-    const after = isLlamaServer ? undefined : await readCounters(baseUrl);
+    const after = isLlamaServer ? undefined : await readAllCounters(metricsUrls);
     bar?.stop();
 
     const sorted = [...latencies].sort((a, b) => a - b);
     const round = (x: number | null | undefined, digits = 2) =>
         x === null || x === undefined || !Number.isFinite(x) ? null : Number(x.toFixed(digits));
-    const delta = before !== undefined && after !== undefined ? diff(after, before) : undefined;
+    const delta = before !== undefined && after !== undefined ? combine(after, before, -1) : undefined;
     return {
         date: new Date().toISOString(),
         url: client.url,
@@ -169,6 +185,8 @@ async function runBench(options: BenchOptions) {
         start_context: options.startContext,
         context_growth_per_step: options.accepted + 1,
         draft_length: options.draftLen,
+        conversation_key: options.conversationKey,
+        metrics_from: isLlamaServer ? [] : metricsUrls,
         requests: latencies.length,
         failures: failures.count,
         warmup_failures: warmupFailures.count,
@@ -199,6 +217,17 @@ async function runBench(options: BenchOptions) {
                   }
                 : null,
     };
+}
+
+/** The specdraft counters summed over `baseUrls`, or undefined when one of them has no (specdraft) /metrics. */
+async function readAllCounters(baseUrls: readonly string[]): Promise<ServerCounters | undefined> {
+    let total: ServerCounters | undefined;
+    for (const url of baseUrls) {
+        const counters = await readCounters(url);
+        if (counters === undefined) return undefined;
+        total = total === undefined ? counters : combine(total, counters, 1);
+    }
+    return total;
 }
 
 /** The specdraft counters, or undefined when the server has no (specdraft) /metrics. */
@@ -233,21 +262,11 @@ async function readCounters(baseUrl: string): Promise<ServerCounters | undefined
     };
 }
 
-function diff(after: ServerCounters, before: ServerCounters): ServerCounters {
-    return {
-        evaluated: after.evaluated - before.evaluated,
-        reused: after.reused - before.reused,
-        drafts: after.drafts - before.drafts,
-        decodeSequencesSum: after.decodeSequencesSum - before.decodeSequencesSum,
-        decodeCount: after.decodeCount - before.decodeCount,
-        stepDecodeSum: after.stepDecodeSum - before.stepDecodeSum,
-        stepSampleSum: after.stepSampleSum - before.stepSampleSum,
-        stepHostSum: after.stepHostSum - before.stepHostSum,
-        stepSubmitSum: after.stepSubmitSum - before.stepSubmitSum,
-        stepWaitSum: after.stepWaitSum - before.stepWaitSum,
-        stepCount: after.stepCount - before.stepCount,
-        stepGraphReused: after.stepGraphReused - before.stepGraphReused,
-    };
+/** `a + sign × b`, counter by counter (sign −1: the difference between two reads). */
+function combine(a: ServerCounters, b: ServerCounters, sign: 1 | -1): ServerCounters {
+    const result = { ...a };
+    for (const key of Object.keys(result) as (keyof ServerCounters)[]) result[key] = a[key] + sign * b[key];
+    return result;
 }
 
 /** llama-server's vocabulary size from `GET /v1/models` (`data[0].meta.n_vocab`), if it says. */

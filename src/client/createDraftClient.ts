@@ -61,12 +61,19 @@ export function createSpecdraftClient(baseUrl: string, options: DraftClientOptio
         url: baseUrl,
         timeoutMs: options.timeoutMs,
         info: () => fetchServerInfo(baseUrl, options.timeoutMs),
-        draft: (tokens, n) =>
-            requestDraft(endpoint, { tokens, n }, n, options.timeoutMs, (answer, k) => {
-                if (typeof answer !== "object" || answer === null || !("draft" in answer))
-                    return `expected {"draft": [...]}, found ${JSON.stringify(answer).slice(0, 80)}`;
-                return checkDraftIds((answer as { draft: unknown }).draft, k, "draft");
-            }),
+        draft: (tokens, n, conversation) =>
+            requestDraft(
+                endpoint,
+                { tokens, n },
+                n,
+                options.timeoutMs,
+                (answer, k) => {
+                    if (typeof answer !== "object" || answer === null || !("draft" in answer))
+                        return `expected {"draft": [...]}, found ${JSON.stringify(answer).slice(0, 80)}`;
+                    return checkDraftIds((answer as { draft: unknown }).draft, k, "draft");
+                },
+                conversation,
+            ),
     };
 }
 
@@ -84,7 +91,7 @@ export function createLlamaServerClient(
         name: options.name,
         url: options.displayUrl ?? baseUrl,
         timeoutMs: options.timeoutMs,
-        draft: (tokens, n) =>
+        draft: (tokens, n, conversation) =>
             requestDraft(
                 endpoint,
                 {
@@ -106,6 +113,7 @@ export function createLlamaServerClient(
                         return `expected {"tokens": [...]} (was "return_tokens" honoured?), found ${JSON.stringify(answer).slice(0, 80)}`;
                     return checkDraftIds((answer as { tokens: unknown }).tokens, k, "tokens");
                 },
+                conversation,
             ),
     };
 }

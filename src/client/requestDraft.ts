@@ -8,6 +8,7 @@
  */
 import http from "node:http";
 import https from "node:https";
+import { conversationHeader } from "./conversationKey.js";
 import type { DraftOutcome } from "./types.js";
 
 /** Pulls the draft out of a 2xx JSON answer, or says why it cannot. */
@@ -18,13 +19,17 @@ const transports = {
     https: { request: https.request, agent: new https.Agent({ keepAlive: true }) },
 };
 
-/** POSTs `body` to `url` and pulls at most `n` draft ids out of the answer with `extract`; never throws. */
+/**
+ * POSTs `body` to `url` (with the conversation header when `conversation` is given) and pulls at most `n` draft ids out
+ * of the answer with `extract`; never throws.
+ */
 export async function requestDraft(
     url: string,
     body: unknown,
     n: number,
     timeoutMs: number,
     extract: DraftExtractor,
+    conversation?: string,
 ): Promise<DraftOutcome> {
     const started = performance.now();
     const elapsed = (): number => performance.now() - started;
@@ -32,7 +37,7 @@ export async function requestDraft(
     let status: number;
     let text: string;
     try {
-        ({ status, text } = await post(new URL(url), JSON.stringify(body), signal));
+        ({ status, text } = await post(new URL(url), JSON.stringify(body), signal, conversation));
     } catch (error) {
         if (signal.aborted)
             return { ok: false, failure: "timeout", message: `no answer within ${timeoutMs} ms`, latencyMs: elapsed() };
@@ -53,7 +58,12 @@ export async function requestDraft(
 }
 
 /** POSTs `json` and resolves with the status and the whole body; rejects on a socket error or when `signal` aborts. */
-function post(url: URL, json: string, signal: AbortSignal): Promise<{ status: number; text: string }> {
+function post(
+    url: URL,
+    json: string,
+    signal: AbortSignal,
+    conversation: string | undefined,
+): Promise<{ status: number; text: string }> {
     const transport = url.protocol === "https:" ? transports.https : transports.http;
     return new Promise((resolve, reject) => {
         const request = transport.request(
@@ -62,7 +72,11 @@ function post(url: URL, json: string, signal: AbortSignal): Promise<{ status: nu
                 method: "POST",
                 agent: transport.agent,
                 signal,
-                headers: { "content-type": "application/json", "content-length": Buffer.byteLength(json) },
+                headers: {
+                    "content-type": "application/json",
+                    "content-length": Buffer.byteLength(json),
+                    ...(conversation === undefined ? {} : { [conversationHeader]: conversation }),
+                },
             },
             (response) => {
                 const chunks: Buffer[] = [];

@@ -28,8 +28,12 @@ export interface DraftClient {
     readonly url: string;
     /** How long one request may take, whole answer included; longer counts as a `timeout` failure. */
     readonly timeoutMs: number;
-    /** Asks for `n` greedy draft tokens after `tokens`. Never throws: failures come back as outcomes. */
-    draft(tokens: readonly number[], n: number): Promise<DraftOutcome>;
+    /**
+     * Asks for `n` greedy draft tokens after `tokens`. `conversation` (src/client/conversationKey.ts) is sent as the
+     * conversation header, so a proxy keeps the conversation's requests on one replica. Never throws: failures come
+     * back as outcomes.
+     */
+    draft(tokens: readonly number[], n: number, conversation?: string): Promise<DraftOutcome>;
     /**
      * What the server's drafter is (vocabulary, context), for protocols that say (specdraft's `GET /info`; absent for
      * llama-server). Throws ServerInfoError naming what failed.

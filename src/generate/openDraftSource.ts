@@ -11,6 +11,7 @@ import {
     type Token,
     TokenPredictor,
 } from "node-llama-cpp";
+import { newConversationKey } from "../client/conversationKey.js";
 import { createSpecdraftClient } from "../client/createDraftClient.js";
 import { fetchServerInfo, type ServerInfo } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
@@ -21,7 +22,8 @@ import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
 // A node-llama-cpp TokenPredictor whose drafts come from a specdraft server: each prediction is one
-// `POST /draft {"tokens": <everything so far>, "n": k}`; the server reuses its KV cache for the shared prefix.
+// `POST /draft {"tokens": <everything so far>, "n": k}`; the server reuses its KV cache for the shared prefix. Each
+// generation (from one reset() to the next) sends its own conversation key, which keeps it on one replica behind a proxy.
 //
 // A drafter that fails (unreachable, HTTP error, malformed answer, timeout) must not fail the generation: the first
 // failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
@@ -50,6 +52,7 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
     private readonly vocabSize: number;
     private readonly onFailure?: (message: string) => void;
     private stateTokens: Token[] = [];
+    private conversation = newConversationKey();
     private failed: boolean;
     private requestCount = 0;
 
@@ -77,6 +80,7 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
 
     reset({ stateTokens }: { stateTokens: Token[] }): void {
         this.stateTokens = stateTokens.slice();
+        this.conversation = newConversationKey();
     }
 
     pushTokens(tokens: Token[]): void {
@@ -86,7 +90,7 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
     async predictTokens(): Promise<Token[]> {
         if (this.failed || this.stateTokens.length === 0) return [];
         this.requestCount++;
-        const outcome = await this.client.draft(this.stateTokens, this.draftLength);
+        const outcome = await this.client.draft(this.stateTokens, this.draftLength, this.conversation);
         if (!outcome.ok) return this.fail(`${outcome.failure}: ${outcome.message}`);
         const bad = outcome.draft.findIndex((id) => id >= this.vocabSize);
         if (bad >= 0)

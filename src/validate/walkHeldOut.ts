@@ -10,8 +10,10 @@
  *
  * A failed, timed-out or malformed answer is scored as an empty draft (a = 0) and recorded with its failure kind.
  * A held-out set is walked against one server with conversations running concurrently (a fixed pool of workers takes
- * the next conversation as it finishes one), each conversation's steps strictly in order.
+ * the next conversation as it finishes one), each conversation's steps strictly in order. Each conversation's requests
+ * carry one conversation key, so a proxy in front of several replicas keeps them on one (docs/deploy.md).
  */
+import { newConversationKey } from "../client/conversationKey.js";
 import type { DraftClient, DraftFailureKind } from "../client/types.js";
 import { defaultDraftLength } from "../engine/engineDefaults.js";
 import type { Conversation, ConversationWalk, WalkResult, WalkStep } from "./types.js";
@@ -76,10 +78,11 @@ async function walkConversation(
     const continuation = conversation.continuationTokens;
     const length = continuation.length;
     const steps: WalkStep[] = [];
+    const key = newConversationKey();
     let pos = 0;
     while (pos < length) {
         const context = prompt.concat(continuation.slice(0, pos));
-        const outcome = await client.draft(context, draftLength);
+        const outcome = await client.draft(context, draftLength, key);
         const cap = Math.min(draftLength, length - pos);
         const draft = outcome.ok ? outcome.draft : [];
         let accepted = 0;

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
+import { conversationHeader } from "../../src/client/conversationKey.js";
 import { readModelFileInfo } from "../../src/engine/gguf.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
@@ -136,6 +137,8 @@ async function fakeServer(
 async function fakeDrafter(answer: { status: number; body: string }) {
     const target = await readModelFileInfo(targetModel);
     let draftRequests = 0;
+    /** Each draft request's conversation header, in order. */
+    const keys: unknown[] = [];
     const server = await fakeServer((request, response) => {
         request.resume();
         response.setHeader("content-type", "application/json");
@@ -150,6 +153,7 @@ async function fakeDrafter(answer: { status: number; body: string }) {
             return;
         }
         draftRequests++;
+        keys.push(request.headers[conversationHeader]);
         response.statusCode = answer.status;
         response.end(answer.body);
     });
@@ -159,7 +163,7 @@ async function fakeDrafter(answer: { status: number; body: string }) {
         draftRequests = 0;
         return n;
     };
-    return { ...server, takeRequests };
+    return { ...server, takeRequests, keys };
 }
 
 test("a closed port: a warning, then the target alone, identical output", async () => {
@@ -217,6 +221,24 @@ test("the warm-up generates the first prompt untimed in both modes before the me
             cold.summary.prompts.map((p) => p.speculative[0].tokens),
         );
         assert.equal(warm.requests - cold.requests, cold.summary.prompts[0].speculative[0].targetSteps);
+    } finally {
+        await server.close();
+    }
+});
+
+test("each generation sends one conversation key with all its drafts, and the next generation another", async () => {
+    const server = await fakeDrafter({ status: 200, body: '{"draft":[1,2]}' });
+    try {
+        const { summary } = await generateWith(server.url, "exact", { warmup: 1 });
+        assertLossless(summary);
+        // generations run one after another, so each key's requests are one run: the warm-up, then every prompt
+        const runs = server.keys.filter((key, i) => key !== server.keys[i - 1]);
+        assert.ok(
+            runs.every((key) => typeof key === "string"),
+            JSON.stringify(runs),
+        );
+        assert.equal(new Set(runs).size, runs.length, "a key came back after another generation's");
+        assert.equal(runs.length, 1 + summary.prompts.length);
     } finally {
         await server.close();
     }

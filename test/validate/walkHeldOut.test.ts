@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { conversationHeader } from "../../src/client/conversationKey.js";
 import { createDraftClient } from "../../src/client/createDraftClient.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
 import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
@@ -105,10 +106,16 @@ test("τ, τ-macro, histogram, per-position and per-category figures match the r
     }
 });
 
-test("each conversation's requests extend its own context in order, also when walked concurrently", async () => {
-    const server = await startFakeServer(async (_path, body, response) => {
+test("each conversation's requests extend its own context in order and carry its own key, also when walked concurrently", async () => {
+    const keysOf = new Map<string, Set<unknown>>();
+    const server = await startFakeServer(async (_path, body, response, request) => {
         const { tokens, n } = body as { tokens: number[]; n: number };
         const hit = locate(conversations, tokens);
+        if (hit)
+            keysOf.set(
+                hit.conversation.id,
+                (keysOf.get(hit.conversation.id) ?? new Set()).add(request.headers[conversationHeader]),
+            );
         // answer in a scrambled order so concurrent conversations interleave
         await new Promise((resolve) => setTimeout(resolve, (tokens.length * 7) % 5));
         if (!hit) return sendJson(response, 400, {});
@@ -131,6 +138,13 @@ test("each conversation's requests extend its own context in order, also when wa
         assert.deepEqual(positions.get("c3"), [0, 1, 2, 3, 4]);
         assert.deepEqual(positions.get("c4"), [0]);
         assert.equal(positions.has("c5"), false);
+        // one conversation key per conversation (what a proxy keeps on one replica), a different one for each
+        const keys = [...keysOf.values()].map((set) => [...set]);
+        assert.ok(
+            keys.every((set) => set.length === 1 && typeof set[0] === "string"),
+            JSON.stringify(keys),
+        );
+        assert.equal(new Set(keys.flat()).size, 4);
     } finally {
         await server.close();
     }
