@@ -342,10 +342,11 @@ def head_terms(
     time. Each chunk runs under activation checkpointing: only its inputs are kept, and its logits are computed again
     in the backward pass, so a step holds one chunk's logits, not (N, V) of them. Returns (N,) tensors.
 
-    Chunks over positions rather than over the vocabulary (as liger-kernel's fused linear + loss kernels do): the five
+    Chunks over positions, as liger-kernel's fused linear + cross-entropy does, but leaves the backward to autograd
+    (each chunk recomputed) instead of computing gradients in the forward, and does not cut the vocabulary: the five
     losses stay plain PyTorch on a chunk's full rows, equal to the unchunked ones to float summation order (tested),
-    with no backward of our own to write per loss. What it costs: the head's matmul once more in the backward
-    (~15 % of a Qwen3-1.7B forward, ~5 % of a step).
+    with no backward of our own to write per loss and no package to pin. What it costs: the head's matmul once more in
+    the backward (~15 % of a Qwen3-1.7B forward, ~5 % of a step).
     """
     rows = max(1, chunk_logits // weight.shape[0])
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
