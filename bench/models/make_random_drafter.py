@@ -11,14 +11,12 @@ embedding at Q4_0 too, as `export` does under a size cap; the default keeps it a
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-from qwen3_shapes import SHAPES  # bench/models/, the script's own folder
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from make_random_checkpoint import qwen3_config, write_random_checkpoint  # bench/models/, the script's own folder
+from qwen3_shapes import SHAPES
 
 from specdraft_train.config import add_embedding_type_argument
 from specdraft_train.export import export_gguf
@@ -27,7 +25,9 @@ from specdraft_train.export import export_gguf
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-1.7b")
-    ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json of the model family")
+    ap.add_argument(
+        "--tokenizer", type=Path, required=True, help="the family's tokenizer.json (tokenizer_config.json beside it)"
+    )
     ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "F16"])
     add_embedding_type_argument(
         ap,
@@ -38,13 +38,8 @@ def main() -> None:
     args = ap.parse_args()
 
     started = time.time()
-    torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = Path(tmp) / args.shape
-        model = Qwen3ForCausalLM(Qwen3Config(**SHAPES[args.shape], dtype=torch.bfloat16)).to(torch.bfloat16)
-        model.save_pretrained(ckpt)
-        del model
-        shutil.copy(args.tokenizer, ckpt / "tokenizer.json")
+        ckpt = write_random_checkpoint(Path(tmp) / args.shape, qwen3_config(args.shape), args.tokenizer.parent)
         export_gguf(ckpt, args.out, args.type, embedding_type=args.embedding_type, max_bytes=args.max_bytes)
     print(
         f"make_random_drafter: {args.out} ({args.out.stat().st_size:,} bytes, "

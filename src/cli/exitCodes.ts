@@ -8,7 +8,8 @@ export const exitCodes = {
     ok: 0,
     /**
      * The command ran and failed: what it checks did not pass (a selfcheck gate, speculative output that differs from
-     * the target alone), or it could not do its work (serve could not listen or load its model, an unexpected error).
+     * the target alone, validate's draft requests failed), or it could not do its work (serve could not listen or
+     * load its model, validate's server did not answer, an unexpected error).
      */
     failed: 1,
     /**
@@ -16,7 +17,10 @@ export const exitCodes = {
      * that cannot be read, has invalid lines (without `--skip-invalid`) or no valid conversation, a pack input.
      */
     usage: 2,
-    /** generate: the drafter's vocabulary is not the target's, so its token ids would mean other text. */
+    /**
+     * generate: the drafter's vocabulary is not the target's; validate: a server's is not the data's. Its token ids
+     * would mean other text.
+     */
     vocabMismatch: 3,
 } as const;
 

@@ -55,7 +55,11 @@ export function packCommand(): Command {
             "--manifest <data_manifest.json>",
             "training sources with pinned revisions or sha256, and the split each fed (see docs/validate.md)",
         )
-        .option("--base <name@rev>", "base (target family) model and its revision, e.g. Qwen/Qwen3-8B@b968826")
+        .option(
+            "--base <name@rev>",
+            "the model the drafter was trained from and its revision, e.g. Qwen/Qwen3-1.7B@<rev> " +
+                "(default: the GGUF's general.base_model, which python -m specdraft_train export writes)",
+        )
         .option(
             "--draft-len <k>",
             "draft length recorded and passed to serve",

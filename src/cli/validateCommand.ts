@@ -1,19 +1,21 @@
 /**
  * `specdraft validate`: walks held-out conversations against one or more draft servers and reports τ (mean acceptance
- * length) side by side, optionally as summary.json + report.html.
+ * length) side by side, optionally as summary.json + report.html. A server is checked first (src/validate/checkServer.ts:
+ * there, the data's vocabulary, every conversation within its context), and a run whose draft requests failed fails.
  */
 import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { createDraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
 import type { DraftClient } from "../client/types.js";
 import { defaultDraftLength } from "../engine/engineDefaults.js";
+import { checkServer, readDataVocabulary, type ServerProblem } from "../validate/checkServer.js";
 import { formatComparisonTable } from "../validate/formatComparisonTable.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
 import type { WalkSummary } from "../validate/types.js";
 import { defaultConcurrency, walkHeldOut } from "../validate/walkHeldOut.js";
 import { writeReport } from "../validate/writeReport.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
-import { exitCodes } from "./exitCodes.js";
+import { type ExitCode, exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
 /** The command's options, as commander hands them over. */
@@ -38,6 +40,13 @@ export interface ValidateOptions {
     progress?: boolean;
 }
 
+/** The exit code of each reason not to walk a server. */
+const problemExitCodes: Record<ServerProblem["kind"], ExitCode> = {
+    unreachable: exitCodes.failed,
+    vocabulary: exitCodes.vocabMismatch,
+    context: exitCodes.usage,
+};
+
 /** Runs the command; returns the summaries (one per server, in order) and the exit code. */
 export async function runValidate(
     options: ValidateOptions,
@@ -55,6 +64,17 @@ export async function runValidate(
 
     const heldOut = await loadHeldOut("validate", options.data, options, io);
     if ("exitCode" in heldOut) return { exitCode: heldOut.exitCode, summaries: [] };
+
+    const draftLength = options.draftLen ?? defaultDraftLength;
+    const data = { file: options.data, vocabulary: await readDataVocabulary(options.data) };
+    for (const client of clients) {
+        const { problem, notes } = await checkServer(client, heldOut.conversations, draftLength, data);
+        for (const note of notes) io.err.write(`${note}\n`);
+        if (problem !== undefined) {
+            io.err.write(`specdraft validate: ${problem.message}\n`);
+            return { exitCode: problemExitCodes[problem.kind], summaries: [] };
+        }
+    }
 
     const totalTokens = heldOut.conversations.reduce((sum, c) => sum + c.continuationTokens.length, 0);
     const nameWidth = Math.max(...clients.map((c) => c.name.length));
@@ -89,7 +109,7 @@ export async function runValidate(
             let steps = 0;
             let failures = 0;
             const result = await walkHeldOut(heldOut.conversations, client, {
-                draftLength: options.draftLen ?? defaultDraftLength,
+                draftLength,
                 concurrency: options.concurrency ?? defaultConcurrency,
                 onProgress: (advanced, failure) => {
                     tokens += advanced;
@@ -107,12 +127,14 @@ export async function runValidate(
     }
 
     io.out.write(`\n${formatComparisonTable(summaries)}\n`);
-    for (const summary of summaries)
-        if (summary.failures.total > 0)
-            io.err.write(
-                `warning: ${summary.server.name}: ${summary.failures.total} draft requests failed and were scored as empty drafts ` +
-                    `(timeout ${summary.failures.timeout}, http ${summary.failures.http}, network ${summary.failures.network}, malformed ${summary.failures.malformed})\n`,
-            );
+    // a failed request is scored as an empty draft, so τ would understate the drafter without a word: the run fails
+    const failing = summaries.filter((summary) => summary.failures.total > 0);
+    for (const summary of failing)
+        io.err.write(
+            `specdraft validate: ${summary.server.name}: ${summary.failures.total} draft requests failed and were scored as empty drafts ` +
+                `(timeout ${summary.failures.timeout}, http ${summary.failures.http}, network ${summary.failures.network}, malformed ${summary.failures.malformed}): ` +
+                "τ does not measure the drafter\n",
+        );
     if (options.report !== undefined) {
         const written = await writeReport(options.report, summaries);
         for (const file of [
@@ -122,7 +144,7 @@ export async function runValidate(
         ])
             io.out.write(`wrote ${file}\n`);
     }
-    return { exitCode: exitCodes.ok, summaries };
+    return { exitCode: failing.length > 0 ? exitCodes.failed : exitCodes.ok, summaries };
 }
 
 /** The commander command, for src/cli/main.ts: `program.addCommand(validateCommand())`. */

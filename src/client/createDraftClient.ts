@@ -3,8 +3,10 @@
  * `http(s)://…` (specdraft's `POST /draft`) or `llama-server+http(s)://…` (llama.cpp's `POST /completion`). Both
  * adapters send through requestDraft.ts and differ only in the body they send and where the draft is in the answer.
  */
+import { fetchServerInfo } from "./fetchServerInfo.js";
 import { checkDraftIds, requestDraft } from "./requestDraft.js";
 import type { DraftClient } from "./types.js";
+import { withTrailingSlash } from "./withTrailingSlash.js";
 
 const llamaServerPrefix = "llama-server+";
 
@@ -49,8 +51,8 @@ export function createDraftClient(spec: string, timeoutMs: number = defaultTimeo
 }
 
 /**
- * specdraft's own protocol: `POST {url}/draft {"tokens":[...], "n":k}` → `{"draft":[...]}`. `baseUrl` is the server's
- * root, e.g. `http://127.0.0.1:8000`.
+ * specdraft's own protocol: `POST {url}/draft {"tokens":[...], "n":k}` → `{"draft":[...]}`, and `GET {url}/info` for
+ * what the drafter is. `baseUrl` is the server's root, e.g. `http://127.0.0.1:8000`.
  */
 export function createSpecdraftClient(baseUrl: string, options: DraftClientOptions): DraftClient {
     const endpoint = new URL("draft", withTrailingSlash(baseUrl)).href;
@@ -58,6 +60,7 @@ export function createSpecdraftClient(baseUrl: string, options: DraftClientOptio
         name: options.name,
         url: baseUrl,
         timeoutMs: options.timeoutMs,
+        info: () => fetchServerInfo(baseUrl, options.timeoutMs),
         draft: (tokens, n, conversation) =>
             requestDraft(
                 endpoint,
@@ -113,9 +116,4 @@ export function createLlamaServerClient(
                 conversation,
             ),
     };
-}
-
-/** `url` ending in `/`, so `new URL("draft", …)` resolves below its path instead of replacing its last segment. */
-export function withTrailingSlash(url: string): string {
-    return url.endsWith("/") ? url : `${url}/`;
 }

@@ -1,4 +1,5 @@
 /** What a draft client is and what one draft request gives: the interface every server adapter implements. */
+import type { ServerInfo } from "./fetchServerInfo.js";
 
 /** Why a draft request did not give a usable draft. Each one is scored as an empty draft. */
 export type DraftFailureKind =
@@ -33,4 +34,9 @@ export interface DraftClient {
      * back as outcomes.
      */
     draft(tokens: readonly number[], n: number, conversation?: string): Promise<DraftOutcome>;
+    /**
+     * What the server's drafter is (vocabulary, context), for protocols that say (specdraft's `GET /info`; absent for
+     * llama-server). Throws ServerInfoError naming what failed.
+     */
+    info?(): Promise<ServerInfo>;
 }

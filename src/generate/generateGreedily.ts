@@ -136,7 +136,9 @@ export function acceptDrafts(
 
 /**
  * Appends a step's tokens to the output as sequence.evaluate() would: an end-of-generation token ends the output
- * and is not part of it, and the output stops at `maxTokens`. Returns whether the generation is over.
+ * and is not part of it, and the output stops at `maxTokens`. Returns whether the generation is over. A step that
+ * appends nothing (its first token the end token) is not counted as a target step, as the target alone counts none
+ * for its end token: every counted step then yields a token, and τ = tokens ÷ steps is never below 1.
  */
 export function appendStepTokens(
     tokens: number[],
@@ -189,7 +191,6 @@ export async function generateWithExactVerifier(
             const input: ControlledEvaluateInputItem[] = pending.slice(0, -1);
             for (const token of [...pending.slice(-1), ...drafts]) input.push([token, greedyNext]);
             const outputs = await sequence.controlledEvaluate(input);
-            targetSteps++;
             drafted += drafts.length;
 
             const base = pending.length - 1;
@@ -206,7 +207,10 @@ export async function generateWithExactVerifier(
                     { start: sequence.nextTokenIndex - rejected, end: sequence.nextTokenIndex },
                 ]);
 
-            if (appendStepTokens(tokens, stepTokens, (token) => model.isEogToken(token as Token), maxTokens)) break;
+            const before = tokens.length;
+            const over = appendStepTokens(tokens, stepTokens, (token) => model.isEogToken(token as Token), maxTokens);
+            if (tokens.length > before) targetSteps++; // appendStepTokens says why a step that only ends counts not
+            if (over) break;
             predictor.pushTokens(stepTokens);
             pending = stepTokens.slice(-1);
         }

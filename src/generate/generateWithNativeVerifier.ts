@@ -53,7 +53,6 @@ export async function generateWithNativeVerifier(
             const limit = Math.min(draftLength, room, target.maxOutputs - 1);
             const drafts = (await predictor.predictTokens()).slice(0, limit) as number[];
             const outputs = await target.verify([...pending, ...drafts], keep, pending.length - 1);
-            targetSteps++;
             drafted += drafts.length;
 
             const stepTokens = acceptDrafts(
@@ -66,7 +65,10 @@ export async function generateWithNativeVerifier(
             // verified: pending and the accepted drafts; the rejected ones are trimmed by the next verify
             keep += pending.length + stepAccepted;
 
-            if (appendStepTokens(tokens, stepTokens, (token) => target.eogIds.has(token), maxTokens)) break;
+            const before = tokens.length;
+            const over = appendStepTokens(tokens, stepTokens, (token) => target.eogIds.has(token), maxTokens);
+            if (tokens.length > before) targetSteps++; // appendStepTokens says why a step that only ends counts not
+            if (over) break;
             predictor.pushTokens(stepTokens as Token[]);
             pending = stepTokens.slice(-1); // the target's own token: never empty
         }

@@ -12,7 +12,8 @@ import {
     TokenPredictor,
 } from "node-llama-cpp";
 import { newConversationKey } from "../client/conversationKey.js";
-import { createSpecdraftClient, withTrailingSlash } from "../client/createDraftClient.js";
+import { createSpecdraftClient } from "../client/createDraftClient.js";
+import { fetchServerInfo, type ServerInfo } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
 import { readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
@@ -208,9 +209,9 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
 
     if (spec.kind === "http") {
         const timeoutMs = options.timeoutMs ?? defaultDraftTimeoutMs;
-        let info: DrafterInfo | undefined;
+        let info: ServerInfo | undefined;
         try {
-            info = await fetchDrafterInfo(spec.url, timeoutMs);
+            info = await fetchServerInfo(spec.url, timeoutMs);
         } catch (error) {
             options.warn(
                 `drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`,
@@ -251,6 +252,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             kind: "model",
             label: spec.path,
             vocabFingerprint: file.vocabFingerprint,
+            quantization: file.quantization,
             predictor,
             close: async () => {
                 predictor.dispose();
@@ -307,46 +309,4 @@ function checkVocabularies(
             `expected the target ${target.label}'s ${target.fingerprint.slice(0, 16)}…. ` +
             "Speculative decoding needs a drafter built on the target's tokenizer.",
     );
-}
-
-/** What a server's `GET /info` says about its drafter, as far as the vocabulary check needs. */
-interface DrafterInfo {
-    model: string;
-    vocabSize: number;
-    vocabFingerprint: string;
-    quantization?: string;
-}
-
-/**
- * A specdraft server's model name and vocabulary from its `GET /info`. Throws with a message saying what failed
- * (network, HTTP status, shape).
- */
-async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<DrafterInfo> {
-    const url = new URL("info", withTrailingSlash(baseUrl)).href;
-    let response: Response;
-    try {
-        response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-    } catch (error) {
-        const cause = (error as { cause?: { code?: string } }).cause;
-        throw new Error(`GET ${url}: ${cause?.code ?? (error as Error).message}`);
-    }
-    const text = await response.text();
-    if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}: ${text.slice(0, 200)}`);
-    let body: unknown;
-    try {
-        body = JSON.parse(text);
-    } catch {
-        throw new Error(`GET ${url}: answer is not JSON: ${text.slice(0, 80)}`);
-    }
-    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown; quantization?: unknown };
-    if (typeof info.vocab_fingerprint !== "string" || typeof info.vocab_size !== "number")
-        throw new Error(
-            `GET ${url}: expected "vocab_fingerprint" (string) and "vocab_size" (number), found ${text.slice(0, 120)}`,
-        );
-    return {
-        model: typeof info.model === "string" ? info.model : "?",
-        vocabSize: info.vocab_size,
-        vocabFingerprint: info.vocab_fingerprint,
-        quantization: typeof info.quantization === "string" ? info.quantization : undefined,
-    };
 }

@@ -29,7 +29,10 @@ export interface GenerationRun {
     tokens: number[];
     /** Wall time from the first evaluation (prompt included) to the last token, in seconds. */
     seconds: number;
-    /** Target decodes that produced tokens (prompt decode included); equals `tokens.length` for the target alone. */
+    /**
+     * Target decodes that produced tokens (prompt decode included; a decode whose only token ends the output is not
+     * counted, as the target alone counts none for its end token); equals `tokens.length` for the target alone.
+     */
     targetSteps: number;
     /** Draft tokens offered to the target. */
     drafted: number;

@@ -50,7 +50,7 @@ export interface ArchitectureFile {
     model_name: string | null;
     /** `general.architecture`, e.g. `qwen3`. */
     architecture: string;
-    /** The target family the drafter was made for, pinned to a revision. */
+    /** The model the drafter was trained from (its starting checkpoint, e.g. Qwen/Qwen3-1.7B), pinned to a revision. */
     base_model: { name: string; revision: string | null } | null;
     /** The file's quantization, e.g. `Q4_0`, by the rule `GET /info` reports (src/engine/gguf.ts: ggufQuantization). */
     quantization: string;

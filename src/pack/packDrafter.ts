@@ -11,6 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describeGgufModel, type GgufHeader, type GgufModelDescription, readGgufHeader } from "../engine/gguf.js";
 import { defaultDraftLength } from "../server/serveDefaults.js";
+import { sha256File } from "../validate/sha256File.js";
 import { BundleError, type BundleGpu, bundleRuntime, type RuntimeBundleOptions } from "./bundleRuntime.js";
 import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";
 import {
@@ -25,7 +26,6 @@ import {
 } from "./drafterFolder.js";
 import { describeLargestParts, type FolderPart, folderBytes, formatByteCount, totalBytes } from "./folderBytes.js";
 import { renderServeScript } from "./renderServeScript.js";
-import { sha256File } from "./sha256File.js";
 
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
 export const specdraftRoot = path.resolve(fileURLToPath(new URL("../../", import.meta.url)));
@@ -38,7 +38,7 @@ export interface PackOptions {
     out: string;
     /** data_manifest.json to check and include. Defaults to one saying the sources are unknown. */
     manifest?: string;
-    /** `NAME@REV`: the base (target family) model and its revision. Defaults to the GGUF's general.base_model, if any. */
+    /** `NAME@REV`: the model the drafter was trained from, and its revision. Defaults to the GGUF's general.base_model, if any. */
     base?: string;
     /** Tokens drafted per request by default, recorded in architecture.json and passed to serve. Defaults to serve's, `16`. */
     draftLength?: number;
@@ -231,7 +231,7 @@ function overCapHints(
 export function parseBase(text: string): { name: string; revision: string } {
     const at = text.lastIndexOf("@");
     if (at <= 0 || at === text.length - 1)
-        throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-8B@b968826`);
+        throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-1.7B@70d244cc`);
     return { name: text.slice(0, at), revision: text.slice(at + 1) };
 }
 

@@ -85,9 +85,9 @@ test("validate, selfcheck and generate refuse invalid lines before any work, and
                 (r) => r.exitCode,
             ),
     };
-    // what each exits with once it has gone past the data: validate scores the unreachable server as empty drafts (0),
-    // selfcheck fails its gates (1), generate cannot read the target (1)
-    const afterData = { validate: exitCodes.ok, selfcheck: exitCodes.failed, generate: exitCodes.failed };
+    // what each exits with once it has gone past the data: validate finds no server (1), selfcheck fails its gates (1),
+    // generate cannot read the target (1)
+    const afterData = { validate: exitCodes.failed, selfcheck: exitCodes.failed, generate: exitCodes.failed };
     for (const [name, run] of Object.entries(commands) as [keyof typeof commands, (typeof commands)["validate"]][]) {
         let io = captureIo();
         assert.equal(await run(mixed, false, io), exitCodes.usage, `${name}: ${io.text().err}`);

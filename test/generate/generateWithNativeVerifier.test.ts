@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import type { Llama } from "node-llama-cpp";
+import { InputLookupTokenPredictor, type Llama } from "node-llama-cpp";
 import { generateWithExactVerifier, TimedTokenPredictor } from "../../src/generate/generateGreedily.js";
 import { generateAloneNative, generateWithNativeVerifier } from "../../src/generate/generateWithNativeVerifier.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
@@ -155,4 +155,23 @@ test("specdraft generate's exact verifier (native target, native drafter) == exa
     }
     assert.ok(nativeModel.speculative.accepted > 0);
     assert.equal(nativeModel.settings.gpu, "cpu");
+});
+
+test("a decode that only ends the output is not a step that produced tokens, as for the target alone: τ ≥ 1", async () => {
+    const end = 9;
+    let verifies = 0;
+    // the target's first step yields one token, its second only the end token
+    const target = {
+        contextSize: 64,
+        maxOutputs: 17,
+        eogIds: new Set([end]),
+        verify: async (tokens: readonly number[], _keep: number, outputFrom: number) =>
+            Array.from({ length: tokens.length - outputFrom }, () => (verifies++ === 0 ? 5 : end)),
+    } as unknown as NativeTarget;
+    const predictor = new TimedTokenPredictor(new InputLookupTokenPredictor());
+    const run = await generateWithNativeVerifier(target, predictor, [1, 2, 3], 10, 4);
+    assert.deepEqual(run.tokens, [5]);
+    assert.equal(verifies, 2, "the target ran twice");
+    assert.equal(run.targetSteps, 1, "one step produced the output; the other produced only its end");
+    assert.ok(run.tokens.length / run.targetSteps >= 1);
 });

@@ -61,6 +61,7 @@ for (const verifier of ["exact", "node-llama-cpp"] as const satisfies readonly V
     test(`${verifier} verifier, a quantized drafter of the same vocabulary: identical output`, async () => {
         const summary = await generate({ draft: { kind: "model", path: quantizedDrafter }, verifier, runs: 2 });
         assertLossless(summary);
+        assert.equal(summary.draft.quantization, "Q4_0", "the table's weights row names the drafter's type");
         assert.equal(summary.prompts[0].speculative.length, 2);
         assert.ok(summary.speculative.drafted > 0, "drafts were offered");
         assert.ok(

@@ -238,7 +238,15 @@ test("bad input is refused with the problem named and nothing written", () =>
             return io.text().err;
         };
         const out = path.join(dir, "out");
-        assert.match(await attempt({ model, out, base: "Qwen3-8B" }), /--base "Qwen3-8B": expected NAME@REV/);
+        assert.match(
+            await attempt({ model, out, base: "Qwen3-1.7B" }),
+            /--base "Qwen3-1\.7B": expected NAME@REV, e\.g\. Qwen\/Qwen3-1\.7B@/,
+        );
+        // the base is the model the drafter was trained from (what export writes as general.base_model), not its target
+        assert.match(
+            packCommand().helpInformation(),
+            /--base <name@rev>\s+the model the drafter was trained from[\s\S]*Qwen\/Qwen3-1\.7B@/,
+        );
         const unpinned = path.join(dir, "unpinned.json");
         await writeFile(
             unpinned,

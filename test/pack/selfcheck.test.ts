@@ -247,7 +247,10 @@ test("a folder without its runtime never names the packing checkout; where specd
     );
     const { out } = io.text();
     assert.equal(exitCode, 1);
-    assert.match(out, /✓ size .*no runtime bundled: serve\.sh needs node and specdraft on the host/);
+    assert.match(
+        out,
+        /✓ size .*model [\d,]+ B = [\d.]+ % of the cap; no runtime bundled: serve\.sh needs node and specdraft on the host$/m,
+    );
     assert.match(out, /✗ startup\s+serve\.sh exited \(127\) before \/health answered 200/);
     assert.match(out, /cannot start the drafter: specdraft is not installed on this machine/);
     assert.match(out, /missing: node ≥ 20 \(not on PATH\)/);

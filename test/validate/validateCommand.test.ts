@@ -1,13 +1,15 @@
 /**
- * `specdraft validate` end to end against two fake servers: table side by side, rejected lines skipped with
- * --skip-invalid, report folders (invalid lines without it: test/cli/loadHeldOut.test.ts).
+ * `specdraft validate` end to end against fake servers: table side by side, rejected lines skipped with --skip-invalid,
+ * report folders (invalid lines without it: test/cli/loadHeldOut.test.ts); what fails a run before or during the
+ * walk: a server not there, failed draft requests, another vocabulary than the data's, conversations past its context.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { runValidate } from "../../src/cli/validateCommand.js";
+import { sha256File } from "../../src/validate/sha256File.js";
 import type { WalkSummary } from "../../src/validate/types.js";
 import { captureIo } from "../helpers/captureIo.js";
 import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
@@ -22,7 +24,8 @@ const conversations = [
 
 /** A drafter that is right for its first `goodTokens` draft positions, then wrong. */
 function drafter(goodTokens: number): Promise<FakeServer> {
-    return startFakeServer((_path, body, response) => {
+    return startFakeServer((requestPath, body, response) => {
+        if (requestPath === "/info") return sendJson(response, 404, {}); // a drafter that does not describe itself
         const { tokens, n } = body as { tokens: number[]; n: number };
         const hit = locate(conversations, tokens);
         if (!hit) return sendJson(response, 400, {});
@@ -133,6 +136,119 @@ test("bad --server, unreadable --data and data without a valid line exit 2 with 
         assert.match(io.text().err, /held\.jsonl:1: rejected/);
         assert.match(io.text().err, /no valid conversations/);
     } finally {
+        await rm(dir, { recursive: true, force: true });
+    }
+});
+
+const fingerprint = "a".repeat(64);
+
+/** A drafter server that answers `GET /info` (vocabulary `vocab`, context `contextSize`) and drafts like `drafter(0)`,
+ * failing the draft requests `failDraft` picks with HTTP 500. */
+function describedDrafter(
+    vocab: string,
+    contextSize: number,
+    failDraft: (request: number) => boolean = () => false,
+): Promise<FakeServer> {
+    let drafts = 0;
+    return startFakeServer((requestPath, body, response) => {
+        if (requestPath === "/info")
+            return sendJson(response, 200, {
+                model: "m",
+                vocab_size: 5000,
+                vocab_fingerprint: vocab,
+                context_size: contextSize,
+            });
+        if (failDraft(drafts++)) return sendJson(response, 500, { error: { code: "internal", message: "boom" } });
+        const { tokens, n } = body as { tokens: number[]; n: number };
+        const hit = locate(conversations, tokens);
+        sendJson(response, 200, { draft: hit ? draftWithPlantedError(hit.conversation, hit.position, n, 0) : [] });
+    });
+}
+
+/** held.jsonl inside a reference stage's folder: its manifest lists the file's sha256 and the target's fingerprint. */
+async function referenceData(dir: string, vocab: string): Promise<string> {
+    const data = path.join(dir, "heldout.jsonl");
+    await writeHeldOut(data, conversations);
+    const manifest = {
+        stage: "reference",
+        outputs: { "heldout.jsonl": { sha256: await sha256File(data) } },
+        vocab_fingerprint: vocab,
+    };
+    await writeFile(path.join(dir, "manifest.json"), JSON.stringify(manifest));
+    return data;
+}
+
+test("a server that cannot be reached, or whose draft requests fail, fails the run (exit 1), not a warning", async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), "specdraft-validate-"));
+    const flaky = await describedDrafter(fingerprint, 4096, (request) => request % 3 === 0);
+    try {
+        const data = await referenceData(dir, fingerprint);
+        const gone = await startFakeServer(() => undefined);
+        await gone.close(); // a port nothing listens on any more
+        let io = captureIo();
+        let result = await runValidate({ server: [`down=${gone.url}`], data, progress: false }, io);
+        assert.equal(result.exitCode, 1);
+        assert.match(
+            io.text().err,
+            new RegExp(
+                `specdraft validate: down \\(${gone.url}\\): GET ${gone.url}/info: ECONNREFUSED: is it running\\?`,
+            ),
+        );
+        assert.deepEqual(result.summaries, [], "nothing is walked against a server that is not there");
+
+        io = captureIo();
+        result = await runValidate({ server: [`flaky=${flaky.url}`], data, draftLen: 4, progress: false }, io);
+        assert.equal(result.exitCode, 1);
+        const failed = result.summaries[0].failures.total;
+        assert.ok(failed > 0);
+        assert.match(io.text().err, new RegExp(`specdraft validate: flaky: ${failed} draft requests failed`));
+    } finally {
+        await flaky.close();
+        await rm(dir, { recursive: true, force: true });
+    }
+});
+
+test("a server whose vocabulary is not the data's is refused before walking (exit 3)", async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), "specdraft-validate-"));
+    const other = await describedDrafter("b".repeat(64), 4096);
+    const same = await describedDrafter(fingerprint, 4096);
+    try {
+        const data = await referenceData(dir, fingerprint);
+        let io = captureIo();
+        let result = await runValidate({ server: [`other=${other.url}`], data, progress: false }, io);
+        assert.equal(result.exitCode, 3);
+        assert.match(
+            io.text().err,
+            /other: vocabulary fingerprint bbbbbbbbbbbbbbbb…, the data's .*manifest\.json.* aaaaaaaaaaaaaaaa…/,
+        );
+        assert.ok(!other.requests.some((r) => r.path === "/draft"), "no draft was asked for");
+
+        io = captureIo();
+        result = await runValidate({ server: [`same=${same.url}`], data, draftLen: 4, progress: false }, io);
+        assert.equal(result.exitCode, 0, io.text().err);
+        assert.match(io.text().err, /same: vocabulary fingerprint aaaaaaaaaaaa… matches the data's/);
+    } finally {
+        await Promise.all([other.close(), same.close()]);
+        await rm(dir, { recursive: true, force: true });
+    }
+});
+
+test("conversations longer than the server's context are named before walking (exit 2)", async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), "specdraft-validate-"));
+    // p: 3 prompt + 20 continuation tokens: its last step asks for 4 after 3 + 19, 26 in all; q and r need less
+    const small = await describedDrafter(fingerprint, 25);
+    try {
+        const data = await referenceData(dir, fingerprint);
+        const io = captureIo();
+        const result = await runValidate({ server: [`small=${small.url}`], data, draftLen: 4, progress: false }, io);
+        assert.equal(result.exitCode, 2);
+        assert.match(
+            io.text().err,
+            /small: 1 of 3 conversations need more than its context of 25 tokens .*heldout\.jsonl:1 \("p"\): 3 prompt \+ 20 continuation tokens, .*holding 26/,
+        );
+        assert.ok(!small.requests.some((r) => r.path === "/draft"), "no draft was asked for");
+    } finally {
+        await small.close();
         await rm(dir, { recursive: true, force: true });
     }
 });

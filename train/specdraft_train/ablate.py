@@ -52,9 +52,9 @@ import torch
 from . import distill
 from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
 from .config import ExportConfig, LabPreset, apply_settings, get_preset
-from .evaluate import drafter_tau, qat_state_path, verify_heldout
+from .evaluate import drafter_tau, verify_heldout
 from .lab import GGUF_NAME
-from .models import resolve_device
+from .models import checkpoint_qat_state, resolve_device
 from .tau import read_conversations
 
 RESULT_FILE = "result.json"
@@ -323,7 +323,7 @@ def export_variant(checkpoint: Path, gguf_path: Path, config: ExportConfig) -> N
     QAT state, else post-training quantized with ``config``'s embedding type."""
     from .export import export_gguf  # needs the `gguf` package, like QAT
 
-    qat_state = qat_state_path(checkpoint)
+    qat_state = checkpoint_qat_state(checkpoint)
     export_gguf(
         checkpoint,
         gguf_path,

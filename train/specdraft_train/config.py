@@ -1,9 +1,10 @@
-"""Configuration of every stage, and the two lab presets (`micro` for CPU CI, `lab` for one H200).
+"""Configuration of every stage: the two lab presets (`micro` for CPU CI, `lab` for one H200) and the real job's
+(`qwen3-chat`: a Qwen3-1.7B drafter distilled from Qwen3-8B on chat prompts, Q4_0, ≤ 10^9 bytes packed).
 
 Each stage reads its section of a :class:`LabPreset`; the stage CLIs take ``--preset`` for the defaults and a few flags
-to override them. Print a preset with:
+to override them, and say which preset and budget they run under before they start (:func:`announce`). Print one:
 
-    python -c "from specdraft_train.config import PRESETS; print(PRESETS['micro'])"
+    python -c "from specdraft_train.config import PRESETS; print(PRESETS['qwen3-chat'])"
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +100,11 @@ class ReferenceConfig:
     shard_prompts: int = 1024  # prompts per resumable shard
     seed: int = 0
     engine: str = "static"  # generation.py's static-cache, CUDA-graph engine; "hf" = HF generate, ≥ 10× slower on GPU
+    # Chat prompts are rendered with the template's enable_thinking (Qwen3's default is on). Off: the drafter learns
+    # the answers a non-thinking target gives, which greedy decoding suits (Qwen3's card warns that greedy decoding in
+    # thinking mode repeats endlessly) and whose 256-token continuations are the answer, not the start of a long
+    # <think> block. On when the target will be served thinking: a drafter must learn what it will be asked to draft.
+    enable_thinking: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,36 @@ class DistillConfig:
 EMBEDDING_TYPES = ("Q8_0", "Q4_0")
 DEFAULT_EMBEDDING_TYPE = "Q8_0"  # llama-quantize's habit of keeping the vocabulary above Q4_0 (it uses Q6_K)
 SIZE_CAPPED_EMBEDDING_TYPE = "Q4_0"  # the default when a file must fit a size cap: the largest saving there is
+# The real job's cap on the packed drafter folder, every byte of it (src/pack/drafterFolder.ts defaultMaxFolderBytes;
+# a test checks the two agree). The Q4_0 GGUF must leave room for the bundled runtime (~26 MB).
+FOLDER_CAP_BYTES = 1_000_000_000
+# Tokens one served sequence holds, prompt + draft: `specdraft serve --context-size`'s default
+# (src/engine/engineDefaults.ts defaultContextSize; a test checks the two agree). The validator's walk asks for k
+# tokens after P + C[:L-1] at its last step, so a conversation needs P + L − 1 + k of them.
+SERVING_CONTEXT_TOKENS = 4096
+
+
+def walk_context_tokens(prompt_tokens: int, continuation_tokens: int, k: int) -> int:
+    """The largest context + draft the validator's walk asks a server to hold for one conversation."""
+    return prompt_tokens + max(continuation_tokens - 1, 0) + k
+
+
+def serving_context_note(
+    stage: str, what: str, items: Sequence[tuple[str, int, int]], k: int, context: int = SERVING_CONTEXT_TOKENS
+) -> str | None:
+    """The line a stage prints (and returns) when some of ``items`` — (id, prompt tokens, continuation tokens) —
+    cannot be walked in the served drafter's context; None when all can."""
+    over = [item for item in items if walk_context_tokens(item[1], item[2], k) > context]
+    if not over:
+        return None
+    longest = max(over, key=lambda item: item[1] + item[2])
+    line = (
+        f"{stage}: {len(over):,} of {len(items):,} {what} cannot be walked in the serving context of {context:,} "
+        f"tokens with {k}-token drafts (longest: {longest[0]}, {longest[1]:,} prompt + {longest[2]:,} continuation "
+        "tokens): serve with a larger --context-size, or shorten them"
+    )
+    print(line, file=sys.stderr)
+    return line
 
 
 def add_embedding_type_argument(parser: argparse.ArgumentParser, help: str) -> None:
@@ -169,7 +207,7 @@ class ExportConfig:
     # set, else Q8_0). Q4_0 halves the largest tensor of a large-vocabulary drafter (EMBEDDING_TYPES above) at a τ
     # cost that `ablate --variant 'allq4:export.embedding_type=Q4_0'` measures.
     embedding_type: str = ""
-    max_bytes: int = 0  # 0 = no cap; else export refuses a larger GGUF (the real job's cap is 1,000,000,000)
+    max_bytes: int = 0  # 0 = no cap; else export refuses a larger GGUF (the real job's cap is FOLDER_CAP_BYTES)
 
     def resolved_embedding_type(self) -> str:
         return resolve_embedding_type(self.embedding_type, self.max_bytes)
@@ -373,13 +411,93 @@ LAB = LabPreset(
     prose_packages=("linux-doc-6.1", "python3.11-doc", "git-doc"),
 )
 
-PRESETS: dict[str, LabPreset] = {"micro": MICRO, "lab": LAB}
+# The real job: Qwen3-8B's greedy continuations of ~250k chat prompts (~200 tokens each, ~50M tokens), one epoch of
+# KD into Qwen3-1.7B, one epoch of QAT, an all-Q4_0 GGUF that fits the folder cap with the bundled runtime. Only the
+# sections the real path reads are sized (reference, distill, export, evaluate, and corpus's split shares for lines
+# without a "split"); the models come from the hub, so the lab's model, tokenizer and pretraining sections stay
+# defaults that no real-path stage reads. docs/training.md, "The real-model path", runs every command with it.
+QWEN3_CHAT = LabPreset(
+    name="qwen3-chat",
+    # A given line without a "split" goes by the hash of its messages: 2 % held out (5,000 of 250k, τ by category),
+    # 1 % dev (2,500: one dev evaluation is a ~1.4M-token forward of the drafter, ~10 s on an H200).
+    corpus=CorpusConfig(heldout_per_mille=20, dev_per_mille=10),
+    reference=ReferenceConfig(
+        max_new_tokens=256,  # ~200 tokens a continuation on average once answers end at <|im_end|>
+        train_prompts=250_000,  # the job's prompt count; given train lines past it are left out, with a warning
+        top_k=20,
+        # Corpus prompts (--corpus, the job's ~50k openings and inner windows of code and prose) use the lab's
+        # categories and counts; given lines keep their own "category" and are all kept.
+        prompt_lengths=(64, 192, 512),
+        min_continuation_tokens=128,
+        heldout_per_category=32,
+        dev_per_category=24,
+        # Qwen3-8B in bf16 leaves ~120 GB of an H200; half of it holds ~500 rows of 600 prompt + 256 new tokens at
+        # 144 KiB of KV a token (the engine takes fewer where it must). Rows are the lever: a decode step reads the
+        # 16.4 GB of weights whatever the batch.
+        batch_size=512,
+        shard_prompts=4096,  # 8 full batches a shard; a killed run loses at most one shard (~1-2 min of an H200)
+        enable_thinking=False,  # the field's why-comment says when to turn it on
+    ),
+    # ~250k continuations at 16 a step: ~15.6k steps an epoch. lr 1e-5 (AdamW, a 1.7B that already speaks chat: the
+    # SFT range; the lab's 1e-3 is for a 7M model), 100 warm-up steps (<1 %). Dev macro τ every 2,000 steps (~8 a
+    # epoch) keeps the best checkpoint; 5 evaluations without a new best (~10k steps) is a plateau. No time budget:
+    # the epoch is the budget. Replay off: the real path has no pretraining text unless --replay-tokens brings it.
+    # A resumable state (24 GB for 1.7B + AdamW) every 1,000 steps: a kill loses minutes, saves cost ~5 %.
+    distill=DistillConfig(
+        epochs=1,
+        batch_size=16,
+        lr=1e-5,
+        warmup_steps=100,
+        eval_every=2000,
+        patience=5,
+        ckpt_every=1000,
+        time_budget_s=0.0,
+        replay_weight=0.0,
+        qat_epochs=1,
+        qat_lr=5e-6,  # QAT moves weights onto the Q4_0 grid from the distilled drafter: half the KD rate
+    ),
+    # All-Q4_0 (the embedding too): Qwen3-1.7B is 974,196,224 B so, 1,129,778,688 B with a Q8_0 embedding, which the
+    # folder cap cannot take. QAT trains against the Q4_0 embedding (−0.16 % τ on lab v2, docs/lab.md), export writes
+    # it and refuses a file over the cap.
+    export=ExportConfig(embedding_type=SIZE_CAPPED_EMBEDDING_TYPE, max_bytes=FOLDER_CAP_BYTES),
+    evaluate=EvalConfig(batch_size=16),  # conversations a forward: chat prompts run to thousands of tokens
+)
+
+PRESETS: dict[str, LabPreset] = {"micro": MICRO, "lab": LAB, "qwen3-chat": QWEN3_CHAT}
+LAB_PRESETS = ("micro", "lab")  # the presets `lab` and `pretrain` run: the others size no lab models
 
 
 def get_preset(name: str) -> LabPreset:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}: expected one of {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def add_preset_argument(parser: argparse.ArgumentParser, default: str = "lab", choices: Sequence[str] = ()) -> None:
+    """``--preset NAME`` for a stage command: the presets it may run under (all by default), named in its help."""
+    names = tuple(choices) or tuple(PRESETS)
+    parser.add_argument(
+        "--preset",
+        default=default,
+        choices=names,
+        help=f"defaults for every setting: {' | '.join(names)} (default: {default}; the real path: qwen3-chat)",
+    )
+
+
+def _budget_text(value: Any) -> str:
+    if isinstance(value, float) and value == int(value) and abs(value) >= 1:
+        value = int(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]" if value else "all"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def announce(stage: str, preset: str, settings: dict[str, Any]) -> str:
+    """The line a stage prints before it starts: which preset, and the settings that bound its work (budget, steps,
+    counts), so a run under the wrong preset is seen at once, not after it. Returns the line (stderr gets it)."""
+    line = f"{stage}: preset {preset}: " + ", ".join(f"{k} {_budget_text(v)}" for k, v in settings.items())
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 
 def check_preset(preset: LabPreset) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import atomic_write_json, atomic_write_text, sha256_bytes, write_manifest
-from .config import CorpusConfig, get_preset, override
+from .config import LAB_PRESETS, CorpusConfig, add_preset_argument, announce, get_preset, override
 
 SPLITS = ("train", "dev", "heldout")
 KINDS = ("code", "prose")
@@ -217,7 +217,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    add_preset_argument(p, choices=LAB_PRESETS)
     p.add_argument("--extra", action="append", default=[], type=Path, help="another code tree, *.py (repeatable)")
     p.add_argument(
         "--prose",
@@ -238,6 +238,9 @@ def main(args: argparse.Namespace) -> int:
         get_preset(args.preset).corpus, max_code_bytes=args.max_code_bytes, max_prose_bytes=args.max_prose_bytes
     )
     stdlib = None if args.no_stdlib else (args.stdlib or stdlib_root())
+    caps = {kind: f"{config.max_bytes(kind):,} B" if config.max_bytes(kind) else "all" for kind in KINDS}
+    shares = {"held out ‰": config.heldout_per_mille, "dev ‰": config.dev_per_mille}
+    announce("corpus", args.preset, {"code": caps["code"], "prose": caps["prose"], **shares})
     manifest = build_corpus(args.out, config, stdlib, args.extra, args.prose)
     print(json.dumps(manifest["summary"]))
     return 0

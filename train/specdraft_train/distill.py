@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -77,25 +78,33 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .artifacts import input_record, read_manifest, sha256_file, verify_stage_dir, write_manifest
 from .config import (
     DistillConfig,
     ExportConfig,
     add_embedding_type_argument,
+    add_preset_argument,
+    announce,
     apply_settings,
     get_preset,
     override,
+    serving_context_note,
 )
 from .models import (
+    QAT_STATE_FILE,
     architecture_summary,
     autocast_context,
     checkpoint_info,
+    final_hidden_states,
     load_causal_lm,
+    output_weight,
     save_checkpoint,
     verify_checkpoint,
 )
 from .pretrain import ChunkSampler
+from .provenance import merge_sources, model_pin, model_source, reference_sources
 from .reference import TrainExample, read_train_examples
 from .tau import TauResult, model_tau, read_conversations
 from .tokenizer import load_token_stream, token_file
@@ -116,11 +125,15 @@ from .training import (
     wrap_model,
 )
 
-QAT_STATE_FILE = "qat_state.safetensors"
 LOG_EVERY_STEPS = 25  # also every evaluation and checkpoint step, so logged windows are the same after a resume
+UNTIMED_STEPS = 5  # the manifest's tokens_per_s starts after these: the first steps pay cuBLAS set-up, allocator growth
 LOSSES = ("kl", "ce", "tvd", "reverse_kl", "prefix")
 DIVERGENCE_OF = {"kl": "kl", "tvd": "tvd", "reverse_kl": "reverse_kl", "prefix": "kl"}  # the loss part each logs
 REVERSE_KL_TAIL_FLOOR = 1e-4  # ≈ the noise of 1 − Σ top-20 p from fp16 log-probs; keeps log p̂ of the tail finite
+# Logits (positions × vocabulary) the head computes at once: 128M, 512 MiB in fp32, ~880 positions of Qwen3's
+# 151,936-token vocabulary; with log_softmax and its gradient a chunk holds a few GB, where a 16 × 1,024-token batch's
+# full logits held ~10 GB in bf16 and as much again in fp32 for the positions scored.
+HEAD_CHUNK_LOGITS = 1 << 27
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -289,24 +302,93 @@ def check_loss(config: DistillConfig) -> None:
         raise ValueError(f"distill loss {config.loss!r}: expected one of {', '.join(LOSSES)}")
 
 
-def loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig) -> LossSums:
+def _position_terms(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    topk_ids: torch.Tensor | None,
+    topk_logprobs: torch.Tensor | None,
+    loss: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One chunk of positions through the output head: (log q(label), divergence, argmax == label), each (n,).
+    hidden (n, H), weight (V, H); topk_* (n, K), None for the ce loss (its divergence is then zeros)."""
+    logits = F.linear(hidden, weight).float()  # (n, V); under autocast the matmul runs in bf16, as the model's head
+    log_q = F.log_softmax(logits, dim=-1)  # (n, V)
+    log_q_label = log_q.gather(1, labels[:, None]).squeeze(1)  # (n,)
+    top1 = logits.argmax(dim=-1) == labels  # (n,)
+    if topk_ids is None or topk_logprobs is None:
+        return log_q_label, torch.zeros_like(log_q_label), top1
+    log_q_topk = log_q.gather(1, topk_ids)  # (n, K)
+    log_p = F.log_softmax(topk_logprobs, dim=-1)  # (n, K): the target's top-k, renormalized
+    if loss == "tvd":
+        divergence = total_variation(log_q_topk, log_p)
+    elif loss == "reverse_kl":
+        divergence = reverse_kl(log_q, log_q_topk, topk_logprobs)
+    else:  # kl, prefix
+        divergence = forward_kl(log_q_topk, log_p)
+    return log_q_label, divergence, top1
+
+
+def head_terms(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    topk_ids: torch.Tensor | None = None,
+    topk_logprobs: torch.Tensor | None = None,
+    loss: str = "ce",
+    chunk_logits: int = HEAD_CHUNK_LOGITS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_position_terms` over all N positions, at most ``chunk_logits`` logits (positions × vocabulary) at a
+    time. Each chunk runs under activation checkpointing: only its inputs are kept, and its logits are computed again
+    in the backward pass, so a step holds one chunk's logits, not (N, V) of them. Returns (N,) tensors.
+
+    Chunks over positions, as liger-kernel's fused linear + cross-entropy does, but leaves the backward to autograd
+    (each chunk recomputed) instead of computing gradients in the forward, and does not cut the vocabulary: the five
+    losses stay plain PyTorch on a chunk's full rows, equal to the unchunked ones to float summation order (tested),
+    with no backward of our own to write per loss and no package to pin. What it costs: the head's matmul once more in
+    the backward (~15 % of a Qwen3-1.7B forward, ~5 % of a step).
+    """
+    rows = max(1, chunk_logits // weight.shape[0])
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for start in range(0, hidden.shape[0], rows):
+        chunk = slice(start, start + rows)
+        args = (
+            hidden[chunk],
+            weight,
+            labels[chunk],
+            None if topk_ids is None else topk_ids[chunk],
+            None if topk_logprobs is None else topk_logprobs[chunk],
+            loss,
+        )
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            parts.append(checkpoint(_position_terms, *args, use_reentrant=False))
+        else:
+            parts.append(_position_terms(*args))
+    return tuple(torch.cat(column) for column in zip(*parts))  # type: ignore[return-value]
+
+
+def loss_sums(
+    model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig, chunk_logits: int = HEAD_CHUNK_LOGITS
+) -> LossSums:
+    """The batch's loss sums. Logits are computed only at the positions a loss is taken (continuation positions and
+    replay targets), through :func:`head_terms`' chunks; prompt positions only run the decoder."""
     check_loss(config)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B + R, T, V)
-    selected = logits[batch["rows"], batch["cols"]].float()  # (N, V)
-    log_q = F.log_softmax(selected, dim=-1)  # (N, V)
-    log_q_label = log_q.gather(1, batch["labels"][:, None]).squeeze(1)  # (N,)
+    hidden = final_hidden_states(model, batch["input_ids"], batch["attention_mask"])  # (B + R, T, H)
+    weight = output_weight(model)  # (V, H)
+    with_topk = config.loss != "ce"
+    log_q_label, divergence, top1 = head_terms(
+        hidden[batch["rows"], batch["cols"]],  # (N, H)
+        weight,
+        batch["labels"],
+        batch["topk_ids"] if with_topk else None,
+        batch["topk_logprobs"] if with_topk else None,
+        config.loss,
+        chunk_logits,
+    )
     ce = -log_q_label  # (N,)
-    parts = {"ce": ce.detach().sum(), "top1": (selected.argmax(dim=-1) == batch["labels"]).sum().float()}
+    parts = {"ce": ce.detach().sum(), "top1": top1.sum().float()}
     per_position = ce  # the "ce" loss
-    if config.loss != "ce":
-        log_q_topk = log_q.gather(1, batch["topk_ids"])  # (N, K)
-        log_p = F.log_softmax(batch["topk_logprobs"], dim=-1)  # (N, K): the target's top-k, renormalized
-        if config.loss == "tvd":
-            divergence = total_variation(log_q_topk, log_p)
-        elif config.loss == "reverse_kl":
-            divergence = reverse_kl(log_q, log_q_topk, batch["topk_logprobs"])
-        else:  # kl, prefix
-            divergence = forward_kl(log_q_topk, log_p)
+    if with_topk:
         parts[DIVERGENCE_OF[config.loss]] = divergence.detach().sum()
         per_position = config.divergence_weight * divergence + config.ce_weight * ce
         if config.loss == "prefix":
@@ -315,8 +397,13 @@ def loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], config: DistillC
             per_position = weights * per_position
     replay = None
     if "replay_rows" in batch:
-        replay_logits = logits[batch["replay_rows"], batch["replay_cols"]].float()  # (M, V)
-        replay = F.cross_entropy(replay_logits, batch["replay_labels"], reduction="sum")
+        replay_log_q, _, _ = head_terms(
+            hidden[batch["replay_rows"], batch["replay_cols"]],
+            weight,
+            batch["replay_labels"],
+            chunk_logits=chunk_logits,
+        )  # (M,)
+        replay = -replay_log_q.sum()
         parts["lm"] = replay.detach()
     return LossSums(per_position.sum(), replay, parts)
 
@@ -425,6 +512,62 @@ def load_qat_state_into(qat: Any, path: Path) -> None:
         raise ValueError(f"{path}: the model's quantized weights do not match the QAT state's fingerprints")
 
 
+def chain_provenance(
+    drafter: str | Path,
+    drafter_manifest: dict[str, Any] | None,
+    inputs: dict[str, Any],
+    reference_manifest: dict[str, Any],
+) -> dict[str, Any]:
+    """The manifest's ``sources`` and ``base_model`` (provenance.py): a distilled drafter's inherited, with this run's
+    reference data (and replay text) added; otherwise the drafter, pinned, is the base model."""
+    if drafter_manifest is not None and "base_model" in drafter_manifest:
+        inherited, base = drafter_manifest.get("sources", []), drafter_manifest["base_model"]
+    else:
+        pin = model_pin(drafter, drafter_manifest)
+        inputs["drafter"]["pin"] = pin
+        inherited = [model_source(inputs["drafter"], "base model")]
+        base = {"name": str(drafter), "revision": pin.get("revision") or pin.get("sha256", "")[:16] or None}
+    replay = inputs.get("replay")
+    replay_sources = [
+        {"name": Path(path).name, "split": "distill (replay)", "uri": path, "sha256": digest}
+        for path, digest in (replay or {}).get("files", {}).items()
+    ] + [
+        {"name": f"replay/{rel}", "split": "distill (replay)", "uri": replay["path"], "sha256": digest}
+        for rel, digest in (replay or {}).get("outputs", {}).items()
+    ]
+    sources = merge_sources(inherited, reference_sources(inputs["reference"], reference_manifest), replay_sources)
+    return {"sources": sources, "base_model": base}
+
+
+def synced_clock(device: torch.device) -> float:
+    """Wall time once the device has finished what was queued (steps are asynchronous on CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.time()
+
+
+def warm_throughput(timed_from: list[float] | None, loop_end: list[float]) -> float | None:
+    """Continuation tokens per second between step UNTIMED_STEPS and the last step ([seconds, tokens] at each): what
+    a longer run sustains. None for a run of fewer steps."""
+    if timed_from is None or loop_end[0] <= timed_from[0]:
+        return None
+    return (loop_end[1] - timed_from[1]) / (loop_end[0] - timed_from[0])
+
+
+def finish_line(
+    best: dict[str, Any], steps: int, max_steps: int, tokens: int, seconds: float, plateau: bool, budget: bool
+) -> str:
+    """The stage's last line: the kept checkpoint (step 0 is the starting drafter), the steps run of those planned,
+    and why it stopped short of them."""
+    why = " (plateau)" if plateau else " (time budget)" if budget else ""
+    start = " (the starting drafter: no evaluation beat it)" if best["step"] == 0 and steps > 0 else ""
+    return (
+        f"distill: best dev macro τ {best['dev_macro_tau']:.3f} (τ {best['dev_tau']:.3f}, top-1 "
+        f"{best['dev_top1']:.3f}) at step {best['step']}{start} after {steps:,} of {max_steps:,} steps{why}; "
+        f"{tokens:,} continuation tokens in {seconds:.1f} s"
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The stage
 
@@ -468,6 +611,9 @@ def run(
                 else ""
             )
         )
+    if ctx.is_main:
+        items = [(e.id or "?", len(e.prompt_tokens), len(e.continuation_tokens)) for e in examples]
+        serving_context_note("distill", "training examples", items, config.eval_k)
     sharded = config.fsdp and ctx.distributed
     if config.fsdp and qat:
         raise ValueError("distill --fsdp with --qat: QAT's parametrized weights are not wired for FSDP; run QAT on DDP")
@@ -602,6 +748,11 @@ def run(
         step += 1
         extra["train_tokens"] += n_global
         extra["replay_tokens"] += replay.tokens_per_step if replay is not None else 0
+        if step == UNTIMED_STEPS:  # throughput is read from here on (tokens_per_s)
+            extra["timed_from"] = [
+                extra["train_seconds"] + synced_clock(ctx.device) - segment_start,
+                extra["train_tokens"],
+            ]
         window.add(
             loss / ctx.world_size,
             sums.parts,
@@ -626,6 +777,7 @@ def run(
             halt_for_test(step, halt_after_steps)
         if stopped_by_plateau:
             break
+    loop_end = [extra["train_seconds"] + synced_clock(ctx.device) - segment_start, extra["train_tokens"]]
     if extra["last_eval_step"] != step:  # stopped between evaluations: the last weights compete too
         log_window()
         evaluate_dev()
@@ -649,6 +801,7 @@ def run(
         inputs = {"drafter": checkpoint_info(drafter), "reference": input_record(reference_dir, reference_manifest)}
         if replay is not None:
             inputs["replay"] = replay.record
+        provenance = chain_provenance(drafter, drafter_manifest, inputs, reference_manifest)
         manifest = write_manifest(
             out_dir,
             "distill",
@@ -667,6 +820,7 @@ def run(
             },
             inputs=inputs,
             extra={
+                **provenance,
                 "architecture": architecture_summary(model),
                 "metrics": {
                     "steps": step,
@@ -684,19 +838,17 @@ def run(
                     "stopped_by_time_budget": stopped_by_budget,
                     "stopped_by_plateau": stopped_by_plateau,
                     "train_seconds": train_seconds,
+                    "tokens_per_s": warm_throughput(extra.get("timed_from"), loop_end),
+                    "peak_gpu_bytes": torch.cuda.max_memory_allocated(ctx.device)
+                    if ctx.device.type == "cuda"
+                    else None,
                     "seconds": time.time() - start_time,
                     "drafter_verified": drafter_manifest is not None,
                 },
             },
         )
-        print(
-            f"distill: best dev macro τ {best['dev_macro_tau']:.3f} (τ {best['dev_tau']:.3f}, top-1 "
-            f"{best['dev_top1']:.3f}) at step {best['step']} of {step}; {extra['train_tokens']:,} continuation "
-            f"tokens in {train_seconds:.1f} s"
-            + (" (plateau)" if stopped_by_plateau else "")
-            + (" (time budget)" if stopped_by_budget else ""),
-            file=sys.stderr,
-        )
+        print(finish_line(best, step, max_steps, extra["train_tokens"], train_seconds, stopped_by_plateau,
+                          stopped_by_budget), file=sys.stderr)  # fmt: skip
         shutil.rmtree(out_dir / "resume", ignore_errors=True)
     finish_distributed(ctx)
     return manifest
@@ -724,7 +876,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         p,
         "with --qat: the token embedding's type in the Q4_0 file (default: the preset's export.embedding_type)",
     )
-    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    add_preset_argument(p)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--epochs", type=int, default=None, help="epochs (default: preset's; qat_epochs with --qat)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: preset's; qat_lr with --qat)")
@@ -766,6 +918,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
+def budget(config: DistillConfig, args: argparse.Namespace, embedding_type: str) -> dict[str, Any]:
+    """What bounds a distill run, for the line it prints before it starts."""
+    replay = "off"
+    if config.replay_weight > 0:
+        replay = f"{config.replay_weight} on {args.replay_tokens}" if args.replay_tokens else "off (no --replay-tokens)"
+    settings: dict[str, Any] = {
+        "epochs": args.epochs if args.epochs is not None else config.qat_epochs if args.qat else config.epochs,
+        "batch": config.batch_size,
+        "lr": args.lr if args.lr is not None else config.qat_lr if args.qat else config.lr,
+        "warmup_steps": config.warmup_steps,
+        "loss": config.loss,
+        "eval_every": config.eval_every or "epoch end",
+        "patience": config.patience or "none",
+        "time budget": f"{config.time_budget_s:g} s" if config.time_budget_s > 0 else "none",
+        "replay": replay,
+    }
+    if args.qat:
+        settings["embedding"] = embedding_type
+    return settings
+
+
 def main(args: argparse.Namespace) -> int:
     preset = apply_settings(get_preset(args.preset), [f"distill.{s}" for s in args.settings])
     config = override(
@@ -779,6 +952,9 @@ def main(args: argparse.Namespace) -> int:
         replay_weight=args.replay_weight,
         fsdp=True if args.fsdp else None,
     )
+    embedding_type = args.embedding_type or preset.export.resolved_embedding_type()
+    if int(os.environ.get("RANK", "0")) == 0:
+        announce("distill --qat" if args.qat else "distill", args.preset, budget(config, args, embedding_type))
     manifest = run(
         args.drafter,
         args.reference,
@@ -791,7 +967,7 @@ def main(args: argparse.Namespace) -> int:
         args.epochs,
         args.lr,
         args.replay_tokens,
-        args.embedding_type or preset.export.resolved_embedding_type(),
+        embedding_type,
     )
     if manifest is not None:
         metrics = manifest["metrics"]

@@ -28,11 +28,15 @@ from .config import (
     DEFAULT_EMBEDDING_TYPE,
     EvalConfig,
     add_embedding_type_argument,
+    add_preset_argument,
+    announce,
+    get_preset,
     resolve_embedding_type,
 )
 from .models import (
+    DTYPES,
     checkpoint_info,
-    is_local_checkpoint,
+    checkpoint_qat_state,
     load_causal_lm,
     parameter_count,
     resolve_device,
@@ -48,13 +52,6 @@ from .tau import (
     repeated_ngram_share_by_category,
 )
 
-QAT_STATE_FILE = "qat_state.safetensors"
-
-
-def qat_state_path(checkpoint: str | Path) -> Path | None:
-    path = Path(checkpoint) / QAT_STATE_FILE
-    return path if is_local_checkpoint(checkpoint) and path.is_file() else None
-
 
 def drafter_tau(
     checkpoint: str | Path,
@@ -64,20 +61,23 @@ def drafter_tau(
     q4: bool = False,
     batch_size: int = 32,
     embedding_type: str | None = None,
+    dtype: str = "float32",
 ) -> tuple[TauResult, str]:
     """τ of one drafter, as trained or as a Q4_0 GGUF holds it; returns (result, how it was quantized).
 
     ``embedding_type``: the embedding's type in the Q4_0 file of a PTQ drafter (a QAT drafter's is the one it was
-    trained with). Defaults to ``config.resolve_embedding_type()``'s, Q8_0.
+    trained with). Defaults to ``config.resolve_embedding_type()``'s, Q8_0. ``dtype``: the weights as trained are
+    loaded in it; the Q4_0 scoring always starts from fp32 (QAT's latent weights are fp32, and its fingerprints are
+    of the blocks quantized from them).
     """
     verify_checkpoint(checkpoint)
-    model = load_causal_lm(checkpoint, device)
+    model = load_causal_lm(checkpoint, device, DTYPES["float32" if q4 else dtype])
     mode = "none"
     if q4:
         from .distill import load_qat_state_into
         from .quant import load_qat_state, prepare_qat
 
-        saved = qat_state_path(checkpoint)
+        saved = checkpoint_qat_state(checkpoint)
         if saved is not None:
             qat = prepare_qat(model, embedding_type=load_qat_state(saved).embedding_type)
             load_qat_state_into(qat, saved)
@@ -107,6 +107,7 @@ def evaluate(
     target: str | None,
     config: EvalConfig | None = None,
     embedding_type: str | None = None,
+    dtype: str = "float32",
 ) -> dict[str, Any]:
     config = config or EvalConfig()
     verify_heldout(heldout)
@@ -119,6 +120,7 @@ def evaluate(
             "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
         },
         "k": k,
+        "dtype": dtype,
         "repeated_4gram_share": repeated_ngram_share(conversations, 4),
         "repeated_4gram_share_by_category": repeated_ngram_share_by_category(conversations, 4),
         "drafters": [],
@@ -126,7 +128,7 @@ def evaluate(
     for drafter in drafters:
         start = time.time()
         entry: dict[str, Any] = {"drafter": checkpoint_info(drafter)}
-        result, _ = drafter_tau(drafter, conversations, k, device, q4=False, batch_size=config.batch_size)
+        result, _ = drafter_tau(drafter, conversations, k, device, batch_size=config.batch_size, dtype=dtype)
         entry["as_trained"] = result.to_dict()
         if q4:
             result, mode = drafter_tau(
@@ -139,12 +141,13 @@ def evaluate(
         report["ngram"] = {"n_max": config.ngram_max, **ngram_tau(conversations, k, config.ngram_max).to_dict()}
     if target is not None:
         verify_checkpoint(target)
-        model = load_causal_lm(target, device)
+        model = load_causal_lm(target, device, DTYPES[dtype])
         report["target_as_drafter"] = {
             "target": checkpoint_info(target),
             "parameters": parameter_count(model),
             **model_tau(model, conversations, k, device, config.batch_size).to_dict(),
         }
+    report["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return report
 
 
@@ -161,7 +164,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--q4", action="store_true", help="also τ with GGUF Q4_0 weights (QAT state if present, else PTQ)")
     add_embedding_type_argument(
         p,
-        "with --q4, for a PTQ drafter: the embedding's type in the Q4_0 file (default: Q8_0)",
+        "with --q4, for a PTQ drafter: the embedding's type in the Q4_0 file (default: the preset's export layout: "
+        "Q8_0 for lab, Q4_0 for qwen3-chat)",
+    )
+    add_preset_argument(p)
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="weights of the drafters as trained and of --target (default: float32; bfloat16 for an 8B target)",
     )
     p.add_argument("--ngram", action="store_true", help="also the n-gram prompt-lookup peer")
     p.add_argument("--k", type=int, default=EvalConfig.k, help=f"draft length (default: {EvalConfig.k})")
@@ -173,6 +184,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     if not args.drafter and not args.ngram and args.target is None:
         raise ValueError("nothing to evaluate: give --drafter, --ngram or --target")
+    preset = get_preset(args.preset)
+    embedding_type = args.embedding_type or preset.export.resolved_embedding_type()
+    announce(
+        "evaluate",
+        args.preset,
+        {
+            "drafters": len(args.drafter),
+            "k": args.k,
+            "batch": preset.evaluate.batch_size,
+            "dtype": args.dtype,
+            "q4": f"yes (PTQ embedding {embedding_type})" if args.q4 else "no",
+            "target": args.target or "none",
+        },
+    )
     report = evaluate(
         args.heldout,
         args.drafter,
@@ -181,7 +206,9 @@ def main(args: argparse.Namespace) -> int:
         args.q4,
         args.ngram,
         args.target,
-        embedding_type=args.embedding_type,
+        config=preset.evaluate,
+        embedding_type=embedding_type,
+        dtype=args.dtype,
     )
     if args.out is not None:
         atomic_write_json(args.out, report)

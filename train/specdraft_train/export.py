@@ -11,16 +11,21 @@ Metadata, tensor names and vocabulary follow llama.cpp's convert_hf_to_gguf.py f
     Q4_0        F32     --embedding-type:          Q4_0
                         Q8_0 by default, Q4_0 under --max-bytes
 
-With ``--qat-state`` (written by ``QatState.save`` next to the checkpoint), Q4_0 blocks are the ones training computed,
-including per-block clip factors, and every quantized tensor is checked against the fingerprint training recorded; the
-embedding type is then the one training used. ``--max-bytes N`` refuses to write a file larger than N bytes, naming
-its largest tensors.
+A checkpoint of `distill --qat` holds its QAT state (``qat_state.safetensors``, written by ``QatState.save``); export
+uses it as `evaluate` does, unless ``--qat-state FILE`` names another (e.g. one re-fingerprinted on the CPU,
+scripts/refingerprint_qat.py) or ``--no-qat-state`` asks for post-training quantization of the latent weights. With a
+QAT state the Q4_0 blocks are the ones training computed, including per-block clip factors, every quantized tensor is
+checked against the fingerprint training recorded, and the embedding type is the one training used; a file type or an
+embedding type that contradicts the state is refused, naming the way out. ``--max-bytes N`` refuses to write a file
+larger than N bytes, naming its largest tensors. ``--preset qwen3-chat`` brings the real job's layout and cap
+(all-Q4_0, 10^9 bytes).
 
-    python -m specdraft_train export --checkpoint runs/lab/distill/final --out runs/lab/drafter-q4_0.gguf --type Q4_0 \\
-        --qat-state runs/lab/distill/final/qat_state.safetensors
+    python -m specdraft_train export --checkpoint runs/real/distilled-qat --out drafter-q4_0.gguf --preset qwen3-chat
     python -m specdraft_train export --checkpoint ckpt --out d.gguf --max-bytes 1000000000   # all-Q4_0 under 1 GB
 
-Writes ``<out>`` atomically and ``<out>.manifest.json`` (sha256 of the GGUF, inputs, tensor types) beside it.
+Writes ``<out>`` atomically, ``<out>.manifest.json`` (sha256 of the GGUF, inputs, tensor types) beside it, and, for a
+checkpoint of `distill`, ``<name>.data_manifest.json`` (the training sources, for ``specdraft pack --manifest``,
+provenance.py) and ``general.base_model`` (the model the chain started from, or ``--base-model NAME@REV``).
 """
 
 from __future__ import annotations
@@ -39,8 +44,18 @@ from gguf import GGMLQuantizationType, LlamaFileType
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from . import vocabulary
 from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
-from .config import DEFAULT_EMBEDDING_TYPE, add_embedding_type_argument, resolve_embedding_type
+from .config import (
+    DEFAULT_EMBEDDING_TYPE,
+    add_embedding_type_argument,
+    add_preset_argument,
+    announce,
+    get_preset,
+    resolve_embedding_type,
+)
+from .models import checkpoint_qat_state
+from .provenance import data_manifest, data_manifest_path
 from .quant import (
     OUT_TYPES,
     LoadedQatState,
@@ -110,11 +125,29 @@ def _rope_theta(config: dict[str, Any]) -> float | None:
     return theta
 
 
+def parse_base_model(text: str) -> dict[str, str | None]:
+    """``NAME[@REV]`` → {"name", "revision"} (pack's --base convention; the revision may be left out here)."""
+    name, at, revision = text.rpartition("@") if "@" in text else (text, "", "")
+    if not name:
+        raise ValueError(f"--base-model {text!r}: expected NAME or NAME@REV, e.g. Qwen/Qwen3-1.7B@70d244cc")
+    return {"name": name, "revision": revision or None}
+
+
 def add_model_metadata(
-    writer: gguf.GGUFWriter, config: dict[str, Any], name: str, file_type: LlamaFileType, n_params: int
+    writer: gguf.GGUFWriter,
+    config: dict[str, Any],
+    name: str,
+    file_type: LlamaFileType,
+    n_params: int,
+    base_model: dict[str, Any] | None = None,
 ) -> None:
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(name)
+    if base_model is not None:  # what src/engine/gguf.ts reads into architecture.json's base_model
+        writer.add_base_model_count(1)
+        writer.add_base_model_name(0, base_model["name"])
+        if base_model.get("revision"):
+            writer.add_base_model_version(0, base_model["revision"])
     writer.add_size_label(gguf.size_label(n_params, 0, 0, 0))
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
@@ -132,11 +165,6 @@ def add_model_metadata(
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def _looks_special(token: str) -> bool:
-    # convert_hf_to_gguf.py's does_token_look_special, for the token shapes a Qwen vocabulary has
-    return (token.startswith("<|") and token.endswith("|>")) or (token.startswith("<｜") and token.endswith("｜>"))
-
-
 def check_pre_tokenizer(tokenizer_json: dict[str, Any]) -> None:
     """Refuse a tokenizer whose pre-tokenizer is not Qwen2's: llama.cpp would split text differently."""
     pre = tokenizer_json.get("pre_tokenizer") or {}
@@ -151,35 +179,18 @@ def check_pre_tokenizer(tokenizer_json: dict[str, Any]) -> None:
         )
 
 
+GGUF_TOKEN_TYPES = {
+    vocabulary.NORMAL: gguf.TokenType.NORMAL,
+    vocabulary.CONTROL: gguf.TokenType.CONTROL,
+    vocabulary.USER_DEFINED: gguf.TokenType.USER_DEFINED,
+    vocabulary.UNUSED: gguf.TokenType.UNUSED,
+}
+
+
 def vocab_tokens(checkpoint_dir: Path, vocab_size: int) -> tuple[list[str], list[int]]:
-    """Token strings and types for ids 0..vocab_size-1 (ids the tokenizer lacks: ``[PAD{i}]``, UNUSED)."""
-    tokenizer = Tokenizer.from_file(str(checkpoint_dir / "tokenizer.json"))
-    reverse = {i: t for t, i in tokenizer.get_vocab(with_added_tokens=True).items()}
-    added = tokenizer.get_added_tokens_decoder()
-    if max(reverse) >= vocab_size:
-        raise ValueError(f"tokenizer has id {max(reverse)} but the model's vocab_size is {vocab_size}.")
-    tokens: list[str] = []
-    types: list[int] = []
-    for i in range(vocab_size):
-        if i not in reverse:
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.UNUSED)
-            continue
-        token = reverse[i]
-        if i in added:
-            if not added[i].normalized:
-                # llama.cpp assumes CONTROL/USER_DEFINED tokens pre-normalized (convert_hf_to_gguf.py does the same)
-                token = tokenizer.decode(
-                    tokenizer.encode(token, add_special_tokens=False).ids, skip_special_tokens=False
-                )
-            if added[i].special or _looks_special(token):
-                types.append(gguf.TokenType.CONTROL)
-            else:
-                types.append(gguf.TokenType.USER_DEFINED)
-        else:
-            types.append(gguf.TokenType.NORMAL)
-        tokens.append(token)
-    return tokens, types
+    """Token strings and GGUF token types for ids 0..vocab_size-1 (vocabulary.gguf_vocabulary's rules)."""
+    tokens, kinds = vocabulary.gguf_vocabulary(Tokenizer.from_file(str(checkpoint_dir / "tokenizer.json")), vocab_size)
+    return tokens, [GGUF_TOKEN_TYPES[kind] for kind in kinds]
 
 
 def add_vocab(writer: gguf.GGUFWriter, checkpoint_dir: Path, vocab_size: int) -> dict[str, int]:
@@ -249,11 +260,14 @@ def encode_tensors(
     tied = bool(config.get("tie_word_embeddings", False))
     if qat is not None:
         if qat.out_type != out_type:
-            raise ValueError(f"QAT state was trained for {qat.out_type}, but the export type is {out_type}.")
+            raise ValueError(
+                f"QAT state was trained for {qat.out_type}, but the export type is {out_type} "
+                "(--no-qat-state exports the latent weights, post-training quantized)."
+            )
         if out_type == "Q4_0" and qat.embedding_type != embedding_type:
             raise ValueError(
                 f"QAT state was trained with {qat.embedding_type} embeddings, but the export asks for "
-                f"{embedding_type}: QAT with that embedding type first (export.embedding_type)."
+                f"{embedding_type}: QAT with that embedding type first (export.embedding_type), or --no-qat-state."
             )
         missing = sorted(set(qat.types) - set(tensors))
         if missing:
@@ -289,6 +303,14 @@ def size_report(encoded: list[EncodedTensor], count: int = 3) -> str:
     return ", ".join(f"{t.gguf_name} {t.qtype.name} {t.data.nbytes:,} B" for t in largest)
 
 
+def resolve_qat_state(checkpoint_dir: Path, qat_state: Path | None, ptq: bool) -> Path | None:
+    """The QAT state to export with: ``qat_state`` when given, else the checkpoint's own (as evaluate scores it),
+    none with ``ptq``; a contradiction of the two is refused."""
+    if ptq and qat_state is not None:
+        raise ValueError(f"--no-qat-state with --qat-state {qat_state}: give one of them")
+    return None if ptq else qat_state or checkpoint_qat_state(checkpoint_dir)
+
+
 def export_gguf(
     checkpoint_dir: Path,
     out_path: Path,
@@ -297,29 +319,40 @@ def export_gguf(
     progress: bool = False,
     embedding_type: str | None = None,
     max_bytes: int = 0,
+    ptq: bool = False,
+    base_model: str | None = None,
 ) -> Path:
     """Write ``checkpoint_dir`` (HF Qwen3 ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` at
     ``out_path``.
 
-    ``qat_state``: the file ``QatState.save`` wrote; the Q4_0 blocks are then exactly those QAT trained with.
-    ``embedding_type``: the token embedding's (and an untied head's) type in a Q4_0 file; defaults to the QAT state's,
-    else to :func:`config.resolve_embedding_type`'s (Q4_0 when ``max_bytes`` is set, else Q8_0). ``max_bytes`` > 0:
-    refuse (ValueError naming the largest tensors, nothing written) a file larger than that.
-    Returns ``out_path``; its sha256 is in ``<out_path>.manifest.json``.
+    ``qat_state``: the file ``QatState.save`` wrote (default: the checkpoint's own ``qat_state.safetensors``, unless
+    ``ptq``); the Q4_0 blocks are then exactly those QAT trained with. ``embedding_type``: the token embedding's (and an
+    untied head's) type in a Q4_0 file; defaults to the QAT state's, else to :func:`config.resolve_embedding_type`'s
+    (Q4_0 when ``max_bytes`` is set, else Q8_0). ``max_bytes`` > 0: refuse (ValueError naming the largest tensors,
+    nothing written) a file larger than that. ``base_model`` (``NAME[@REV]``): general.base_model, by default the
+    checkpoint manifest's. Returns ``out_path``; its sha256 is in ``<out_path>.manifest.json``.
     """
     checkpoint_dir, out_path = Path(checkpoint_dir), Path(out_path)
     if out_type not in OUT_TYPES:
         raise ValueError(f"Unknown GGUF type {out_type!r}: expected one of {', '.join(OUT_TYPES)}.")
     inputs: dict[str, Any] = {"checkpoint": str(checkpoint_dir)}
+    checkpoint_manifest = None
     if read_manifest(checkpoint_dir) is not None:
         checkpoint_manifest = verify_stage_dir(checkpoint_dir)
         inputs["checkpoint_manifest_sha256"] = sha256_file(checkpoint_dir / MANIFEST_NAME)
         inputs["checkpoint_stage"] = checkpoint_manifest.get("stage")
+    base = parse_base_model(base_model) if base_model else (checkpoint_manifest or {}).get("base_model")
+    qat_state = resolve_qat_state(checkpoint_dir, qat_state, ptq)
     qat = None
     if qat_state is not None:
         qat = load_qat_state(qat_state)
         inputs["qat_state"] = str(qat_state)
         inputs["qat_state_sha256"] = sha256_file(qat_state)
+    if qat is not None and qat.out_type != out_type:
+        raise ValueError(
+            f"QAT state {qat_state} was trained for {qat.out_type}, but the export type is {out_type} "
+            "(--no-qat-state exports the latent weights, post-training quantized)."
+        )
     if embedding_type is None and qat is not None:
         embedding_type = qat.embedding_type  # export what training computed with, cap or not
     if out_type == "Q4_0":
@@ -335,7 +368,7 @@ def export_gguf(
     n_params = sum(int(np.prod(t.shape)) for t in encoded)
 
     writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
-    add_model_metadata(writer, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params)
+    add_model_metadata(writer, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params, base)
     special_ids = add_vocab(writer, checkpoint_dir, config["vocab_size"])
     for t in encoded:
         raw_dtype = t.qtype if t.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None
@@ -371,6 +404,7 @@ def export_gguf(
                 "embedding_type": embedding_type if out_type == "Q4_0" else None,
                 "max_bytes": max_bytes,
                 "qat_state": qat_state is not None,
+                "base_model": base,
             },
             "inputs": inputs,
             "outputs": {out_path.name: {"sha256": sha256_file(out_path), "bytes": out_path.stat().st_size}},
@@ -379,6 +413,8 @@ def export_gguf(
             "n_params": n_params,
         },
     )
+    if checkpoint_manifest is not None and "sources" in checkpoint_manifest:
+        atomic_write_json(data_manifest_path(out_path), data_manifest(checkpoint_manifest["sources"]))
     return out_path
 
 
@@ -407,31 +443,63 @@ def add_parser(subparsers: Any) -> None:
         "--qat-state",
         type=Path,
         default=None,
-        help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to none.",
+        help="QAT state file (QatState.save) whose learned Q4_0 blocks to write. Defaults to the checkpoint's own "
+        "qat_state.safetensors, if it has one.",
+    )
+    parser.add_argument(
+        "--no-qat-state",
+        dest="ptq",
+        action="store_true",
+        help="ignore the checkpoint's QAT state: quantize the latent weights post-training",
     )
     add_embedding_type_argument(
         parser,
         "type of the token embedding (and an untied output head) in a Q4_0 file. Defaults to the QAT state's, "
-        "else Q4_0 with --max-bytes, else Q8_0.",
+        "else the preset's (Q4_0 for qwen3-chat), else Q4_0 with --max-bytes, else Q8_0.",
     )
     parser.add_argument(
         "--max-bytes",
         type=int,
-        default=0,
-        help="refuse to write a file larger than this many bytes (e.g. 1000000000). Defaults to no cap.",
+        default=None,
+        help="refuse to write a file larger than this many bytes (e.g. 1000000000). Defaults to the preset's "
+        "(qwen3-chat: 1000000000; lab: no cap).",
     )
+    parser.add_argument(
+        "--base-model",
+        default=None,
+        help="general.base_model as NAME[@REV]. Defaults to the model the distill chain started from.",
+    )
+    add_preset_argument(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    export = get_preset(args.preset).export
+    max_bytes = export.max_bytes if args.max_bytes is None else args.max_bytes
+    qat_state = resolve_qat_state(args.checkpoint, args.qat_state, args.ptq)
+    # The preset's layout only where no QAT state fixes it (a state's own embedding type is the one to write).
+    embedding_type = args.embedding_type or (export.embedding_type or None if qat_state is None else None)
+    announce(
+        "export",
+        args.preset,
+        {
+            "type": args.out_type,
+            "embedding": embedding_type
+            or ("the QAT state's" if qat_state else resolve_embedding_type(None, max_bytes)),
+            "QAT state": qat_state or "none (post-training quantization)",
+            "max bytes": max_bytes or "no cap",
+        },
+    )
     out = export_gguf(
         args.checkpoint,
         args.out,
         args.out_type,
         args.qat_state,
         progress=True,
-        embedding_type=args.embedding_type,
-        max_bytes=args.max_bytes,
+        embedding_type=embedding_type,
+        max_bytes=max_bytes,
+        ptq=args.ptq,
+        base_model=args.base_model,
     )
     manifest = json.loads(manifest_path(out).read_text())
     info = manifest["outputs"][out.name]
@@ -440,4 +508,6 @@ def main(args: argparse.Namespace) -> int:
         + (f" with {manifest['params']['embedding_type']} embeddings" if manifest["params"]["embedding_type"] else "")
         + f", sha256 {info['sha256'][:16]}…; tensors {manifest['tensor_types']})"
     )
+    if data_manifest_path(out).is_file():
+        print(f"export: wrote {data_manifest_path(out)} (specdraft pack --manifest)")
     return 0

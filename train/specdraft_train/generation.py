@@ -16,9 +16,10 @@ kernel are its own):
 
 - **Buckets.** Prompts are grouped by width: their length rounded up to 1/8 of its power of two (≤ 20 % padding),
   so a corpus's exact prompt lengths (64/96/128/192/512) are their own buckets and need neither padding nor a mask,
-  while variable-length chat prompts share a few widths. A batch whose prompts all have one length runs at that
-  exact length; otherwise rows are left-padded with an attention mask and position ids computed as HF ``generate``
-  computes them (``cumsum(mask) - 1``, pads at 0).
+  while variable-length chat prompts share a few widths. A bucket's leftover rows join the next bucket's batch
+  (:func:`plan_batches`: rows are the lever). A batch whose prompts all have one length runs at that exact length;
+  otherwise rows are left-padded with an attention mask and position ids computed as HF ``generate`` computes them
+  (``cumsum(mask) - 1``, pads at 0).
 - **Batch size from a memory budget.** Rows per batch = what fits ``kv_cache_fraction`` of the free device memory at
   (width + max_new_tokens) × KV bytes per token, capped by ``max_batch_size`` (the stage's ``batch_size``).
 - **Preallocated KV cache** (:class:`StaticKVCache`, one per batch shape, reused by every batch of that shape).
@@ -107,6 +108,9 @@ class EngineStats:
     graph_replays: int = 0
     cuda_graph_failure: str | None = None  # why capture failed (the engine then decodes eagerly)
     batch_shapes: list[tuple[int, int]] = field(default_factory=list)  # (rows, cache length) of each batch
+    # CUDA: rows the KV budget allows at each bucket width planned, before the caller's cap (the largest batch that
+    # fits by the engine's rule: kv_cache_fraction of the free memory)
+    row_budgets: dict[int, int] = field(default_factory=dict)
 
     @property
     def used_cuda_graph(self) -> bool:
@@ -142,21 +146,40 @@ def kv_bytes_per_token(model: nn.Module, dtype: torch.dtype) -> int:
 
 
 def plan_batches(lengths: Sequence[int], max_rows_at: Callable[[int], int], min_multiple: int) -> list[Batch]:
-    """Bucket prompts by width, then cut each bucket (shortest first) into batches of ``max_rows_at(width)`` rows."""
+    """Bucket prompts by width, then cut each bucket (shortest first) into batches of ``max_rows_at(width)`` rows.
+
+    What a bucket leaves over (fewer rows than a batch holds) joins the next bucket's prompts, at that bucket's width
+    and row cap, rather than decoding alone: a batch costs ``max_new_tokens`` steps however few rows it has, and a
+    step's floor (reading the weights once, its kernel launches) is the same for 50 rows and 500. Chat prompts spread
+    over ~35 buckets, so a 4,096-prompt shard would otherwise decode ~35 batches of ~120 rows. Leftovers too many for
+    the next bucket's cap go alone at their own width; a batch of one length stays exact (no padding, no mask).
+    """
     buckets: dict[int, list[int]] = {}
     for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
         buckets.setdefault(bucket_width(lengths[index], min_multiple), []).append(index)
-    batches = []
+    batches: list[Batch] = []
+
+    def emit(indices: list[int], width: int) -> None:
+        shortest, longest = lengths[indices[0]], lengths[indices[-1]]
+        if shortest == longest:  # one length: exact width, no padding, no mask
+            batches.append(Batch(indices, longest, padded=False))
+        else:
+            batches.append(Batch(indices, width, padded=True))
+
+    carry: list[int] = []  # the last bucket's leftover rows, shortest first
+    carry_width = 0
     for width in sorted(buckets):
-        members = buckets[width]
         rows = max_rows_at(width)
-        for start in range(0, len(members), rows):
-            indices = members[start : start + rows]
-            shortest, longest = lengths[indices[0]], lengths[indices[-1]]
-            if shortest == longest:  # one length: exact width, no padding, no mask
-                batches.append(Batch(indices, longest, padded=False))
-            else:
-                batches.append(Batch(indices, width, padded=True))
+        if carry and len(carry) >= rows:  # the wider bucket's cap cannot take them with anything else
+            emit(carry, carry_width)
+            carry = []
+        members = carry + buckets[width]
+        full = len(members) - len(members) % rows
+        for start in range(0, full, rows):
+            emit(members[start : start + rows], width)
+        carry, carry_width = members[full:], width
+    if carry:
+        emit(carry, carry_width)
     return batches
 
 
@@ -382,7 +405,13 @@ class StaticGreedyEngine:
         free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         per_token = kv_bytes_per_token(self.model, cache_dtype or next(self.model.parameters()).dtype)
         budget = self.config.kv_cache_fraction * free
-        return lambda width: max(1, min(cap, int(budget // ((width + max_new_tokens) * per_token))))
+
+        def rows_at(width: int) -> int:
+            rows = int(budget // ((width + max_new_tokens) * per_token))
+            self.stats.row_budgets[width] = rows
+            return max(1, min(cap, rows))
+
+        return rows_at
 
     # -- one batch -------------------------------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from .artifacts import (
     verify_stage_dir,
     write_manifest,
 )
-from .config import LabPreset, apply_settings, check_preset, get_preset
+from .config import LAB_PRESETS, LabPreset, add_preset_argument, apply_settings, check_preset, get_preset
 from .corpus import FETCH_PROSE, PROSE_CACHE
 from .evaluate import drafter_tau, verify_heldout
 from .export import export_gguf
@@ -640,7 +640,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, type=Path, help="lab directory (rerun the same command to resume)")
-    p.add_argument("--preset", default="micro", help="micro (CPU) | lab (one H200) (default: micro)")
+    add_preset_argument(p, default="micro", choices=LAB_PRESETS)
     p.add_argument(
         "--extra", action="append", default=[], type=Path, help="more code trees for the corpus (repeatable)"
     )

@@ -34,6 +34,10 @@ from .tokenizer import END_OF_TEXT, IM_END, TOKENIZER_FILES
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES
 INIT_STD = 0.02  # GPT-2/Qwen initializer range; fine for these depths
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype's choices
+# Written by `distill --qat` inside its checkpoint: per-block clip factors, fingerprints, the embedding type. evaluate
+# and export find it there by themselves, so the two always score and write the same Q4_0 blocks.
+QAT_STATE_FILE = "qat_state.safetensors"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -99,15 +103,60 @@ def verify_checkpoint(name_or_path: str | Path) -> dict[str, Any] | None:
     return None
 
 
+def checkpoint_qat_state(name_or_path: str | Path) -> Path | None:
+    """The QAT state inside a local checkpoint (`distill --qat`'s output), or None."""
+    path = Path(name_or_path) / QAT_STATE_FILE
+    return path if is_local_checkpoint(name_or_path) and path.is_file() else None
+
+
+def _loading(name_or_path: str | Path, what: str, load: Any) -> Any:
+    """``load()``, with transformers' multi-line failure for an HF id it cannot fetch (no network, no such repo, not in
+    the cache) turned into one line naming the model: the stage CLIs print ValueErrors as one line."""
+    try:
+        return load()
+    except OSError as error:
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        where = "a local directory" if is_local_checkpoint(name_or_path) else "not a local directory; as an HF id"
+        raise ValueError(
+            f"cannot load the {what} of {str(name_or_path)!r} ({where}): {first} "
+            "(an HF id needs the hub or its cache: download it first, e.g. huggingface-cli download, or give a path)"
+        ) from error
+
+
 def load_causal_lm(name_or_path: str | Path, device: torch.device, dtype: torch.dtype = torch.float32) -> nn.Module:
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+    model = _loading(
+        name_or_path, "model", lambda: AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+    )
     model.to(device)
     model.eval()
     return model
 
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(str(name_or_path))
+    return _loading(name_or_path, "tokenizer", lambda: AutoTokenizer.from_pretrained(str(name_or_path)))
+
+
+def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states (after its final norm), (B, T, H), without the (B, T, V) logits: the forward
+    runs through ``model`` itself (DDP's and FSDP's hooks need that) with no position kept for its head; callers apply
+    the head where they score (distill.head_terms, tau.greedy_matches)."""
+    outputs = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        output_hidden_states=True,
+        logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),
+    )
+    return outputs.hidden_states[-1]
+
+
+def output_weight(model: nn.Module) -> torch.Tensor:
+    """The output head's weight (V, H) of a model (or of the model inside DDP), read once a step: under QAT the
+    fake-quantized one, computed once and shared by every chunk of positions."""
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    head = inner.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("an output head with a bias: the chunked head computes x · Wᵀ only (Qwen3 has none)")
+    return head.weight
 
 
 def parameter_count(model: nn.Module) -> int:

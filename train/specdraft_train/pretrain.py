@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .artifacts import input_record, verify_stage_dir, write_manifest
-from .config import ModelConfig, PretrainConfig, get_preset, override
+from .config import LAB_PRESETS, ModelConfig, PretrainConfig, add_preset_argument, announce, get_preset, override
 from .models import (
     architecture_summary,
     autocast_context,
@@ -256,7 +257,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", required=True, type=Path, help="output directory of the tokenizer stage")
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
     p.add_argument("--role", required=True, choices=("target", "drafter"), help="which preset model to build")
-    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    add_preset_argument(p, choices=LAB_PRESETS)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (default: preset's)")
@@ -280,6 +281,10 @@ def main(args: argparse.Namespace) -> int:
         time_budget_s=args.time_budget,
         ckpt_every=args.ckpt_every,
     )
+    if int(os.environ.get("RANK", "0")) == 0:
+        budget = f"{config.time_budget_s:g} s" if config.time_budget_s > 0 else "none"
+        steps = {"max_steps": config.max_steps, "batch": config.batch_size, "seq_len": config.seq_len}
+        announce(f"pretrain[{args.role}]", args.preset, {**steps, "time budget": budget})
     manifest = run(
         args.corpus, args.tokenizer, args.out, args.role, args.preset, config, args.device, args.halt_after_steps
     )

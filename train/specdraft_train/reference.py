@@ -7,9 +7,10 @@ have a fixed number per category, each prompt's continuation at least `min_conti
 oversampled and, per category, the first that reach the minimum are kept (the target is never forced past
 <|endoftext|>). Training prompts cover every category in the proportions `train_prose_share` / `train_open_share` set
 (lengths evenly). Prompts may also come from a JSONL of given prompts (`--prompts`, alias `--chat`), one per line:
-``{"messages": [...]}`` rendered with the target tokenizer's chat template, thinking off, or ``{"text": "..."}`` taken
-as plain text (its first ``"prompt_tokens"`` tokens when the line says how many), each with optional ``"id"``,
-``"category"`` and ``"split"``; kept whatever their continuation's length. Text lines are how a drafter is checked on
+``{"messages": [...]}`` rendered with the target tokenizer's chat template (thinking off unless `--thinking on`), or
+``{"text": "..."}`` taken as plain text (its first ``"prompt_tokens"`` tokens when the line says how many), each with
+optional ``"id"``, ``"category"`` and ``"split"``; every held-out and dev line is kept, whatever its continuation's
+length (the per-category counts size the corpus categories). Text lines are how a drafter is checked on
 prompts nobody's generator made (data/unseen-texts.jsonl: other languages and formats than the lab corpus's).
 The target continues each prompt greedily for at most `max_new_tokens`, stopping at end-of-text / end-of-turn: by
 default with the static engine of `generation.py` (prompts bucketed by length, a preallocated KV cache, the decode
@@ -60,15 +61,25 @@ from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerBase
 
 from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
-from .config import CorpusConfig, ReferenceConfig, get_preset, override
+from .config import (
+    CorpusConfig,
+    EvalConfig,
+    ReferenceConfig,
+    add_preset_argument,
+    announce,
+    get_preset,
+    override,
+    serving_context_note,
+)
 from .corpus import KINDS, Document, read_documents, split_of
-from .generation import StaticGreedyEngine, generate_greedy_hf
-from .models import checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
+from .generation import EngineStats, StaticGreedyEngine, generate_greedy_hf
+from .models import DTYPES, checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
+from .provenance import model_pin
 from .tau import Conversation, conversation_json
 from .training import finish_distributed, init_distributed
+from .vocabulary import tokenizer_fingerprint
 
 EVAL_SPLITS = ("dev", "heldout")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SPLIT_SEED_OFFSETS = {"train": 0, "dev": 1, "heldout": 2}
 
 
@@ -244,16 +255,54 @@ def _room(category: Category, n_tokens: int, split: str) -> int:
     return max(1, (n_tokens - 1) // category.length)
 
 
-def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """The chat prompt as the target sees it before answering: chat template, generation prompt, thinking off."""
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False, tokenize=True)
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_messages(messages: Any, where: str) -> None:
+    """Refuse what a chat template would choke on with a traceback, naming the line and the field: messages must be
+    a non-empty list of {"role", "content"} with a known role and string content (not OpenAI's content parts)."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}}')
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"{where}: messages[{i}] must be an object with role and content")
+        if message.get("role") not in CHAT_ROLES:
+            raise ValueError(
+                f"{where}: messages[{i}].role {message.get('role')!r}: expected one of {', '.join(CHAT_ROLES)}"
+            )
+        content = message.get("content")
+        if isinstance(content, list):
+            raise ValueError(
+                f"{where}: messages[{i}].content is a list (OpenAI-style content parts); expected a string: "
+                "join the text parts into one string"
+            )
+        if not isinstance(content, str):
+            raise ValueError(f"{where}: messages[{i}].content must be a string, got {type(content).__name__}")
+
+
+def render_chat(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], enable_thinking: bool = False
+) -> list[int]:
+    """The chat prompt as the target sees it before answering: chat template, generation prompt, thinking as asked
+    (off: Qwen3's template closes an empty <think> block; on, Qwen3's default: the model opens it)."""
+    rendered = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, enable_thinking=enable_thinking, tokenize=True
+    )
     if isinstance(rendered, dict) or hasattr(rendered, "keys"):
         rendered = rendered["input_ids"]
     return [int(t) for t in rendered]
 
 
+def _chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: Any, where: str, enable_thinking: bool) -> list[int]:
+    check_messages(messages, where)
+    try:
+        return render_chat(tokenizer, messages, enable_thinking)
+    except Exception as error:  # jinja2's TemplateError and whatever a template's own code raises
+        raise ValueError(f"{where}: the chat template cannot render these messages: {error}") from error
+
+
 def given_prompts(
-    path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig
+    path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig, enable_thinking: bool = False
 ) -> dict[str, list[Prompt]]:
     """Given prompts by split (the module docstring has the line format): a line's own "split", else the corpus rule
     applied to the sha256 of its messages or text."""
@@ -262,25 +311,29 @@ def given_prompts(
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            where = f"{path}:{line_no}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{where}: not JSON ({error})") from error
             if not isinstance(row, dict) or ("messages" in row) == ("text" in row):
-                raise ValueError(f'{path}:{line_no}: expected a JSON object with "messages" or "text" (one of them)')
+                raise ValueError(f'{where}: expected a JSON object with "messages" or "text" (one of them)')
             if "messages" in row:
                 digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
-                tokens, default_category = render_chat(tokenizer, row["messages"]), "chat"
+                tokens, default_category = _chat_tokens(tokenizer, row["messages"], where, enable_thinking), "chat"
             else:
                 if not isinstance(row["text"], str) or not row["text"]:
-                    raise ValueError(f'{path}:{line_no}: "text" must be a non-empty string')
+                    raise ValueError(f'{where}: "text" must be a non-empty string')
                 digest = hashlib.sha256(row["text"].encode()).hexdigest()
                 tokens, default_category = tokenizer(row["text"], add_special_tokens=False)["input_ids"], "text"
                 limit = row.get("prompt_tokens")
                 if limit is not None:
                     if type(limit) is not int or limit < 1:
-                        raise ValueError(f'{path}:{line_no}: "prompt_tokens" must be a positive integer, got {limit!r}')
+                        raise ValueError(f'{where}: "prompt_tokens" must be a positive integer, got {limit!r}')
                     tokens = tokens[:limit]
             split = row.get("split") or split_of(digest, corpus_config)
             if split not in by_split:
-                raise ValueError(f"{path}:{line_no}: split {split!r}: expected train, dev or heldout")
+                raise ValueError(f"{where}: split {split!r}: expected train, dev or heldout")
             by_split[split].append(
                 Prompt(
                     str(row.get("id", f"{default_category}/{digest[:12]}")),
@@ -314,19 +367,22 @@ def generate_continuations(
     top_k: int | None,
     engine: str = "static",
     progress: bool = False,
+    stats: list[EngineStats] | None = None,
 ) -> list[Continuation]:
     """Greedy continuations up to and including the first stop token, with the top-k log-probs when ``top_k``.
 
     ``engine="static"``: :class:`generation.StaticGreedyEngine` (static KV cache, CUDA-graph decode, batches of up to
     ``batch_size`` rows as the memory budget allows); ``"hf"``: HF ``generate`` in batches of ``batch_size``, the
     peer both are tested against. Either way, equal-length prompts share batches unpadded, others are left-padded.
+    ``stats`` collects the static engine's EngineStats (batch shapes, graph captures, row budgets).
     """
     eos = stop_ids(model, tokenizer)
     tokens = [p.tokens for p in prompts]
     if engine == "static":
-        outputs = StaticGreedyEngine(model, device).generate(
-            tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress
-        )
+        static = StaticGreedyEngine(model, device)
+        outputs = static.generate(tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress)
+        if stats is not None:
+            stats.append(static.stats)
     elif engine == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
         outputs = generate_greedy_hf(
@@ -338,6 +394,24 @@ def generate_continuations(
         Continuation(o.tokens, o.topk_ids, o.topk_logprobs.astype(np.float16) if o.topk_logprobs is not None else None)
         for o in outputs
     ]
+
+
+def engine_summary(stats: Sequence[EngineStats]) -> dict[str, Any]:
+    """What the static engine did over a rank's training shards: batches and their rows, graph captures, and the rows
+    its KV budget allowed (the largest batch that fits, by its rule) at the narrowest and widest bucket."""
+    rows = [r for s in stats for r, _ in s.batch_shapes]
+    budgets = {w: r for s in stats for w, r in s.row_budgets.items()}
+    return {
+        "batches": len(rows),
+        "padded_batches": sum(s.padded_batches for s in stats),
+        "rows_max": max(rows, default=0),
+        "rows_mean": sum(rows) / len(rows) if rows else 0.0,
+        "decode_steps": sum(s.decode_steps for s in stats),
+        "graph_captures": sum(s.graph_captures for s in stats),
+        "graph_capture_seconds": sum(s.graph_capture_seconds for s in stats),
+        "cuda_graph_failure": next((s.cuda_graph_failure for s in stats if s.cuda_graph_failure), None),
+        "row_budget_by_width": {str(w): budgets[w] for w in sorted(budgets)[:1] + sorted(budgets)[-1:]},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -448,14 +522,14 @@ def corpus_eval_pools(
     return pools
 
 
-def given_eval_pools(prompts: dict[str, list[Prompt]], config: ReferenceConfig) -> list[EvalPool]:
-    """Given lines of dev and held-out, up to the per-category count of each category, kept whatever their length:
-    they are the user's own prompts, so none is dropped for a short answer."""
+def given_eval_pools(prompts: dict[str, list[Prompt]]) -> list[EvalPool]:
+    """Given lines of dev and held-out, one pool per category, every line kept whatever its continuation's length:
+    they are the user's own prompts and splits, so none is dropped (the per-category counts size corpus categories)."""
     pools = []
-    for split, keep in (("dev", config.dev_per_category), ("heldout", config.heldout_per_category)):
+    for split in EVAL_SPLITS:
         names = list(dict.fromkeys(p.category for p in prompts[split]))
         for name in names:
-            rows = [p for p in prompts[split] if p.category == name][:keep]
+            rows = [p for p in prompts[split] if p.category == name]
             pools.append(EvalPool(split, name, rows, len(rows), 0))
     return pools
 
@@ -559,7 +633,8 @@ def run(
     ctx = init_distributed(device_name, backend="gloo", tf32=False)
     device = ctx.device
     target_manifest = verify_checkpoint(target)
-    inputs: dict[str, Any] = {"target": checkpoint_info(target)}
+    # pinned (revision or content hash) for the packed folder's data manifest (provenance.py)
+    inputs: dict[str, Any] = {"target": {**checkpoint_info(target), "pin": model_pin(target, target_manifest)}}
     tokenizer = load_tokenizer(target)
     train: list[Prompt] = []
     train_asked: dict[str, int] = {}
@@ -584,9 +659,21 @@ def run(
         from .artifacts import sha256_file
 
         inputs["prompts"] = {"path": str(prompts), "sha256": sha256_file(prompts)}
-        rows = given_prompts(prompts, tokenizer, corpus_config or CorpusConfig())
+        rows = given_prompts(prompts, tokenizer, corpus_config or CorpusConfig(), config.enable_thinking)
+        if len(rows["train"]) > config.train_prompts and ctx.is_main:
+            print(
+                f"reference: {len(rows['train']):,} train lines in {prompts}, reference.train_prompts is "
+                f"{config.train_prompts:,}: the last {len(rows['train']) - config.train_prompts:,} are left out "
+                "(--train-prompts N takes more)",
+                file=sys.stderr,
+            )
         train += rows["train"][: config.train_prompts]
-        pools += given_eval_pools(rows, config)
+        pools += given_eval_pools(rows)
+        if ctx.is_main:
+            for split in ("train", *EVAL_SPLITS):
+                lines = train if split == "train" else rows[split]
+                items = [(p.id, len(p.tokens), config.max_new_tokens) for p in lines]
+                serving_context_note("reference", f"{split} prompts", items, EvalConfig.k)
     # Held-out is what every use needs; dev only training does (distill picks its checkpoint by dev τ), so a set made
     # only to evaluate on (given held-out lines, no training prompts) needs no dev split.
     for split in EVAL_SPLITS if train else ("heldout",):
@@ -615,6 +702,8 @@ def run(
     # Shards finished before a restart (written atomically, under the same plan) are kept; rank 0's view decides.
     pending = ctx.broadcast_object([i for i, name in enumerate(shard_names) if not (out_dir / name).is_file()])
     model = load_causal_lm(target, device, DTYPES[dtype])
+    # What a server of a drafter on this tokenizer reports as vocab_fingerprint; validate checks the two agree.
+    vocab_fingerprint = tokenizer_fingerprint(tokenizer, model.config.vocab_size)
     tag = f"reference[rank {ctx.rank}]" if ctx.distributed else "reference"
     ctx.barrier()  # the generation phase, which the manifest times, starts on every rank at once
     generation_start = time.time()
@@ -627,6 +716,7 @@ def run(
                 out_dir / f"{split}.jsonl", [prompt for prompt, _ in kept], [continuation for _, continuation in kept]
             )
     train_tokens = done = 0
+    engine_stats: list[EngineStats] = []
     for index in pending:
         if not claim(claims / shard_names[index]):
             continue  # another rank has it
@@ -641,6 +731,7 @@ def run(
             top_k=config.top_k,
             engine=config.engine,
             progress=ctx.is_main,
+            stats=engine_stats,
         )
         write_train_shard(out_dir / shard_names[index], shards[index], continuations)
         tokens = sum(len(c.tokens) for c in continuations)
@@ -656,7 +747,14 @@ def run(
 
             os.kill(os.getpid(), signal.SIGKILL)  # tests: a crash between shards
     eval_tokens = sum(pool.generated_tokens for pool in pools)
-    mine = {"rank": ctx.rank, "shards": done, "train_tokens": train_tokens, "eval_tokens": eval_tokens}
+    mine = {
+        "rank": ctx.rank,
+        "shards": done,
+        "train_tokens": train_tokens,
+        "eval_tokens": eval_tokens,
+        "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        "engine": engine_summary(engine_stats),
+    }
     per_rank = ctx.all_gather_object({**mine, "seconds": time.time() - generation_start})  # waits for all
     generation_seconds = time.time() - generation_start
     if not ctx.is_main:
@@ -682,6 +780,7 @@ def run(
             "train_asked": train_asked,
             "eval_candidates": {"generated": eval_generated, "kept": sum(len(pool.kept) for pool in pools)},
             "target_verified": target_manifest is not None,
+            "vocab_fingerprint": vocab_fingerprint,
             "seconds": time.time() - start_time,
             # This run's generation phase (a resumed run's covers only what it generated), over all ranks.
             "generation": {
@@ -716,8 +815,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help='given prompts JSONL, {"messages": [...]} (chat template) or {"text": "..."} per line',
     )
-    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    add_preset_argument(p)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.add_argument(
+        "--thinking",
+        choices=("on", "off"),
+        default=None,
+        help="chat prompts' enable_thinking (Qwen3's default: on; off suits a greedy drafter, see "
+        "ReferenceConfig.enable_thinking) (default: the preset's, off)",
+    )
     p.add_argument(
         "--dtype",
         default="float32",
@@ -757,10 +863,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def main(args: argparse.Namespace) -> int:
-    preset = get_preset(args.preset)
-    config = override(
-        preset.reference,
+def stage_config(args: argparse.Namespace) -> ReferenceConfig:
+    """The preset's reference settings with the command's flags over them."""
+    return override(
+        get_preset(args.preset).reference,
         train_prompts=args.train_prompts,
         dev_per_category=args.dev_per_category,
         heldout_per_category=args.heldout_per_category,
@@ -769,14 +875,34 @@ def main(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         shard_prompts=args.shard_prompts,
         engine=args.engine,
+        enable_thinking=None if args.thinking is None else args.thinking == "on",
     )
+
+
+def main(args: argparse.Namespace) -> int:
+    config = stage_config(args)
+    if int(os.environ.get("RANK", "0")) == 0:
+        announce(
+            "reference",
+            args.preset,
+            {
+                "train prompts at most": config.train_prompts,
+                "max_new_tokens": config.max_new_tokens,
+                "top-k": config.top_k,
+                "batch at most": config.batch_size,
+                "shards of": config.shard_prompts,
+                "dtype": args.dtype,
+                "engine": config.engine,
+                "thinking": "on" if config.enable_thinking else "off",
+            },
+        )
     manifest = run(
         args.target,
         args.out,
         config,
         args.corpus,
         args.prompts,
-        preset.corpus,
+        get_preset(args.preset).corpus,
         args.device,
         args.dtype,
         args.halt_after_shards,

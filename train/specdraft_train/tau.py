@@ -28,9 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .models import autocast_context
+from .models import autocast_context, final_hidden_states, output_weight
+
+HEAD_CHUNK_ROWS = 1024  # positions through the head at once: (1,024, 151,936) bf16 logits are 311 MB
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def summarize(per_conversation: Iterable[tuple[Conversation, int, int | None]]) 
 
 
 @torch.no_grad()
+@torch.no_grad()
 def greedy_matches(
     model: nn.Module, conversations: Sequence[Conversation], device: torch.device, batch_size: int = 32
 ) -> list[np.ndarray]:
@@ -179,13 +183,22 @@ def greedy_matches(
         for row, seq in enumerate(sequences):
             input_ids[row, : len(seq)] = torch.tensor(seq)
             attention_mask[row, : len(seq)] = 1
+        # The prediction for C[j] sits at p − 1 + j: only those positions go through the head (a long chat prompt's
+        # positions would otherwise cost (B, T, V) logits for nothing), HEAD_CHUNK_ROWS at a time.
+        rows = torch.cat([torch.full((len(c.continuation_tokens),), r) for r, c in enumerate(batch)])  # (N,)
+        cols = torch.cat([torch.arange(len(c.continuation_tokens)) + len(c.prompt_tokens) - 1 for c in batch])
         with autocast_context(device):
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits  # (B, T, V)
-        predictions = logits.argmax(dim=-1).cpu().numpy()  # (B, T)
-        for row, conversation in enumerate(batch):
-            p, length = len(conversation.prompt_tokens), len(conversation.continuation_tokens)
-            predicted = predictions[row, p - 1 : p - 1 + length]  # (L,): prediction for C[j] sits at p - 1 + j
-            results[order[start + row]] = predicted == np.asarray(conversation.continuation_tokens)
+            hidden = final_hidden_states(model, input_ids.to(device), attention_mask.to(device))  # (B, T, H)
+            weight = output_weight(model)  # (V, H)
+            scored = hidden[rows.to(device), cols.to(device)]  # (N, H)
+            predicted = torch.cat(
+                [
+                    F.linear(scored[i : i + HEAD_CHUNK_ROWS], weight).argmax(dim=-1)
+                    for i in range(0, len(scored), HEAD_CHUNK_ROWS)
+                ]
+            ).cpu()  # (N,)
+        for row, piece in enumerate(predicted.split([len(c.continuation_tokens) for c in batch])):
+            results[order[start + row]] = piece.numpy() == np.asarray(batch[row].continuation_tokens)
     model.train(was_training)
     return results  # type: ignore[return-value]
 

@@ -24,7 +24,7 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
-from .config import TokenizerConfig, get_preset, override
+from .config import LAB_PRESETS, TokenizerConfig, add_preset_argument, announce, get_preset, override
 from .corpus import KINDS, Document, read_documents, subset_rank
 
 # Qwen2/Qwen3's pre-tokenizer split (tokenizer.json of Qwen/Qwen3-*), which llama.cpp implements as pre "qwen2".
@@ -245,7 +245,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--corpus", required=True, type=Path, help="output directory of the corpus stage")
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    p.add_argument("--preset", default="lab", help="micro | lab (default: lab)")
+    add_preset_argument(p, choices=LAB_PRESETS)
     p.add_argument("--vocab-size", type=int, default=None, help="at most 32768 (default: preset's)")
     p.set_defaults(func=main)
 
@@ -254,6 +254,9 @@ def main(args: argparse.Namespace) -> int:
     config = override(get_preset(args.preset).tokenizer, vocab_size=args.vocab_size)
     if config.vocab_size > 32_768:
         raise ValueError(f"--vocab-size {config.vocab_size}: the lab caps vocabularies at 32768")
+    announce(
+        "tokenizer", args.preset, {"vocab_size": config.vocab_size, "train bytes": config.max_train_bytes or "all"}
+    )
     manifest = build(args.corpus, args.out, config)
     print(json.dumps({"vocab_size": manifest["vocab_size"], "bytes_per_token": manifest["bytes_per_token"]}))
     return 0

@@ -22,6 +22,7 @@ from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
 from specdraft_train.lab import preset_prose
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
+REPO = TRAIN_ROOT.parent
 TINY_CORPUS = CorpusConfig(
     max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000, max_prose_bytes=200_000
 )

@@ -106,12 +106,24 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 class _FixedLogits(torch.nn.Module):
+    """A drafter whose last hidden states are the given logits and whose head is the identity: the logits it puts on
+    every position are exactly those (loss_sums takes hidden states and applies the head itself)."""
+
     def __init__(self, logits: torch.Tensor):
         super().__init__()
         self.logits = logits
+        self.head = torch.nn.Linear(logits.shape[-1], logits.shape[-1], bias=False)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.eye(logits.shape[-1]))
 
-    def forward(self, input_ids, attention_mask):
-        return SimpleNamespace(logits=self.logits)
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.head
+
+    def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.logits
+
+    def forward(self, input_ids, attention_mask, output_hidden_states=False, logits_to_keep=0):
+        return SimpleNamespace(hidden_states=(self.hidden(input_ids),))
 
 
 def _one_position_batch(topk_probs: list[float], topk_ids: list[int], label: int) -> dict[str, torch.Tensor]:
@@ -243,9 +255,9 @@ def test_replay_rows_share_the_forward_and_score_next_token_ce():
     vocab = 7
     model_logits = torch.randn(3, 5, vocab, generator=torch.Generator().manual_seed(1))
 
-    class _ByInput(torch.nn.Module):  # logits depend on the row, so a wrong row would show
-        def forward(self, input_ids, attention_mask):
-            return SimpleNamespace(logits=model_logits[:, : input_ids.shape[1]])
+    class _ByInput(_FixedLogits):  # logits depend on the row, so a wrong row would show
+        def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return model_logits[:, : input_ids.shape[1]]
 
     example = TrainExample(
         [1, 2],
@@ -257,13 +269,74 @@ def test_replay_rows_share_the_forward_and_score_next_token_ce():
     batch = collate([example], 0, torch.device("cpu"), chunks)
     assert batch["input_ids"].shape == (3, 5)  # width: max(2 + 3 − 1, 5)
     assert batch["input_ids"][1].tolist() == [6, 5, 4, 3, 2] and batch["attention_mask"][0].tolist() == [1, 1, 1, 1, 0]
-    sums = loss_sums(_ByInput(), batch, DistillConfig(loss="ce"))
+    sums = loss_sums(_ByInput(model_logits), batch, DistillConfig(loss="ce"))
     expected = F.cross_entropy(
         model_logits[1:].reshape(-1, vocab), torch.from_numpy(chunks[:, 1:]).reshape(-1), reduction="sum"
     )
     assert sums.replay.item() == pytest.approx(expected.item(), rel=1e-6)
     ce = F.cross_entropy(model_logits[0, 1:4], torch.tensor([3, 4, 5]), reduction="sum")  # predictions at p − 1 + j
     assert sums.distill.item() == pytest.approx(ce.item(), rel=1e-6)
+
+
+def _full_logits_loss_sums(model, batch: dict[str, torch.Tensor], config: DistillConfig) -> distill.LossSums:
+    """loss_sums as it was before the head moved into chunks: logits of every position of every row, (B, T, V)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    selected = logits[batch["rows"], batch["cols"]].float()
+    log_q = F.log_softmax(selected, dim=-1)
+    log_q_label = log_q.gather(1, batch["labels"][:, None]).squeeze(1)
+    ce = -log_q_label
+    parts = {"ce": ce.detach().sum(), "top1": (selected.argmax(dim=-1) == batch["labels"]).sum().float()}
+    per_position = ce
+    if config.loss != "ce":
+        log_q_topk = log_q.gather(1, batch["topk_ids"])
+        log_p = F.log_softmax(batch["topk_logprobs"], dim=-1)
+        if config.loss == "tvd":
+            divergence = distill.total_variation(log_q_topk, log_p)
+        elif config.loss == "reverse_kl":
+            divergence = distill.reverse_kl(log_q, log_q_topk, batch["topk_logprobs"])
+        else:
+            divergence = distill.forward_kl(log_q_topk, log_p)
+        parts[distill.DIVERGENCE_OF[config.loss]] = divergence.detach().sum()
+        per_position = config.divergence_weight * divergence + config.ce_weight * ce
+        if config.loss == "prefix":
+            weights = prefix_weights(log_q_label, batch["positions"], config.eval_k)
+            parts["prefix_weight"] = weights.sum()
+            per_position = weights * per_position
+    replay_logits = logits[batch["replay_rows"], batch["replay_cols"]].float()
+    replay = F.cross_entropy(replay_logits, batch["replay_labels"], reduction="sum")
+    parts["lm"] = replay.detach()
+    return distill.LossSums(per_position.sum(), replay, parts)
+
+
+@pytest.mark.parametrize("loss", distill.LOSSES)
+def test_the_head_in_chunks_gives_the_full_logits_losses_and_gradients(tiny: dict[str, Path], loss: str):
+    """Logits only where a loss is taken, a few hundred positions at a time (recomputed in the backward pass): the
+    same sums and gradients as the (B, T, V) logits of every position, on every loss, with replay rows."""
+    from specdraft_train.models import load_causal_lm
+
+    model = load_causal_lm(tiny["base"], torch.device("cpu"))
+    examples = read_train_examples(tiny["reference"])[:5]
+    replay_chunks = np.arange(2 * 9).reshape(2, 9) % model.config.vocab_size
+    batch = collate(examples, 0, torch.device("cpu"), replay_chunks)
+    config = DistillConfig(loss=loss, eval_k=4)
+    results = []
+    for compute in (
+        lambda: _full_logits_loss_sums(model, batch, config),
+        lambda: loss_sums(model, batch, config, chunk_logits=7 * model.config.vocab_size),  # chunks of 7 positions
+    ):
+        model.zero_grad(set_to_none=True)
+        sums = compute()
+        (sums.distill + 0.5 * sums.replay).backward()
+        results.append((sums, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (expected, expected_grads), (got, got_grads) = results
+    assert len(batch["labels"]) > 7 and len(batch["replay_labels"]) > 7  # so both are cut into several chunks
+    torch.testing.assert_close(got.distill, expected.distill, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.replay, expected.replay, rtol=1e-5, atol=1e-5)
+    assert got.parts.keys() == expected.parts.keys()
+    for name in expected.parts:
+        torch.testing.assert_close(got.parts[name], expected.parts[name], rtol=1e-5, atol=1e-5, msg=name)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_select_examples_by_category_prefix_and_nested_fractions():

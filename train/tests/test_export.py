@@ -223,7 +223,7 @@ def test_qat_export_writes_the_learned_blocks(embedding_type: str, tokenizer: To
         checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
     state_file = qat.save(checkpoint / "qat_state.safetensors")
     out = export_gguf(checkpoint, tmp_path / "qat.gguf", "Q4_0", qat_state=state_file)  # the state's embedding type
-    plain = export_gguf(checkpoint, tmp_path / "plain.gguf", "Q4_0", embedding_type=embedding_type)
+    plain = export_gguf(checkpoint, tmp_path / "plain.gguf", "Q4_0", embedding_type=embedding_type, ptq=True)
     _, tensors = read_gguf(out)
     _, plain_tensors = read_gguf(plain)
     assert tensors["token_embd.weight"].tensor_type == T[embedding_type] and "output.weight" not in tensors

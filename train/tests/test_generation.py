@@ -78,16 +78,19 @@ def test_bucket_widths_and_batches():
         512,
         512,
     ]
+    # A bucket's rows left over join the next bucket's (rows are the lever: a batch costs max_new_tokens steps however
+    # few rows it has), at that bucket's width and row cap; a batch of one length stays exact and unpadded.
     batches = plan_batches(LENGTHS, lambda width: 2, 8)
     assert [([LENGTHS[i] for i in b.indices], b.width, b.padded) for b in batches] == [
         ([3, 5], 8, True),
         ([8, 8], 8, False),
-        ([8], 8, False),
-        ([13, 16], 16, True),
-        ([16], 16, False),
-        ([21], 21, False),
-        ([40], 40, False),
+        ([8, 13], 16, True),
+        ([16, 16], 16, False),
+        ([21, 40], 40, True),
     ]
+    # The row cap of the widest bucket a batch reaches holds for it (here 3 rows up to width 16, 1 above).
+    batches = plan_batches(LENGTHS, lambda width: 3 if width <= 16 else 1, 8)
+    assert [[LENGTHS[i] for i in b.indices] for b in batches] == [[3, 5, 8], [8, 8, 13], [16, 16], [21], [40]]
 
 
 @pytest.mark.parametrize("decode_attention", ["matmul", "sdpa"])
@@ -108,7 +111,7 @@ def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_wa
     assert_same(ours, peer)
     assert len(ours[0].tokens) == position + 1 and ours[0].tokens[-1] == stop
     assert any(len(o.tokens) == MAX_NEW for o in ours)  # others ran to the cap
-    assert engine.stats.batches == 7 and engine.stats.padded_batches == 2
+    assert engine.stats.batches == 5 and engine.stats.padded_batches == 3
     assert engine.stats.prefill_forwards > engine.stats.batches  # row-chunked prefill
     assert not engine.stats.used_cuda_graph
 

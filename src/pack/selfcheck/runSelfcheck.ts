@@ -134,14 +134,16 @@ export async function runSelfcheck(
         const runtime = architecture?.runtime;
         const split = [
             ...(model ? [`model ${share(model.bytes)}`] : []),
-            runtime
-                ? `runtime ${share(runtime.bytes)} (node ${runtime.node}, ${runtime.backends.join(" + ")})`
-                : "no runtime bundled: serve.sh needs node and specdraft on the host",
+            ...(runtime
+                ? [`runtime ${share(runtime.bytes)} (node ${runtime.node}, ${runtime.backends.join(" + ")})`]
+                : []),
         ];
         decide(
             "size",
             total <= maxBytes,
-            `${formatByteCount(total)} ${total <= maxBytes ? "≤" : ">"} ${formatByteCount(maxBytes)}: ${split.join(", ")} of the cap` +
+            `${formatByteCount(total)} ${total <= maxBytes ? "≤" : ">"} ${formatByteCount(maxBytes)}` +
+                (split.length > 0 ? `: ${split.join(", ")} of the cap` : "") +
+                (runtime ? "" : "; no runtime bundled: serve.sh needs node and specdraft on the host") +
                 (total <= maxBytes ? "" : `; largest parts: ${describeLargestParts(parts)}`),
         );
     } catch (error) {

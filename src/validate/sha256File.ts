@@ -1,4 +1,7 @@
-/** sha256 (lowercase hex) of a file's bytes, read as a stream: architecture.json's model_sha256 and runtime sha256. */
+/**
+ * sha256 (lowercase hex) of a file's bytes, read as a stream: held-out data against the manifest beside it (validate),
+ * architecture.json's model_sha256 and the runtime's sha256 (pack).
+ */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 
