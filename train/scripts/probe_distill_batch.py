@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from specdraft_train.config import get_preset
-from specdraft_train.distill import collate, loss_sums
+from specdraft_train.distill import collate, enable_activation_checkpointing, loss_sums
 from specdraft_train.models import autocast_context, load_causal_lm, resolve_device
 from specdraft_train.reference import read_train_examples
 from specdraft_train.training import make_optimizer
@@ -95,6 +95,8 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     examples = read_train_examples(args.reference)
     model = load_causal_lm(args.drafter, device)
+    if preset.distill.activation_checkpointing:
+        enable_activation_checkpointing(model)
     model.train()
     report: dict[str, Any] = {"drafter": args.drafter, "device": str(device), "examples": len(examples)}
     report["distill"] = probe(model, examples, batches, device, preset.distill)

@@ -200,6 +200,8 @@ def tables(report: dict[str, Any]) -> str:
             engine = row["engine"]
             budget = engine["row_budget_by_width"]
             batch += f"rows ≤ {engine['rows_max']} (mean {engine['rows_mean']:.0f}); KV budget rows by width {budget}"
+            if engine.get("prefill_seconds") is not None:
+                batch += f"; prefill {engine['prefill_seconds']:.0f} s, decode {engine['decode_seconds']:.0f} s"
         if name == "probe" and row.get("largest_batch"):
             batch = f"largest that fits: KD {row['largest_batch']['distill']}, QAT {row['largest_batch']['qat']}"
         smi = row.get("nvidia_smi_max_mib")

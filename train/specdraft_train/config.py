@@ -140,6 +140,10 @@ class DistillConfig:
     # Under torchrun: FSDP (weights, gradients and AdamW moments sharded over the ranks) instead of DDP (a full copy
     # per GPU). DDP is faster while the drafter's training state fits one GPU: a 1.7B drafter's ~27 GB does on an H200.
     fsdp: bool = False
+    # Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
+    # gradient checkpointing): a 1.7B drafter's batch of 16 chat rows padded to ~3k tokens kept ~110 GB of activations
+    # and ran an H200 out of memory in the real-job rehearsal (2026-12-01); recomputing costs ~1/3 more compute.
+    activation_checkpointing: bool = False
     # QAT runs as a short second distillation from the distilled drafter (`distill --qat --init <distilled>`).
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
@@ -453,6 +457,7 @@ QWEN3_CHAT = LabPreset(
         ckpt_every=1000,
         time_budget_s=0.0,
         replay_weight=0.0,
+        activation_checkpointing=True,  # chat rows run to thousands of tokens: see DistillConfig
         qat_epochs=1,
         qat_lr=5e-6,  # QAT moves weights onto the Q4_0 grid from the distilled drafter: half the KD rate
     ),

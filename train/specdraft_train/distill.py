@@ -572,6 +572,12 @@ def finish_line(
 # The stage
 
 
+def enable_activation_checkpointing(model: nn.Module) -> None:
+    """Each decoder layer's activations recomputed in the backward pass (DistillConfig.activation_checkpointing);
+    non-reentrant, which DDP, FSDP and QAT's parametrized weights all take."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def run(
     drafter: str | Path,
     reference_dir: Path,
@@ -619,6 +625,8 @@ def run(
         raise ValueError("distill --fsdp with --qat: QAT's parametrized weights are not wired for FSDP; run QAT on DDP")
     # Under FSDP the full drafter is read into CPU memory and each rank moves only its shards to its GPU.
     model = load_causal_lm(drafter, torch.device("cpu") if sharded else ctx.device)
+    if config.activation_checkpointing:
+        enable_activation_checkpointing(model)
     vocab_size = model.get_input_embeddings().weight.shape[0]
     check_vocabularies(drafter, reference_manifest, vocab_size, examples)
     replay: ReplayText | None = None

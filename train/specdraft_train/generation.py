@@ -106,6 +106,10 @@ class EngineStats:
     graph_captures: int = 0
     graph_capture_seconds: float = 0.0  # warm-up steps included
     graph_replays: int = 0
+    # wall time of the prefills and of the decode loops (CUDA: synchronized at the boundary, once a batch): what a
+    # batch's tokens/s is made of, since long chat prompts make the prefill a large share (the 2026-12-01 rehearsal)
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
     cuda_graph_failure: str | None = None  # why capture failed (the engine then decodes eagerly)
     batch_shapes: list[tuple[int, int]] = field(default_factory=list)  # (rows, cache length) of each batch
     # CUDA: rows the KV budget allows at each bucket width planned, before the caller's cap (the largest batch that
@@ -446,7 +450,10 @@ class StaticGreedyEngine:
         position_ids = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # (B, T), as HF generate
         input_ids, attention_mask, position_ids = (t.to(self.device) for t in (input_ids, attention_mask, position_ids))
 
+        started = self._synchronized_clock()
         self._prefill(buffers, input_ids, attention_mask, position_ids, batch.padded)
+        prefilled = self._synchronized_clock()
+        self.stats.prefill_seconds += prefilled - started
         # Decode state: the first decode step writes slot `width`, output column 1, at each row's next position.
         cache = buffers.cache
         cache.batch_rows, cache.write_positions, cache.read_length = slice(None), buffers.slot, length
@@ -456,7 +463,14 @@ class StaticGreedyEngine:
         buffers.visible.zero_()
         buffers.visible[:, :width] = attention_mask.bool()
         steps = self._decode(buffers, max_new_tokens)
+        self.stats.decode_seconds += self._synchronized_clock() - prefilled
         return self._collect(buffers, steps)
+
+    def _synchronized_clock(self) -> float:
+        """perf_counter once the device has finished what was queued (one sync at a batch boundary: negligible)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def _prefill(
         self,

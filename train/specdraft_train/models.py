@@ -145,6 +145,7 @@ def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mas
         attention_mask=attention_mask,
         output_hidden_states=True,
         logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),
+        use_cache=False,  # one teacher-forced pass: no cache to build (and activation checkpointing refuses one)
     )
     return outputs.hidden_states[-1]
 

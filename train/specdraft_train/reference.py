@@ -409,6 +409,8 @@ def engine_summary(stats: Sequence[EngineStats]) -> dict[str, Any]:
         "decode_steps": sum(s.decode_steps for s in stats),
         "graph_captures": sum(s.graph_captures for s in stats),
         "graph_capture_seconds": sum(s.graph_capture_seconds for s in stats),
+        "prefill_seconds": sum(s.prefill_seconds for s in stats),
+        "decode_seconds": sum(s.decode_seconds for s in stats),  # graph captures included
         "cuda_graph_failure": next((s.cuda_graph_failure for s in stats if s.cuda_graph_failure), None),
         "row_budget_by_width": {str(w): budgets[w] for w in sorted(budgets)[:1] + sorted(budgets)[-1:]},
     }

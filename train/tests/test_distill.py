@@ -339,6 +339,32 @@ def test_the_head_in_chunks_gives_the_full_logits_losses_and_gradients(tiny: dic
         torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_activation_checkpointing_gives_the_same_losses_and_gradients(tiny: dict[str, Path]):
+    """The real preset recomputes each decoder layer in the backward pass (DistillConfig.activation_checkpointing): the
+    same loss and gradients as keeping the activations, and it is on in training mode only where it was asked for."""
+    from specdraft_train.config import get_preset
+    from specdraft_train.models import load_causal_lm
+
+    assert get_preset("qwen3-chat").distill.activation_checkpointing
+    examples = read_train_examples(tiny["reference"])[:5]
+    config = DistillConfig(eval_k=4)
+    results = []
+    for checkpointing in (False, True):
+        model = load_causal_lm(tiny["base"], torch.device("cpu"))
+        if checkpointing:
+            distill.enable_activation_checkpointing(model)
+        model.train()
+        assert model.is_gradient_checkpointing == checkpointing
+        batch = collate(examples, 0, torch.device("cpu"))
+        sums = loss_sums(model, batch, config)
+        sums.distill.backward()
+        results.append((sums.distill.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (expected, expected_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(got_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_select_examples_by_category_prefix_and_nested_fractions():
     def example(i: int, category: str) -> TrainExample:
         return TrainExample(

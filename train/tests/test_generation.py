@@ -114,6 +114,8 @@ def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_wa
     assert engine.stats.batches == 5 and engine.stats.padded_batches == 3
     assert engine.stats.prefill_forwards > engine.stats.batches  # row-chunked prefill
     assert not engine.stats.used_cuda_graph
+    # the split of the wall time the rehearsal reports: both parts timed, every batch
+    assert engine.stats.prefill_seconds > 0 and engine.stats.decode_seconds > 0
 
 
 def test_decoding_stops_once_every_row_has_stopped(model: Qwen3ForCausalLM):
