@@ -3,7 +3,7 @@
 # made on the machine (bench/models/make_random_checkpoint.py: bf16, Qwen3's tokenizer, chat template and generation
 # config), a few thousand chat prompts (train/scripts/make_chat_prompts.py), then every command of docs/training.md's
 # "The real-model path" as written there, under --preset qwen3-chat, with only scale flags changed (the prompt count,
-# --shard-prompts, a 20 s --time-budget for each distill run, selfcheck's sample, validate's --limit):
+# a 20 s --time-budget for each distill run, selfcheck's sample, validate's --limit):
 #   reference (top-20) → distill → distill --qat → evaluate (export beside it: a CPU job) → serve on the GPU + validate
 #   (pack --bundle beside it: xz, a CPU job) → selfcheck --clean-env,
 # plus a probe of the largest distill batch (train/scripts/probe_distill_batch.py). Per stage: seconds, tokens/s,
@@ -52,7 +52,9 @@ if [ "$cpu" = 1 ]; then
 else
   mode="H200"; device=cuda; gpu=cuda; prompts=3000; prompt_split=()
   target_shape=(--shape qwen3-8b); drafter_shape=(--shape qwen3-1.7b)
-  scale=(--shard-prompts 1024); train_scale=(); budget=20; probe_batches=32,64,128  # 16: the distill run's own
+  scale=(); train_scale=(); budget=20; probe_batches=32,64,128  # 16: the distill run's own
+  # reference in one shard of the preset's 4,096: shards of 1,024 (the first run, 2026-12-01) left each its own tail batch
+  # of the longest prompts (128 rows at width 3,072), and the real job's 250k prompts fill their buckets
   python=python3; max_new=256
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null \
     || [ -d /tmp/site/gguf ] || { log "FAILED: no gguf wheel in .whl (bench/gpu/stage.sh makes it)"; exit 1; }
