@@ -1,7 +1,7 @@
 /**
  * The DraftEngine over the native draft loop: continuous batching with KV prefix reuse. Every llama_decode step
  * carries one token for each request still drafting plus the new tokens of requests that just arrived (see
- * native/specdraft_engine.cpp), so requests join and leave at any step instead of waiting for others to finish.
+ * native/draft_engine.h), so requests join and leave at any step instead of waiting for others to finish.
  * One native run does steps back to back until nothing is in flight: new requests and aborts are handed to the run
  * in flight (native `submit`, taken before its next step), finished drafts come back mid-run, so the steps never wait
  * for the JS thread.
