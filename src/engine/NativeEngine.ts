@@ -249,7 +249,7 @@ export class NativeEngine implements DraftEngine {
     private take(progress: NativeRunProgress): void {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
-            // the loop's bound makes all eight present; the defaults only satisfy the index check
+            // the loop's bound makes all of them present; the defaults only satisfy the index check
             const [
                 tokens = 0,
                 sequences = 0,
@@ -259,12 +259,20 @@ export class NativeEngine implements DraftEngine {
                 graphsReused = 0,
                 submitMs = 0,
                 waitMs = 0,
+                drafted = 0,
+                candidates = 0,
+                fillers = 0,
+                accepted = 0,
             ] = steps.subarray(i, i + nativeStepFields);
             this.observer.onDecode?.(tokens, sequences);
             this.observer.onStep?.(sequences, decodeMs, sampleMs, hostMs, graphsReused > 0, {
                 submitMs,
                 waitMs,
                 tokens,
+                drafted,
+                candidates,
+                fillers,
+                accepted,
             });
         }
         for (const finished of progress.finished) {

@@ -50,6 +50,15 @@ export interface NativeLoadOptions {
      * drafting step's shape and ggml-cuda keeps replaying its CUDA graph; 0: never.
      */
     stepPrefill: number;
+    /**
+     * Candidates per drafting sequence and step (0: none): guesses by prompt lookup over the sequence's own tokens,
+     * decoded after its frontier token in the same llama_decode, kept where they equal the drafter's greedy tokens.
+     */
+    lookahead: number;
+    /** A step's token budget: each of its S sequences gets min(lookahead, ⌊lookaheadStepTokens / S⌋ − 1) candidates. */
+    lookaheadStepTokens: number;
+    /** Always decode that many candidate positions (fillers where the lookup has fewer), so steps keep one shape. */
+    lookaheadFill: boolean;
     /** Print llama.cpp's logs to stderr. */
     verbose: boolean;
 }
@@ -81,9 +90,10 @@ export interface NativeFinishedDraft {
 
 /**
  * Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused, submit ms (the
- * llama_decode call; part of decode ms), wait ms (llama_synchronize after it; the rest of decode ms).
+ * llama_decode call; part of decode ms), wait ms (llama_synchronize after it; the rest of decode ms), draft tokens
+ * produced, candidate positions decoded, of those fillers, candidates kept.
  */
-export const nativeStepFields = 8;
+export const nativeStepFields = 12;
 
 /** What a run reports mid-call (drafts that finished while later steps go on) and at its end. */
 export interface NativeRunProgress {
@@ -95,7 +105,8 @@ export interface NativeRunProgress {
      * previous step ended (batch building, plus the JS round trip before a run's first step when requests were left in
      * flight; time with nothing to do is not counted); compute graphs llama.cpp reused instead of rebuilding (one per
      * ubatch; ggml-cuda replays a CUDA graph only for a reused graph); ms in the llama_decode call itself (on a GPU the
-     * host's part: graph reuse or rebuild, inputs, launches) and ms in llama_synchronize after it.
+     * host's part: graph reuse or rebuild, inputs, launches) and ms in llama_synchronize after it; draft tokens the step
+     * produced; candidate positions it decoded (lookahead), of those fillers, and the candidates kept.
      */
     steps: Float64Array;
 }

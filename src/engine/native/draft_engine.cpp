@@ -42,8 +42,13 @@ public:
             cp.n_ctx = (uint32_t)options_.contextSize * (uint32_t)options_.streams;
             cp.n_batch = (uint32_t)options_.batchSize;
             cp.n_ubatch = (uint32_t)std::min(options_.ubatchSize, options_.batchSize);
-            // at most one output (the last token) per sequence per decode: keeps the logits buffers small
-            cp.n_outputs_max = (uint32_t)options_.streams;
+            // at most one output (the last token) per sequence per decode, and with candidates one more for each of
+            // them, within the step's token budget (EngineState::lookahead): keeps the logits buffers small
+            const int32_t maxCandidates = options_.lookahead > 0 ? std::min(options_.lookahead, options_.lookaheadStepTokens - 1) : 0;
+            const int64_t outputsMax = maxCandidates > 0
+                ? std::max<int64_t>(options_.streams, std::min<int64_t>(options_.lookaheadStepTokens, (int64_t)options_.streams * (1 + maxCandidates)))
+                : options_.streams;
+            cp.n_outputs_max = (uint32_t)outputsMax;
             cp.flash_attn_type = options_.flashAttention ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
             cp.no_perf = true;
             if (!options_.kvType.empty()) {
@@ -61,7 +66,7 @@ public:
                 }
                 cp.samplers = s.samplerConfigs.data();
                 cp.n_samplers = s.samplerConfigs.size();
-                cp.n_outputs_max_per_seq = 1;
+                cp.n_outputs_max_per_seq = (uint32_t)(1 + std::max(0, maxCandidates));
                 s.backendSampling = true;
             }
             if (options_.threads > 0) {
@@ -74,12 +79,20 @@ public:
             s.batchCapacity = (int32_t)llama_n_batch(s.ctx);  // llama.cpp caps n_batch at n_ctx
             s.batch = llama_batch_init(s.batchCapacity, 0, 1);
             s.nVocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model));
+            if (options_.lookahead > 0 && s.nVocab > PromptLookup::maxVocab) {
+                throw std::runtime_error("lookahead candidates need a vocabulary below " + std::to_string(PromptLookup::maxVocab) +
+                                         " tokens, this one has " + std::to_string(s.nVocab));
+            }
             s.streams = options_.streams;
             engine_->slotBusy.assign(options_.streams, false);
             s.unguardedLogits = options_.unguardedLogits;
             s.arrivalOrder = options_.arrivalOrder;
             s.slotLength.assign(options_.streams, 0);
             s.stepPrefill = options_.stepPrefill;
+            s.lookahead = options_.lookahead;
+            s.lookaheadStepTokens = options_.lookaheadStepTokens;
+            s.lookaheadFill = options_.lookaheadFill;
+            s.slotHistory.assign(options_.lookahead > 0 ? options_.streams : 0, PromptLookup());
             s.padMinSequences = options_.padBatch > 0
                 ? std::max(1, (int32_t)std::ceil(options_.padBatch * options_.streams))
                 : 0;
@@ -127,6 +140,9 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.backendSampling = getBool(o, "backendSampling");
     opt.kvType = getString(o, "kvType");
     opt.stepPrefill = getIntAtLeast(o, "stepPrefill", 0);
+    opt.lookahead = getIntAtLeast(o, "lookahead", 0);
+    opt.lookaheadStepTokens = getIntAtLeast(o, "lookaheadStepTokens", 1);
+    opt.lookaheadFill = getBool(o, "lookaheadFill");
     opt.padBatch = getNumber(o, "padBatch");
     if (!(opt.padBatch >= 0 && opt.padBatch <= 1)) {
         throw Napi::RangeError::New(env, "option padBatch: expected a fraction 0–1, got " + std::to_string(opt.padBatch));

@@ -44,6 +44,7 @@
 #include <atomic>
 
 #include "native_shared.h"
+#include "prompt_lookup.h"
 
 namespace specdraft {
 
@@ -91,6 +92,17 @@ struct EngineState {
     // makes llama.cpp rebuild the graph, and ggml-cuda (which keys its CUDA graphs by the graph's first node, the same
     // for both shapes) then runs two steps uncaptured and captures again on the third. Costs a decode per extra token.
     int32_t stepPrefill = 0;
+    // Candidates (0: none): each drafting sequence's frontier token — the one whose output is its next draft token —
+    // is followed in the same decode by up to `lookahead` guesses of the tokens after it (prompt lookup over the
+    // sequence's own tokens, prompt_lookup.h), each with an output; the guesses that equal the drafter's own greedy
+    // tokens are kept with the greedy token after the last of them, the rest leave the KV cache. A step of S sequences
+    // gives each min(lookahead, lookaheadStepTokens / S − 1) candidates (the step's token budget shared), and with
+    // `lookaheadFill` always that many, fillers where the lookup has fewer, so the steps keep one shape (one ubatch;
+    // llama.cpp's and ggml-cuda's graph reuse).
+    int32_t lookahead = 0;
+    int32_t lookaheadStepTokens = 0;
+    bool lookaheadFill = false;
+    std::vector<PromptLookup> slotHistory;  // each slot's tokens (valid KV, then the pending draft token) and index
     std::vector<int32_t> slotLength;  // positions [0, slotLength) of each slot's KV cache are valid
     std::string gpuDevice;  // empty: CPU only
     std::vector<DraftItem> active;  // requests in flight, in arrival order
@@ -110,7 +122,14 @@ struct StepStat {
     int32_t graphsReused = 0;  // compute graphs llama.cpp reused instead of rebuilding (one per ubatch)
     double submitMs = 0;       // the llama_decode call (part of decodeMs)
     double waitMs = 0;         // llama_synchronize after it (the rest of decodeMs)
+    int32_t drafted = 0;       // draft tokens the step produced
+    int32_t candidates = 0;    // candidate positions decoded (lookup guesses and fillers)
+    int32_t fillers = 0;       // of those, fillers
+    int32_t accepted = 0;      // candidates kept: equal to the drafter's greedy token
 };
+
+// Numbers per step sent to JS (src/engine/nativeAddon.ts: nativeStepFields).
+constexpr int32_t stepStatFields = 12;
 
 // What a run sends to JS mid-call: drafts that finished, and the counters of the steps since the last message.
 struct RunProgress {
@@ -137,6 +156,9 @@ struct LoadOptions {
     double padBatch = 0;  // fraction of the streams that must draft for a step to be padded to all; 0: off
     std::string kvType;  // KV cache element type: f16, q8_0, bf16, f32; empty: llama.cpp's (f16)
     int32_t stepPrefill = 0;  // see EngineState::stepPrefill; 0: off
+    int32_t lookahead = 0;    // see EngineState::lookahead; 0: off
+    int32_t lookaheadStepTokens = 0;
+    bool lookaheadFill = false;
     bool verbose = false;
 };
 
@@ -161,6 +183,7 @@ public:
         if (state.batchCapacity > 0) llama_batch_free(state.batch);
         if (state.model) llama_model_free(state.model);
         for (llama_sampler* smpl : state.samplers) llama_sampler_free(smpl);
+        state.slotHistory.clear();
         state.samplers.clear();
         state.samplerConfigs.clear();
         state.ctx = nullptr;

@@ -27,22 +27,27 @@ Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished,
         f.Set("evaluated", it.evaluated);
         list.Set((uint32_t)i, f);
     }
-    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * 8);
+    Napi::Float64Array stats = Napi::Float64Array::New(env, steps.size() * stepStatFields);
     for (size_t i = 0; i < steps.size(); ++i) {
-        double* row = stats.Data() + i * 8;
-        row[0] = steps[i].tokens;
-        row[1] = steps[i].sequences;
-        row[2] = steps[i].decodeMs;
-        row[3] = steps[i].sampleMs;
-        row[4] = steps[i].hostMs;
-        row[5] = steps[i].graphsReused;
-        row[6] = steps[i].submitMs;
-        row[7] = steps[i].waitMs;
+        const StepStat& st = steps[i];
+        const double row[stepStatFields] = {(double)st.tokens, (double)st.sequences, st.decodeMs, st.sampleMs, st.hostMs,
+                                            (double)st.graphsReused, st.submitMs, st.waitMs, (double)st.drafted,
+                                            (double)st.candidates, (double)st.fillers, (double)st.accepted};
+        std::copy(row, row + stepStatFields, stats.Data() + i * stepStatFields);
     }
     result.Set("finished", list);
     result.Set("steps", stats);
     return result;
 }
+
+// A frontier of a step: a sequence's token whose output is its next draft token, and the candidates decoded after it.
+struct Frontier {
+    DraftItem* item;
+    size_t firstOutput;     // index in the step's outputs of its output; its candidates' outputs follow
+    int32_t slots;          // candidate positions decoded after it
+    size_t firstCandidate;  // index in the step's candidate tokens of its candidates
+    int32_t proposed;       // of those, guesses by prompt lookup (the rest are fillers)
+};
 
 class RunWorker : public Napi::AsyncProgressQueueWorker<RunProgress> {
 public:
@@ -73,6 +78,7 @@ public:
             }
             // the JS side forgets what these slots held; padding must not rely on it either
             std::fill(engine_->state.slotLength.begin(), engine_->state.slotLength.end(), 0);
+            for (PromptLookup& history : engine_->state.slotHistory) history.clear();
             engine_->state.active.clear();
             engine_->state.lastLeftActive = false;
             SetError(e.what());
@@ -158,105 +164,182 @@ private:
     // One decode step for everything in flight; moves finished requests to `finished`.
     void step(Clock::time_point hostSince, std::vector<DraftItem>& finished, std::vector<StepStat>& steps) {
         EngineState& s = engine_->state;
-        std::vector<DraftItem>& active = s.active;
-
-        // batch in slot order: with per-sequence KV llama.cpp splits a batch into ubatches of consecutive sequence ids
-        std::vector<DraftItem*> order;
-        for (DraftItem& it : active) {
-            if (!it.done) order.push_back(&it);
-        }
-        if (!s.arrivalOrder) {
-            std::stable_sort(order.begin(), order.end(), [](const DraftItem* a, const DraftItem* b) { return a->slot < b->slot; });
-        }
-        // drafting requests get their one token first; prefills share what is left of the batch
-        int32_t budget = s.batchCapacity;
-        for (DraftItem* it : order) {
-            if (it->offset == it->tokens.size() || it->stepwise) budget--;
-        }
-        for (DraftItem* it : order) {
-            if (it->offset == it->tokens.size() || it->stepwise) {
-                it->take = 1;
-            } else {
-                it->take = (int32_t)std::min<size_t>(it->tokens.size() - it->offset, (size_t)std::max(0, budget));
-                budget -= it->take;
-            }
-        }
-
-        s.batch.n_tokens = 0;
-        outputIndices_.clear();
-        outputItems_.clear();
-        outputDrafts_.clear();
-        int32_t sequences = 0;
-        // padding: only steps of one token per drafting sequence (no prefill) with enough sequences drafting
-        bool pad = s.padMinSequences > 0 && !s.arrivalOrder && (int32_t)order.size() >= s.padMinSequences &&
-                   (int32_t)order.size() < s.streams;
-        for (DraftItem* it : order) pad = pad && it->take == 1 && (it->tokens.size() - it->offset <= 1 || it->stepwise);
-        size_t nextReal = 0;
-        const int32_t nCtxSeq = (int32_t)llama_n_ctx_seq(s.ctx);
-        llama_memory_t mem = llama_get_memory(s.ctx);
-        for (int32_t slot = 0; pad && slot < s.streams; ++slot) {
-            if (nextReal < order.size() && order[nextReal]->slot == slot) {
-                ++nextReal;
-                continue;
-            }
-            // an idle slot: a throwaway token right after its valid prefix (what a previous padding left is removed)
-            const int32_t pos = s.slotLength[slot];
-            if (pos >= nCtxSeq) continue;
-            llama_memory_seq_rm(mem, slot, pos, -1);
-            padSlots_.push_back(slot);
-        }
-        size_t nextPad = 0;
-        for (DraftItem* it : order) {
-            // throwaway tokens of idle slots below this item's slot come first (the batch stays in slot order)
-            while (nextPad < padSlots_.size() && padSlots_[nextPad] < it->slot) {
-                addToken(0, s.slotLength[padSlots_[nextPad]], padSlots_[nextPad], true);
-                ++nextPad;
-            }
-            if (it->take == 0) continue;
-            ++sequences;
-            if (it->offset == it->tokens.size()) {
-                outputIndices_.push_back(s.batch.n_tokens);
-                outputItems_.push_back(it);
-                outputDrafts_.push_back(true);
-                addToken(it->draft.back(), it->cached, it->slot, true);
-            } else {
-                for (int32_t j = 0; j < it->take; ++j) {
-                    const bool last = it->offset + j + 1 == it->tokens.size();
-                    // a stepwise prefill asks for an output at every token, so the step has a drafting step's shape
-                    if (last || it->stepwise) {
-                        outputIndices_.push_back(s.batch.n_tokens);
-                        outputItems_.push_back(it);
-                        outputDrafts_.push_back(last);
-                    }
-                    addToken(it->tokens[it->offset + j], it->cached + j, it->slot, last || it->stepwise);
-                }
-                it->offset += it->take;
-            }
-            it->cached += it->take;
-            it->evaluated += it->take;
-            s.slotLength[it->slot] = it->cached;
-        }
-        for (; nextPad < padSlots_.size(); ++nextPad) addToken(0, s.slotLength[padSlots_[nextPad]], padSlots_[nextPad], true);
-        padSlots_.clear();
-
+        planStep();
+        const int32_t sequences = buildBatch();
         if (s.batch.n_tokens > 0) {
             StepStat stat;
             stat.hostMs = msBetween(hostSince, Clock::now());
             stat.tokens = s.batch.n_tokens;
             stat.sequences = sequences;
             decode(outputIndices_, next_, stat);
+            for (const Frontier& f : frontiers_) accept(f, stat);
+            // what the step decoded past each sequence's kept tokens (rejected candidates, fillers) leaves its cache
+            llama_memory_t mem = llama_get_memory(s.ctx);
+            for (DraftItem* it : trimAfter_) llama_memory_seq_rm(mem, it->slot, it->cached, -1);
+            for (DraftItem* it : order_) s.slotLength[it->slot] = it->cached;
             steps.push_back(stat);
-            for (size_t o = 0; o < outputItems_.size(); ++o) {
-                if (!outputDrafts_[o]) continue;  // a stepwise prefill's token before its last: not a draft
-                DraftItem* it = outputItems_[o];
-                it->draft.push_back(next_[o]);
-                if ((int32_t)it->draft.size() >= it->n || next_[o] == it->endId) it->done = true;
-            }
         }
-
         collectFinished(finished);
         s.lastStepEnd = Clock::now();
-        s.lastLeftActive = !active.empty();
+        s.lastLeftActive = !s.active.empty();
+    }
+
+    // The step's sequences in batch order (order_), each one's share of the batch (take), whether it is padded to every
+    // stream (pad_) and the candidates each drafting sequence gets (perSequence_).
+    void planStep() {
+        EngineState& s = engine_->state;
+        // batch in slot order: with per-sequence KV llama.cpp splits a batch into ubatches of consecutive sequence ids
+        order_.clear();
+        for (DraftItem& it : s.active) {
+            if (!it.done) order_.push_back(&it);
+        }
+        if (!s.arrivalOrder) {
+            std::stable_sort(order_.begin(), order_.end(), [](const DraftItem* a, const DraftItem* b) { return a->slot < b->slot; });
+        }
+        // padding: only steps of one token per drafting sequence (no prefill) with enough sequences drafting
+        const int32_t count = (int32_t)order_.size();
+        pad_ = s.padMinSequences > 0 && !s.arrivalOrder && count >= s.padMinSequences && count < s.streams;
+        for (DraftItem* it : order_) pad_ = pad_ && (it->tokens.size() - it->offset <= 1 || it->stepwise);
+        // the step's token budget shared by its sequences (a padded step holds every stream), one token each their own
+        const int32_t stepSequences = pad_ ? s.streams : count;
+        const int32_t m = s.lookahead > 0 && stepSequences > 0
+            ? std::max(0, std::min(s.lookahead, s.lookaheadStepTokens / stepSequences - 1))
+            : 0;
+        perSequence_ = m;
+        // drafting requests get their token (and room for its candidates) first; prefills share what is left of the
+        // batch, a prefill that ends in this step keeping room for the candidates after its last token
+        int32_t budget = s.batchCapacity;
+        for (DraftItem* it : order_) {
+            if (it->offset == it->tokens.size() || it->stepwise) budget -= 1 + m;
+        }
+        for (DraftItem* it : order_) {
+            if (it->offset == it->tokens.size() || it->stepwise) {
+                it->take = 1;
+                continue;
+            }
+            const size_t left = it->tokens.size() - it->offset;
+            it->take = (int32_t)std::min<size_t>(left, (size_t)std::max(0, budget - m));
+            budget -= it->take + ((size_t)it->take == left ? m : 0);
+        }
+        // a prefill split over steps leaves the step with several tokens of a sequence: no padding then
+        for (DraftItem* it : order_) pad_ = pad_ && it->take == 1;
+    }
+
+    // Fills the batch: every sequence's tokens in slot order (throwaway ones for idle slots when padded), each
+    // frontier token (the one whose output is the next draft token) followed by its candidates. Returns the sequences
+    // with tokens of their own.
+    int32_t buildBatch() {
+        EngineState& s = engine_->state;
+        s.batch.n_tokens = 0;
+        outputIndices_.clear();
+        frontiers_.clear();
+        candidateTokens_.clear();
+        trimAfter_.clear();
+        const int32_t m = perSequence_;
+        const int32_t nCtxSeq = (int32_t)llama_n_ctx_seq(s.ctx);
+        llama_memory_t mem = llama_get_memory(s.ctx);
+        padSlots_.clear();
+        size_t nextReal = 0;
+        for (int32_t slot = 0; pad_ && slot < s.streams; ++slot) {
+            if (nextReal < order_.size() && order_[nextReal]->slot == slot) {
+                ++nextReal;
+                continue;
+            }
+            // an idle slot: throwaway tokens right after its valid prefix (what a previous padding left is removed),
+            // as many as a drafting sequence has, outputs included, so every step has the same shape
+            const int32_t pos = s.slotLength[slot];
+            if (pos + m >= nCtxSeq) continue;
+            llama_memory_seq_rm(mem, slot, pos, -1);
+            padSlots_.push_back(slot);
+        }
+        auto addPadding = [&](int32_t slot) {
+            for (int32_t j = 0; j <= m; ++j) addOutput(0, s.slotLength[slot] + j, slot);
+        };
+        size_t nextPad = 0;
+        int32_t sequences = 0;
+        for (DraftItem* it : order_) {
+            // throwaway tokens of idle slots below this item's slot come first (the batch stays in slot order)
+            for (; nextPad < padSlots_.size() && padSlots_[nextPad] < it->slot; ++nextPad) addPadding(padSlots_[nextPad]);
+            if (it->take == 0) continue;
+            ++sequences;
+            if (it->offset == it->tokens.size()) {
+                addFrontier(it, it->draft.back(), it->cached, m, nCtxSeq);
+            } else {
+                for (int32_t j = 0; j < it->take; ++j) {
+                    const llama_token token = it->tokens[it->offset + j];
+                    if (it->offset + j + 1 == it->tokens.size()) {
+                        addFrontier(it, token, it->cached + j, m, nCtxSeq);
+                    } else if (it->stepwise) {
+                        // a stepwise prefill asks for an output at every token, so the step has a drafting step's
+                        // shape; with candidates it also takes as many fillers as a drafting sequence has candidates
+                        addOutput(token, it->cached + j, it->slot);
+                        const int32_t fill = s.lookaheadFill ? std::min(m, nCtxSeq - 1 - (it->cached + j)) : 0;
+                        for (int32_t c = 1; c <= fill; ++c) addOutput(token, it->cached + j + c, it->slot);
+                        if (fill > 0) trimAfter_.push_back(it);
+                        it->evaluated += fill;
+                    } else {
+                        addToken(token, it->cached + j, it->slot, false);
+                    }
+                }
+                it->offset += it->take;
+            }
+            it->cached += it->take;
+            it->evaluated += it->take;
+        }
+        for (; nextPad < padSlots_.size(); ++nextPad) addPadding(padSlots_[nextPad]);
+        return sequences;
+    }
+
+    void addOutput(llama_token token, llama_pos pos, llama_seq_id seq) {
+        outputIndices_.push_back(engine_->state.batch.n_tokens);
+        addToken(token, pos, seq, true);
+    }
+
+    // The token whose output is `it`'s next draft token, at `pos`, and after it up to m candidates for the tokens that
+    // follow: guesses by prompt lookup over the sequence's own tokens, as many as the draft still has room for (its
+    // last token is the step's own), then with lookaheadFill fillers up to m, so that every drafting sequence has the
+    // same number of tokens (one ubatch, one graph shape). Outputs at all of them.
+    void addFrontier(DraftItem* it, llama_token token, int32_t pos, int32_t m, int32_t nCtxSeq) {
+        EngineState& s = engine_->state;
+        Frontier f{it, outputIndices_.size(), 0, candidateTokens_.size(), 0};
+        addOutput(token, pos, it->slot);
+        const int32_t room = std::min(m, nCtxSeq - 1 - pos);
+        if (room > 0) {
+            const int32_t useful = std::min(room, it->n - (int32_t)it->draft.size() - 1);
+            candidateTokens_.resize(f.firstCandidate + room, token);  // fillers: the frontier token again
+            if (useful > 0) f.proposed = s.slotHistory[it->slot].propose(useful, candidateTokens_.data() + f.firstCandidate);
+            f.slots = s.lookaheadFill ? room : f.proposed;
+            candidateTokens_.resize(f.firstCandidate + f.slots);
+            for (int32_t c = 0; c < f.slots; ++c) addOutput(candidateTokens_[f.firstCandidate + c], pos + 1 + c, it->slot);
+            it->evaluated += f.slots;
+            if (f.slots > 0) trimAfter_.push_back(it);
+        }
+        frontiers_.push_back(f);
+    }
+
+    // Takes the drafter's greedy token after the frontier, then after each candidate that equals the greedy token
+    // before it (so its KV and output are the greedy sequence's), until a candidate differs or the draft is complete.
+    void accept(const Frontier& f, StepStat& stat) {
+        EngineState& s = engine_->state;
+        DraftItem* it = f.item;
+        int32_t kept = 0;
+        llama_token token = next_[f.firstOutput];
+        while (true) {
+            it->draft.push_back(token);
+            if (s.lookahead > 0) s.slotHistory[it->slot].push(token);
+            ++stat.drafted;
+            if ((int32_t)it->draft.size() >= it->n || token == it->endId) {
+                it->done = true;
+                break;
+            }
+            if (kept == f.slots || candidateTokens_[f.firstCandidate + kept] != token) break;
+            ++kept;
+            token = next_[f.firstOutput + kept];
+        }
+        it->cached += kept;
+        stat.candidates += f.slots;
+        stat.fillers += f.slots - f.proposed;
+        stat.accepted += kept;
     }
 
     // Moves finished requests out of the active list; their slots may be given to new requests from now on.
@@ -265,6 +348,8 @@ private:
         bool any = false;
         for (auto it = active.begin(); it != active.end();) {
             if (it->done) {
+                // a slot's history holds what its cache holds: the draft's last token never went through a decode
+                if (!engine_->state.slotHistory.empty()) engine_->state.slotHistory[it->slot].truncate(it->cached);
                 finished.push_back(std::move(*it));
                 it = active.erase(it);
                 any = true;
@@ -286,6 +371,14 @@ private:
                 throw std::runtime_error("could not trim the KV cache of sequence " + std::to_string(it.slot));
             }
             it.cached = it.keep;
+            if (s.lookahead > 0) {
+                PromptLookup& history = s.slotHistory[it.slot];
+                // the history holds the slot's cached tokens, so it keeps the same prefix; should it know fewer, the
+                // lookup starts afresh from the new tokens (candidates are guesses: a poorer history costs only speed)
+                if (history.size() < (size_t)it.keep) history.clear();
+                history.truncate(it.keep);
+                for (llama_token token : it.tokens) history.push(token);
+            }
             it.stepwise = s.stepPrefill > 0 && it.tokens.size() > 1 && (int32_t)it.tokens.size() <= s.stepPrefill;
             s.slotLength[it.slot] = it.keep;
             s.active.push_back(std::move(it));
@@ -345,9 +438,14 @@ private:
     int32_t maxSteps_;
     std::vector<DraftItem> finished_;
     std::vector<StepStat> steps_;
+    // the step being built: its sequences, whether padded, candidates per sequence, outputs, frontiers
+    std::vector<DraftItem*> order_;
+    bool pad_ = false;
+    int32_t perSequence_ = 0;
     std::vector<int32_t> outputIndices_;
-    std::vector<DraftItem*> outputItems_;
-    std::vector<bool> outputDrafts_;  // per output: its token is the item's next draft token
+    std::vector<Frontier> frontiers_;
+    std::vector<llama_token> candidateTokens_;
+    std::vector<DraftItem*> trimAfter_;  // sequences with tokens decoded past what they keep
     std::vector<int32_t> padSlots_;
     std::vector<llama_token> next_;
     Napi::Promise::Deferred deferred_;

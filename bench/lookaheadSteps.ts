@@ -1,0 +1,264 @@
+/**
+ * lookaheadSteps — how many draft tokens one drafter step gives when each step also checks prompt-lookup candidates
+ * (the engine's `lookahead`), on real text with a trained drafter, and whether the drafts stay the plain ones.
+ *
+ * The drafter walks each held-out conversation as the validator does (drafts of the largest `--draft-len` at every
+ * point the walk reaches; src/validate/walkHeldOut.ts), one request at a time on a one-stream engine without
+ * candidates, recording every context it drafts from. The same contexts are then drafted, in the same order, by an
+ * engine with M candidates a step (for every M of `--candidates`; a step of one sequence gets exactly M, no fillers),
+ * for every draft length: the steps each draft took (the engine's step counter), its time, and whether it equals the
+ * plain draft. Printed per data file and category, beside the repeated-4-gram share of its conversations (the share
+ * of continuation 4-grams that already occurred earlier in the prompt + continuation: text that repeats itself is
+ * what prompt lookup finds). One JSON object on stdout.
+ *
+ *   node --import tsx bench/lookaheadSteps.ts --data data/lab-heldout.jsonl data/lab-unseen-heldout.jsonl \
+ *       [--model models/specdraft-default.gguf] [--candidates 1,2,3,4,8,15] [--draft-len 16,8] [--limit N] > steps.json
+ */
+
+import { cpus } from "node:os";
+import cliProgress from "cli-progress";
+import { Command, Option } from "commander";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
+import type { DraftClient } from "../src/client/types.js";
+import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
+import { type LoadEngineOptions, loadEngine } from "../src/engine/loadEngine.js";
+import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
+import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
+import type { Conversation } from "../src/validate/types.js";
+import { walkHeldOut } from "../src/validate/walkHeldOut.js";
+
+interface Flags {
+    model: string;
+    data: string[];
+    candidates: number[];
+    draftLen: number[];
+    limit?: number;
+    gpu: GpuChoice;
+    threads: number;
+    progress: boolean;
+}
+
+/** One context the walk drafted from, and the plain drafter's draft of the largest length. */
+interface Point {
+    category: string;
+    context: number[];
+    draft: number[];
+}
+
+/** Totals of one (candidates, draft length) cell over a set of points. */
+interface Cell {
+    drafts: number;
+    tokens: number;
+    steps: number;
+    ms: number;
+    /** Drafts that differ from the plain engine's. */
+    differing: number;
+}
+
+const round = (x: number, digits = 3): number => Math.round(x * 10 ** digits) / 10 ** digits;
+
+/** (repeated, total) continuation n-grams of a conversation: those ending inside the continuation, seen earlier. */
+export function repeatedNgrams(conversation: Conversation, n: number): [repeated: number, total: number] {
+    const text = [...conversation.promptTokens, ...conversation.continuationTokens];
+    const seen = new Set<string>();
+    let repeated = 0;
+    let total = 0;
+    for (let end = n; end <= text.length; end++) {
+        const gram = text.slice(end - n, end).join(",");
+        if (end - 1 >= conversation.promptTokens.length) {
+            total++;
+            if (seen.has(gram)) repeated++;
+        }
+        seen.add(gram);
+    }
+    return [repeated, total];
+}
+
+/** A DraftClient over an engine in this process, recording every context and draft (the walk's requests). */
+function recordingClient(engine: DraftEngine, record: (context: number[], draft: number[]) => void): DraftClient {
+    return {
+        name: "engine",
+        url: "in-process",
+        timeoutMs: 60_000,
+        async draft(tokens, n) {
+            const started = performance.now();
+            const draft = await engine.draft(tokens, n);
+            record(tokens.slice(), draft);
+            return { ok: true, draft, latencyMs: performance.now() - started };
+        },
+    };
+}
+
+async function walkPoints(engine: DraftEngine, conversations: Conversation[], k: number, bar?: cliProgress.SingleBar) {
+    const points: Point[] = [];
+    for (const conversation of conversations) {
+        const category = conversation.category ?? "uncategorized";
+        const client = recordingClient(engine, (context, draft) => points.push({ category, context, draft }));
+        await walkHeldOut([conversation], client, { draftLength: k, concurrency: 1 });
+        bar?.increment();
+    }
+    return points;
+}
+
+/** Drafts every point with `engine` for each length; counts its steps through `steps()`. */
+async function replay(
+    engine: DraftEngine,
+    points: Point[],
+    lengths: number[],
+    steps: () => number,
+    bar?: cliProgress.SingleBar,
+) {
+    const cells = new Map<string, Map<number, Cell>>();
+    for (const point of points) {
+        const byLength = cells.get(point.category) ?? new Map<number, Cell>();
+        cells.set(point.category, byLength);
+        for (const n of lengths) {
+            const before = steps();
+            const started = performance.now();
+            const draft = await engine.draft(point.context, n);
+            const ms = performance.now() - started;
+            const cell = byLength.get(n) ?? { drafts: 0, tokens: 0, steps: 0, ms: 0, differing: 0 };
+            cell.drafts++;
+            cell.tokens += draft.length;
+            cell.steps += steps() - before;
+            cell.ms += ms;
+            if (draft.join(",") !== point.draft.slice(0, n).join(",")) cell.differing++;
+            byLength.set(n, cell);
+        }
+        bar?.increment();
+    }
+    return cells;
+}
+
+function summarize(cells: Map<number, Cell>[], lengths: number[]) {
+    const out: Record<string, unknown> = {};
+    for (const n of lengths) {
+        const total = { drafts: 0, tokens: 0, steps: 0, ms: 0, differing: 0 };
+        for (const byLength of cells) {
+            const cell = byLength.get(n);
+            if (!cell) continue;
+            for (const key of Object.keys(total) as (keyof Cell)[]) total[key] += cell[key];
+        }
+        out[`n${n}`] = {
+            drafts: total.drafts,
+            tokens_per_step: round(total.tokens / total.steps),
+            steps_per_draft: round(total.steps / total.drafts),
+            ms_per_draft: round(total.ms / total.drafts),
+            differing: total.differing,
+        };
+    }
+    return out;
+}
+
+async function main(flags: Flags): Promise<void> {
+    const lengths = [...flags.draftLen].sort((a, b) => b - a);
+    const k = lengths[0] ?? 16;
+    const candidates = [0, ...flags.candidates.filter((m) => m > 0)];
+    let steps = 0;
+    const common: LoadEngineOptions = {
+        modelPath: flags.model,
+        streams: 1,
+        contextSize: 4096,
+        gpu: flags.gpu,
+        threads: flags.threads,
+        useEnv: false,
+        observer: { onStep: () => steps++ },
+    };
+    const result: Record<string, unknown> = {
+        model: flags.model,
+        draft_lengths: lengths,
+        candidates,
+        machine: {
+            cpu: cpus()[0]?.model ?? "?",
+            cores: cpus().length,
+            cpu_variant: process.env.SPECDRAFT_GGML_CPU_VARIANT ?? "auto",
+        },
+        date: new Date().toISOString(),
+    };
+    const files: Record<string, unknown> = {};
+    for (const file of flags.data) {
+        const { conversations } = await readHeldOutFile(file, flags.limit === undefined ? {} : { limit: flags.limit });
+        const bar = flags.progress
+            ? new cliProgress.SingleBar(
+                  { format: `${file} {task} [{bar}] {value}/{total}`, stream: process.stderr },
+                  cliProgress.Presets.shades_classic,
+              )
+            : undefined;
+        bar?.start(conversations.length, 0, { task: "walk" });
+        const plain = await loadEngine({ ...common, lookahead: 0 });
+        const points = await walkPoints(plain, conversations, k, bar);
+        const byCandidates = new Map<number, Map<string, Map<number, Cell>>>();
+        byCandidates.set(0, await replay(plain, points, lengths, () => steps));
+        await plain.close();
+        for (const m of candidates.filter((c) => c > 0)) {
+            bar?.setTotal(points.length);
+            bar?.update(0, { task: `M = ${m}` });
+            // exactly m candidates a step: one sequence, a budget of 1 + m tokens, no fillers
+            const engine = await loadEngine({
+                ...common,
+                lookahead: m,
+                lookaheadStepTokens: m + 1,
+                lookaheadFill: false,
+            });
+            byCandidates.set(m, await replay(engine, points, lengths, () => steps, bar));
+            await engine.close();
+        }
+        bar?.stop();
+        const categories = [...new Set(conversations.map((c) => c.category ?? "uncategorized"))];
+        const share = (subset: Conversation[]) => {
+            let repeated = 0;
+            let total = 0;
+            for (const c of subset) {
+                const [r, t] = repeatedNgrams(c, 4);
+                repeated += r;
+                total += t;
+            }
+            return round(repeated / Math.max(1, total));
+        };
+        const table = (pick: (cells: Map<string, Map<number, Cell>>) => Map<number, Cell>[]) =>
+            Object.fromEntries(
+                candidates.map((m) => [`M${m}`, summarize(pick(byCandidates.get(m) ?? new Map()), lengths)]),
+            );
+        files[file] = {
+            conversations: conversations.length,
+            points: points.length,
+            repeated_4gram_share: share(conversations),
+            all: table((cells) => [...cells.values()]),
+            categories: Object.fromEntries(
+                categories.map((category) => [
+                    category,
+                    {
+                        conversations: conversations.filter((c) => (c.category ?? "uncategorized") === category).length,
+                        repeated_4gram_share: share(
+                            conversations.filter((c) => (c.category ?? "uncategorized") === category),
+                        ),
+                        ...table((cells) => [cells.get(category) ?? new Map()]),
+                    },
+                ]),
+            ),
+        };
+    }
+    result.files = files;
+    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+}
+
+const program = new Command("lookaheadSteps")
+    .description(
+        "Tokens per drafter step with prompt-lookup candidates, on held-out text, and whether drafts stay plain",
+    )
+    .option("--model <gguf>", "the drafter", "models/specdraft-default.gguf")
+    .option("--data <files...>", "held-out JSONL files", ["data/lab-heldout.jsonl", "data/lab-unseen-heldout.jsonl"])
+    .option(
+        "--candidates <list>",
+        "candidates per step to measure (0, no candidates, always)",
+        parseIntegerListOption(0),
+        [1, 2, 3, 4, 8, 15],
+    )
+    .option("--draft-len <list>", "draft lengths (the walk drafts the largest)", parseIntegerListOption(1), [16, 8])
+    .option("--limit <n>", "first N conversations of each file", parseIntegerOption(1))
+    .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
+    .option("--threads <n>", "llama.cpp CPU threads", parseIntegerOption(1), 1)
+    .option("--no-progress", "no progress bars");
+
+program.parse();
+await main(program.opts<Flags>());
