@@ -15,7 +15,7 @@ import { createSpecdraftClient, withTrailingSlash } from "../client/createDraftC
 import type { DraftClient } from "../client/types.js";
 import { readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
-import type { GpuChoice } from "../engine/types.js";
+import type { GpuChoice, LookaheadSettings } from "../engine/types.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
@@ -175,6 +175,11 @@ export interface DraftSourceOptions {
     threads?: number;
     /** Per-request timeout for the server (source `http`). Defaults to `5000` ms. */
     timeoutMs?: number;
+    /**
+     * Prompt-lookup candidates per step of the native draft engine (`native` only). Defaults to the engine's for its
+     * backend (engineDefaults.ts: defaultLookahead).
+     */
+    lookahead?: number;
     /** Receives warnings (e.g. the server is unreachable and generation goes on with the target alone). */
     warn: (message: string) => void;
 }
@@ -189,6 +194,8 @@ export interface DraftSource {
     readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
     readonly predictor: TokenPredictor;
+    /** How the in-process draft engine checks prompt-lookup candidates (`native` drafting only). */
+    readonly lookahead?: LookaheadSettings;
     close(): Promise<void>;
 }
 
@@ -241,6 +248,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             contextSize: options.contextSize,
             gpu: options.gpu ?? "auto",
             threads: options.threads,
+            lookahead: options.lookahead,
         });
         const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
         return {
@@ -248,6 +256,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             label: spec.path,
             vocabFingerprint: file.vocabFingerprint,
             predictor,
+            lookahead: engine.info.lookahead,
             close: async () => {
                 predictor.dispose();
                 await engine.close();

@@ -99,6 +99,8 @@ export interface GenerateSummary {
         gpu: string;
         contextSize: number;
         threads?: number;
+        /** Candidates per step of the in-process draft engine (absent for other drafters and older summaries). */
+        draftLookahead?: number;
     };
     prompts: PromptResult[];
     alone: ModeTotals;

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
+import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { generateWithExactVerifier, TimedTokenPredictor } from "../../src/generate/generateGreedily.js";
 import { generateAloneNative, generateWithNativeVerifier } from "../../src/generate/generateWithNativeVerifier.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
@@ -155,4 +156,22 @@ test("specdraft generate's exact verifier (native target, native drafter) == exa
     }
     assert.ok(nativeModel.speculative.accepted > 0);
     assert.equal(nativeModel.settings.gpu, "cpu");
+    // the in-process drafter is the draft engine with its defaults, candidates included; off, it drafts the same
+    assert.equal(nativeModel.settings.draftLookahead, defaultLookahead.cpu.candidates);
+    const withoutCandidates = await runGenerate({
+        target: targetModel,
+        draft: { kind: "model", path: quantizedDrafter },
+        prompts: testPrompts,
+        maxTokens: 40,
+        draftLength,
+        gpu: "cpu",
+        threads: testThreads,
+        llama,
+        draftLookahead: 0,
+    });
+    assert.equal(withoutCandidates.settings.draftLookahead, 0);
+    assert.deepEqual(
+        withoutCandidates.prompts.map((p) => counts(p.speculative[0])),
+        nativeModel.prompts.map((p) => counts(p.speculative[0])),
+    );
 });
