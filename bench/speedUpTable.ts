@@ -10,9 +10,11 @@
  * RESULTS_DIR holds bench/generateCosts.ts outputs named `target-<name>.json` (with --target) and
  * `drafter-<name>.json` (with --drafter and --draft-model; `<drafter>@<variant>` for an A/B of engine settings, listed
  * with the costs but not projected), and `specdraft generate --out` summaries named
- * `e2e-<target>--<drafter>--<http|in-process>.json`.
+ * `e2e-<target>--<drafter>--<http|in-process>.json`. With a `lookahead-steps.json` (bench/lookaheadSteps.ts: a trained
+ * drafter's tokens per step on real text with candidates) and drafters measured with `--lookahead`, it adds the
+ * tables of drafting with candidates (bench/candidateTables.ts).
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
     expectedTokensPerStep,
@@ -21,6 +23,13 @@ import {
     type StepCosts,
 } from "../src/generate/speedUpModel.js";
 import type { GenerateSummary } from "../src/generate/types.js";
+import {
+    candidateChoices,
+    candidateCostTable,
+    candidateProjectionTable,
+    type LookaheadStepsJson,
+    type StepByM,
+} from "./candidateTables.js";
 
 /** Drafts of k the table projects, and the per-token agreements (0.81: τ 5.1 at k = 16, the 1.7B → 8B estimate). */
 export const tableDraftLengths = [2, 4, 6, 8, 16];
@@ -52,6 +61,7 @@ export interface CostsJson {
     draft_first?: Record<string, number>;
     draft_first_in_process?: Record<string, number>;
     steps_in_process?: Record<string, Record<string, number>>;
+    draft_step_by_m?: StepByM;
 }
 
 /** `{ m1: x, m17: y }` or `{ n1: x }` → Map(1 → x, 17 → y). */
@@ -229,11 +239,53 @@ export function readResults(dir: string) {
         else if (match[1] === "drafter") drafters.set(match[2], json);
         else runs.set(match[2], json);
     }
-    return { targets, drafters, runs };
+    const stepsFile = join(dir, "lookahead-steps.json");
+    const lookaheadSteps = existsSync(stepsFile)
+        ? (JSON.parse(readFileSync(stepsFile, "utf8")) as LookaheadStepsJson)
+        : undefined;
+    return { targets, drafters, runs, lookaheadSteps };
+}
+
+/** Drafting with candidates: each drafter's step cost at m with real text's tokens per step, and the projections. */
+function candidateTables(
+    targets: Map<string, CostsJson>,
+    drafters: Map<string, CostsJson>,
+    steps: LookaheadStepsJson,
+): string[] {
+    const lines = [
+        "#### Drafting with candidates (step costs here, tokens per step of a trained drafter on real text)",
+        "",
+    ];
+    // the goal's figures: the last data file (the unseen prompts, by bench/lookaheadSteps.ts's default order)
+    const file = Object.keys(steps.files).at(-1) ?? "";
+    for (const [name, d] of drafters) {
+        if (!d.draft_step_by_m) continue;
+        const plain = {
+            http: bySize(d.draft_walk, (ms) => ms),
+            inProcess: bySize(d.draft_walk_in_process, (ms) => ms),
+        };
+        lines.push(...candidateCostTable(name, d.draft_step_by_m, plain, steps), "");
+        const choices = candidateChoices(d.draft_step_by_m, steps, file);
+        if (name.includes("@")) continue;
+        for (const [targetName, t] of targets) {
+            const costs = { http: stepCosts(t, d, "http"), inProcess: stepCosts(t, d, "in-process") };
+            lines.push(
+                ...candidateProjectionTable(
+                    `${targetName} ← ${name}`,
+                    costs,
+                    choices,
+                    tableDraftLengths,
+                    tableAgreements,
+                ),
+                "",
+            );
+        }
+    }
+    return lines;
 }
 
 export function renderSpeedUpTables(dir: string): string {
-    const { targets, drafters, runs } = readResults(dir);
+    const { targets, drafters, runs, lookaheadSteps } = readResults(dir);
     return [
         "#### Measured costs",
         "",
@@ -242,6 +294,7 @@ export function renderSpeedUpTables(dir: string): string {
         "#### Projected speed-up (native verifier, drafts grown as in a generation)",
         "",
         ...projectionTables(targets, drafters),
+        ...(lookaheadSteps ? candidateTables(targets, drafters, lookaheadSteps) : []),
         "#### End to end: `specdraft generate --verifier exact` against the model",
         "",
         ...endToEndTable(runs, targets, drafters),
