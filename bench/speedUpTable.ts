@@ -21,6 +21,7 @@ import {
     predictRunSpeedUp,
     projectSpeedUp,
     type StepCosts,
+    withCandidates,
 } from "../src/generate/speedUpModel.js";
 import type { GenerateSummary } from "../src/generate/types.js";
 import {
@@ -202,25 +203,44 @@ function endToEndTable(
     runs: Map<string, GenerateSummary>,
     targets: Map<string, CostsJson>,
     drafters: Map<string, CostsJson>,
+    steps?: LookaheadStepsJson,
 ): string[] {
     const lines = [
         "| target ← drafter (path), k | alone tok/s | speculative tok/s | τ | measured speed-up | predicted (own τ, costs above; the prompts' ms alone / speculative) | error | identical |",
         "|---|---|---|---|---|---|---|---|",
     ];
     for (const [name, summary] of runs) {
-        const [targetName, drafterName, path] = name.split("--");
+        // `<path>@<label>` names a second run of the same pair (e.g. in-process@off: without candidates)
+        const [targetName, drafterName, pathLabel = ""] = name.split("--");
+        const [path] = pathLabel.split("@");
         const t = targets.get(targetName);
         const d = drafters.get(drafterName);
         let predicted = "no costs for this pair";
         let error = "–";
         if (t && d && (path === "http" || path === "in-process")) {
-            const check = checkEndToEnd(summary, stepCosts(t, d, path));
+            const plain = stepCosts(t, d, path);
+            // a run whose drafter checked candidates: its drafts composed with the step costs at m and real text's
+            // steps per draft (the first data file of lookahead-steps.json: the lab's held-out set)
+            const candidates = summary.settings.draftLookahead ?? 0;
+            const choice =
+                candidates > 0 && d.draft_step_by_m && steps
+                    ? candidateChoices(d.draft_step_by_m, steps, Object.keys(steps.files)[0] ?? "").find(
+                          (c) => c.candidates === candidates,
+                      )
+                    : undefined;
+            if (candidates > 0 && !choice) {
+                lines.push(
+                    `| ${targetName} ← ${drafterName} (${pathLabel}) | no step costs or tokens per step for M ${candidates} |`,
+                );
+                continue;
+            }
+            const check = checkEndToEnd(summary, choice ? withCandidates(plain, choice) : plain);
             const prompts = check.predicted.promptMs;
             predicted = `${f(check.predicted.speedUp)}×${prompts.alone > 0 ? ` (prompts: ${f(prompts.alone, 0)} / ${f(prompts.speculative, 0)} ms)` : ""}`;
             error = `${check.error >= 0 ? "+" : ""}${f(100 * check.error, 1)} %${check.withinTolerance ? "" : " (over 10 %)"}`;
         }
         lines.push(
-            `| ${targetName} ← ${drafterName} (${path}), ${summary.settings.draftLength} | ${f(summary.alone.tokensPerSecond, 1)} | ${f(summary.speculative.tokensPerSecond, 1)} | ${f(summary.tau)} | ${f(summary.speedUp)}× | ${predicted} | ${error} | ${summary.identical ? "yes" : "**no**"} |`,
+            `| ${targetName} ← ${drafterName} (${pathLabel}${summary.settings.draftLookahead ? `, M ${summary.settings.draftLookahead}` : ""}), ${summary.settings.draftLength} | ${f(summary.alone.tokensPerSecond, 1)} | ${f(summary.speculative.tokensPerSecond, 1)} | ${f(summary.tau)} | ${f(summary.speedUp)}× | ${predicted} | ${error} | ${summary.identical ? "yes" : "**no**"} |`,
         );
     }
     return lines;
@@ -297,7 +317,7 @@ export function renderSpeedUpTables(dir: string): string {
         ...(lookaheadSteps ? candidateTables(targets, drafters, lookaheadSteps) : []),
         "#### End to end: `specdraft generate --verifier exact` against the model",
         "",
-        ...endToEndTable(runs, targets, drafters),
+        ...endToEndTable(runs, targets, drafters, lookaheadSteps),
         "",
     ].join("\n");
 }

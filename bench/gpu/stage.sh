@@ -32,7 +32,8 @@ for f in serveBench batchConsistency generateCosts speedUpTable; do
   npx esbuild "bench/$f.ts" --bundle --platform=node --format=esm --target=node20 --packages=external \
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done
-# bench/gpu/real-shape.sh's scripts alone (no tokenizer: its GGUFs have a synthetic vocabulary), so that job fits 64 MiB
+# bench/gpu/real-shape.sh's and lookahead.sh's scripts alone (no tokenizer: their GGUFs have a synthetic vocabulary), so
+# those jobs fit 64 MiB
 mkdir -p .gpu-rs
 cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs .gpu-rs/
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -48,7 +49,7 @@ du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .whl .prose
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
-           "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
+           "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" "lookahead.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
            "gpu_lab.sh:.whl .prose"; do
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))
