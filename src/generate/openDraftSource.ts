@@ -194,7 +194,7 @@ export interface DraftSource {
     readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
     readonly predictor: TokenPredictor;
-    /** How the in-process draft engine checks prompt-lookup candidates (`native` drafting only). */
+    /** How the drafter checks prompt-lookup candidates: the in-process draft engine's, or a server's `GET /info`. */
     readonly lookahead?: LookaheadSettings;
     close(): Promise<void>;
 }
@@ -234,6 +234,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             label: spec.url,
             vocabFingerprint: fingerprint,
             quantization: info?.quantization,
+            lookahead: info?.lookahead,
             predictor,
             close: async () => predictor.dispose(),
         };
@@ -320,6 +321,7 @@ interface DrafterInfo {
     vocabSize: number;
     vocabFingerprint: string;
     quantization?: string;
+    lookahead?: LookaheadSettings;
 }
 
 /**
@@ -343,7 +345,14 @@ async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<Dra
     } catch {
         throw new Error(`GET ${url}: answer is not JSON: ${text.slice(0, 80)}`);
     }
-    const info = body as { model?: unknown; vocab_size?: unknown; vocab_fingerprint?: unknown; quantization?: unknown };
+    const info = body as {
+        model?: unknown;
+        vocab_size?: unknown;
+        vocab_fingerprint?: unknown;
+        quantization?: unknown;
+        lookahead?: { candidates?: unknown; step_tokens?: unknown; fill?: unknown };
+    };
+    const { candidates, step_tokens: stepTokens, fill } = info.lookahead ?? {};
     if (typeof info.vocab_fingerprint !== "string" || typeof info.vocab_size !== "number")
         throw new Error(
             `GET ${url}: expected "vocab_fingerprint" (string) and "vocab_size" (number), found ${text.slice(0, 120)}`,
@@ -353,5 +362,10 @@ async function fetchDrafterInfo(baseUrl: string, timeoutMs: number): Promise<Dra
         vocabSize: info.vocab_size,
         vocabFingerprint: info.vocab_fingerprint,
         quantization: typeof info.quantization === "string" ? info.quantization : undefined,
+        // servers from before candidates have none to report
+        lookahead:
+            typeof candidates === "number" && typeof stepTokens === "number" && typeof fill === "boolean"
+                ? { candidates, stepTokens, fill }
+                : undefined,
     };
 }

@@ -254,7 +254,15 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                       : llama.gpu,
                 contextSize,
                 threads,
-                ...(source.lookahead ? { draftLookahead: source.lookahead.candidates } : {}),
+                // what a lone request's steps check: the step's budget may allow fewer than the setting
+                ...(source.lookahead
+                    ? {
+                          draftLookahead: Math.min(
+                              source.lookahead.candidates,
+                              Math.max(0, source.lookahead.stepTokens - 1),
+                          ),
+                      }
+                    : {}),
             },
             warnings,
         });

@@ -157,7 +157,8 @@ test("specdraft generate's exact verifier (native target, native drafter) == exa
     assert.ok(nativeModel.speculative.accepted > 0);
     assert.equal(nativeModel.settings.gpu, "cpu");
     // the in-process drafter is the draft engine with its defaults, candidates included; off, it drafts the same
-    assert.equal(nativeModel.settings.draftLookahead, defaultLookahead.cpu.candidates);
+    const { candidates, stepTokens } = defaultLookahead.cpu;
+    assert.equal(nativeModel.settings.draftLookahead, Math.min(candidates, stepTokens - 1));
     const withoutCandidates = await runGenerate({
         target: targetModel,
         draft: { kind: "model", path: quantizedDrafter },
