@@ -5,9 +5,10 @@
  * The drafter walks each held-out conversation as the validator does (drafts of the largest `--draft-len` at every
  * point the walk reaches; src/validate/walkHeldOut.ts), one request at a time on a one-stream engine without
  * candidates, recording every context it drafts from. The same contexts are then drafted, in the same order, by an
- * engine with M candidates a step (for every M of `--candidates`; a step of one sequence gets exactly M, no fillers),
- * for every draft length: the steps each draft took (the engine's step counter), its time, and whether it equals the
- * plain draft. Printed per data file and category, beside the repeated-4-gram share of its conversations (the share
+ * engine with M candidates a step for every M of `--candidates` (a step of one sequence gets exactly M; `--fill`:
+ * without fillers, `M<m>`, or with them, `M<m>+fill`) and by a plain one (`M0`), for every draft length, the engines
+ * taking turns point by point: the steps each draft took (the engine's step counter), its time, and whether it equals
+ * the walk's plain draft (the plain replay's `differing` shows how much the cache's history alone changes). Printed per data file and category, beside the repeated-4-gram share of its conversations (the share
  * of continuation 4-grams that already occurred earlier in the prompt + continuation: text that repeats itself is
  * what prompt lookup finds). One JSON object on stdout.
  *
@@ -32,6 +33,7 @@ interface Flags {
     data: string[];
     candidates: number[];
     draftLen: number[];
+    fill: boolean[];
     limit?: number;
     gpu: GpuChoice;
     threads: number;
@@ -100,34 +102,42 @@ async function walkPoints(engine: DraftEngine, conversations: Conversation[], k:
     return points;
 }
 
-/** Drafts every point with `engine` for each length; counts its steps through `steps()`. */
-async function replay(
-    engine: DraftEngine,
-    points: Point[],
-    lengths: number[],
-    steps: () => number,
-    bar?: cliProgress.SingleBar,
-) {
-    const cells = new Map<string, Map<number, Cell>>();
+/** One engine configuration the points are drafted with. */
+interface Config {
+    /** `M<m>`, and `+fill` with fillers. */
+    label: string;
+    engine: DraftEngine;
+    /** Decode steps the engine has run. */
+    steps: () => number;
+    /** Per category and draft length. */
+    cells: Map<string, Map<number, Cell>>;
+}
+
+/**
+ * Drafts every point with every configuration for each length, configuration after configuration for the same point
+ * (so a drifting machine load falls on all of them alike); each engine sees the points in the walk's order.
+ */
+async function replay(configs: Config[], points: Point[], lengths: number[], bar?: cliProgress.SingleBar) {
     for (const point of points) {
-        const byLength = cells.get(point.category) ?? new Map<number, Cell>();
-        cells.set(point.category, byLength);
-        for (const n of lengths) {
-            const before = steps();
-            const started = performance.now();
-            const draft = await engine.draft(point.context, n);
-            const ms = performance.now() - started;
-            const cell = byLength.get(n) ?? { drafts: 0, tokens: 0, steps: 0, ms: 0, differing: 0 };
-            cell.drafts++;
-            cell.tokens += draft.length;
-            cell.steps += steps() - before;
-            cell.ms += ms;
-            if (draft.join(",") !== point.draft.slice(0, n).join(",")) cell.differing++;
-            byLength.set(n, cell);
+        for (const config of configs) {
+            const byLength = config.cells.get(point.category) ?? new Map<number, Cell>();
+            config.cells.set(point.category, byLength);
+            for (const n of lengths) {
+                const before = config.steps();
+                const started = performance.now();
+                const draft = await config.engine.draft(point.context, n);
+                const ms = performance.now() - started;
+                const cell = byLength.get(n) ?? { drafts: 0, tokens: 0, steps: 0, ms: 0, differing: 0 };
+                cell.drafts++;
+                cell.tokens += draft.length;
+                cell.steps += config.steps() - before;
+                cell.ms += ms;
+                if (draft.join(",") !== point.draft.slice(0, n).join(",")) cell.differing++;
+                byLength.set(n, cell);
+            }
         }
         bar?.increment();
     }
-    return cells;
 }
 
 function summarize(cells: Map<number, Cell>[], lengths: number[]) {
@@ -154,7 +164,6 @@ async function main(flags: Flags): Promise<void> {
     const lengths = [...flags.draftLen].sort((a, b) => b - a);
     const k = lengths[0] ?? 16;
     const candidates = [0, ...flags.candidates.filter((m) => m > 0)];
-    let steps = 0;
     const common: LoadEngineOptions = {
         modelPath: flags.model,
         streams: 1,
@@ -162,12 +171,19 @@ async function main(flags: Flags): Promise<void> {
         gpu: flags.gpu,
         threads: flags.threads,
         useEnv: false,
-        observer: { onStep: () => steps++ },
     };
+    // exactly m candidates a step: one sequence and a budget of 1 + m tokens; without fillers, and with them if asked
+    const settings = [
+        { label: "M0", m: 0, fill: false },
+        ...candidates
+            .filter((m) => m > 0)
+            .flatMap((m) => flags.fill.map((fill) => ({ label: `M${m}${fill ? "+fill" : ""}`, m, fill }))),
+    ];
     const result: Record<string, unknown> = {
         model: flags.model,
         draft_lengths: lengths,
         candidates,
+        configurations: settings.map((c) => c.label),
         machine: {
             cpu: cpus()[0]?.model ?? "?",
             cores: cpus().length,
@@ -187,22 +203,23 @@ async function main(flags: Flags): Promise<void> {
         bar?.start(conversations.length, 0, { task: "walk" });
         const plain = await loadEngine({ ...common, lookahead: 0 });
         const points = await walkPoints(plain, conversations, k, bar);
-        const byCandidates = new Map<number, Map<string, Map<number, Cell>>>();
-        byCandidates.set(0, await replay(plain, points, lengths, () => steps));
         await plain.close();
-        for (const m of candidates.filter((c) => c > 0)) {
-            bar?.setTotal(points.length);
-            bar?.update(0, { task: `M = ${m}` });
-            // exactly m candidates a step: one sequence, a budget of 1 + m tokens, no fillers
+        const configs: Config[] = [];
+        for (const { label, m, fill } of settings) {
+            let steps = 0;
             const engine = await loadEngine({
                 ...common,
                 lookahead: m,
                 lookaheadStepTokens: m + 1,
-                lookaheadFill: false,
+                lookaheadFill: fill,
+                observer: { onStep: () => steps++ },
             });
-            byCandidates.set(m, await replay(engine, points, lengths, () => steps, bar));
-            await engine.close();
+            configs.push({ label, engine, steps: () => steps, cells: new Map() });
         }
+        bar?.setTotal(points.length);
+        bar?.update(0, { task: `${configs.length} configurations` });
+        await replay(configs, points, lengths, bar);
+        for (const config of configs) await config.engine.close();
         bar?.stop();
         const categories = [...new Set(conversations.map((c) => c.category ?? "uncategorized"))];
         const share = (subset: Conversation[]) => {
@@ -216,9 +233,7 @@ async function main(flags: Flags): Promise<void> {
             return round(repeated / Math.max(1, total));
         };
         const table = (pick: (cells: Map<string, Map<number, Cell>>) => Map<number, Cell>[]) =>
-            Object.fromEntries(
-                candidates.map((m) => [`M${m}`, summarize(pick(byCandidates.get(m) ?? new Map()), lengths)]),
-            );
+            Object.fromEntries(configs.map((config) => [config.label, summarize(pick(config.cells), lengths)]));
         files[file] = {
             conversations: conversations.length,
             points: points.length,
@@ -255,6 +270,12 @@ const program = new Command("lookaheadSteps")
         [1, 2, 3, 4, 8, 15],
     )
     .option("--draft-len <list>", "draft lengths (the walk drafts the largest)", parseIntegerListOption(1), [16, 8])
+    .option(
+        "--fill <list>",
+        "for each M: without fillers (false), with them (true: every step 1 + M tokens), or both (false,true)",
+        (value: string) => value.split(",").map((part) => part.trim() === "true"),
+        [false],
+    )
     .option("--limit <n>", "first N conversations of each file", parseIntegerOption(1))
     .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--threads <n>", "llama.cpp CPU threads", parseIntegerOption(1), 1)
