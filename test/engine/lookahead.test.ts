@@ -10,7 +10,7 @@ import { test } from "node:test";
 import { defaultLookahead, maxLookahead } from "../../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
-import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { randomPrompts, testGpu, tinyEngineOptions } from "./helpers/engineFixtures.js";
 
 interface Step extends StepSplit {
     sequences: number;
@@ -23,12 +23,7 @@ async function openEngine(
 ): Promise<{ engine: DraftEngine; steps: Step[] }> {
     const steps: Step[] = [];
     const engine = await loadEngine({
-        modelPath: tinyModel,
-        streams: 1,
-        contextSize: 512,
-        gpu: testGpu,
-        threads: testThreads,
-        useEnv: false,
+        ...tinyEngineOptions,
         observer: {
             onStep: (sequences, _d, _s, _h, graphReused, split) => steps.push({ ...split, sequences, graphReused }),
         },
@@ -141,7 +136,7 @@ test("end_id ends the draft right after it even where later candidates were kept
 test("the defaults are the backend's, and bad values are refused naming the option", async (t) => {
     const { engine } = await openEngine(t, {});
     assert.deepEqual(engine.info.lookahead, defaultLookahead[testGpu === "cpu" ? "cpu" : "gpu"]);
-    const common = { modelPath: tinyModel, streams: 1, contextSize: 64, gpu: testGpu, threads: testThreads };
+    const common = { ...tinyEngineOptions, contextSize: 64 };
     await assert.rejects(loadEngine({ ...common, lookahead: maxLookahead + 1 }), /lookahead must be an integer 0–32/);
     await assert.rejects(loadEngine({ ...common, lookahead: 1.5 }), /lookahead must be an integer 0–32, got 1.5/);
     await assert.rejects(

@@ -11,7 +11,7 @@ import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
 import { draftConversationsAlone } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
-import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { randomPrompts, tinyEngineOptions } from "./helpers/engineFixtures.js";
 
 interface Step {
     tokens: number;
@@ -28,12 +28,7 @@ async function openEngine(
     // every draft also drafted with the CPU's default candidates, and compared (helpers/differentialEngine.ts)
     const engine = await loadDifferentialEngine(
         {
-            modelPath: tinyModel,
-            streams: 1,
-            contextSize: 512,
-            gpu: testGpu,
-            threads: testThreads,
-            useEnv: false,
+            ...tinyEngineOptions,
             observer: {
                 onStep: (sequences, decodeMs, _sampleMs, _hostMs, _graphReused, split) =>
                     steps.push({ tokens: split.tokens, sequences, decodeMs, split }),
