@@ -15,7 +15,7 @@
  * tables of drafting with candidates (bench/candidateTables.ts).
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import {
     expectedTokensPerStep,
     predictRunSpeedUp,
@@ -63,6 +63,7 @@ export interface CostsJson {
     draft_first_in_process?: Record<string, number>;
     steps_in_process?: Record<string, Record<string, number>>;
     draft_step_by_m?: StepByM;
+    draft_model?: string | null;
 }
 
 /** `{ m1: x, m17: y }` or `{ n1: x }` → Map(1 → x, 17 → y). */
@@ -203,7 +204,7 @@ function endToEndTable(
     runs: Map<string, GenerateSummary>,
     targets: Map<string, CostsJson>,
     drafters: Map<string, CostsJson>,
-    steps?: LookaheadStepsJson,
+    allSteps: LookaheadStepsJson[] = [],
 ): string[] {
     const lines = [
         "| target ← drafter (path), k | alone tok/s | speculative tok/s | τ | measured speed-up | predicted (own τ, costs above; the prompts' ms alone / speculative) | error | identical |",
@@ -219,9 +220,10 @@ function endToEndTable(
         let error = "–";
         if (t && d && (path === "http" || path === "in-process")) {
             const plain = stepCosts(t, d, path);
-            // a run whose drafter checked candidates: its drafts composed with the step costs at m and real text's
-            // steps per draft (the first data file of lookahead-steps.json: the lab's held-out set)
+            // a run whose drafter checked candidates: its drafts composed with the step costs at m and that drafter's
+            // steps per draft on real text (the first data file of its lookahead-steps: the held-out set it drafted)
             const candidates = summary.settings.draftLookahead ?? 0;
+            const steps = allSteps.find((s) => basename(s.model) === basename(d.draft_model ?? "")) ?? allSteps.at(0);
             const choice =
                 candidates > 0 && d.draft_step_by_m && steps
                     ? candidateChoices(d.draft_step_by_m, steps, Object.keys(steps.files)[0] ?? "").find(
@@ -259,11 +261,22 @@ export function readResults(dir: string) {
         else if (match[1] === "drafter") drafters.set(match[2], json);
         else runs.set(match[2], json);
     }
+    // lookahead-steps.json: the reference drafter's tokens per step (the tables'); lookahead-steps-<label>.json: another
+    // drafter's, for the end-to-end runs it drafted
     const stepsFile = join(dir, "lookahead-steps.json");
     const lookaheadSteps = existsSync(stepsFile)
         ? (JSON.parse(readFileSync(stepsFile, "utf8")) as LookaheadStepsJson)
         : undefined;
-    return { targets, drafters, runs, lookaheadSteps };
+    const otherSteps = readdirSync(dir)
+        .filter((file) => /^lookahead-steps-.+\.json$/.test(file))
+        .map((file) => JSON.parse(readFileSync(join(dir, file), "utf8")) as LookaheadStepsJson);
+    return {
+        targets,
+        drafters,
+        runs,
+        lookaheadSteps,
+        allSteps: [...(lookaheadSteps ? [lookaheadSteps] : []), ...otherSteps],
+    };
 }
 
 /** Drafting with candidates: each drafter's step cost at m with real text's tokens per step, and the projections. */
@@ -305,7 +318,7 @@ function candidateTables(
 }
 
 export function renderSpeedUpTables(dir: string): string {
-    const { targets, drafters, runs, lookaheadSteps } = readResults(dir);
+    const { targets, drafters, runs, lookaheadSteps, allSteps } = readResults(dir);
     return [
         "#### Measured costs",
         "",
@@ -317,7 +330,7 @@ export function renderSpeedUpTables(dir: string): string {
         ...(lookaheadSteps ? candidateTables(targets, drafters, lookaheadSteps) : []),
         "#### End to end: `specdraft generate --verifier exact` against the model",
         "",
-        ...endToEndTable(runs, targets, drafters, lookaheadSteps),
+        ...endToEndTable(runs, targets, drafters, allSteps),
         "",
     ].join("\n");
 }

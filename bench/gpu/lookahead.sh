@@ -8,9 +8,9 @@
 #      so HTTP's overhead with candidates is measured, not only composed;
 #   3. 32 streams × 512 (bench/serveBench.ts), without candidates, with the default budget and with a larger one,
 #      interleaved in the same run (off / on / wider / off);
-#   4. with LAB_TARGET (the lab's target GGUF, e.g. what train/scripts/gpu_lab_checks.sh writes on this machine):
-#      `specdraft generate --verifier exact` lab target ← the default drafter, in process, with and without candidates
-#      (lossless: output identical), and over HTTP with them;
+#   4. with LAB_TARGET (the lab's target GGUF, e.g. what train/scripts/gpu_lab_checks.sh writes on this machine): its
+#      costs, and `specdraft generate --verifier exact` lab target ← the default drafter (or LAB_DRAFTER, on LAB_DATA)
+#      in process with and without candidates (lossless: output identical), and over HTTP with them;
 #   5. tables.md (bench/speedUpTable.ts): the step costs, their break-even tokens per step, the CPU-measured tokens per
 #      step of the trained default drafter on real text (bench/results/2026-12-01-cpu-lookahead/lookahead-steps.json,
 #      copied in), drafts of 16 and 8 composed from the two, and the projected speed-up of 8B F16 ← 1.7B Q4_0 and the
@@ -91,20 +91,32 @@ if [ -f "$drafter_big" ]; then
   [ "$(elapsed)" -lt "$budget" ] && serve_bench "@off-again" --lookahead 0
 fi
 
-# ---- 4. end to end with the lab pair (needs the lab's target GGUF on this machine) ----
+# ---- 4. end to end with the lab pair (needs the lab's target GGUF on this machine; LAB_DRAFTER and LAB_DATA: another
+# trained drafter and its held-out set, whose tokens per step are then measured here too) ----
+lab_drafter=${LAB_DRAFTER:-models/specdraft-default.gguf}; lab_data=${LAB_DATA:-data/lab-heldout.jsonl}
+lab_label=default; [ -n "${LAB_DRAFTER:-}" ] && lab_label=lab-drafter
 e2e() { # label [generate options...]
   local label=$1; shift
-  log "generate lab ← default ($label)"
-  timeout 120 "${cli[@]}" generate --target "$lab_target" --data data/lab-heldout.jsonl --limit "$prompts" --max-tokens "$max_tokens" \
-    --draft-len 8 --verifier exact --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-lab--default--$label.json" "$@" \
-    > "$results/e2e-lab--default--$label.txt" 2>&1 || fail "generate $label (exit $?): $(tail -3 "$results/e2e-lab--default--$label.txt" | tr '\n' ' ')"
-  grep -E "speed-up|τ|identical" "$results/e2e-lab--default--$label.txt" | tr -s ' ' | tee -a "$results/progress.log"
+  log "generate lab ← $lab_label ($label)"
+  timeout 150 "${cli[@]}" generate --target "$lab_target" --data "$lab_data" --limit "$prompts" --max-tokens "$max_tokens" \
+    --draft-len 8 --verifier exact --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-lab--$lab_label--$label.json" "$@" \
+    > "$results/e2e-lab--$lab_label--$label.txt" 2>&1 || fail "generate $label (exit $?): $(tail -3 "$results/e2e-lab--$lab_label--$label.txt" | tr '\n' ' ')"
+  grep -E "speed-up|τ|identical" "$results/e2e-lab--$lab_label--$label.txt" | tr -s ' ' | tee -a "$results/progress.log"
 }
 if [ -n "$lab_target" ]; then
   if [ -f "$lab_target" ] && [ "$(elapsed)" -lt "$budget" ]; then
-    e2e in-process --draft-model models/specdraft-default.gguf
-    e2e in-process@off --draft-model models/specdraft-default.gguf --draft-lookahead 0
-    if start_server models/specdraft-default.gguf 1 "$results/serve-e2e-http.log"; then e2e http --drafter "$url"; stop_server; fi
+    log "target lab: its costs on this machine"
+    js 150 generateCosts --target "$lab_target" --gpu "$gpu" --repeats "$repeats" > "$results/target-lab.json" 2> "$results/target-lab.err" \
+      || fail "generateCosts target lab: $(tail -3 "$results/target-lab.err" | tr '\n' ' ')"
+    if [ "$lab_label" != default ]; then
+      step_costs "$lab_label" "$lab_drafter"
+      log "tokens per step of $lab_drafter on $lab_data"
+      js 200 lookaheadSteps --model "$lab_drafter" --data "$lab_data" --candidates "${sweep#0,}" --gpu "$gpu" --no-progress \
+        > "$results/lookahead-steps-$lab_label.json" 2> "$results/lookahead-steps-$lab_label.err" || fail "lookaheadSteps $lab_label"
+    fi
+    e2e in-process --draft-model "$lab_drafter"
+    e2e in-process@off --draft-model "$lab_drafter" --draft-lookahead 0
+    if start_server "$lab_drafter" 1 "$results/serve-e2e-http.log"; then e2e http --drafter "$url"; stop_server; fi
   else
     fail "lab target $lab_target: missing or no time left"
   fi

