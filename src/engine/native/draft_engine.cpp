@@ -44,9 +44,11 @@ public:
             cp.n_ubatch = (uint32_t)std::min(options_.ubatchSize, options_.batchSize);
             // at most one output (the last token) per sequence per decode, and with candidates one more for each of
             // them, within the step's token budget (EngineState::lookahead): keeps the logits buffers small
-            const int32_t maxCandidates = options_.lookahead > 0 ? std::min(options_.lookahead, options_.lookaheadStepTokens - 1) : 0;
+            // (a step never carries more tokens than a decode takes: the budget is capped at the batch size)
+            const int32_t stepTokens = std::min(options_.lookaheadStepTokens, options_.batchSize);
+            const int32_t maxCandidates = options_.lookahead > 0 ? std::min(options_.lookahead, stepTokens - 1) : 0;
             const int64_t outputsMax = maxCandidates > 0
-                ? std::max<int64_t>(options_.streams, std::min<int64_t>(options_.lookaheadStepTokens, (int64_t)options_.streams * (1 + maxCandidates)))
+                ? std::max<int64_t>(options_.streams, std::min<int64_t>(stepTokens, (int64_t)options_.streams * (1 + maxCandidates)))
                 : options_.streams;
             cp.n_outputs_max = (uint32_t)outputsMax;
             cp.flash_attn_type = options_.flashAttention ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -90,7 +92,7 @@ public:
             s.slotLength.assign(options_.streams, 0);
             s.stepPrefill = options_.stepPrefill;
             s.lookahead = options_.lookahead;
-            s.lookaheadStepTokens = options_.lookaheadStepTokens;
+            s.lookaheadStepTokens = std::min(options_.lookaheadStepTokens, s.batchCapacity);
             s.lookaheadFill = options_.lookaheadFill;
             s.slotHistory.assign(options_.lookahead > 0 ? options_.streams : 0, PromptLookup());
             s.padMinSequences = options_.padBatch > 0
