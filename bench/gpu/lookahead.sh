@@ -4,8 +4,8 @@
 #   1. a drafter step's cost at m = 1 … 16 tokens of one sequence (generateCosts --lookahead 0,…,15: exactly m − 1
 #      candidates a step, fillers, one process), with the plain drafts of 1 … 16 over HTTP (`specdraft serve --streams 1
 #      --lookahead 0`) and in process beside it, for both shapes and for the committed default drafter (the lab's);
-#   2. the same 1.7B drafter served as served by default (candidates on): drafts of 8 and 16 over HTTP and in process,
-#      so HTTP's overhead with candidates is measured, not only composed;
+#   2. the same 1.7B drafter as served by default (candidates on, fillers): drafts over HTTP and in process, so HTTP's
+#      overhead with candidates is measured, not only composed; and again without fillers (which shape is faster);
 #   3. 32 streams × 512 (bench/serveBench.ts), without candidates, with the default budget and with a larger one,
 #      interleaved in the same run (off / on / wider / off);
 #   4. with LAB_TARGET (the lab's target GGUF, e.g. what train/scripts/gpu_lab_checks.sh writes on this machine): its
@@ -62,16 +62,23 @@ wait_file "$drafter_big" && step_costs "$big" "$drafter_big"
 step_costs default models/specdraft-default.gguf
 wait_file "$drafter_small" && step_costs "$small" "$drafter_small"
 
-# ---- 2. the 1.7B drafter as served by default: candidates on, HTTP against in process ----
-if [ -f "$drafter_big" ]; then
-  log "drafter $big as served (candidates on)"
+# ---- 2. the 1.7B drafter as served by default: candidates on, HTTP against in process; and without fillers (steps
+# of varying shape: the graph rebuilt where the lookup's guesses change in number) ----
+served() { # label [VAR=value ...]
+  local label=$1; shift
+  log "drafter $big as served${*:+ with $*} (candidates on)"
   (
-    start_server "$drafter_big" 1 "$results/serve-$big@candidates.log" || exit 1
+    for kv in "$@"; do export "${kv?}"; done
+    start_server "$drafter_big" 1 "$results/serve-$big@$label.log" || exit 1
     node -e 'fetch(process.argv[1]).then(r=>r.json()).then(i=>console.log("  /info lookahead", JSON.stringify(i.lookahead)))' "$url/info" | tee -a "$results/progress.log"
     js 150 generateCosts --drafter "$url" --draft-model "$drafter_big" --gpu "$gpu" --repeats "$repeats" \
-      > "$results/drafter-$big@candidates.json" 2> "$results/drafter-$big@candidates.err" || fail "generateCosts $big@candidates"
+      > "$results/drafter-$big@$label.json" 2> "$results/drafter-$big@$label.err" || fail "generateCosts $big@$label"
     stop_server
   )
+}
+if [ -f "$drafter_big" ]; then
+  served candidates
+  [ "$(elapsed)" -lt "$budget" ] && served candidates-nofill SPECDRAFT_LOOKAHEAD_FILL=0
 fi
 
 # ---- 3. 32 streams × 512 with and without candidates, interleaved ----
@@ -105,9 +112,13 @@ e2e() { # label [generate options...]
 }
 if [ -n "$lab_target" ]; then
   if [ -f "$lab_target" ] && [ "$(elapsed)" -lt "$budget" ]; then
-    log "target lab: its costs on this machine"
-    js 150 generateCosts --target "$lab_target" --gpu "$gpu" --repeats "$repeats" > "$results/target-lab.json" 2> "$results/target-lab.err" \
-      || fail "generateCosts target lab: $(tail -3 "$results/target-lab.err" | tr '\n' ' ')"
+    # the lab target's costs of 2026-12-01 (copied above) stand, unless asked (or a CPU run, where they are not this
+    # machine's): measuring them takes ~1.5 minutes of the budget
+    if [ "$cpu" = 1 ] || [ "${LAB_MEASURE_TARGET:-0}" = 1 ]; then
+      log "target lab: its costs on this machine"
+      js 150 generateCosts --target "$lab_target" --gpu "$gpu" --repeats "$repeats" > "$results/target-lab.json" 2> "$results/target-lab.err" \
+        || fail "generateCosts target lab: $(tail -3 "$results/target-lab.err" | tr '\n' ' ')"
+    fi
     if [ "$lab_label" != default ]; then
       step_costs "$lab_label" "$lab_drafter"
       log "tokens per step of $lab_drafter on $lab_data"
