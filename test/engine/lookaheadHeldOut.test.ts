@@ -5,9 +5,9 @@
  *
  * What can and cannot be identical on the CPU (docs/engine.md, "Candidates and the CPU's kernels"): llama.cpp computes
  * the attention's K·Q product of a decode with two or more tokens of a sequence with llamafile's tinyBLAS and of a
- * one-token decode with ggml_vec_dot_f16, which sum in another order; for this drafter (head size 64) the logits of
- * the two paths then differ in the last bits, and now and then by up to ~0.15 after an activation's Q8_0 rounding
- * flips. Decodes of two or more tokens a sequence agree bit for bit whatever their split. So:
+ * one-token decode with ggml_vec_dot_f16, which sum in another order; the attention scores of the two paths then
+ * differ in the last bits, and now and then the logits by up to ~0.15 after an activation's Q8_0 rounding flips
+ * (bench/decodeSplits.sh). Decodes of two or more tokens a sequence agree bit for bit whatever their split. So:
  * - drafts with fillers (every decode two or more tokens a sequence) are identical whatever M and the batch;
  * - drafts with candidates equal the plain one-token drafts except where the two tokens were a near tie: at the first
  *   difference, the plain path's logit gap between them is within twice the two paths' largest logit difference
