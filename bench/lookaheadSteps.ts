@@ -24,6 +24,7 @@ import type { DraftClient } from "../src/client/types.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
+import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
 import type { Conversation } from "../src/validate/types.js";
 import { walkHeldOut } from "../src/validate/walkHeldOut.js";
@@ -34,6 +35,7 @@ interface Flags {
     candidates: number[];
     draftLen: number[];
     fill: boolean[];
+    classify?: boolean;
     limit?: number;
     gpu: GpuChoice;
     threads: number;
@@ -102,6 +104,63 @@ async function walkPoints(engine: DraftEngine, conversations: Conversation[], k:
     return points;
 }
 
+/** A draft that is not the walk's plain one: where, and what the two tokens were. */
+interface Difference {
+    label: string;
+    n: number;
+    context: number[];
+    /** The plain draft's tokens before the first difference. */
+    before: number[];
+    plain: number;
+    other: number;
+}
+
+/**
+ * Each difference's logit gap on the plain (one-token) path and the two kernel paths' disagreement there
+ * (NativeTarget.logitGap with the drafter loaded as a target, the draft engine's CPU settings): a near tie when the
+ * gap is within twice the disagreement, the rule `generate` applies (docs/engine.md, "Candidates and the CPU's
+ * kernels"). Differences at the same context and position are classified once.
+ */
+async function classify(differences: Difference[], flags: Flags) {
+    const target = await NativeTarget.load({
+        modelPath: flags.model,
+        contextSize: 4096,
+        maxOutputs: 17,
+        gpu: flags.gpu,
+        threads: flags.threads,
+        flashAttention: "off",
+        backendSampling: false,
+    });
+    const seen = new Map<string, { gap: number; disagreement: number }>();
+    const rows: Record<string, unknown>[] = [];
+    let nearTies = 0;
+    let widest = 0;
+    try {
+        for (const d of differences) {
+            const key = `${d.context.length}:${d.context.slice(-8).join(",")}:${d.before.length}:${d.plain}:${d.other}`;
+            let result = seen.get(key);
+            if (!result) {
+                result = await target.logitGap(d.context, d.before, d.plain, d.other);
+                seen.set(key, result);
+            }
+            const nearTie = result.gap <= 2 * result.disagreement;
+            if (nearTie) nearTies++;
+            if (result.gap > widest) widest = result.gap;
+            rows.push({
+                config: d.label,
+                n: d.n,
+                position: d.before.length,
+                gap: round(result.gap, 5),
+                disagreement: round(result.disagreement, 5),
+                near_tie: nearTie,
+            });
+        }
+    } finally {
+        target.dispose();
+    }
+    return { total: differences.length, near_ties: nearTies, widest_gap: round(widest, 5), cases: rows.slice(0, 60) };
+}
+
 /** One engine configuration the points are drafted with. */
 interface Config {
     /** `M<m>`, and `+fill` with fillers. */
@@ -117,7 +176,13 @@ interface Config {
  * Drafts every point with every configuration for each length, configuration after configuration for the same point
  * (so a drifting machine load falls on all of them alike); each engine sees the points in the walk's order.
  */
-async function replay(configs: Config[], points: Point[], lengths: number[], bar?: cliProgress.SingleBar) {
+async function replay(
+    configs: Config[],
+    points: Point[],
+    lengths: number[],
+    differences: Difference[],
+    bar?: cliProgress.SingleBar,
+) {
     for (const point of points) {
         for (const config of configs) {
             const byLength = config.cells.get(point.category) ?? new Map<number, Cell>();
@@ -132,7 +197,19 @@ async function replay(configs: Config[], points: Point[], lengths: number[], bar
                 cell.tokens += draft.length;
                 cell.steps += config.steps() - before;
                 cell.ms += ms;
-                if (draft.join(",") !== point.draft.slice(0, n).join(",")) cell.differing++;
+                const plain = point.draft.slice(0, n);
+                const at = plain.findIndex((token, j) => token !== draft[j]);
+                if (at >= 0) {
+                    cell.differing++;
+                    differences.push({
+                        label: config.label,
+                        n,
+                        context: point.context,
+                        before: plain.slice(0, at),
+                        plain: plain[at] ?? -1,
+                        other: draft[at] ?? -1,
+                    });
+                }
                 byLength.set(n, cell);
             }
         }
@@ -218,7 +295,8 @@ async function main(flags: Flags): Promise<void> {
         }
         bar?.setTotal(points.length);
         bar?.update(0, { task: `${configs.length} configurations` });
-        await replay(configs, points, lengths, bar);
+        const differences: Difference[] = [];
+        await replay(configs, points, lengths, differences, bar);
         for (const config of configs) await config.engine.close();
         bar?.stop();
         const categories = [...new Set(conversations.map((c) => c.category ?? "uncategorized"))];
@@ -237,6 +315,7 @@ async function main(flags: Flags): Promise<void> {
         files[file] = {
             conversations: conversations.length,
             points: points.length,
+            ...(flags.classify ? { differences: await classify(differences, flags) } : {}),
             repeated_4gram_share: share(conversations),
             all: table((cells) => [...cells.values()]),
             categories: Object.fromEntries(
@@ -279,6 +358,10 @@ const program = new Command("lookaheadSteps")
     .option("--limit <n>", "first N conversations of each file", parseIntegerOption(1))
     .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--threads <n>", "llama.cpp CPU threads", parseIntegerOption(1), 1)
+    .option(
+        "--classify",
+        "classify every draft that differs from the plain one: a near tie of the two kernel paths or not",
+    )
     .option("--no-progress", "no progress bars");
 
 program.parse();

@@ -22,7 +22,8 @@
 #   bash bench/gpu/lookahead.sh RESULTS [LAB_TARGET.gguf]
 # CPU dry run (tiny shapes, --gpu cpu, a few repeats, the sweep shortened; no .gpu needed):
 #   LOOKAHEAD_CPU=1 bash bench/gpu/lookahead.sh /tmp/lookahead-cpu
-# LOOKAHEAD_SWEEP (the M list of 1.) and LOOKAHEAD_REPEATS override either mode's; the CPU measurement of
+# LOOKAHEAD_SWEEP (the M list of 1.), LOOKAHEAD_REPEATS, LOOKAHEAD_PROMPTS and LOOKAHEAD_MAX_TOKENS (4.) override either
+# mode's; the CPU measurement of
 # docs/benchmarks.md runs the CPU mode with the full sweep and a trained pair (LAB_TARGET, LAB_DRAFTER, LAB_DATA).
 set -uo pipefail
 results=${1:?usage: lookahead.sh RESULTS [LAB_TARGET.gguf]}
@@ -33,10 +34,10 @@ models=${LOOKAHEAD_MODELS:-/tmp/lookahead-models}
 source bench/gpu/jobLib.sh
 if [ "$cpu" = 1 ]; then
   repeats=${LOOKAHEAD_REPEATS:-3}; streams_big=4; sweep=${LOOKAHEAD_SWEEP:-0,1,3}; shape_big=tiny-drafter; shape_small=tiny-drafter; big=tiny-a-q4_0; small=tiny-b-q4_0
-  max_tokens=24; prompts=2
+  max_tokens=${LOOKAHEAD_MAX_TOKENS:-24}; prompts=${LOOKAHEAD_PROMPTS:-2}
 else
   repeats=${LOOKAHEAD_REPEATS:-12}; streams_big=32; sweep=${LOOKAHEAD_SWEEP:-0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}
-  max_tokens=128; prompts=16
+  max_tokens=${LOOKAHEAD_MAX_TOKENS:-128}; prompts=${LOOKAHEAD_PROMPTS:-16}
   shape_big=qwen3-1.7b; shape_small=qwen3-0.6b; big=1.7b-q4_0; small=0.6b-q4_0
 fi
 committed=bench/results/2026-12-01-h200-real-shape-2
