@@ -25,13 +25,22 @@ export interface LookaheadStepsJson {
         {
             conversations: number;
             repeated_4gram_share: number;
-            all: Record<
+            all: Record<string, Record<string, StepsCell>>;
+            categories: Record<
                 string,
-                Record<string, { tokens_per_step: number; steps_per_draft: number; ms_per_draft: number }>
+                { conversations: number; repeated_4gram_share: number } & Record<string, unknown>
             >;
-            categories: Record<string, unknown>;
         }
     >;
+}
+
+/** One (candidates, draft length) figure of bench/lookaheadSteps.ts. */
+interface StepsCell {
+    tokens_per_step: number;
+    steps_per_draft: number;
+    ms_per_draft: number;
+    differing?: number;
+    drafts?: number;
 }
 
 /** generateCosts' draft_step_by_m: by `m<tokens>`. */
@@ -141,4 +150,39 @@ export function candidateProjectionTable(
         );
     }
     return lines;
+}
+
+/**
+ * The trained drafter's tokens per step on real text: per data file and category (with its repeated-4-gram share),
+ * drafts of 16 at each candidate count without fillers, the whole file's drafts of 8, and how many drafts of 16
+ * differed from the walk's plain ones (M0: the plain engine again, from another cache history).
+ */
+export function tokensPerStepTable(steps: LookaheadStepsJson): string[] {
+    const labels = Object.keys(Object.values(steps.files)[0]?.all ?? {}).filter((l) => /^M\d+$/.test(l) && l !== "M0");
+    const lines = [
+        `Tokens per drafter step, ${steps.model} on real text, drafts of 16 at the walk's points (${steps.machine?.cpu ?? "?"}, ${steps.date?.slice(0, 10) ?? "?"}):`,
+        "",
+        `| data / category | conversations | repeated 4-grams | ${labels.map((l) => `M = ${l.slice(1)}`).join(" | ")} |`,
+        `|---|---|---|${labels.map(() => "---|").join("")}`,
+    ];
+    const row = (cells: Record<string, unknown>, n: number) =>
+        labels
+            .map((l) => f((cells[l] as Record<string, StepsCell> | undefined)?.[`n${n}`]?.tokens_per_step))
+            .join(" | ");
+    const notes: string[] = [];
+    for (const [file, data] of Object.entries(steps.files)) {
+        for (const [category, cells] of Object.entries(data.categories))
+            lines.push(
+                `| ${category} | ${cells.conversations} | ${f(100 * cells.repeated_4gram_share, 0)} % | ${row(cells, 16)} |`,
+            );
+        lines.push(
+            `| **${file}** | ${data.conversations} | ${f(100 * data.repeated_4gram_share, 0)} % | ${row(data.all, 16)} |`,
+            `| ${file}, drafts of 8 | | | ${row(data.all, 8)} |`,
+        );
+        const differing = ["M0", ...labels].map((l) => `${l} ${data.all[l]?.n16?.differing ?? "–"}`).join(", ");
+        notes.push(
+            `${file}: drafts of 16 (of ${data.all.M0?.n16?.drafts ?? "?"}) not the walk's plain ones: ${differing}.`,
+        );
+    }
+    return [...lines, "", ...notes];
 }

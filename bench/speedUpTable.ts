@@ -30,6 +30,7 @@ import {
     candidateProjectionTable,
     type LookaheadStepsJson,
     type StepByM,
+    tokensPerStepTable,
 } from "./candidateTables.js";
 
 /** Drafts of k the table projects, and the per-token agreements (0.81: τ 5.1 at k = 16, the 1.7B → 8B estimate). */
@@ -287,6 +288,8 @@ function candidateTables(
 ): string[] {
     const lines = [
         "#### Drafting with candidates (step costs here, tokens per step of a trained drafter on real text)",
+        "",
+        ...tokensPerStepTable(steps),
         "",
     ];
     // the goal's figures: the last data file (the unseen prompts, by bench/lookaheadSteps.ts's default order)
