@@ -23,19 +23,21 @@
 //   const engine = new Engine();
 //   await engine.load({ binsDir, modelPath, streams, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
 //                       kvUnified, backendSampling, kvType, padBatch, threads, unguardedLogits, arrivalOrder, stepPrefill,
-//                       verbose })
+//                       lookahead, lookaheadStepTokens, lookaheadFill, verbose })
 //       (every option is required, a missing or mistyped one is a TypeError: the defaults live in TypeScript)
 //   engine.info()  -> { vocabSize, contextSizePerSequence, gpuDevice }
 //   await engine.run(arrivals, cancelIds, maxSteps, onProgress)
 //       -> { finished: [{ id, draft, cached, evaluated }], steps: Float64Array, active }
 //       (maxSteps > 0 ends the run after that many steps even with requests in flight: the old loop, for comparison)
-//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 8 numbers per decode
+//       onProgress({ finished, steps }) is called mid-call when drafts finish; `steps` holds 12 numbers per decode
 //       step: tokens, sequences, decode ms (llama_decode + llama_synchronize), sample ms (fetching the outputs +
 //       argmax), host ms (time since the previous step ended: batch building, and for a call's first step the JS
 //       round trip when requests were left in flight; idle time without requests is not counted), compute graphs
 //       llama.cpp reused (not rebuilt; a CUDA graph can only be replayed for a reused graph), submit ms (the
 //       llama_decode call alone: on a GPU the host's part — graph reuse or rebuild, inputs, kernel or CUDA-graph
-//       launch — while the device may already run) and wait ms (llama_synchronize: the rest of the device's work)
+//       launch — while the device may already run), wait ms (llama_synchronize: the rest of the device's work), draft
+//       tokens the step produced, candidate positions it decoded (EngineState::lookahead), of those fillers, and the
+//       candidates kept
 //   engine.submit(arrivals, cancelIds) -> true when the run in flight took them (at its next step); false when no run is
 //       live (none started, or it is ending): pass them to the next run() instead
 //   engine.dispose()

@@ -10,8 +10,9 @@ namespace {
 // ---- run: decode steps back to back ----
 //
 // One step = one llama_decode: every drafting request adds its last draft token, requests that just arrived add their
-// new tokens (prefill; as many as the batch holds, the rest next step). A run repeats steps, taking what submit() put
-// in its inbox before each, until nothing is in flight (or `maxSteps` steps ran).
+// new tokens (prefill; as many as the batch holds, the rest next step), and with candidates (EngineState::lookahead)
+// each frontier token is followed by its guesses, checked against the greedy outputs after the decode. A run repeats
+// steps, taking what submit() put in its inbox before each, until nothing is in flight (or `maxSteps` steps ran).
 
 Napi::Object finishedToJs(Napi::Env env, const std::vector<DraftItem>& finished, const std::vector<StepStat>& steps) {
     Napi::Object result = Napi::Object::New(env);
