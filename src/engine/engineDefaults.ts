@@ -32,7 +32,10 @@ export const maxLookahead = 32;
  * Prompt-lookup candidates per drafting sequence and step, and the step's token budget they share (LookaheadSettings,
  * src/engine/types.ts), per backend: where a step of a few tokens of one sequence costs little more than one token
  * (a GPU, launch-bound at batch 1) more candidates pay than on the CPU, where a step's cost grows with its tokens.
- * Measured: docs/benchmarks.md, "Drafting with candidates".
+ * The CPU's is measured (docs/benchmarks.md, "Drafting with candidates": M = 3 without fillers took 11–19 % off a lone
+ * 16-token draft; more, or fillers, cost more than they saved). The GPU's is provisional until bench/gpu/lookahead.sh
+ * has run on the H200: 8 tokens a step (a 16-token draft splits into whole steps; ggml-cuda's matrix-vector kernels
+ * take up to 8 columns), fillers for one graph shape, and a budget that leaves 32 streams one candidate each.
  */
 export const defaultLookahead: Readonly<Record<"cpu" | "gpu", LookaheadSettings>> = {
     cpu: { candidates: 3, stepTokens: 4, fill: false },
