@@ -220,7 +220,7 @@ export function generateCommand(): Command {
         .option(
             "--draft-lookahead <n>",
             `with --draft-model and the exact verifier: prompt-lookup candidates each drafter step checks, 0–${maxLookahead} ` +
-                `(0: off; drafts are the same; default: the draft engine's, ${defaultLookahead.cpu.candidates} on the CPU, ` +
+                `(0: off; the drafter's greedy drafts either way; default: the draft engine's, ${defaultLookahead.cpu.candidates} on the CPU, ` +
                 `${defaultLookahead.gpu.candidates} on a GPU)`,
             parseIntegerOption(0, maxLookahead),
         )
