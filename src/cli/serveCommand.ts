@@ -98,8 +98,8 @@ export function serveCommand(): Command {
         )
         .option(
             "--lookahead <n>",
-            `prompt-lookup candidates each drafter step checks per request, 0–${maxLookahead} (0: off; drafts are ` +
-                `the same either way; default: ${defaultLookahead.cpu.candidates} on the CPU, ${defaultLookahead.gpu.candidates} on a GPU)`,
+            `prompt-lookup candidates each drafter step checks per request, 0–${maxLookahead} (0: off; the ` +
+                `drafter's greedy drafts either way; default: ${defaultLookahead.cpu.candidates} on the CPU, ${defaultLookahead.gpu.candidates} on a GPU)`,
             parseIntegerOption(0, maxLookahead),
         )
         .option(
