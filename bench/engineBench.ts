@@ -13,7 +13,7 @@
 
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
-import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
 import { defaultDraftLength, defaultGpu, defaultStreams, gpuChoices } from "../src/engine/engineDefaults.js";
 import { loadEngine } from "../src/engine/loadEngine.js";
 import { type KvType, kvTypes } from "../src/engine/readEngineEnv.js";
@@ -227,10 +227,6 @@ async function main(flags: BenchFlags): Promise<void> {
     );
 }
 
-function integerList(value: string): number[] {
-    return value.split(",").map((part) => integer(part.trim()));
-}
-
 const program = new Command("engineBench")
     .description("Draft engine throughput without HTTP: one request at a time vs all streams at once")
     .requiredOption("--model <path>", "GGUF drafter")
@@ -252,7 +248,7 @@ const program = new Command("engineBench")
     .option(
         "--max-steps-per-run <list>",
         "decode steps per native run, comma-separated to compare (0: no limit, 1: a JS round trip per step)",
-        integerList,
+        parseIntegerListOption(0),
         [0],
     )
     .option("--seed <n>", "random seed", integer, 1)

@@ -27,14 +27,19 @@
  * - draft_in_process[n] / draft_walk_in_process[n] / draft_walk_in_process_interleaved[n] / draft_first_in_process[P]:
  *   the same with specdraft's draft engine loaded in this process (NativeDraftTokenPredictor's path: no HTTP), and
  *   steps_in_process: mean ms per decode step by its index within a request (1: the request's new tokens, 2, 3, 4+),
- *   which shows what a graph rebuild and CUDA-graph warm-up cost.
+ *   which shows what a graph rebuild and CUDA-graph warm-up cost;
+ * - draft_step_by_m[m] (with --lookahead M,…): a drafter step's cost when it decodes m = 1 + M tokens of one sequence —
+ *   its own token and M prompt-lookup candidates, fillers where the lookup has none, so every step has exactly m — the
+ *   mean decode ms (submit / wait) of the walk's steps of m tokens, and the walk's drafts of 8 and 16 with those
+ *   candidates (their tokens per step are this synthetic text's; real text's come from bench/lookaheadSteps.ts, and
+ *   src/generate/speedUpModel.ts composes the two); m1 is the same engine without candidates, in the same process.
  *
  *   node --import tsx bench/generateCosts.ts [--target T.gguf] [--drafter http://127.0.0.1:8000] [--draft-model D.gguf]
  *       [--interleave-target T.gguf] [--gpu cuda] [--repeats 20] > costs.json
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
-import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
@@ -62,6 +67,7 @@ interface Options {
     interleaveTarget?: string;
     gpu: GpuChoice;
     repeats: number;
+    lookahead?: number[];
 }
 
 type Prompt = number[];
@@ -433,6 +439,62 @@ async function measureInProcessDrafter(
     }
 }
 
+/**
+ * A drafter step's cost at m = 1 + M tokens of one sequence, for each M: an engine with exactly M candidates a step
+ * (one stream, a budget of 1 + M tokens, fillers), the walk's steps of m tokens timed, and its drafts of 8 and 16.
+ */
+async function measureStepCosts(path: string, options: Options, prompt: Prompt, vocab: number) {
+    const out: Record<string, unknown> = {};
+    for (const candidates of options.lookahead ?? []) {
+        const m = 1 + candidates;
+        const row = { steps: 0, decode: 0, submit: 0, wait: 0, reused: 0, drafted: 0, all: 0 };
+        let recording = false;
+        const engine = await loadEngine({
+            modelPath: path,
+            streams: 1,
+            contextSize,
+            gpu: options.gpu,
+            lookahead: candidates,
+            lookaheadStepTokens: m,
+            lookaheadFill: true,
+            observer: {
+                onStep: (_sequences, decodeMs, _sampleMs, _hostMs, graphReused, split) => {
+                    if (!recording) return;
+                    row.all++;
+                    row.drafted += split.drafted;
+                    // a request's first step also holds its new tokens: only the drafting steps are m tokens
+                    if (split.tokens !== m) return;
+                    row.steps++;
+                    row.decode += decodeMs;
+                    row.submit += split.submitMs;
+                    row.wait += split.waitMs;
+                    row.reused += graphReused ? 1 : 0;
+                },
+            },
+        });
+        try {
+            const draft: DraftFn = (tokens, n) => engine.draft(tokens, n);
+            await timeWalk(draft, prompt, vocab, 2);
+            recording = true;
+            const walk = await timeWalk(draft, prompt, vocab, options.repeats);
+            recording = false;
+            out[`m${m}`] = {
+                candidates,
+                step: round(row.decode / row.steps),
+                submit: round(row.submit / row.steps),
+                wait: round(row.wait / row.steps),
+                graph_reused: round(row.reused / row.steps),
+                steps: row.steps,
+                synthetic_tokens_per_step: round(row.drafted / row.all),
+                draft_walk: { n8: round(walk.n8 ?? 0), n16: round(walk.n16 ?? 0) },
+            };
+        } finally {
+            await engine.close();
+        }
+    }
+    return out;
+}
+
 const program = new Command("generateCosts")
     .description("Measure the target's per-token and per-verify-step costs and the drafter's per-draft costs.")
     .option("--target <gguf>", "target model")
@@ -444,6 +506,11 @@ const program = new Command("generateCosts")
     )
     .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
+    .option(
+        "--lookahead <list>",
+        "with --draft-model: a drafter step's cost at m = 1 + M tokens for each M (e.g. 0,1,2,…,15): M candidates a step",
+        parseIntegerListOption(0),
+    )
     .action(async (options: Options) => {
         if (!options.target && !options.drafter && !options.draftModel)
             throw new Error("nothing to measure: give --target, --drafter and/or --draft-model");
@@ -495,6 +562,8 @@ const program = new Command("generateCosts")
                     result,
                     await measureInProcessDrafter(options.draftModel, options, prompt, vocab, between),
                 );
+            if (options.draftModel && options.lookahead)
+                result.draft_step_by_m = await measureStepCosts(options.draftModel, options, prompt, vocab);
         } finally {
             target?.dispose();
         }

@@ -10,17 +10,28 @@
  * RESULTS_DIR holds bench/generateCosts.ts outputs named `target-<name>.json` (with --target) and
  * `drafter-<name>.json` (with --drafter and --draft-model; `<drafter>@<variant>` for an A/B of engine settings, listed
  * with the costs but not projected), and `specdraft generate --out` summaries named
- * `e2e-<target>--<drafter>--<http|in-process>.json`.
+ * `e2e-<target>--<drafter>--<http|in-process>.json`. With a `lookahead-steps.json` (bench/lookaheadSteps.ts: a trained
+ * drafter's tokens per step on real text with candidates) and drafters measured with `--lookahead`, it adds the
+ * tables of drafting with candidates (bench/candidateTables.ts).
  */
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { basename, join } from "node:path";
 import {
     expectedTokensPerStep,
     predictRunSpeedUp,
     projectSpeedUp,
     type StepCosts,
+    withCandidates,
 } from "../src/generate/speedUpModel.js";
 import type { GenerateSummary } from "../src/generate/types.js";
+import {
+    candidateChoices,
+    candidateCostTable,
+    candidateProjectionTable,
+    type LookaheadStepsJson,
+    type StepByM,
+    tokensPerStepTable,
+} from "./candidateTables.js";
 
 /** Drafts of k the table projects, and the per-token agreements (0.81: τ 5.1 at k = 16, the 1.7B → 8B estimate). */
 export const tableDraftLengths = [2, 4, 6, 8, 16];
@@ -52,6 +63,8 @@ export interface CostsJson {
     draft_first?: Record<string, number>;
     draft_first_in_process?: Record<string, number>;
     steps_in_process?: Record<string, Record<string, number>>;
+    draft_step_by_m?: StepByM;
+    draft_model?: string | null;
 }
 
 /** `{ m1: x, m17: y }` or `{ n1: x }` → Map(1 → x, 17 → y). */
@@ -192,25 +205,45 @@ function endToEndTable(
     runs: Map<string, GenerateSummary>,
     targets: Map<string, CostsJson>,
     drafters: Map<string, CostsJson>,
+    allSteps: LookaheadStepsJson[] = [],
 ): string[] {
     const lines = [
         "| target ← drafter (path), k | alone tok/s | speculative tok/s | τ | measured speed-up | predicted (own τ, costs above; the prompts' ms alone / speculative) | error | identical |",
         "|---|---|---|---|---|---|---|---|",
     ];
     for (const [name, summary] of runs) {
-        const [targetName, drafterName, path] = name.split("--");
+        // `<path>@<label>` names a second run of the same pair (e.g. in-process@off: without candidates)
+        const [targetName, drafterName, pathLabel = ""] = name.split("--");
+        const [path] = pathLabel.split("@");
         const t = targets.get(targetName);
         const d = drafters.get(drafterName);
         let predicted = "no costs for this pair";
         let error = "–";
         if (t && d && (path === "http" || path === "in-process")) {
-            const check = checkEndToEnd(summary, stepCosts(t, d, path));
+            const plain = stepCosts(t, d, path);
+            // a run whose drafter checked candidates: its drafts composed with the step costs at m and that drafter's
+            // steps per draft on real text (the first data file of its lookahead-steps: the held-out set it drafted)
+            const candidates = summary.settings.draftLookahead ?? 0;
+            const steps = allSteps.find((s) => basename(s.model) === basename(d.draft_model ?? "")) ?? allSteps.at(0);
+            const choice =
+                candidates > 0 && d.draft_step_by_m && steps
+                    ? candidateChoices(d.draft_step_by_m, steps, Object.keys(steps.files)[0] ?? "").find(
+                          (c) => c.candidates === candidates,
+                      )
+                    : undefined;
+            if (candidates > 0 && !choice) {
+                lines.push(
+                    `| ${targetName} ← ${drafterName} (${pathLabel}) | no step costs or tokens per step for M ${candidates} |`,
+                );
+                continue;
+            }
+            const check = checkEndToEnd(summary, choice ? withCandidates(plain, choice) : plain);
             const prompts = check.predicted.promptMs;
             predicted = `${f(check.predicted.speedUp)}×${prompts.alone > 0 ? ` (prompts: ${f(prompts.alone, 0)} / ${f(prompts.speculative, 0)} ms)` : ""}`;
             error = `${check.error >= 0 ? "+" : ""}${f(100 * check.error, 1)} %${check.withinTolerance ? "" : " (over 10 %)"}`;
         }
         lines.push(
-            `| ${targetName} ← ${drafterName} (${path}), ${summary.settings.draftLength} | ${f(summary.alone.tokensPerSecond, 1)} | ${f(summary.speculative.tokensPerSecond, 1)} | ${f(summary.tau)} | ${f(summary.speedUp)}× | ${predicted} | ${error} | ${summary.identical ? "yes" : "**no**"} |`,
+            `| ${targetName} ← ${drafterName} (${pathLabel}${summary.settings.draftLookahead ? `, M ${summary.settings.draftLookahead}` : ""}), ${summary.settings.draftLength} | ${f(summary.alone.tokensPerSecond, 1)} | ${f(summary.speculative.tokensPerSecond, 1)} | ${f(summary.tau)} | ${f(summary.speedUp)}× | ${predicted} | ${error} | ${summary.identical ? "yes" : "**no**"} |`,
         );
     }
     return lines;
@@ -229,11 +262,66 @@ export function readResults(dir: string) {
         else if (match[1] === "drafter") drafters.set(match[2], json);
         else runs.set(match[2], json);
     }
-    return { targets, drafters, runs };
+    // lookahead-steps.json: the reference drafter's tokens per step (the tables'); lookahead-steps-<label>.json: another
+    // drafter's, for the end-to-end runs it drafted
+    const stepsFile = join(dir, "lookahead-steps.json");
+    const lookaheadSteps = existsSync(stepsFile)
+        ? (JSON.parse(readFileSync(stepsFile, "utf8")) as LookaheadStepsJson)
+        : undefined;
+    const otherSteps = readdirSync(dir)
+        .filter((file) => /^lookahead-steps-.+\.json$/.test(file))
+        .map((file) => JSON.parse(readFileSync(join(dir, file), "utf8")) as LookaheadStepsJson);
+    return {
+        targets,
+        drafters,
+        runs,
+        lookaheadSteps,
+        allSteps: [...(lookaheadSteps ? [lookaheadSteps] : []), ...otherSteps],
+    };
+}
+
+/** Drafting with candidates: each drafter's step cost at m with real text's tokens per step, and the projections. */
+function candidateTables(
+    targets: Map<string, CostsJson>,
+    drafters: Map<string, CostsJson>,
+    steps: LookaheadStepsJson,
+): string[] {
+    const lines = [
+        "#### Drafting with candidates (step costs here, tokens per step of a trained drafter on real text)",
+        "",
+        ...tokensPerStepTable(steps),
+        "",
+    ];
+    // the goal's figures: the last data file (the unseen prompts, by bench/lookaheadSteps.ts's default order)
+    const file = Object.keys(steps.files).at(-1) ?? "";
+    for (const [name, d] of drafters) {
+        if (!d.draft_step_by_m) continue;
+        const plain = {
+            http: bySize(d.draft_walk, (ms) => ms),
+            inProcess: bySize(d.draft_walk_in_process, (ms) => ms),
+        };
+        lines.push(...candidateCostTable(name, d.draft_step_by_m, plain, steps), "");
+        const choices = candidateChoices(d.draft_step_by_m, steps, file);
+        if (name.includes("@")) continue;
+        for (const [targetName, t] of targets) {
+            const costs = { http: stepCosts(t, d, "http"), inProcess: stepCosts(t, d, "in-process") };
+            lines.push(
+                ...candidateProjectionTable(
+                    `${targetName} ← ${name}`,
+                    costs,
+                    choices,
+                    tableDraftLengths,
+                    tableAgreements,
+                ),
+                "",
+            );
+        }
+    }
+    return lines;
 }
 
 export function renderSpeedUpTables(dir: string): string {
-    const { targets, drafters, runs } = readResults(dir);
+    const { targets, drafters, runs, lookaheadSteps, allSteps } = readResults(dir);
     return [
         "#### Measured costs",
         "",
@@ -242,9 +330,10 @@ export function renderSpeedUpTables(dir: string): string {
         "#### Projected speed-up (native verifier, drafts grown as in a generation)",
         "",
         ...projectionTables(targets, drafters),
+        ...(lookaheadSteps ? candidateTables(targets, drafters, lookaheadSteps) : []),
         "#### End to end: `specdraft generate --verifier exact` against the model",
         "",
-        ...endToEndTable(runs, targets, drafters),
+        ...endToEndTable(runs, targets, drafters, allSteps),
         "",
     ].join("\n");
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Builds specdraft's native draft engine (src/engine/native/specdraft_engine.cpp) against node-llama-cpp's llama.cpp
-// binaries: one g++ call, one translation unit, a few seconds.
+// Builds specdraft's native addon (src/engine/native/*.cpp: the draft engine, generate's target, the module) against
+// node-llama-cpp's llama.cpp binaries: one g++ call over its few translation units, a few seconds.
 //
 //   node scripts/build-native.mjs                 # CPU variant (node-llama-cpp's prebuilt linux-x64 binaries)
 //   node scripts/build-native.mjs --gpu cuda      # CUDA: node-llama-cpp's local build (llama/lastBuild.json) if any,
@@ -22,7 +22,14 @@ import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const nlcDir = path.join(root, "node_modules", "node-llama-cpp");
-const source = path.join(root, "src", "engine", "native", "specdraft_engine.cpp");
+const sourceDir = path.join(root, "src", "engine", "native");
+// every translation unit of the addon (headers are included by them)
+const sources = () =>
+    fs
+        .readdirSync(sourceDir)
+        .filter((f) => f.endsWith(".cpp"))
+        .sort()
+        .map((f) => path.join(sourceDir, f));
 const headersDir = path.join(root, "build", "llama-headers");
 
 let ifPossible = false;
@@ -145,7 +152,7 @@ function build(variant, binsDir) {
         path.join(headersDir, "include"),
         "-I",
         path.join(headersDir, "ggml", "include"),
-        source,
+        ...sources(),
         "-o",
         `${out}.tmp`,
         // the exact files: their names carry the variant (libllama.v0.4.0.so, libllama.cuda.v0.4.0.so, ...)

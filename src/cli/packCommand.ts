@@ -8,7 +8,7 @@ import { type BundleGpu, bundleGpus } from "../pack/bundleRuntime.js";
 import { defaultMaxFolderBytes } from "../pack/drafterFolder.js";
 import { formatByteCount } from "../pack/folderBytes.js";
 import { PackError, type PackOptions, packDrafter } from "../pack/packDrafter.js";
-import { defaultDraftLength } from "../server/serveDefaults.js";
+import { defaultDraftLength, maxLookahead } from "../server/serveDefaults.js";
 import { type CommandIo, parseByteCountOption, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 
@@ -84,6 +84,12 @@ export function packCommand(): Command {
                 "also bundle this GPU engine and its llama.cpp binaries (implies --bundle)",
             ).choices(bundleGpus),
         )
+        .option(
+            "--lookahead <n>",
+            `prompt-lookup candidates per drafter step to serve with, 0–${maxLookahead} (0: off; recorded in ` +
+                "architecture.json, passed to serve; default: serve's for its backend)",
+            parseIntegerOption(0, maxLookahead),
+        )
         .option("--force", "write into a non-empty folder", false)
         .action(
             async (flags: {
@@ -95,6 +101,7 @@ export function packCommand(): Command {
                 maxBytes: number;
                 bundle: boolean;
                 bundleGpu?: BundleGpu;
+                lookahead?: number;
                 force: boolean;
             }) => {
                 process.exitCode = await runPack({
@@ -103,6 +110,7 @@ export function packCommand(): Command {
                     manifest: flags.manifest,
                     base: flags.base,
                     draftLength: flags.draftLen,
+                    lookahead: flags.lookahead,
                     maxBytes: flags.maxBytes,
                     bundle: flags.bundle,
                     bundleGpus: flags.bundleGpu ? [flags.bundleGpu] : [],

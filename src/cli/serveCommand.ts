@@ -15,12 +15,14 @@ import {
     defaultDraftLength,
     defaultGpu,
     defaultHost,
+    defaultLookahead,
     defaultMaxQueue,
     defaultModelFile,
     defaultPort,
     defaultStreams,
     gpuChoices,
     maxDraftLength,
+    maxLookahead,
 } from "../server/serveDefaults.js";
 import type { ServeOptions } from "../server/startServer.js";
 import { parseIntegerOption } from "./commandOptions.js";
@@ -43,6 +45,8 @@ interface ServeFlags {
     maxQueue: number;
     bodyLimit: number;
     threads: number | undefined;
+    lookahead: number | undefined;
+    lookaheadStepTokens: number | undefined;
     log: boolean;
 }
 
@@ -92,6 +96,18 @@ export function serveCommand(): Command {
             "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)",
             parseIntegerOption(1, 1024),
         )
+        .option(
+            "--lookahead <n>",
+            `prompt-lookup candidates each drafter step checks per request, 0–${maxLookahead} (0: off; the ` +
+                `drafter's greedy drafts either way; default: ${defaultLookahead.cpu.candidates} on the CPU, ${defaultLookahead.gpu.candidates} on a GPU)`,
+            parseIntegerOption(0, maxLookahead),
+        )
+        .option(
+            "--lookahead-step-tokens <n>",
+            "a step's token budget the candidates share: each of S requests in a step gets up to this ÷ S − 1 " +
+                `(default: ${defaultLookahead.cpu.stepTokens} on the CPU, ${defaultLookahead.gpu.stepTokens} on a GPU)`,
+            parseIntegerOption(1, 1 << 20),
+        )
         .option("--log", "log every request to stderr", false)
         .action(async (flags: ServeFlags) => {
             const options: ServeOptions = {
@@ -106,6 +122,8 @@ export function serveCommand(): Command {
                 bodyLimit: flags.bodyLimit,
                 logRequests: flags.log,
                 ...(flags.threads === undefined ? {} : { threads: flags.threads }),
+                ...(flags.lookahead === undefined ? {} : { lookahead: flags.lookahead }),
+                ...(flags.lookaheadStepTokens === undefined ? {} : { lookaheadStepTokens: flags.lookaheadStepTokens }),
             };
             // loadEngine loads the native addon only when called, so --help and a bad model file never wait for it
             const exitCode = await runServe(options, loadEngine);

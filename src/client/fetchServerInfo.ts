@@ -3,6 +3,7 @@
  * it before they send drafts — the vocabulary (generate and validate refuse another fingerprint than their data's) and
  * the context a sequence holds (validate refuses conversations that would overflow it).
  */
+import type { LookaheadSettings } from "../engine/types.js";
 import { withTrailingSlash } from "./withTrailingSlash.js";
 
 /** The fields of `GET /info` a client relies on. */
@@ -15,6 +16,8 @@ export interface ServerInfo {
     quantization?: string;
     /** Tokens one sequence holds, prompt + draft, when the server says. */
     contextSize?: number;
+    /** Its drafter steps' prompt-lookup candidates (docs/engine.md), when the server says (servers before them do not). */
+    lookahead?: LookaheadSettings;
 }
 
 /** Why `/info` gave nothing usable: no connection (the server is not there), a non-2xx status, or another shape. */
@@ -64,5 +67,13 @@ export async function fetchServerInfo(baseUrl: string, timeoutMs: number): Promi
         vocabFingerprint: info.vocab_fingerprint,
         quantization: typeof info.quantization === "string" ? info.quantization : undefined,
         contextSize: typeof info.context_size === "number" ? info.context_size : undefined,
+        lookahead: readLookahead(info.lookahead),
     };
+}
+
+function readLookahead(value: unknown): LookaheadSettings | undefined {
+    const { candidates, step_tokens: stepTokens, fill } = (value ?? {}) as Record<string, unknown>;
+    return typeof candidates === "number" && typeof stepTokens === "number" && typeof fill === "boolean"
+        ? { candidates, stepTokens, fill }
+        : undefined;
 }

@@ -1,7 +1,7 @@
 /**
  * The DraftEngine over the native draft loop: continuous batching with KV prefix reuse. Every llama_decode step
  * carries one token for each request still drafting plus the new tokens of requests that just arrived (see
- * native/specdraft_engine.cpp), so requests join and leave at any step instead of waiting for others to finish.
+ * native/draft_engine.h), so requests join and leave at any step instead of waiting for others to finish.
  * One native run does steps back to back until nothing is in flight: new requests and aborts are handed to the run
  * in flight (native `submit`, taken before its next step), finished drafts come back mid-run, so the steps never wait
  * for the JS thread.
@@ -249,7 +249,7 @@ export class NativeEngine implements DraftEngine {
     private take(progress: NativeRunProgress): void {
         const { steps } = progress;
         for (let i = 0; i + nativeStepFields <= steps.length; i += nativeStepFields) {
-            // the loop's bound makes all eight present; the defaults only satisfy the index check
+            // the loop's bound makes all of them present; the defaults only satisfy the index check
             const [
                 tokens = 0,
                 sequences = 0,
@@ -259,12 +259,20 @@ export class NativeEngine implements DraftEngine {
                 graphsReused = 0,
                 submitMs = 0,
                 waitMs = 0,
+                drafted = 0,
+                candidates = 0,
+                fillers = 0,
+                accepted = 0,
             ] = steps.subarray(i, i + nativeStepFields);
             this.observer.onDecode?.(tokens, sequences);
             this.observer.onStep?.(sequences, decodeMs, sampleMs, hostMs, graphsReused > 0, {
                 submitMs,
                 waitMs,
                 tokens,
+                drafted,
+                candidates,
+                fillers,
+                accepted,
             });
         }
         for (const finished of progress.finished) {

@@ -4,7 +4,7 @@
  * selfcheck's k, generate's k, pack's recorded draft length, the benches). src/server/serveDefaults.ts re-exports
  * serve's share of them.
  */
-import type { GpuChoice } from "./types.js";
+import type { GpuChoice, LookaheadSettings } from "./types.js";
 
 /** Tokens drafted per request when nobody says otherwise. Defaults to `16`. */
 export const defaultDraftLength = 16;
@@ -26,3 +26,18 @@ export const defaultUbatchSize = 512;
 export const defaultGpuPadBatch = 0.5;
 /** Feed arrivals of up to 2 new tokens one token per step on a GPU (see `stepPrefill`). */
 export const defaultGpuStepPrefill = 2;
+/** Most candidates any step may give a sequence (`--lookahead` 0–maxLookahead). */
+export const maxLookahead = 32;
+/**
+ * Prompt-lookup candidates per drafting sequence and step, and the step's token budget they share (LookaheadSettings,
+ * src/engine/types.ts), per backend: where a step of a few tokens of one sequence costs little more than one token
+ * (a GPU, launch-bound at batch 1) more candidates pay than on the CPU, where a step's cost grows with its tokens.
+ * The CPU's is measured (docs/benchmarks.md, "Drafting with candidates": M = 3 without fillers took 11–19 % off a lone
+ * 16-token draft; more, or fillers, cost more than they saved). The GPU's is provisional until bench/gpu/lookahead.sh
+ * has run on the H200: 8 tokens a step (a 16-token draft splits into whole steps; ggml-cuda's matrix-vector kernels
+ * take up to 8 columns), fillers for one graph shape, and a budget that leaves 32 streams one candidate each.
+ */
+export const defaultLookahead: Readonly<Record<"cpu" | "gpu", LookaheadSettings>> = {
+    cpu: { candidates: 3, stepTokens: 4, fill: false },
+    gpu: { candidates: 7, stepTokens: 64, fill: true },
+};

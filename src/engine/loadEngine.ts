@@ -10,16 +10,18 @@ import {
     defaultGpu,
     defaultGpuPadBatch,
     defaultGpuStepPrefill,
+    defaultLookahead,
     defaultMaxQueue,
     defaultStreams,
     defaultUbatchSize,
+    maxLookahead,
 } from "./engineDefaults.js";
 import { EngineLoadError } from "./errors.js";
 import { readModelFileInfo } from "./gguf.js";
 import { NativeEngine } from "./NativeEngine.js";
 import { loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { type EngineEnvSettings, type KvType, readEngineEnv } from "./readEngineEnv.js";
-import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice } from "./types.js";
+import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice, LookaheadSettings } from "./types.js";
 
 export interface LoadEngineOptions {
     modelPath: string;
@@ -80,6 +82,25 @@ export interface LoadEngineOptions {
      */
     stepPrefill?: number;
     /**
+     * Candidates per drafting sequence and step (0: off): each drafter step decodes, after a sequence's own token, up to
+     * this many guesses of the tokens that follow, found by prompt lookup over the request's own tokens (context and
+     * draft so far: what followed the most recent earlier occurrence of its last 3, else 2, else 1 tokens), and keeps the
+     * guesses equal to the drafter's greedy choice with the greedy token after them. The draft is the drafter's greedy
+     * continuation either way; only the number of steps changes. Defaults to the backend's (engineDefaults.ts:
+     * defaultLookahead): `3` on the CPU, `7` on a GPU.
+     */
+    lookahead?: number;
+    /**
+     * A step's token budget the candidates share: each of a step's S sequences gets min(lookahead, ⌊this / S⌋ − 1), so a
+     * lone request gets the most and a full batch fewer or none. Defaults to the backend's: `4` on the CPU, `64` on a GPU.
+     */
+    lookaheadStepTokens?: number;
+    /**
+     * Decode that many candidate positions always (fillers where the lookup has fewer guesses), so every step has the
+     * same shape and llama.cpp and ggml-cuda reuse their graphs. Defaults to `false` on the CPU, `true` on a GPU.
+     */
+    lookaheadFill?: boolean;
+    /**
      * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or a request could
      * join). 1 is the old one-round-trip-per-step loop, kept for comparison. Defaults to `0`.
      */
@@ -119,11 +140,25 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
         throw new RangeError(`streams must be 1–256, got ${streams}.`);
     if (!Number.isInteger(contextSize) || contextSize < 2)
         throw new RangeError(`contextSize must be ≥ 2, got ${contextSize}.`);
+    const { lookahead, lookaheadStepTokens } = options;
+    if (lookahead !== undefined && !(Number.isInteger(lookahead) && lookahead >= 0 && lookahead <= maxLookahead))
+        throw new RangeError(`lookahead must be an integer 0–${maxLookahead}, got ${lookahead}.`);
+    if (lookaheadStepTokens !== undefined && !(Number.isInteger(lookaheadStepTokens) && lookaheadStepTokens >= 1))
+        throw new RangeError(`lookaheadStepTokens must be an integer ≥ 1, got ${lookaheadStepTokens}.`);
 
     const file = await readModelFileInfo(options.modelPath);
     const addon = loadNativeAddon(options.gpu ?? defaultGpu);
     const wantsGpu = addon.variant !== "cpu";
+    const lookaheadFor = (onGpu: boolean): LookaheadSettings => {
+        const fallback = defaultLookahead[onGpu ? "gpu" : "cpu"];
+        return {
+            candidates: options.lookahead ?? fallback.candidates,
+            stepTokens: options.lookaheadStepTokens ?? fallback.stepTokens,
+            fill: options.lookaheadFill ?? fallback.fill,
+        };
+    };
     const load = async (onGpu: boolean): Promise<NativeEngineHandle> => {
+        const lookahead = lookaheadFor(onGpu);
         const native = addon.createEngine();
         try {
             await native.load({
@@ -140,6 +175,9 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
                 kvType: options.kvType ?? "",
                 padBatch: options.padBatch ?? (onGpu ? defaultGpuPadBatch : 0),
                 stepPrefill: options.stepPrefill ?? (onGpu ? defaultGpuStepPrefill : 0),
+                lookahead: lookahead.candidates,
+                lookaheadStepTokens: lookahead.stepTokens,
+                lookaheadFill: lookahead.fill,
                 threads: options.threads ?? defaultThreads(),
                 unguardedLogits: options.testing?.unguardedLogits ?? envUnguardedLogits ?? false,
                 arrivalOrder: options.testing?.arrivalOrder ?? false,
@@ -178,6 +216,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
             backend,
             engine: "native",
             flashAttention,
+            lookahead: lookaheadFor(onGpu),
         },
         {
             maxQueue: options.maxQueue ?? defaultMaxQueue,

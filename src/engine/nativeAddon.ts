@@ -1,6 +1,6 @@
 /**
- * The native draft loop (src/engine/native/specdraft_engine.cpp) as seen from TypeScript: its typed interface, and
- * which build of it to load. `scripts/build-native.mjs` writes one build per llama.cpp binary set to
+ * The native draft loop (src/engine/native/draft_engine.h) as seen from TypeScript: its typed interface, and which
+ * build of the addon to load (the addon also holds generate's target, typed in src/generate/nativeTargetAddon.ts). `scripts/build-native.mjs` writes one build per llama.cpp binary set to
  * build/native/<variant>/ (cpu, cuda, vulkan), with a variant.json naming the folder of its llama.cpp libraries.
  */
 
@@ -50,6 +50,15 @@ export interface NativeLoadOptions {
      * drafting step's shape and ggml-cuda keeps replaying its CUDA graph; 0: never.
      */
     stepPrefill: number;
+    /**
+     * Candidates per drafting sequence and step (0: none): guesses by prompt lookup over the sequence's own tokens,
+     * decoded after its frontier token in the same llama_decode, kept where they equal the drafter's greedy tokens.
+     */
+    lookahead: number;
+    /** A step's token budget: each of its S sequences gets min(lookahead, ⌊lookaheadStepTokens / S⌋ − 1) candidates. */
+    lookaheadStepTokens: number;
+    /** Always decode that many candidate positions (fillers where the lookup has fewer), so steps keep one shape. */
+    lookaheadFill: boolean;
     /** Print llama.cpp's logs to stderr. */
     verbose: boolean;
 }
@@ -81,9 +90,10 @@ export interface NativeFinishedDraft {
 
 /**
  * Numbers per decode step in `steps`: tokens, sequences, decode ms, sample ms, host ms, graphs reused, submit ms (the
- * llama_decode call; part of decode ms), wait ms (llama_synchronize after it; the rest of decode ms).
+ * llama_decode call; part of decode ms), wait ms (llama_synchronize after it; the rest of decode ms), draft tokens
+ * produced, candidate positions decoded, of those fillers, candidates kept.
  */
-export const nativeStepFields = 8;
+export const nativeStepFields = 12;
 
 /** What a run reports mid-call (drafts that finished while later steps go on) and at its end. */
 export interface NativeRunProgress {
@@ -95,7 +105,8 @@ export interface NativeRunProgress {
      * previous step ended (batch building, plus the JS round trip before a run's first step when requests were left in
      * flight; time with nothing to do is not counted); compute graphs llama.cpp reused instead of rebuilding (one per
      * ubatch; ggml-cuda replays a CUDA graph only for a reused graph); ms in the llama_decode call itself (on a GPU the
-     * host's part: graph reuse or rebuild, inputs, launches) and ms in llama_synchronize after it.
+     * host's part: graph reuse or rebuild, inputs, launches) and ms in llama_synchronize after it; draft tokens the step
+     * produced; candidate positions it decoded (lookahead), of those fillers, and the candidates kept.
      */
     steps: Float64Array;
 }
@@ -129,80 +140,18 @@ export interface NativeEngineHandle {
     dispose(): void;
 }
 
-/** What the native Target loads: one sequence of a target model (src/generate/NativeTarget.ts). Every field is required. */
-export interface NativeTargetLoadOptions {
-    binsDir: string;
-    modelPath: string;
-    /** Tokens the sequence holds. */
-    contextSize: number;
-    /** Tokens one llama_decode call takes (longer inputs are decoded in several). */
-    batchSize: number;
-    ubatchSize: number;
-    /** Layers offloaded to the GPU; -1: all, 0: none. */
-    gpuLayers: number;
-    /** `auto`: llama.cpp decides (node-llama-cpp's default for its contexts too). */
-    flashAttention: "auto" | "on" | "off";
-    /** Greedy tokens computed by an argmax inside llama.cpp's graph (only ids copied back) instead of over host logits. */
-    backendSampling: boolean;
-    /** Greedy outputs one evaluate() may ask for: k + 1 to verify drafts of k. */
-    maxOutputs: number;
-    /** CPU threads for llama.cpp; 0: its default. */
-    threads: number;
-    verbose: boolean;
-}
-
-/**
- * Numbers in a target call's `stats`: llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
- * (llama_synchronize after each), read ms (fetching sampled ids or the argmax over logits), graphs llama.cpp reused.
- */
-export const nativeTargetStatFields = 6;
-
-export interface NativeTargetHandle {
-    load(options: NativeTargetLoadOptions): Promise<void>;
-    info(): { vocabSize: number; contextSize: number; gpuDevice: string; maxOutputs: number; eogIds: Int32Array };
-    /**
-     * Trims the KV cache to its first `keep` cells, decodes `tokens` after them and returns the greedy next token after
-     * each of tokens[outputFrom..] (at most maxOutputs), all in one call.
-     */
-    evaluate(
-        tokens: Int32Array,
-        keep: number,
-        outputFrom: number,
-    ): Promise<{ next: Int32Array; cached: number; stats: Float64Array }>;
-    /**
-     * The target alone: `tokens` after `keep` cached ones, then greedy tokens until an end-of-generation one (not
-     * included) or maxTokens. `cached`: tokens now in the KV cache.
-     */
-    generate(
-        tokens: Int32Array,
-        keep: number,
-        maxTokens: number,
-    ): Promise<{ tokens: Int32Array; cached: number; stats: Float64Array }>;
-    /**
-     * In a context of its own (this target's KV cache is left as it was): `gap`, logit[a] − logit[b] after `tokens` on
-     * the target alone's path (the first promptLength as a prompt, the rest one a decode), and `disagreement`, the
-     * largest difference over the vocabulary between those logits and the same position's from one decode of
-     * `tokens` + [b] (verification's kernels).
-     */
-    logitGap(
-        tokens: Int32Array,
-        promptLength: number,
-        a: number,
-        b: number,
-    ): Promise<{ gap: number; disagreement: number }>;
-    dispose(): void;
-}
-
-interface NativeModule {
-    Engine: new () => NativeEngineHandle;
-    Target: new () => NativeTargetHandle;
-}
+/** The addon's exports: its classes by name (the draft `Engine`, and generate's `Target`). */
+type NativeModule = Record<string, unknown>;
 
 export interface LoadedAddon {
     variant: NativeVariant;
     binsDir: string;
     createEngine(): NativeEngineHandle;
-    createTarget(): NativeTargetHandle;
+    /**
+     * A new instance of another class the addon exports, seen through the typed interface `Handle` its user declares
+     * (generate's `Target`: src/generate/nativeTargetAddon.ts). Throws EngineLoadError when the build lacks it.
+     */
+    create<Handle extends object>(className: string): Handle;
 }
 
 /**
@@ -246,7 +195,15 @@ export function loadNativeAddon(gpu: GpuChoice): LoadedAddon {
         const reason = error instanceof Error ? error.message : String(error);
         throw new EngineLoadError(`cannot load the ${variant} native engine ${addonPath}: ${reason}`);
     }
-    return { variant, binsDir, createEngine: () => new module.Engine(), createTarget: () => new module.Target() };
+    const create = <Handle extends object>(className: string): Handle => {
+        const exported = module[className];
+        if (typeof exported !== "function")
+            throw new EngineLoadError(
+                `the ${variant} native engine ${addonPath} has no ${className}: run npm run build:native`,
+            );
+        return new (exported as new () => Handle)();
+    };
+    return { variant, binsDir, createEngine: () => create<NativeEngineHandle>("Engine"), create };
 }
 
 function pickVariant(gpu: GpuChoice): NativeVariant {

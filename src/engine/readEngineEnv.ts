@@ -11,6 +11,9 @@
  *   SPECDRAFT_MAX_STEPS_PER_RUN=<n>        decode steps per native run (1: a JS round trip per step; 0: no limit)
  *   SPECDRAFT_PAD_BATCH=<fraction>         pad steps to all streams when this fraction drafts (0: never; e.g. 0.5)
  *   SPECDRAFT_STEP_PREFILL=<tokens>        feed arrivals of up to this many new tokens one per step (0: never)
+ *   SPECDRAFT_LOOKAHEAD=<n>                prompt-lookup candidates per drafting sequence and step (0: off)
+ *   SPECDRAFT_LOOKAHEAD_STEP_TOKENS=<n>    a step's token budget the candidates share
+ *   SPECDRAFT_LOOKAHEAD_FILL=0|1           always decode that many candidate positions (fillers), one step shape
  *   SPECDRAFT_UNGUARDED_LOGITS=0|1         tests only: turn the logits reorder guard off (test/engine/logitsGuard.test.ts)
  *
  * `npm test` clears every SPECDRAFT_* variable but its own switches (test/helpers/isolateEnv.ts), so a developer's
@@ -31,6 +34,9 @@ export interface EngineEnvSettings {
     maxStepsPerRun?: number;
     padBatch?: number;
     stepPrefill?: number;
+    lookahead?: number;
+    lookaheadStepTokens?: number;
+    lookaheadFill?: boolean;
     unguardedLogits?: boolean;
 }
 
@@ -72,6 +78,9 @@ export function readEngineEnv(env: NodeJS.ProcessEnv = process.env): EngineEnvSe
     assign("threads", integer("SPECDRAFT_THREADS", 1));
     assign("maxStepsPerRun", integer("SPECDRAFT_MAX_STEPS_PER_RUN", 0));
     assign("stepPrefill", integer("SPECDRAFT_STEP_PREFILL", 0));
+    assign("lookahead", integer("SPECDRAFT_LOOKAHEAD", 0));
+    assign("lookaheadStepTokens", integer("SPECDRAFT_LOOKAHEAD_STEP_TOKENS", 1));
+    assign("lookaheadFill", flag("SPECDRAFT_LOOKAHEAD_FILL"));
     const pad = env.SPECDRAFT_PAD_BATCH;
     if (pad !== undefined && pad !== "") {
         const fraction = Number(pad);

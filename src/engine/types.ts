@@ -37,6 +37,22 @@ export interface EngineInfo {
     /** Which engine implementation serves drafts: `native` (src/engine/native's draft loop; test doubles name theirs). */
     engine: string;
     flashAttention: boolean;
+    /** Candidates by prompt lookup checked in each drafter step (see LookaheadSettings). */
+    lookahead: LookaheadSettings;
+}
+
+/**
+ * How the draft loop checks prompt-lookup guesses: each drafting sequence's step decodes up to `candidates` guesses of
+ * its next tokens (from the request's own tokens) with its own token, and keeps those equal to the drafter's greedy
+ * choice. A step of S sequences gives each min(candidates, ⌊stepTokens / S⌋ − 1); `fill` decodes that many positions
+ * always (fillers where the lookup has fewer), so every step has the same shape.
+ */
+export interface LookaheadSettings {
+    /** Guesses per sequence and step at most; 0: off. */
+    candidates: number;
+    /** The step's token budget across its sequences. */
+    stepTokens: number;
+    fill: boolean;
 }
 
 export interface DraftOptions {
@@ -46,7 +62,7 @@ export interface DraftOptions {
     signal?: AbortSignal;
 }
 
-/** Where a decode step's `decodeMs` went, and its size. */
+/** Where a decode step's `decodeMs` went, its size, and what it drafted. */
 export interface StepSplit {
     /** ms in the llama_decode call. */
     submitMs: number;
@@ -54,6 +70,14 @@ export interface StepSplit {
     waitMs: number;
     /** Tokens in the step's batch. */
     tokens: number;
+    /** Draft tokens the step produced (over all its sequences). */
+    drafted: number;
+    /** Candidate positions it decoded after the sequences' frontier tokens (lookahead; fillers included). */
+    candidates: number;
+    /** Of those, fillers (positions decoded to keep the step's shape where the lookup had no guess). */
+    fillers: number;
+    /** Candidates kept: each equal to the drafter's own greedy token there. */
+    accepted: number;
 }
 
 /** Counters the engine reports so the server can export them as metrics. */

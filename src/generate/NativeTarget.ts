@@ -1,5 +1,5 @@
 /**
- * The target model in specdraft's native addon (the `Target` of src/engine/native/specdraft_engine.cpp): one
+ * The target model in specdraft's native addon (the `Target` of src/engine/native/target.cpp): one
  * llama.cpp sequence whose KV cache this object tracks. `verify()` decodes a step's tokens and returns the greedy next
  * token after each position asked for, in one native call with one llama_decode; the argmax of every row is computed
  * inside llama.cpp's graph (on the GPU when offloaded), so no logits reach the host. `generate()` is the target alone,
@@ -7,8 +7,9 @@
  * each in its own call (24.3 ms for 17 rows where the decode took 9.5 at the Qwen3-8B shape on the H200).
  */
 import { EngineLoadError } from "../engine/errors.js";
-import { loadNativeAddon, type NativeTargetHandle, nativeTargetStatFields } from "../engine/nativeAddon.js";
+import { loadNativeAddon } from "../engine/nativeAddon.js";
 import type { GpuChoice } from "../engine/types.js";
+import { type NativeTargetHandle, nativeTargetStatFields } from "./nativeTargetAddon.js";
 
 /**
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
@@ -77,7 +78,7 @@ export class NativeTarget {
     /** Loads the model; throws EngineLoadError with llama.cpp's reason when it cannot. */
     static async load(options: NativeTargetOptions): Promise<NativeTarget> {
         const addon = loadNativeAddon(options.gpu);
-        const native = addon.createTarget();
+        const native = addon.create<NativeTargetHandle>("Target");
         const batchSize = options.batchSize ?? Math.min(options.contextSize, defaultTargetBatchSize);
         try {
             await native.load({

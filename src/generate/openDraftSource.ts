@@ -17,7 +17,7 @@ import { fetchServerInfo, type ServerInfo } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
 import { readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
-import type { GpuChoice } from "../engine/types.js";
+import type { GpuChoice, LookaheadSettings } from "../engine/types.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
@@ -180,6 +180,11 @@ export interface DraftSourceOptions {
     threads?: number;
     /** Per-request timeout for the server (source `http`). Defaults to `5000` ms. */
     timeoutMs?: number;
+    /**
+     * Prompt-lookup candidates per step of the native draft engine (`native` only). Defaults to the engine's for its
+     * backend (engineDefaults.ts: defaultLookahead).
+     */
+    lookahead?: number;
     /** Receives warnings (e.g. the server is unreachable and generation goes on with the target alone). */
     warn: (message: string) => void;
 }
@@ -194,6 +199,8 @@ export interface DraftSource {
     readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
     readonly predictor: TokenPredictor;
+    /** How the drafter checks prompt-lookup candidates: the in-process draft engine's, or a server's `GET /info`. */
+    readonly lookahead?: LookaheadSettings;
     close(): Promise<void>;
 }
 
@@ -232,6 +239,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             label: spec.url,
             vocabFingerprint: fingerprint,
             quantization: info?.quantization,
+            lookahead: info?.lookahead,
             predictor,
             close: async () => predictor.dispose(),
         };
@@ -246,6 +254,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             contextSize: options.contextSize,
             gpu: options.gpu ?? "auto",
             threads: options.threads,
+            lookahead: options.lookahead,
         });
         const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
         return {
@@ -254,6 +263,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             vocabFingerprint: file.vocabFingerprint,
             quantization: file.quantization,
             predictor,
+            lookahead: engine.info.lookahead,
             close: async () => {
                 predictor.dispose();
                 await engine.close();

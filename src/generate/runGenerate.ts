@@ -71,6 +71,11 @@ export interface RunGenerateOptions {
     contextSize?: number;
     /** Draft server timeout per request. Defaults to `5000` ms. */
     timeoutMs?: number;
+    /**
+     * Candidates per step of the in-process draft engine (a draft model with the exact verifier). Defaults to the
+     * engine's for its backend (engineDefaults.ts: defaultLookahead).
+     */
+    draftLookahead?: number;
     /** An already loaded llama.cpp (tests share one); it is not disposed. Defaults to loading one for `gpu`. */
     llama?: Llama;
     /** Receives warnings as they happen (they are also in the summary). */
@@ -151,6 +156,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             contextSize,
             threads,
             timeoutMs: options.timeoutMs,
+            lookahead: options.draftLookahead,
             warn,
         });
         const predictor = new TimedTokenPredictor(source.predictor);
@@ -248,6 +254,15 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                       : llama.gpu,
                 contextSize,
                 threads,
+                // what a lone request's steps check: the step's budget may allow fewer than the setting
+                ...(source.lookahead
+                    ? {
+                          draftLookahead: Math.min(
+                              source.lookahead.candidates,
+                              Math.max(0, source.lookahead.stepTokens - 1),
+                          ),
+                      }
+                    : {}),
             },
             warnings,
         });

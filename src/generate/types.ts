@@ -102,6 +102,11 @@ export interface GenerateSummary {
         gpu: string;
         contextSize: number;
         threads?: number;
+        /**
+         * Prompt-lookup candidates each step of a lone request checked: the in-process draft engine's, or the server's
+         * from its `GET /info` (absent for prompt lookup, servers without candidates and older summaries).
+         */
+        draftLookahead?: number;
     };
     prompts: PromptResult[];
     alone: ModeTotals;

@@ -57,6 +57,11 @@ export interface ArchitectureFile {
     file_type: string | null;
     /** Tokens drafted per request by default (serve.sh passes it as --draft-len). */
     draft_length: number;
+    /**
+     * Prompt-lookup candidates per drafter step the folder serves with (serve.sh passes it as --lookahead; 0: off), or
+     * null for serve's default for the backend it runs on. Drafts are the drafter's greedy continuation either way.
+     */
+    lookahead: number | null;
     vocab_size: number;
     /** sha256 hex of JSON.stringify(tokenizer.ggml.tokens): must equal the target's. */
     vocab_fingerprint: string;
@@ -90,6 +95,12 @@ export function checkArchitectureFile(value: unknown): ArchitectureFile | string
     for (const field of ["draft_length", "vocab_size", "size_bytes"] as const)
         if (typeof a[field] !== "number" || !Number.isInteger(a[field]) || (a[field] as number) < 1)
             return `"${field}": expected an integer ≥ 1`;
+    if (
+        a.lookahead !== undefined &&
+        a.lookahead !== null &&
+        !(Number.isInteger(a.lookahead) && (a.lookahead as number) >= 0)
+    )
+        return `"lookahead": expected an integer ≥ 0 or null`;
     const base = a.base_model;
     if (
         base !== null &&

@@ -42,6 +42,11 @@ export interface PackOptions {
     base?: string;
     /** Tokens drafted per request by default, recorded in architecture.json and passed to serve. Defaults to serve's, `16`. */
     draftLength?: number;
+    /**
+     * Prompt-lookup candidates per drafter step to serve with, recorded in architecture.json and passed to serve (0:
+     * off). Defaults to none recorded: serve's default for its backend.
+     */
+    lookahead?: number;
     /** Write into a non-empty folder. Defaults to `false`. */
     force?: boolean;
     /** Largest folder, every byte of it; a larger one is refused. Defaults to `1000000000` (defaultMaxFolderBytes). */
@@ -149,6 +154,7 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
             quantization: description.quantization,
             file_type: description.fileType,
             draft_length: draftLength,
+            lookahead: options.lookahead ?? null,
             vocab_size: description.vocabSize,
             vocab_fingerprint: description.vocabFingerprint,
             context_length: description.contextLength,
@@ -165,7 +171,13 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
             packed_at: new Date().toISOString(),
         };
         const texts: Record<string, string> = {
-            [serveScriptName]: renderServeScript({ modelFile, draftLength, runtime, specdraftVersion: version }),
+            [serveScriptName]: renderServeScript({
+                modelFile,
+                draftLength,
+                lookahead: options.lookahead ?? null,
+                runtime,
+                specdraftVersion: version,
+            }),
             [architectureFileName]: `${JSON.stringify(architecture, null, 2)}\n`,
             [dataManifestFileName]: `${JSON.stringify(manifest, null, 2)}\n`,
         };

@@ -25,6 +25,8 @@ export interface ServeScriptOptions {
     modelFile: string;
     /** Tokens drafted when a request gives no n. */
     draftLength: number;
+    /** Prompt-lookup candidates per drafter step (--lookahead), or null for serve's default. */
+    lookahead: number | null;
     /** The bundled runtime, or null when specdraft comes from the host. */
     runtime: RuntimeDescription | null;
     /** specdraft's version, for the script's header. */
@@ -43,7 +45,7 @@ export function renderServeScript(options: ServeScriptOptions): string {
     const setup = `set -euo pipefail
 case "\${BASH_SOURCE[0]}" in */*) here="\${BASH_SOURCE[0]%/*}" ;; *) here=. ;; esac
 here="$(cd "$here" && pwd)"
-args=(serve --model "$here/${shellEscapeInner(options.modelFile)}" --port "\${PORT:-${defaultPort}}" --host "\${HOST:-${defaultHost}}" --draft-len ${options.draftLength} "$@")
+args=(serve --model "$here/${shellEscapeInner(options.modelFile)}" --port "\${PORT:-${defaultPort}}" --host "\${HOST:-${defaultHost}}" --draft-len ${options.draftLength}${options.lookahead === null ? "" : ` --lookahead ${options.lookahead}`} "$@")
 `;
     return options.runtime === null
         ? head + installedComment + setup + installedBody

@@ -88,6 +88,30 @@ export class ServerMetrics {
         registers: [this.registry],
     });
 
+    private readonly draftTokens = new Counter({
+        name: "specdraft_draft_tokens_total",
+        help: "Draft tokens the decode steps produced (over the steps' count: draft tokens per sequence and step, above 1 with candidates).",
+        registers: [this.registry],
+    });
+
+    private readonly lookaheadCandidates = new Counter({
+        name: "specdraft_lookahead_candidates_total",
+        help: "Candidate positions decoded after the sequences' own tokens (prompt lookup over each request's own tokens; fillers included).",
+        registers: [this.registry],
+    });
+
+    private readonly lookaheadFillers = new Counter({
+        name: "specdraft_lookahead_fillers_total",
+        help: "Of the candidate positions, fillers: decoded only so every step keeps its shape, where the lookup had no guess.",
+        registers: [this.registry],
+    });
+
+    private readonly lookaheadAccepted = new Counter({
+        name: "specdraft_lookahead_accepted_total",
+        help: "Candidates kept because each equalled the drafter's own greedy token there (draft tokens gained without a step of their own).",
+        registers: [this.registry],
+    });
+
     private readonly prefixEvaluated = new Counter({
         name: "specdraft_prefix_tokens_evaluated_total",
         help: "Request context tokens that had to be evaluated (not found in a sequence's KV cache).",
@@ -119,6 +143,10 @@ export class ServerMetrics {
             this.stepWait.observe(split.waitMs / 1000);
             this.stepSample.observe(sampleMs / 1000);
             this.stepHost.observe(hostMs / 1000);
+            this.draftTokens.inc(split.drafted);
+            this.lookaheadCandidates.inc(split.candidates);
+            this.lookaheadFillers.inc(split.fillers);
+            this.lookaheadAccepted.inc(split.accepted);
         },
         onPrefix: (evaluated, reused) => {
             this.prefixEvaluated.inc(evaluated);

@@ -8,9 +8,11 @@ export {
     defaultContextSize,
     defaultDraftLength,
     defaultGpu,
+    defaultLookahead,
     defaultMaxQueue,
     defaultStreams,
     gpuChoices,
+    maxLookahead,
 } from "../engine/engineDefaults.js";
 
 /** Address to listen on: loopback unless asked otherwise. */

@@ -35,6 +35,10 @@ export interface ServeOptions {
     logRequests: boolean;
     /** CPU threads for llama.cpp. Defaults to the engine's choice (the CPUs less one, 1 to 8). */
     threads?: number;
+    /** Prompt-lookup candidates per drafter step (0: off). Defaults to the engine's for its backend (engineDefaults.ts). */
+    lookahead?: number;
+    /** The step's token budget the candidates share. Defaults to the engine's for its backend. */
+    lookaheadStepTokens?: number;
 }
 
 /** Where the server writes: the ready line (with the URL) to `out`, progress and problems to `err`. */
@@ -85,6 +89,8 @@ export async function startServer(
             maxQueue: options.maxQueue,
             observer: metrics.engineObserver,
             ...(options.threads === undefined ? {} : { threads: options.threads }),
+            ...(options.lookahead === undefined ? {} : { lookahead: options.lookahead }),
+            ...(options.lookaheadStepTokens === undefined ? {} : { lookaheadStepTokens: options.lookaheadStepTokens }),
         });
         if (options.draftLength + 1 > engine.info.contextSize) {
             throw new Error(

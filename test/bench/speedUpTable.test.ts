@@ -112,3 +112,42 @@ test("per-prompt costs: F(P) from the target, D(P) = the first draft less a stea
     const check = checkEndToEnd(run, costs);
     assert.ok(Math.abs(check.predicted.promptMs.alone - (7 + 7 + 13)) < 1e-9, "three generations' prompts");
 });
+
+test("with a lookahead-steps.json: step costs at m, the break-even, real text's tokens per step, composed drafts", async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "speedUpTable-candidates-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    // a launch-bound step: 1.7 ms + 0.05 per extra token; on real text 2 tokens a step with M = 1, 3 with M = 4
+    const byM = sizes([1, 2, 5], "m", (m) => ({ candidates: m - 1, step: 1.7 + 0.05 * (m - 1) }));
+    await writeFile(join(dir, "target-8b-f16.json"), JSON.stringify(target));
+    await writeFile(join(dir, "drafter-1.7b.json"), JSON.stringify({ ...drafter, draft_step_by_m: byM }));
+    const cell = (tokensPerStep: number) =>
+        sizes([16, 8], "n", (n) => ({
+            tokens_per_step: tokensPerStep,
+            steps_per_draft: n / tokensPerStep,
+            ms_per_draft: 0,
+        }));
+    const steps = {
+        model: "models/specdraft-default.gguf",
+        date: "2026-12-01T21:00:00Z",
+        files: {
+            "data/lab-unseen-heldout.jsonl": {
+                conversations: 128,
+                repeated_4gram_share: 0.5,
+                all: { M0: cell(1), M1: cell(2), M4: cell(3) },
+                categories: {},
+            },
+        },
+    };
+    await writeFile(join(dir, "lookahead-steps.json"), JSON.stringify(steps));
+    const md = renderSpeedUpTables(dir);
+    assert.match(md, /#### Drafting with candidates/);
+    // m = 5: break-even 1.9 / 1.7 = 1.12; 16 in process: 0.5 + 1.8 · 16 − 16 · 1.7 + 16 / 3 · 1.9
+    const composed = 0.5 + 1.8 * 16 - 16 * 1.7 + (16 / 3) * 1.9;
+    assert.match(
+        md,
+        new RegExp(`\\| 5 \\| 1\\.900 \\| 1\\.12 \\| 3\\.00 \\| ${composed.toFixed(2).replace(".", "\\.")} / `),
+    );
+    assert.match(md, /\*\*8b-f16 ← 1\.7b\*\* with candidates/);
+    // every k picks M = 4 (the cheapest composed draft) over M = 0 and 1
+    assert.match(md, /\| 16 \(τ [^|]*\| [\d.]+× \(M 4; [\d.]+×\)/);
+});

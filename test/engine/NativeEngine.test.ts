@@ -1,14 +1,17 @@
 /**
  * The native engine on the CPU with the tiny Qwen3 fixture: drafts are the model's greedy continuation whatever else
- * is in the batch or the cache; endId, errors, abort, queue_full and close behave as DraftEngine promises.
+ * is in the batch or the cache; endId, errors, abort, queue_full and close behave as DraftEngine promises. Every
+ * draft is also drafted by a twin with prompt-lookup candidates in every step, and must come out the same
+ * (helpers/differentialEngine.ts).
  */
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { EngineError } from "../../src/engine/errors.js";
-import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
+import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
 import { draftConversationsAlone, nextRequest } from "./helpers/conversations.js";
+import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, seededRandom, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
 const contextSize = 512;
@@ -26,7 +29,7 @@ async function openEngine(
     options: Partial<LoadEngineOptions> = {},
 ): Promise<{ engine: DraftEngine; counters: Counters }> {
     const counters: Counters = { evaluated: 0, reused: 0, decodes: [], maxQueueDepth: 0, depths: [] };
-    const engine = await loadEngine({
+    const engine = await loadDifferentialEngine({
         modelPath: tinyModel,
         streams: 1,
         contextSize,

@@ -22,6 +22,9 @@ const complete: NativeLoadOptions = {
     unguardedLogits: false,
     arrivalOrder: false,
     stepPrefill: 0,
+    lookahead: 0,
+    lookaheadStepTokens: 1,
+    lookaheadFill: false,
     verbose: false,
 };
 
@@ -46,6 +49,8 @@ test("load() refuses out-of-range numbers instead of clamping them", async () =>
         ["threads", -1],
         ["padBatch", 1.5],
         ["stepPrefill", -1],
+        ["lookahead", -1],
+        ["lookaheadStepTokens", 0],
         ["contextSize", 2.5],
     ] as const) {
         const engine = addon.createEngine();

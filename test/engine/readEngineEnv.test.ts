@@ -22,6 +22,10 @@ test("every variable becomes its setting", () => {
             SPECDRAFT_THREADS: "3",
             SPECDRAFT_MAX_STEPS_PER_RUN: "0",
             SPECDRAFT_PAD_BATCH: "0.5",
+            SPECDRAFT_STEP_PREFILL: "2",
+            SPECDRAFT_LOOKAHEAD: "0",
+            SPECDRAFT_LOOKAHEAD_STEP_TOKENS: "24",
+            SPECDRAFT_LOOKAHEAD_FILL: "1",
             SPECDRAFT_UNGUARDED_LOGITS: "1",
             UNRELATED: "x",
         }),
@@ -35,6 +39,10 @@ test("every variable becomes its setting", () => {
             threads: 3,
             maxStepsPerRun: 0,
             padBatch: 0.5,
+            stepPrefill: 2,
+            lookahead: 0,
+            lookaheadStepTokens: 24,
+            lookaheadFill: true,
         },
     );
 });
@@ -50,6 +58,9 @@ test("a value it cannot use is a RangeError naming the variable and the value", 
         ["SPECDRAFT_THREADS", "-2", "an integer ≥ 1"],
         ["SPECDRAFT_MAX_STEPS_PER_RUN", "many", "an integer ≥ 0"],
         ["SPECDRAFT_PAD_BATCH", "1.5", "a fraction 0–1"],
+        ["SPECDRAFT_LOOKAHEAD", "-1", "an integer ≥ 0"],
+        ["SPECDRAFT_LOOKAHEAD_STEP_TOKENS", "0", "an integer ≥ 1"],
+        ["SPECDRAFT_LOOKAHEAD_FILL", "yes", "0 or 1"],
         ["SPECDRAFT_PAD_BATCH", "-0.5", "a fraction 0–1"],
     ] as const) {
         assert.throws(

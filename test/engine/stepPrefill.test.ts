@@ -6,10 +6,12 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
+import { defaultLookahead } from "../../src/engine/engineDefaults.js";
+import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
 import { draftConversationsAlone } from "./helpers/conversations.js";
-import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
+import { randomPrompts, tinyEngineOptions } from "./helpers/engineFixtures.js";
 
 interface Step {
     tokens: number;
@@ -23,19 +25,18 @@ async function openEngine(
     options: Partial<LoadEngineOptions>,
 ): Promise<{ engine: DraftEngine; steps: Step[] }> {
     const steps: Step[] = [];
-    const engine = await loadEngine({
-        modelPath: tinyModel,
-        streams: 1,
-        contextSize: 512,
-        gpu: testGpu,
-        threads: testThreads,
-        useEnv: false,
-        observer: {
-            onStep: (sequences, decodeMs, _sampleMs, _hostMs, _graphReused, split) =>
-                steps.push({ tokens: split.tokens, sequences, decodeMs, split }),
+    // every draft also drafted with the CPU's default candidates, and compared (helpers/differentialEngine.ts)
+    const engine = await loadDifferentialEngine(
+        {
+            ...tinyEngineOptions,
+            observer: {
+                onStep: (sequences, decodeMs, _sampleMs, _hostMs, _graphReused, split) =>
+                    steps.push({ tokens: split.tokens, sequences, decodeMs, split }),
+            },
+            ...options,
         },
-        ...options,
-    });
+        defaultLookahead.cpu,
+    );
     t.after(() => engine.close());
     return { engine, steps };
 }

@@ -9,6 +9,7 @@ import { after, before, test } from "node:test";
 import type { ControlledEvaluateInputItem, Llama, Token } from "node-llama-cpp";
 import { generateAlone } from "../../src/generate/generateGreedily.js";
 import { NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
+import type { NativeTargetHandle } from "../../src/generate/nativeTargetAddon.js";
 import { cpuLlama, targetModel, testThreads } from "./testModels.js";
 
 const contextSize = 256;
@@ -173,7 +174,7 @@ test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missi
 
     const { loadNativeAddon } = await import("../../src/engine/nativeAddon.js");
     const addon = loadNativeAddon("cpu");
-    const raw = addon.createTarget();
+    const raw = addon.create<NativeTargetHandle>("Target");
     const options = {
         binsDir: addon.binsDir,
         modelPath: targetModel,

@@ -6,11 +6,12 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { InputLookupTokenPredictor, type Llama } from "node-llama-cpp";
+import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { generateWithExactVerifier, TimedTokenPredictor } from "../../src/generate/generateGreedily.js";
 import { generateAloneNative, generateWithNativeVerifier } from "../../src/generate/generateWithNativeVerifier.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
 import { GreedyDraftTokenPredictor } from "../../src/generate/openDraftSource.js";
-import { runGenerate } from "../../src/generate/runGenerate.js";
+import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
 import type { GenerationRun } from "../../src/generate/types.js";
 import { cpuLlama, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
 
@@ -121,19 +122,21 @@ for (const [name, draftPath] of [
 
 test("specdraft generate's exact verifier (native target, native drafter) == exact-node-llama-cpp, and lossless", async () => {
     const summaries = [];
+    const generate = (more: Partial<RunGenerateOptions>) =>
+        runGenerate({
+            target: targetModel,
+            draft: { kind: "model", path: quantizedDrafter },
+            prompts: testPrompts,
+            maxTokens: 40,
+            draftLength,
+            gpu: "cpu",
+            threads: testThreads,
+            llama,
+            ...more,
+        });
     for (const verifier of ["exact", "exact-node-llama-cpp"] as const) {
         for (const draft of [{ kind: "model", path: quantizedDrafter } as const, { kind: "ngram" } as const]) {
-            const summary = await runGenerate({
-                target: targetModel,
-                draft,
-                prompts: testPrompts,
-                maxTokens: 40,
-                draftLength,
-                gpu: "cpu",
-                threads: testThreads,
-                llama,
-                verifier,
-            });
+            const summary = await generate({ draft, verifier });
             assert.equal(summary.identical, true, `${verifier}, ${draft.kind}: outputs differ from the target alone`);
             assert.equal(summary.verifier, verifier);
             summaries.push(summary);
@@ -155,6 +158,15 @@ test("specdraft generate's exact verifier (native target, native drafter) == exa
     }
     assert.ok(nativeModel.speculative.accepted > 0);
     assert.equal(nativeModel.settings.gpu, "cpu");
+    // the in-process drafter is the draft engine with its defaults, candidates included; off, it drafts the same
+    const { candidates, stepTokens } = defaultLookahead.cpu;
+    assert.equal(nativeModel.settings.draftLookahead, Math.min(candidates, stepTokens - 1));
+    const withoutCandidates = await generate({ draftLookahead: 0 });
+    assert.equal(withoutCandidates.settings.draftLookahead, 0);
+    assert.deepEqual(
+        withoutCandidates.prompts.map((p) => counts(p.speculative[0])),
+        nativeModel.prompts.map((p) => counts(p.speculative[0])),
+    );
 });
 
 test("a decode that only ends the output is not a step that produced tokens, as for the target alone: τ ≥ 1", async () => {

@@ -10,6 +10,7 @@ import { PassThrough } from "node:stream";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
 import { conversationHeader } from "../../src/client/conversationKey.js";
+import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { readModelFileInfo } from "../../src/engine/gguf.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
@@ -97,6 +98,9 @@ for (const verifier of ["exact", "node-llama-cpp"] as const) {
             assert.equal(summary.draft.vocabFingerprint, summary.target.vocabFingerprint);
             // the server's GET /info and generate's own reading of the same GGUF name its quantization alike
             assert.equal(summary.draft.quantization, summary.target.quantization);
+            // and its candidates a lone request's steps check (the CPU's default budget)
+            const { candidates, stepTokens } = defaultLookahead.cpu;
+            assert.equal(summary.settings.draftLookahead, Math.min(candidates, stepTokens - 1));
             assert.ok(summary.speculative.accepted > 0, "the server's drafts are accepted");
             if (verifier === "exact")
                 assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);

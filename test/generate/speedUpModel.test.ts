@@ -5,11 +5,15 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+    breakEvenTokensPerStep,
+    type CandidateCosts,
+    composeDraftWithCandidates,
     expectedTokensPerStep,
     interpolateCost,
     predictRunSpeedUp,
     projectSpeedUp,
     type StepCosts,
+    withCandidates,
 } from "../../src/generate/speedUpModel.js";
 
 const close = (actual: number, expected: number, tolerance: number, what: string) =>
@@ -105,4 +109,39 @@ test("with per-prompt costs each generation's prompt is counted: F(P) in both mo
     // a drafter with no prefill figure: the target's part alone
     const noDraftPrefill = predictRunSpeedUp({ ...costs, draftPrefill: undefined }, { ...run, promptLengths: [64] });
     close(noDraftPrefill.promptMs.speculative, 7 + 5.74 - 6.9, 1e-9, "no D(P)");
+});
+
+test("candidates: a draft composed from the step costs at m and the steps on real text; the break-even", () => {
+    // a launch-bound step: 1.7 ms at 1 token, 1.9 at 5; with 4 candidates a 16-token draft takes 16 / 3.5 steps
+    const with4: CandidateCosts = {
+        step: new Map([
+            [1, 1.7],
+            [5, 1.9],
+            [9, 2.3],
+        ]),
+        candidates: 4,
+        stepsPerDraft: new Map([
+            [8, 8 / 3],
+            [16, 16 / 3.5],
+        ]),
+    };
+    close(breakEvenTokensPerStep(with4.step, 4), 1.9 / 1.7, 1e-9, "step(5) / step(1)");
+    // 28.3 ms measured for 16 one-token steps and the request around them
+    close(composeDraftWithCandidates(28.3, 16, with4), 28.3 - 16 * 1.7 + (16 / 3.5) * 1.9, 1e-9, "n = 16");
+    assert.equal(composeDraftWithCandidates(5, 0, with4), 0);
+    // no candidates and a step a token: the plain draft itself
+    const plain: CandidateCosts = {
+        step: with4.step,
+        candidates: 0,
+        stepsPerDraft: new Map([
+            [8, 8],
+            [16, 16],
+        ]),
+    };
+    close(composeDraftWithCandidates(15.45, 8, plain), 15.45, 1e-9, "M = 0");
+    const costs = withCandidates(h200, with4);
+    close(costs.draft.get(16) ?? 0, composeDraftWithCandidates(32.2, 16, with4), 1e-9, "withCandidates, n = 16");
+    assert.equal(costs.verify, h200.verify);
+    // fewer drafter ms, the same verification: a higher projected speed-up
+    assert.ok(projectSpeedUp(costs, 0.81, 8).speedUp > projectSpeedUp(h200, 0.81, 8).speedUp);
 });

@@ -50,7 +50,10 @@ test("pack writes the model, an executable serve.sh, architecture.json from the 
         const out = path.join(dir, "drafter");
         const io = captureIo();
         assert.equal(
-            await runPack({ model, out, manifest: manifestFile, base: "Qwen/Qwen3-8B@b968826", draftLength: 12 }, io),
+            await runPack(
+                { model, out, manifest: manifestFile, base: "Qwen/Qwen3-8B@b968826", draftLength: 12, lookahead: 5 },
+                io,
+            ),
             0,
             io.text().err,
         );
@@ -79,6 +82,7 @@ test("pack writes the model, an executable serve.sh, architecture.json from the 
         assert.equal(architecture.quantization, "Q4_0");
         assert.deepEqual(architecture.base_model, { name: "Qwen/Qwen3-8B", revision: "b968826" });
         assert.equal(architecture.draft_length, 12);
+        assert.equal(architecture.lookahead, 5);
         assert.equal(architecture.size_bytes, (await stat(model)).size);
         assert.equal(
             architecture.model_sha256,
@@ -93,7 +97,7 @@ test("pack writes the model, an executable serve.sh, architecture.json from the 
         assert.equal(written.complete, true);
         assert.deepEqual(written.sources, manifest.sources);
         const script = await readFile(path.join(out, "serve.sh"), "utf8");
-        assert.match(script, /--draft-len 12/);
+        assert.match(script, /--draft-len 12 --lookahead 5 "\$@"/);
         assert.match(script, /PORT:-8000/);
     }));
 
@@ -114,6 +118,9 @@ test("without --manifest the folder says its sources are unknown; the F32 fixtur
         assert.equal(architecture.quantization, "F32");
         assert.equal(architecture.base_model, null);
         assert.equal(architecture.draft_length, 16);
+        // no --lookahead: none recorded, and serve.sh leaves serve's default for its backend
+        assert.equal(architecture.lookahead, null);
+        assert.doesNotMatch(await readFile(path.join(out, "serve.sh"), "utf8"), /--lookahead/);
     }));
 
 test("architecture.json and GET /info describe the default drafter alike: Q4_0, though its Q8_0 embedding is larger", () =>

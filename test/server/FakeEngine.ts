@@ -8,7 +8,13 @@
  */
 
 import { type EngineError, engineError } from "../../src/engine/errors.js";
-import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "../../src/engine/types.js";
+import type {
+    DraftEngine,
+    DraftOptions,
+    EngineInfo,
+    EngineObserver,
+    LookaheadSettings,
+} from "../../src/engine/types.js";
 import { validateDraftRequest } from "../../src/engine/validateDraftRequest.js";
 
 export interface FakeEngineOptions {
@@ -21,6 +27,8 @@ export interface FakeEngineOptions {
     observer?: EngineObserver;
     /** Changes the vocabulary fingerprint, as two different vocabularies would. Defaults to `"fake-vocab"`. */
     vocabName?: string;
+    /** What info says of candidates (the fake drafts without steps). Defaults to off. */
+    lookahead?: LookaheadSettings;
 }
 
 /** The fake's rule: the draft of `tokens` (without end id). */
@@ -60,6 +68,7 @@ export class FakeEngine implements DraftEngine {
             backend: "cpu",
             engine: "fake",
             flashAttention: false,
+            lookahead: options.lookahead ?? { candidates: 0, stepTokens: 1, fill: false },
         };
         this.maxQueue = options.maxQueue ?? 64;
         this.observer = options.observer ?? {};

@@ -5,7 +5,10 @@ import { test } from "node:test";
 import { buildTestApp } from "./testApp.js";
 
 test("reports the engine's info, the draft length and its limit", async () => {
-    const { app, engine } = buildTestApp({ vocabSize: 4321, contextSize: 512 }, { draftLength: 9 });
+    const { app, engine } = buildTestApp(
+        { vocabSize: 4321, contextSize: 512, lookahead: { candidates: 6, stepTokens: 40, fill: true } },
+        { draftLength: 9 },
+    );
     try {
         const res = await app.inject({ method: "GET", url: "/info" });
         assert.equal(res.statusCode, 200);
@@ -15,6 +18,7 @@ test("reports the engine's info, the draft length and its limit", async () => {
         assert.equal(info.draft_length, 9);
         assert.equal(info.max_draft_length, 64);
         assert.equal(info.vocab_fingerprint, engine.info.vocabFingerprint);
+        assert.deepEqual(info.lookahead, { candidates: 6, step_tokens: 40, fill: true });
         assert.deepEqual(Object.keys(info).sort(), [
             "architecture",
             "backend",
@@ -23,6 +27,7 @@ test("reports the engine's info, the draft length and its limit", async () => {
             "engine",
             "file_bytes",
             "flash_attention",
+            "lookahead",
             "max_draft_length",
             "model",
             "quantization",

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { loadEngine } from "../../src/engine/loadEngine.js";
+import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import { type App, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
 import { sample } from "../helpers/metricSamples.js";
@@ -23,7 +23,7 @@ const draftLength = 8;
 const threads = 1;
 
 /** An app with a freshly loaded real engine (no KV cache yet). */
-async function realApp(modelPath = tinyModel): Promise<App> {
+async function realApp(modelPath = tinyModel, options: Partial<LoadEngineOptions> = {}): Promise<App> {
     const metrics = new ServerMetrics();
     const built = buildApp({ metrics, draftLength });
     const engine = await loadEngine({
@@ -33,6 +33,7 @@ async function realApp(modelPath = tinyModel): Promise<App> {
         gpu: "cpu",
         threads,
         observer: metrics.engineObserver,
+        ...options,
     });
     built.slot.fill(engine);
     return built;
@@ -143,6 +144,35 @@ describe("real engine", () => {
     });
 });
 
+test("/metrics counts the candidates each step checked and kept; /info says the setting; drafts are the plain ones", async () => {
+    const plain = await realApp(tinyModel, { lookahead: 0 });
+    const withCandidates = await realApp(tinyModel, { lookahead: 4, lookaheadStepTokens: 5 });
+    try {
+        assert.deepEqual((await withCandidates.app.inject({ method: "GET", url: "/info" })).json().lookahead, {
+            candidates: 4,
+            step_tokens: 5,
+            fill: false,
+        });
+        // random weights loop, so their own earlier tokens predict them: the lookup has guesses to check
+        const context = contexts(vocabSizeOf(plain))[5];
+        const n = 40;
+        const expected = await draft(plain, context, n);
+        const steps = await counter(withCandidates, "specdraft_step_decode_seconds_count");
+        assert.deepEqual(await draft(withCandidates, context, n), expected);
+        const taken = (await counter(withCandidates, "specdraft_step_decode_seconds_count")) - steps;
+        const proposed = await counter(withCandidates, "specdraft_lookahead_candidates_total");
+        const accepted = await counter(withCandidates, "specdraft_lookahead_accepted_total");
+        assert.equal(await counter(withCandidates, "specdraft_draft_tokens_total"), n);
+        assert.ok(accepted > 0 && accepted <= proposed, `${accepted} of ${proposed} candidates kept`);
+        // every kept candidate saved a step: n tokens in n − accepted steps (one sequence, one request)
+        assert.equal(taken, n - accepted);
+        assert.equal(await counter(plain, "specdraft_lookahead_candidates_total"), 0);
+    } finally {
+        await closeApp(plain);
+        await closeApp(withCandidates);
+    }
+});
+
 test("/info: the fingerprint follows the vocabulary, not the weights", async () => {
     const infos = [];
     for (const model of [tinyModel, tinyQ4Model, otherVocabModel]) {
@@ -180,9 +210,15 @@ test("the CLI serves a real model: ready line, a draft, SIGTERM → exit 0", asy
         "128",
         "--threads",
         "1",
+        "--lookahead",
+        "2",
+        "--lookahead-step-tokens",
+        "9",
     ]);
     try {
         const [, url] = await serve.waitForLine(/serving .* at (http:\/\/\S+)\n/);
+        const info = await (await fetch(`${url}/info`)).json();
+        assert.deepEqual(info.lookahead, { candidates: 2, step_tokens: 9, fill: false });
         const res = await fetch(`${url}/draft`, {
             method: "POST",
             headers: { "content-type": "application/json" },

@@ -93,7 +93,7 @@ export async function runSelfcheck(
                 );
             else
                 found.push(
-                    `${architectureFileName} (${checked.architecture}, ${checked.quantization}, k ${checked.draft_length}, base ${checked.base_model ? `${checked.base_model.name}@${checked.base_model.revision ?? "?"}` : "not recorded"})`,
+                    `${architectureFileName} (${checked.architecture}, ${checked.quantization}, k ${checked.draft_length}, lookahead ${checked.lookahead ?? "serve's default"}, base ${checked.base_model ? `${checked.base_model.name}@${checked.base_model.revision ?? "?"}` : "not recorded"})`,
                 );
         }
     } catch (error) {

@@ -39,6 +39,11 @@ export const infoRoutes: FastifyPluginAsync<InfoRoutesOptions> = async (app, { s
                 streams: info.streams,
                 engine: info.engine,
                 flash_attention: info.flashAttention,
+                lookahead: {
+                    candidates: info.lookahead.candidates,
+                    step_tokens: info.lookahead.stepTokens,
+                    fill: info.lookahead.fill,
+                },
             };
         },
     );

@@ -19,6 +19,23 @@ export const InfoResponse = Type.Object(
         streams: Type.Integer({ description: "Sequences held at once, each with its own KV cache." }),
         engine: Type.String({ description: "Which engine implementation serves drafts." }),
         flash_attention: Type.Boolean(),
+        lookahead: Type.Object(
+            {
+                candidates: Type.Integer({
+                    description:
+                        "Prompt-lookup guesses each drafting sequence checks per decode step, at most (0: off; `--lookahead`). They come from the request's own tokens only, and only those equal to the drafter's own greedy token are kept.",
+                }),
+                step_tokens: Type.Integer({
+                    description:
+                        "The step's token budget they share (`--lookahead-step-tokens`): each of a step's S sequences gets min(candidates, ⌊step_tokens / S⌋ − 1).",
+                }),
+                fill: Type.Boolean({
+                    description:
+                        "Whether every step decodes that many candidate positions (fillers where the lookup has none).",
+                }),
+            },
+            { additionalProperties: false, description: "How drafter steps check prompt-lookup candidates." },
+        ),
     },
     { $id: "InfoResponse", additionalProperties: false },
 );

@@ -1,0 +1,550 @@
+// The target of `specdraft generate`: one sequence of a target model, for speculative generation
+// (src/generate/NativeTarget.ts; its typed view src/generate/nativeTargetAddon.ts).
+//
+// Verification in one call: `evaluate(tokens, keep, outputFrom)` trims the KV cache to its first `keep` cells (what a
+// rejected draft left behind goes), decodes `tokens` at positions keep, keep+1, ... (one llama_decode when they fit the
+// batch) and returns the greedy next token after each of tokens[outputFrom..]. With `backendSampling` the argmax of
+// every output row is computed inside llama.cpp's graph (on the GPU when offloaded; llama.cpp's greedy backend sampler
+// with up to `maxOutputs` outputs per sequence), so k + 1 token ids cross to the host instead of (k + 1) × n_vocab
+// logits and no host code touches the logits; without it, the host takes the argmax of each row. `generate(tokens,
+// keep, maxTokens)` is the target alone: the prompt, then one token per decode until an end-of-generation token or
+// maxTokens, the loop native (no JS between tokens).
+//
+//   const target = new Target();
+//   await target.load({ binsDir, modelPath, contextSize, batchSize, ubatchSize, gpuLayers, flashAttention,
+//                       backendSampling, maxOutputs, threads, verbose });   // every option required
+//   target.info()  -> { vocabSize, contextSize, gpuDevice, maxOutputs, eogIds: Int32Array }
+//   await target.evaluate(tokens: Int32Array, keep, outputFrom) -> { next: Int32Array, cached, stats: Float64Array }
+//   await target.generate(tokens: Int32Array, keep, maxTokens)  -> { tokens: Int32Array, cached, stats: Float64Array }
+// (`cached`: tokens now in the KV cache)
+//   await target.logitGap(tokens: Int32Array, promptLength, a, b) -> { gap: logit[a] − logit[b] after tokens on the
+//         target alone's path, disagreement: the largest logit difference of that path and a verification's there }
+//   target.dispose()
+// `stats` (targetStatFields numbers): llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
+// (llama_synchronize after each), read ms (fetching the sampled ids or the argmax over logits), graphs llama.cpp reused.
+
+#include <atomic>
+
+#include "native_shared.h"
+
+namespace specdraft {
+
+namespace {
+
+constexpr int32_t targetStatFields = 6;
+
+struct TargetStats {
+    int32_t decodes = 0;
+    int32_t tokens = 0;
+    double submitMs = 0;
+    double waitMs = 0;
+    double readMs = 0;
+    int32_t graphsReused = 0;
+};
+
+struct TargetOptions {
+    std::string binsDir;
+    std::string modelPath;
+    int32_t contextSize = 0;
+    int32_t batchSize = 0;
+    int32_t ubatchSize = 0;
+    int32_t gpuLayers = 0;
+    llama_flash_attn_type flashAttention = LLAMA_FLASH_ATTN_TYPE_AUTO;
+    bool backendSampling = false;
+    int32_t maxOutputs = 0;  // greedy outputs one evaluate() may ask for (k + 1 for drafts of k)
+    int32_t threads = 0;
+};
+
+class Target : public Napi::ObjectWrap<Target> {
+public:
+    static void Init(Napi::Env env, Napi::Object exports);
+    explicit Target(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Target>(info) {}
+    ~Target() override { freeModel(); }
+
+    llama_model* model = nullptr;
+    llama_context* ctx = nullptr;
+    llama_batch batch{};
+    int32_t batchCapacity = 0;
+    int32_t nVocab = 0;
+    int32_t maxOutputs = 0;
+    int32_t argmaxThreads = 1;  // host argmax (without backendSampling): rows split over up to 8 threads
+    int32_t length = 0;  // cells [0, length) of the KV cache hold evaluated tokens
+    bool backendSampling = false;
+    llama_sampler* sampler = nullptr;
+    llama_sampler_seq_config samplerConfig{};
+    llama_context_params baseParams{};  // the context's parameters but its samplers
+    std::vector<llama_token> eogIds;
+    std::vector<bool> isEog;
+    std::string gpuDevice;
+    std::atomic<bool> busy{false};
+    bool loaded = false;
+
+    void freeModel() {
+        if (ctx) llama_free(ctx);
+        if (batchCapacity > 0) llama_batch_free(batch);
+        if (model) llama_model_free(model);
+        if (sampler) llama_sampler_free(sampler);
+        ctx = nullptr;
+        model = nullptr;
+        sampler = nullptr;
+        batchCapacity = 0;
+        loaded = false;
+    }
+
+    // Decodes tokens[0..count) at positions pos, pos+1, ... with outputs from index firstOutput on (count: none);
+    // appends their greedy next tokens to `next`.
+    void decode(const llama_token* tokens, int32_t count, int32_t pos, int32_t firstOutput, std::vector<llama_token>& next,
+                TargetStats& stats) {
+        batch.n_tokens = 0;
+        for (int32_t j = 0; j < count; ++j) {
+            batch.token[j] = tokens[j];
+            batch.pos[j] = pos + j;
+            batch.n_seq_id[j] = 1;
+            batch.seq_id[j][0] = 0;
+            batch.logits[j] = j >= firstOutput ? 1 : 0;
+        }
+        batch.n_tokens = count;
+        const int32_t reusedBefore = llama_perf_context(ctx).n_reused;
+        const Clock::time_point start = Clock::now();
+        decodeOrThrow(ctx, batch);
+        const Clock::time_point submitted = Clock::now();
+        llama_synchronize(ctx);
+        const Clock::time_point decoded = Clock::now();
+        if (backendSampling) {
+            for (int32_t j = firstOutput; j < count; ++j) next.push_back(sampledToken(ctx, j));
+        } else if (count > firstOutput) {
+            // every row fetched on this thread first, then the argmax of the rows split over threads (native_shared.h)
+            std::vector<int32_t> indices(count - firstOutput);
+            for (int32_t k = 0; k < count - firstOutput; ++k) indices[k] = firstOutput + k;
+            argmaxOfRows(ctx, indices, nVocab, argmaxThreads, next, next.size());
+        }
+        stats.decodes++;
+        stats.tokens += count;
+        stats.submitMs += msBetween(start, submitted);
+        stats.waitMs += msBetween(submitted, decoded);
+        stats.readMs += msBetween(decoded, Clock::now());
+        stats.graphsReused += llama_perf_context(ctx).n_reused - reusedBefore;
+    }
+
+    // Trims the cache to `keep` cells, then decodes `tokens` in batch-sized chunks, asking outputs from index
+    // outputFrom on (tokens.size(): none); returns the greedy next tokens of those outputs.
+    std::vector<llama_token> evaluate(const std::vector<llama_token>& tokens, int32_t keep, int32_t outputFrom, TargetStats& stats) {
+        if (!llama_memory_seq_rm(llama_get_memory(ctx), 0, keep, -1)) throw std::runtime_error("could not trim the KV cache");
+        length = keep;
+        std::vector<llama_token> next;
+        const int32_t count = (int32_t)tokens.size();
+        for (int32_t offset = 0; offset < count; offset += batchCapacity) {
+            const int32_t chunk = std::min(batchCapacity, count - offset);
+            const int32_t firstOutput = std::min(chunk, std::max(0, outputFrom - offset));
+            decode(tokens.data() + offset, chunk, length, firstOutput, next, stats);
+            length += chunk;
+        }
+        return next;
+    }
+
+    // How near a tie the target alone's choice between tokens a and b after `tokens` was, and how much two kernel paths
+    // disagree there. In a context of its own without samplers (so its logits reach the host): the target alone's path
+    // (the first promptLength decoded as generate() decodes a prompt, in batch-sized chunks, then one token a decode)
+    // gives logit[a] − logit[b]; then `tokens` + [b] as verification decodes them (in one decode where they fit, the
+    // output at the last of `tokens`) gives the same position's logits by the other kernels, and the largest
+    // difference of the two over the vocabulary is their disagreement. A GPU's multi-token and one-token kernels round
+    // differently; the outputs of the target alone and of speculation can part only where the gap is within twice it.
+    std::pair<double, double> logitGap(const std::vector<llama_token>& tokens, int32_t promptLength, llama_token a, llama_token b) {
+        llama_context* c = llama_init_from_model(model, baseParams);
+        if (!c) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
+        llama_batch one = llama_batch_init(batchCapacity, 0, 1);
+        struct Release {
+            llama_context* c;
+            llama_batch* b;
+            ~Release() {
+                llama_batch_free(*b);
+                llama_free(c);
+            }
+        } release{c, &one};
+        // decodes seq[from, from + n) at their positions, the logits of index `output` (-1: none) asked
+        auto run = [&](const std::vector<llama_token>& seq, int32_t from, int32_t n, int32_t output) {
+            one.n_tokens = n;
+            for (int32_t j = 0; j < n; ++j) {
+                one.token[j] = seq[from + j];
+                one.pos[j] = from + j;
+                one.n_seq_id[j] = 1;
+                one.seq_id[j][0] = 0;
+                one.logits[j] = from + j == output ? 1 : 0;
+            }
+            decodeOrThrow(c, one);
+        };
+        const int32_t count = (int32_t)tokens.size();
+        for (int32_t offset = 0; offset < promptLength; offset += batchCapacity) {
+            run(tokens, offset, std::min(batchCapacity, promptLength - offset), promptLength - 1);
+        }
+        for (int32_t i = promptLength; i < count; ++i) run(tokens, i, 1, i);
+        const float* row = llama_get_logits_ith(c, -1);
+        if (!row) throw std::runtime_error("llama.cpp returned no logits");
+        const std::vector<float> alone(row, row + nVocab);
+
+        llama_memory_clear(llama_get_memory(c), true);
+        std::vector<llama_token> verified(tokens);
+        verified.push_back(b);
+        const int32_t total = (int32_t)verified.size();
+        double disagreement = 0;
+        for (int32_t offset = 0; offset < total; offset += batchCapacity) {
+            const int32_t chunk = std::min(batchCapacity, total - offset);
+            run(verified, offset, chunk, count - 1);
+            if (count - 1 < offset || count - 1 >= offset + chunk) continue;
+            const float* other = llama_get_logits_ith(c, count - 1 - offset);
+            if (!other) throw std::runtime_error("llama.cpp returned no logits");
+            for (int32_t v = 0; v < nVocab; ++v) {
+                disagreement = std::max(disagreement, std::fabs((double)alone[v] - (double)other[v]));
+            }
+        }
+        return {(double)alone[a] - (double)alone[b], disagreement};
+    }
+
+    // The target alone: evaluates `tokens` after `keep` cached ones, then greedy tokens one decode each until an
+    // end-of-generation token (not included) or maxTokens of them.
+    std::vector<llama_token> generate(const std::vector<llama_token>& tokens, int32_t keep, int32_t maxTokens, TargetStats& stats) {
+        std::vector<llama_token> out;
+        std::vector<llama_token> next = evaluate(tokens, keep, (int32_t)tokens.size() - 1, stats);
+        const int32_t nCtx = (int32_t)llama_n_ctx_seq(ctx);
+        while (true) {
+            const llama_token token = next.back();
+            if (isEog[token]) break;
+            out.push_back(token);
+            if ((int32_t)out.size() >= maxTokens || length >= nCtx) break;
+            next.clear();
+            decode(&token, 1, length, 0, next, stats);
+            length += 1;
+        }
+        return out;
+    }
+
+private:
+    Napi::Value Load(const Napi::CallbackInfo& info);
+    Napi::Value Info(const Napi::CallbackInfo& info);
+    Napi::Value Evaluate(const Napi::CallbackInfo& info);
+    Napi::Value Generate(const Napi::CallbackInfo& info);
+    Napi::Value LogitGap(const Napi::CallbackInfo& info);
+    Napi::Value Dispose(const Napi::CallbackInfo& info);
+    std::vector<llama_token> readTokens(Napi::Env env, const Napi::Value& value, const char* method);
+};
+
+
+Napi::Float64Array targetStatsToJs(Napi::Env env, const TargetStats& stats) {
+    Napi::Float64Array a = Napi::Float64Array::New(env, targetStatFields);
+    a[0] = stats.decodes;
+    a[1] = stats.tokens;
+    a[2] = stats.submitMs;
+    a[3] = stats.waitMs;
+    a[4] = stats.readMs;
+    a[5] = stats.graphsReused;
+    return a;
+}
+
+// One call of the target off the JS thread; `busy` guards against a second one meanwhile.
+class TargetWorker : public Napi::AsyncWorker {
+public:
+    TargetWorker(Napi::Env env, Target* target)
+        : Napi::AsyncWorker(env), target_(target), deferred_(Napi::Promise::Deferred::New(env)) {
+        targetRef_ = Napi::Persistent(target->Value());
+        target_->busy.store(true);
+    }
+    Napi::Promise Promise() { return deferred_.Promise(); }
+    void Execute() override {
+        try {
+            work();
+        } catch (const std::exception& e) {
+            SetError(e.what());
+        }
+    }
+    void OnOK() override {
+        target_->busy.store(false);
+        deferred_.Resolve(result(Env()));
+    }
+    void OnError(const Napi::Error& e) override {
+        target_->busy.store(false);
+        deferred_.Reject(e.Value());
+    }
+
+protected:
+    virtual void work() = 0;
+    virtual Napi::Value result(Napi::Env env) = 0;
+    Target* target_;
+
+private:
+    Napi::Promise::Deferred deferred_;
+    Napi::ObjectReference targetRef_;
+};
+
+class TargetLoadWorker : public TargetWorker {
+public:
+    TargetLoadWorker(Napi::Env env, Target* target, TargetOptions options) : TargetWorker(env, target), options_(std::move(options)) {}
+
+protected:
+    void work() override {
+        Target& t = *target_;
+        try {
+            initBackends(options_.binsDir);
+            takeLoggedErrors();
+            llama_model_params mp = llama_model_default_params();
+            mp.n_gpu_layers = options_.gpuLayers;
+            t.model = llama_model_load_from_file(options_.modelPath.c_str(), mp);
+            if (!t.model) throw std::runtime_error("llama.cpp could not load the model: " + orUnknown(takeLoggedErrors()));
+
+            llama_context_params cp = llama_context_default_params();
+            cp.n_seq_max = 1;
+            cp.n_ctx = (uint32_t)options_.contextSize;
+            cp.n_batch = (uint32_t)options_.batchSize;
+            cp.n_ubatch = (uint32_t)std::min(options_.ubatchSize, options_.batchSize);
+            cp.n_outputs_max = (uint32_t)options_.maxOutputs;
+            cp.flash_attn_type = options_.flashAttention;
+            cp.no_perf = true;
+            if (options_.threads > 0) {
+                cp.n_threads = options_.threads;
+                cp.n_threads_batch = options_.threads;
+            }
+            t.baseParams = cp;  // without samplers: logitGap() makes contexts of its own from it
+            if (options_.backendSampling) {
+                // greedy in the graph for every output of the one sequence (llama.cpp builds one argmax per output row)
+                t.sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
+                llama_sampler_chain_add(t.sampler, llama_sampler_init_greedy());
+                t.samplerConfig = {0, t.sampler};
+                cp.samplers = &t.samplerConfig;
+                cp.n_samplers = 1;
+                cp.n_outputs_max_per_seq = (uint32_t)options_.maxOutputs;
+                t.backendSampling = true;
+            }
+            t.ctx = llama_init_from_model(t.model, cp);
+            if (!t.ctx) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
+            t.batchCapacity = (int32_t)llama_n_batch(t.ctx);  // llama.cpp caps n_batch at n_ctx
+            t.batch = llama_batch_init(t.batchCapacity, 0, 1);
+            const llama_vocab* vocab = llama_model_get_vocab(t.model);
+            t.nVocab = llama_vocab_n_tokens(vocab);
+            t.maxOutputs = options_.maxOutputs;
+            t.argmaxThreads = hostArgmaxThreads();
+            t.length = 0;
+            t.isEog.assign(t.nVocab, false);
+            t.eogIds.clear();
+            for (llama_token id = 0; id < t.nVocab; ++id) {
+                if (llama_vocab_is_eog(vocab, id)) {
+                    t.isEog[id] = true;
+                    t.eogIds.push_back(id);
+                }
+            }
+            t.gpuDevice = gpuDeviceName(options_.gpuLayers);
+        } catch (...) {
+            t.freeModel();
+            throw;
+        }
+    }
+    Napi::Value result(Napi::Env env) override {
+        target_->loaded = true;
+        return env.Undefined();
+    }
+
+private:
+    TargetOptions options_;
+};
+
+class TargetEvaluateWorker : public TargetWorker {
+public:
+    TargetEvaluateWorker(Napi::Env env, Target* target, std::vector<llama_token> tokens, int32_t keep, int32_t outputFrom,
+                         int32_t maxTokens)
+        : TargetWorker(env, target), tokens_(std::move(tokens)), keep_(keep), outputFrom_(outputFrom), maxTokens_(maxTokens) {}
+
+protected:
+    void work() override {
+        out_ = maxTokens_ > 0 ? target_->generate(tokens_, keep_, maxTokens_, stats_)
+                              : target_->evaluate(tokens_, keep_, outputFrom_, stats_);
+    }
+    Napi::Value result(Napi::Env env) override {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set(maxTokens_ > 0 ? "tokens" : "next", tokensToJs(env, out_));
+        o.Set("stats", targetStatsToJs(env, stats_));
+        o.Set("cached", target_->length);
+        return o;
+    }
+
+private:
+    std::vector<llama_token> tokens_;
+    int32_t keep_;
+    int32_t outputFrom_;
+    int32_t maxTokens_;  // > 0: generate() instead of evaluate()
+    std::vector<llama_token> out_;
+    TargetStats stats_;
+};
+
+class TargetLogitGapWorker : public TargetWorker {
+public:
+    TargetLogitGapWorker(Napi::Env env, Target* target, std::vector<llama_token> tokens, int32_t promptLength, llama_token a,
+                         llama_token b)
+        : TargetWorker(env, target), tokens_(std::move(tokens)), promptLength_(promptLength), a_(a), b_(b) {}
+
+protected:
+    void work() override { gap_ = target_->logitGap(tokens_, promptLength_, a_, b_); }
+    Napi::Value result(Napi::Env env) override {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("gap", gap_.first);
+        o.Set("disagreement", gap_.second);
+        return o;
+    }
+
+private:
+    std::vector<llama_token> tokens_;
+    int32_t promptLength_;
+    llama_token a_;
+    llama_token b_;
+    std::pair<double, double> gap_{0, 0};
+};
+
+Napi::Value Target::Load(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (loaded || busy.load()) throw Napi::Error::New(env, "Target.load: already loaded");
+    if (info.Length() < 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, "Target.load(options): options object expected");
+    Napi::Object o = info[0].As<Napi::Object>();
+    TargetOptions opt;
+    opt.binsDir = getString(o, "binsDir");
+    opt.modelPath = getString(o, "modelPath");
+    opt.contextSize = getIntAtLeast(o, "contextSize", 1);
+    opt.batchSize = getIntAtLeast(o, "batchSize", 1);
+    opt.ubatchSize = getIntAtLeast(o, "ubatchSize", 1);
+    opt.gpuLayers = getInt(o, "gpuLayers");
+    const std::string flash = getString(o, "flashAttention");
+    if (flash != "auto" && flash != "on" && flash != "off") {
+        throw Napi::RangeError::New(env, "Target.load: flashAttention must be \"auto\", \"on\" or \"off\", got \"" + flash + "\"");
+    }
+    opt.flashAttention = flash == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                         : flash == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                          : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    opt.backendSampling = getBool(o, "backendSampling");
+    opt.maxOutputs = getIntAtLeast(o, "maxOutputs", 1);
+    opt.threads = getIntAtLeast(o, "threads", 0);
+    const bool verbose = getBool(o, "verbose");
+    if (opt.contextSize < 2 || opt.batchSize < 1 || opt.ubatchSize < 1 || opt.maxOutputs < 1 || opt.threads < 0) {
+        throw Napi::RangeError::New(env,
+                                    "Target.load: expected contextSize ≥ 2, batchSize, ubatchSize, maxOutputs ≥ 1, threads ≥ 0");
+    }
+    if (opt.maxOutputs > opt.batchSize) throw Napi::RangeError::New(env, "Target.load: maxOutputs must not exceed batchSize");
+    setVerbose(verbose);
+    auto* worker = new TargetLoadWorker(env, this, std::move(opt));
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::Info(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.info: not loaded");
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("vocabSize", nVocab);
+    o.Set("contextSize", (double)llama_n_ctx_seq(ctx));
+    o.Set("gpuDevice", gpuDevice);
+    o.Set("maxOutputs", maxOutputs);
+    o.Set("eogIds", tokensToJs(env, eogIds));
+    return o;
+}
+
+std::vector<llama_token> Target::readTokens(Napi::Env env, const Napi::Value& value, const char* method) {
+    if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+        throw Napi::TypeError::New(env, std::string(method) + ": tokens must be an Int32Array");
+    }
+    Napi::Int32Array t = value.As<Napi::Int32Array>();
+    std::vector<llama_token> tokens(t.Data(), t.Data() + t.ElementLength());
+    if (tokens.empty()) throw Napi::RangeError::New(env, std::string(method) + ": expected at least one token, got none");
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] < 0 || tokens[i] >= nVocab) {
+            throw Napi::RangeError::New(env, std::string(method) + ": token id " + std::to_string(tokens[i]) + " at index " +
+                                                 std::to_string(i) + ": expected 0 ≤ id < " + std::to_string(nVocab));
+        }
+    }
+    return tokens;
+}
+
+// evaluate(tokens, keep, outputFrom) and generate(tokens, keep, maxTokens) share their checks.
+Napi::Value Target::Evaluate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.evaluate: not loaded");
+    if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber()) {
+        throw Napi::TypeError::New(env, "Target.evaluate(tokens: Int32Array, keep: number, outputFrom: number) expected");
+    }
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.evaluate");
+    const int32_t keep = info[1].As<Napi::Number>().Int32Value();
+    const int32_t outputFrom = info[2].As<Napi::Number>().Int32Value();
+    const int32_t count = (int32_t)tokens.size();
+    if (keep < 0 || keep > length) {
+        throw Napi::RangeError::New(env, "Target.evaluate: keep " + std::to_string(keep) + ": expected 0 ≤ keep ≤ " +
+                                             std::to_string(length) + " (the tokens in the KV cache)");
+    }
+    if (outputFrom < 0 || outputFrom >= count || count - outputFrom > maxOutputs) {
+        throw Napi::RangeError::New(env, "Target.evaluate: outputFrom " + std::to_string(outputFrom) + " of " + std::to_string(count) +
+                                             " tokens: expected at least 1 and at most " + std::to_string(maxOutputs) + " outputs");
+    }
+    if ((int64_t)keep + count > (int64_t)llama_n_ctx_seq(ctx)) throw Napi::RangeError::New(env, "Target.evaluate: context overflow");
+    if (busy.load()) throw Napi::Error::New(env, "Target.evaluate: a call is already in flight");
+    auto* worker = new TargetEvaluateWorker(env, this, std::move(tokens), keep, outputFrom, 0);
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::Generate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.generate: not loaded");
+    if (info.Length() < 3 || !info[1].IsNumber() || !info[2].IsNumber()) {
+        throw Napi::TypeError::New(env, "Target.generate(tokens: Int32Array, keep: number, maxTokens: number) expected");
+    }
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.generate");
+    const int32_t keep = info[1].As<Napi::Number>().Int32Value();
+    const int32_t maxTokens = info[2].As<Napi::Number>().Int32Value();
+    if (keep < 0 || keep > length) throw Napi::RangeError::New(env, "Target.generate: keep beyond the tokens in the KV cache");
+    if (maxTokens < 1) throw Napi::RangeError::New(env, "Target.generate: maxTokens must be ≥ 1");
+    if ((int64_t)keep + (int64_t)tokens.size() > (int64_t)llama_n_ctx_seq(ctx)) {
+        throw Napi::RangeError::New(env, "Target.generate: context overflow");
+    }
+    if (busy.load()) throw Napi::Error::New(env, "Target.generate: a call is already in flight");
+    auto* worker = new TargetEvaluateWorker(env, this, std::move(tokens), keep, 0, maxTokens);
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::LogitGap(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!loaded) throw Napi::Error::New(env, "Target.logitGap: not loaded");
+    if (info.Length() < 4 || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber()) {
+        throw Napi::TypeError::New(env, "Target.logitGap(tokens: Int32Array, promptLength: number, a: number, b: number) expected");
+    }
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.logitGap");
+    const int32_t promptLength = info[1].As<Napi::Number>().Int32Value();
+    const int32_t a = info[2].As<Napi::Number>().Int32Value();
+    const int32_t b = info[3].As<Napi::Number>().Int32Value();
+    if (promptLength < 1 || promptLength > (int32_t)tokens.size()) {
+        throw Napi::RangeError::New(env, "Target.logitGap: promptLength must be 1 … the number of tokens");
+    }
+    if (a < 0 || a >= nVocab || b < 0 || b >= nVocab) throw Napi::RangeError::New(env, "Target.logitGap: token ids out of the vocabulary");
+    if ((int64_t)tokens.size() + 1 > (int64_t)llama_n_ctx_seq(ctx)) throw Napi::RangeError::New(env, "Target.logitGap: context overflow");
+    if (busy.load()) throw Napi::Error::New(env, "Target.logitGap: a call is already in flight");
+    auto* worker = new TargetLogitGapWorker(env, this, std::move(tokens), promptLength, a, b);
+    Napi::Promise promise = worker->Promise();
+    worker->Queue();
+    return promise;
+}
+
+Napi::Value Target::Dispose(const Napi::CallbackInfo& info) {
+    if (busy.load()) throw Napi::Error::New(info.Env(), "Target.dispose: a call is in flight");
+    freeModel();
+    return info.Env().Undefined();
+}
+
+void Target::Init(Napi::Env env, Napi::Object exports) {
+    Napi::Function cls = DefineClass(env, "Target",
+                                     {InstanceMethod("load", &Target::Load), InstanceMethod("info", &Target::Info),
+                                      InstanceMethod("evaluate", &Target::Evaluate), InstanceMethod("generate", &Target::Generate),
+                                      InstanceMethod("logitGap", &Target::LogitGap), InstanceMethod("dispose", &Target::Dispose)});
+    exports.Set("Target", cls);
+}
+
+}  // namespace
+
+void registerTarget(Napi::Env env, Napi::Object exports) { Target::Init(env, exports); }
+
+}  // namespace specdraft
