@@ -64,8 +64,9 @@ step_costs() { # label model [generateCosts options...]
   [ -s "$results/drafter-$label.json" ] && node -e 'const c=require(process.argv[1]);const s=c.draft_step_by_m??{};console.log("  step ms by m:", Object.entries(s).map(([k,v])=>k+" "+v.step.toFixed(3)).join(", "), "| plain n16 HTTP", c.draft_walk?.n16?.toFixed(2), "in process", c.draft_walk_in_process?.n16?.toFixed(2))' "$results/drafter-$label.json" | tee -a "$results/progress.log"
 }
 wait_file "$drafter_big" && step_costs "$big" "$drafter_big"
-step_costs default models/specdraft-default.gguf
-wait_file "$drafter_small" && step_costs "$small" "$drafter_small"
+# the other two drafters only while the budget lasts: the 1.7B drafter's costs and 32 streams (below) come first
+[ "$(elapsed)" -lt "$budget" ] && step_costs default models/specdraft-default.gguf
+[ "$(elapsed)" -lt "$budget" ] && wait_file "$drafter_small" && step_costs "$small" "$drafter_small"
 
 # ---- 2. the 1.7B drafter as served by default: candidates on, HTTP against in process; and without fillers (steps
 # of varying shape: the graph rebuilt where the lookup's guesses change in number) ----
