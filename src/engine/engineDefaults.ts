@@ -32,12 +32,14 @@ export const maxLookahead = 32;
  * Prompt-lookup candidates per drafting sequence and step, and the step's token budget they share (LookaheadSettings,
  * src/engine/types.ts), per backend: where a step of a few tokens of one sequence costs little more than one token
  * (a GPU, launch-bound at batch 1) more candidates pay than on the CPU, where a step's cost grows with its tokens.
- * The CPU's is measured (docs/benchmarks.md, "Drafting with candidates": M = 3 without fillers took 11–19 % off a lone
- * 16-token draft; more, or fillers, cost more than they saved). The GPU's is provisional until bench/gpu/lookahead.sh
- * has run on the H200: 8 tokens a step (a 16-token draft splits into whole steps; ggml-cuda's matrix-vector kernels
- * take up to 8 columns), fillers for one graph shape, and a budget that leaves 32 streams one candidate each.
+ * Both measured (docs/benchmarks.md, "Drafting with candidates"). CPU: M = 3 without fillers took 11–19 % off a lone
+ * 16-token draft; more, or fillers, cost more than they saved. H200 (1.7B-shaped Q4_0, 2026-12-01): a step of 4
+ * tokens costs 1.29× one of 1, of 8 1.65×, so with the trained drafter's tokens per step M = 3 composes the fastest
+ * drafts of 16 and of 8 (14.9 / 9.0 ms against 27.6 / 14.4 plain; M = 7: 15.2 / 9.7); fillers keep one graph shape
+ * (without them a step took 4.3 ms instead of 2.9); a budget of 32 tokens gives 8 streams 3 candidates each (+30 %
+ * drafts/s at 8 × 512), 16 streams 1 (+2 %) and 32 streams none (unchanged; 64 tokens there cost 16 %).
  */
 export const defaultLookahead: Readonly<Record<"cpu" | "gpu", LookaheadSettings>> = {
     cpu: { candidates: 3, stepTokens: 4, fill: false },
-    gpu: { candidates: 7, stepTokens: 64, fill: true },
+    gpu: { candidates: 3, stepTokens: 32, fill: true },
 };
