@@ -122,7 +122,7 @@ class _FixedLogits(torch.nn.Module):
     def hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.logits
 
-    def forward(self, input_ids, attention_mask, output_hidden_states=False, logits_to_keep=0):
+    def forward(self, input_ids, attention_mask, output_hidden_states=False, logits_to_keep=0, use_cache=True):
         return SimpleNamespace(hidden_states=(self.hidden(input_ids),))
 
 
