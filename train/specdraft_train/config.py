@@ -18,6 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# Tokens drafted per request, the k of every τ the pipeline measures (dev τ, evaluate, the lab, the prefix loss's
+# window): the validator's and the server's default draft length, src/engine/engineDefaults.ts defaultDraftLength
+# (a test checks the two agree).
+DRAFT_LENGTH = 16
+
 
 @dataclass(frozen=True)
 class CorpusConfig:
@@ -121,7 +126,7 @@ class DistillConfig:
     loss: str = "kl"
     divergence_weight: float = 1.0  # the distribution term (KL, TVD or reverse KL to the target's top-k); not for ce
     ce_weight: float = 0.5  # cross-entropy on the target's greedy token: what τ actually scores
-    eval_k: int = 16  # draft length for dev τ, and the draft window of the prefix loss
+    eval_k: int = DRAFT_LENGTH  # draft length for dev τ, and the draft window of the prefix loss
     # Steps between dev evaluations (each also saves the resumable state); 0 = at every epoch end. Epochs get long
     # with 10× the reference data, and the best checkpoint may sit mid-epoch.
     eval_every: int = 0
@@ -215,7 +220,7 @@ class ExportConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    k: int = 16  # the validator's draft length
+    k: int = DRAFT_LENGTH  # the validator's draft length
     ngram_max: int = 3  # prompt-lookup peer: longest suffix n-gram tried first
     batch_size: int = 32
 

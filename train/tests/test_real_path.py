@@ -21,7 +21,15 @@ from conftest import REPO
 from specdraft_train import __main__ as cli
 from specdraft_train import reference
 from specdraft_train.artifacts import read_manifest, verify_stage_dir
-from specdraft_train.config import FOLDER_CAP_BYTES, MICRO, SERVING_CONTEXT_TOKENS, CorpusConfig
+from specdraft_train.config import (
+    DRAFT_LENGTH,
+    FOLDER_CAP_BYTES,
+    MICRO,
+    SERVING_CONTEXT_TOKENS,
+    CorpusConfig,
+    DistillConfig,
+    EvalConfig,
+)
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.tau import read_conversations
 
@@ -251,13 +259,26 @@ def test_evaluate_takes_a_dtype_and_the_preset(trained: dict[str, Path]):
     }
 
 
-def test_python_and_typescript_agree_on_the_cap_and_the_serving_context():
-    drafter_folder = (REPO / "src/pack/drafterFolder.ts").read_text()
-    engine_defaults = (REPO / "src/engine/engineDefaults.ts").read_text()
-    cap = re.search(r"defaultMaxFolderBytes = ([\d_]+);", drafter_folder)
-    context = re.search(r"defaultContextSize = ([\d_]+);", engine_defaults)
-    assert cap and int(cap.group(1).replace("_", "")) == FOLDER_CAP_BYTES
-    assert context and int(context.group(1).replace("_", "")) == SERVING_CONTEXT_TOKENS
+def test_python_and_typescript_agree_on_the_draft_length_the_cap_and_the_serving_context():
+    """The values the TypeScript modules export, evaluated by node (tsx) rather than read off the source text: a
+    default written as an expression or re-exported from elsewhere is still the one compared."""
+    script = (
+        'const e = await import("./src/engine/engineDefaults.ts");'
+        ' const f = await import("./src/pack/drafterFolder.ts");'
+        " console.log(JSON.stringify([e.defaultDraftLength, e.defaultContextSize, f.defaultMaxFolderBytes]));"
+    )
+    result = subprocess.run(
+        ["node", "--import", "tsx", "--input-type=module", "-e", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    draft_length, context_size, folder_cap = json.loads(result.stdout)
+    assert draft_length == DRAFT_LENGTH == DistillConfig().eval_k == EvalConfig().k
+    assert context_size == SERVING_CONTEXT_TOKENS
+    assert folder_cap == FOLDER_CAP_BYTES
 
 
 def test_reference_needs_some_prompts(tiny: dict[str, Path], tmp_path: Path):
