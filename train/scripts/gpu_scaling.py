@@ -53,7 +53,7 @@ from specdraft_train.models import (  # noqa: E402
     qwen3_config,
     save_checkpoint,
 )
-from specdraft_train.tokenizer import END_OF_TEXT  # noqa: E402
+from specdraft_train.vocabulary import END_OF_TEXT  # noqa: E402
 
 GOAL_SPEEDUP = 1.8  # the issue's, for 2 ranks against 1
 SHAPES = {

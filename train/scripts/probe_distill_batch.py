@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from specdraft_train.config import get_preset
-from specdraft_train.distill import collate, loss_sums
+from specdraft_train.examples import collate, read_train_examples
+from specdraft_train.losses import loss_sums
 from specdraft_train.models import autocast_context, load_causal_lm, resolve_device
-from specdraft_train.reference import read_train_examples
 from specdraft_train.training import make_optimizer
 
 STEPS_PER_SIZE = 2  # the first allocates AdamW's moments and warms cuBLAS: the second is timed

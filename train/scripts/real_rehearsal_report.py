@@ -41,7 +41,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def token_lengths(work: Path) -> dict[str, float]:
     """Mean prompt and continuation tokens of what the reference stage generated (training shards and eval sets)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from specdraft_train.reference import read_train_examples
+    from specdraft_train.examples import read_train_examples
     from specdraft_train.tau import read_conversations
 
     prompts, continuations = [], []

@@ -1,36 +1,11 @@
 """Stage `distill`: teach the drafter the target's continuations (knowledge distillation), optionally with Q4_0 QAT.
 
 Starts from a drafter checkpoint (`--drafter`: the lab's base drafter, or any HF id/path such as Qwen/Qwen3-1.7B) and
-the `reference` stage's training shards. On every continuation position j of P + C, with q the drafter's distribution,
-C[j] the target's greedy token (what τ scores) and p̃ the target's stored top-k renormalized over its k tokens (zero
-outside them), the per-position loss ℓ_j is, by `DistillConfig.loss` (w_div = divergence_weight, w_ce = ce_weight):
-
-    kl          w_div · KL(p̃ ‖ q) + w_ce · CE_j                     CE_j = −log q(C[j])
-    ce          CE_j                                                the target's greedy token only
-    tvd         w_div · TVD(p̃, q) + w_ce · CE_j                     TVD = ½ Σ_v |p̃(v) − q(v)|, whole vocabulary
-    reverse_kl  w_div · KL(q ‖ p̂) + w_ce · CE_j                     p̂: see below
-    prefix      a_j · (w_div · KL(p̃ ‖ q) + w_ce · CE_j)             a_j: see below
-
-- TVD: 1 − TVD(p, q) is the chance that speculative *sampling* accepts a drafted token, and its gradient does not
-  vanish on tokens p puts no mass on; here p̃'s mass outside the top-k is zero, so TVD = ½ (Σ_{v∈topk} |p̃ − q| +
-  (1 − Σ_{v∈topk} q)).
-- reverse KL (mode-seeking: q is pushed off tokens the target finds unlikely) needs p everywhere. p̂ keeps the stored
-  top-k probabilities as they are (not renormalized) and spreads the rest of the target's mass, r = 1 − Σ_topk p,
-  evenly over the V − k other tokens; r is floored at REVERSE_KL_TAIL_FLOOR (the stored fp16 log-probs make 1 − Σ p
-  noise of about that size when the top-k holds nearly everything) and p̂ is renormalized over (top-k, tail).
-- prefix, an expected-accepted-prefix surrogate: a draft window starting at s proposes s, s+1, …; position j is worth
-  scoring only if every earlier position of its window was accepted. With q_i = q(C[i]) (detached: the weights are
-  constants, so CE's non-vanishing gradient is kept rather than the product's, which vanishes while q_i is small),
-
-      a_j = mean over window starts s ∈ {max(0, j − k + 1), …, j} of Π_{i=s}^{j−1} q_i        (k = eval_k)
-
-  i.e. the chance that a k-token window starting at a uniformly chosen admissible start reaches j with everything
-  before j accepted. The walk's windows start anywhere (wherever the last one stopped), hence the mean over starts
-  rather than one fixed alignment; a_0 = 1 (every walk starts a window at 0), and a drafter that already agrees
-  everywhere (q_i = 1) gets a_j = 1, i.e. the kl loss.
-
-Losses are summed over positions and divided by the global batch's continuation tokens, so DDP ranks with unequal
-shares still average to the one-process gradient. Optional replay (`replay_weight` > 0 and `--replay-tokens`): each
+the `reference` stage's training shards, and trains it on every continuation position with the loss
+`DistillConfig.loss` names: kl (KL to the target's renormalized top-k plus CE on its greedy token), ce, tvd,
+reverse_kl or prefix (an expected-accepted-prefix weighting); losses.py defines each (and `--help` shows them below).
+Losses are divided by the global batch's continuation tokens, so DDP ranks with unequal shares still average to the
+one-process gradient. Optional replay (`replay_weight` > 0 and `--replay-tokens`): each
 step also takes `replay_batch_size` chunks of `replay_seq_len` tokens of the base's pretraining text (the lab
 tokenizer stage's ``train.tokens.npy``, a ``.npy`` token array, or a directory of them) and adds
 replay_weight · (mean next-token CE over those tokens), so the drafter keeps what it knew about text the reference
@@ -63,24 +38,20 @@ with --qat). The teacher is the stored top-k of the reference data either way (n
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from .artifacts import input_record, read_manifest, sha256_file, verify_stage_dir, write_manifest
+from .artifacts import input_record, verify_stage_dir, write_manifest
 from .config import (
     DistillConfig,
     ExportConfig,
@@ -92,25 +63,22 @@ from .config import (
     override,
     serving_context_note,
 )
+from .examples import ReplayText, TrainExample, collate, read_train_examples, select_examples
+from .losses import LOSSES, check_loss, loss_sums
 from .models import (
     QAT_STATE_FILE,
     architecture_summary,
     autocast_context,
     checkpoint_info,
-    final_hidden_states,
     load_causal_lm,
-    output_weight,
     save_checkpoint,
     verify_checkpoint,
 )
-from .pretrain import ChunkSampler
 from .provenance import merge_sources, model_pin, model_source, reference_sources
-from .reference import TrainExample, read_train_examples
 from .tau import TauResult, model_tau, read_conversations
-from .tokenizer import load_token_stream, token_file
 from .training import (
-    DistributedContext,
     ResumeState,
+    TrainWindow,
     finish_distributed,
     halt_for_test,
     init_distributed,
@@ -121,329 +89,22 @@ from .training import (
     rank_slice,
     set_lr,
     stop_by_budget,
+    synced_clock,
     unwrap,
+    warm_throughput,
     wrap_model,
 )
 
 LOG_EVERY_STEPS = 25  # also every evaluation and checkpoint step, so logged windows are the same after a resume
 UNTIMED_STEPS = 5  # the manifest's tokens_per_s starts after these: the first steps pay cuBLAS set-up, allocator growth
-LOSSES = ("kl", "ce", "tvd", "reverse_kl", "prefix")
-DIVERGENCE_OF = {"kl": "kl", "tvd": "tvd", "reverse_kl": "reverse_kl", "prefix": "kl"}  # the loss part each logs
-REVERSE_KL_TAIL_FLOOR = 1e-4  # ≈ the noise of 1 − Σ top-20 p from fp16 log-probs; keeps log p̂ of the tail finite
-# Logits (positions × vocabulary) the head computes at once: 128M, 512 MiB in fp32, ~880 positions of Qwen3's
-# 151,936-token vocabulary; with log_softmax and its gradient a chunk holds a few GB, where a 16 × 1,024-token batch's
-# full logits held ~10 GB in bf16 and as much again in fp32 for the positions scored.
-HEAD_CHUNK_LOGITS = 1 << 27
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Data: which examples, how they are batched, and the replay text
 
 
-def _id_fraction(example_id: str) -> float:
-    """A stable number in [0, 1) per example id; a data fraction f keeps the ids below f."""
-    return int(hashlib.sha256(example_id.encode("utf-8")).hexdigest()[:8], 16) / 16**8
-
-
-def select_examples(examples: Sequence[TrainExample], config: DistillConfig) -> list[TrainExample]:
-    """The examples training uses: those of the configured category prefixes, then the configured share of them."""
-    if not 0 < config.data_fraction <= 1:
-        raise ValueError(f"data_fraction {config.data_fraction}: expected 0 < fraction ≤ 1")
-    kept = [e for e in examples if not config.categories or e.category.startswith(tuple(config.categories))]
-    if config.data_fraction < 1:
-        if any(not e.id for e in kept):
-            raise ValueError("data_fraction < 1 needs example ids, and these reference shards carry none")
-        kept = [e for e in kept if _id_fraction(e.id) < config.data_fraction]
-    return kept
-
-
-def collate(
-    examples: Sequence[TrainExample], pad_id: int, device: torch.device, replay_chunks: np.ndarray | None = None
-) -> dict[str, torch.Tensor]:
-    """Right-padded inputs P + C[:-1] and, for every continuation token, where its prediction sits.
-
-    ``replay_chunks`` (R, S + 1) of pretraining text become R more rows of the same forward (one forward per step,
-    which DDP needs), predicting tokens 1…S of each chunk.
-    """
-    sequences = [e.prompt_tokens + e.continuation_tokens[:-1] for e in examples]
-    replay_width = 0 if replay_chunks is None else replay_chunks.shape[1] - 1
-    width = max(max(len(s) for s in sequences), replay_width)
-    n_replay = 0 if replay_chunks is None else len(replay_chunks)
-    input_ids = torch.full((len(examples) + n_replay, width), pad_id, dtype=torch.long)  # (B + R, T)
-    attention_mask = torch.zeros((len(examples) + n_replay, width), dtype=torch.long)
-    rows, cols, positions = [], [], []
-    for b, (example, seq) in enumerate(zip(examples, sequences)):
-        input_ids[b, : len(seq)] = torch.tensor(seq)
-        attention_mask[b, : len(seq)] = 1
-        p, length = len(example.prompt_tokens), len(example.continuation_tokens)
-        rows += [b] * length
-        cols += range(p - 1, p - 1 + length)
-        positions += range(length)
-    batch = {
-        "rows": torch.tensor(rows, device=device),  # (N,) N = continuation tokens in the batch
-        "cols": torch.tensor(cols, device=device),  # (N,)
-        "positions": torch.tensor(positions, device=device),  # (N,) j: the position inside its continuation
-        "labels": torch.from_numpy(np.concatenate([np.asarray(e.continuation_tokens) for e in examples]))
-        .long()
-        .to(device),
-        "topk_ids": torch.from_numpy(np.concatenate([e.topk_ids for e in examples])).long().to(device),  # (N, K)
-        "topk_logprobs": torch.from_numpy(np.concatenate([e.topk_logprobs for e in examples])).to(device),  # (N, K)
-    }
-    if replay_chunks is not None:
-        chunks = torch.from_numpy(replay_chunks.astype(np.int64))  # (R, S + 1)
-        input_ids[len(examples) :, :replay_width] = chunks[:, :-1]
-        attention_mask[len(examples) :, :replay_width] = 1
-        replay_rows = torch.arange(len(examples), len(examples) + n_replay)  # (R,)
-        batch["replay_rows"] = replay_rows.repeat_interleave(replay_width).to(device)  # (M,) M = R · S
-        batch["replay_cols"] = torch.arange(replay_width).repeat(n_replay).to(device)  # (M,)
-        batch["replay_labels"] = chunks[:, 1:].reshape(-1).to(device)  # (M,)
-    batch["input_ids"] = input_ids.to(device)
-    batch["attention_mask"] = attention_mask.to(device)
-    return batch
-
-
-def load_replay_tokens(source: Path) -> tuple[np.ndarray, dict[str, Any]]:
-    """Token ids of replay text and how to record them: a lab tokenizer stage directory (its train split), a ``.npy``
-    token array, or a directory of ``.npy`` arrays (concatenated in name order)."""
-    if source.is_dir() and (source / token_file("train")).is_file() and read_manifest(source) is not None:
-        manifest = verify_stage_dir(source, "tokenizer")
-        return load_token_stream(source, "train"), {"kind": "tokenizer stage", **input_record(source, manifest)}
-    files = sorted(source.glob("*.npy")) if source.is_dir() else [source]
-    if not files or not all(f.is_file() and f.suffix == ".npy" for f in files):
-        raise ValueError(
-            f"--replay-tokens {source}: expected a tokenizer stage directory, a .npy token array, or a "
-            "directory of .npy token arrays"
-        )
-    arrays = [np.load(f).astype(np.int32).reshape(-1) for f in files]
-    return np.concatenate(arrays), {"kind": "token arrays", "files": {str(f): sha256_file(f) for f in files}}
-
-
-class ReplayText:
-    """The replay text cut into ``replay_seq_len + 1``-token chunks; step → this rank's chunks, fixed in advance
-    (pretrain's sampler: the same for any world size and any restart)."""
-
-    def __init__(self, source: Path, config: DistillConfig, vocab_size: int, ctx: DistributedContext):
-        self.tokens, self.record = load_replay_tokens(source)
-        top = int(self.tokens.max(initial=0))
-        if top >= vocab_size:
-            raise ValueError(f"replay text {source} uses token id {top}; the drafter's vocabulary has {vocab_size}")
-        self.seq_len = config.replay_seq_len
-        self.sampler = ChunkSampler(len(self.tokens), config.replay_seq_len, config.replay_batch_size, config.seed)
-        self.my_rows = rank_slice(config.replay_batch_size, ctx)
-        self.tokens_per_step = config.replay_batch_size * config.replay_seq_len  # global
-
-    def chunks(self, step: int) -> np.ndarray:
-        starts = self.sampler.batch_indices(step)[self.my_rows] * self.seq_len
-        return np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts])  # (R, S + 1)
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Losses
-
-
-def forward_kl(log_q_topk: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
-    """KL(p̃ ‖ q) per position; p̃ lives on the top-k only, so only q's top-k log-probs enter. (N, K) → (N,)."""
-    return (log_p.exp() * (log_p - log_q_topk)).sum(dim=-1)
-
-
-def total_variation(log_q_topk: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
-    """½ Σ_v |p̃(v) − q(v)| over the vocabulary, p̃ zero outside its top-k. (N, K) → (N,)."""
-    q_topk = log_q_topk.exp()
-    return 0.5 * ((log_p.exp() - q_topk).abs().sum(dim=-1) + (1 - q_topk.sum(dim=-1)).clamp_min(0))
-
-
-def reverse_kl(log_q: torch.Tensor, log_q_topk: torch.Tensor, topk_logprobs: torch.Tensor) -> torch.Tensor:
-    """KL(q ‖ p̂) per position, p̂ = the stored top-k probabilities plus their tail spread evenly (module docstring).
-    log_q (N, V), log_q_topk and topk_logprobs (N, K) → (N,)."""
-    vocab, k = log_q.shape[-1], topk_logprobs.shape[-1]
-    p_topk = topk_logprobs.exp()  # (N, K)
-    tail = (1 - p_topk.sum(dim=-1)).clamp_min(REVERSE_KL_TAIL_FLOOR)  # (N,)
-    log_z = torch.log(p_topk.sum(dim=-1) + tail)  # (N,)
-    log_p_topk = topk_logprobs - log_z[:, None]  # (N, K)
-    log_p_other = torch.log(tail) - log_z - np.log(max(vocab - k, 1))  # (N,): each token outside the top-k
-    q_topk = log_q_topk.exp()
-    neg_entropy = (log_q.exp() * log_q).sum(dim=-1)  # Σ_v q log q, (N,)
-    return neg_entropy - (q_topk * log_p_topk).sum(dim=-1) - (1 - q_topk.sum(dim=-1)).clamp_min(0) * log_p_other
-
-
-def prefix_weights(log_q_label: torch.Tensor, positions: torch.Tensor, k: int) -> torch.Tensor:
-    """a_j = mean over window starts s ∈ {max(0, j − k + 1), …, j} of Π_{i=s}^{j−1} q_i (module docstring).
-
-    ``log_q_label`` (N,) is log q(C[i]) of the batch's continuation positions laid end to end, one continuation after
-    another; ``positions`` (N,) is each one's index j inside its continuation, so i = j − d belongs to the same
-    continuation exactly when d ≤ j. Detached: the weights are constants of the loss.
-    """
-    log_q_label = log_q_label.detach()
-    log_product = torch.zeros_like(log_q_label)  # Σ_{i=j−d}^{j−1} log q_i for the current d
-    total = torch.ones_like(log_q_label)  # d = 0: the window starting at j itself, empty product 1
-    count = torch.ones_like(log_q_label)
-    for d in range(1, k):
-        valid = positions >= d  # (N,): start j − d is inside the continuation
-        if not bool(valid.any()):
-            break
-        shifted = F.pad(log_q_label, (d, 0))[: len(log_q_label)]  # (N,): log q at flat index − d
-        log_product = log_product + shifted
-        total = total + torch.where(valid, log_product.exp(), torch.zeros_like(total))
-        count = count + valid.to(count.dtype)
-    return total / count
-
-
-@dataclass
-class LossSums:
-    """One forward's losses, summed (not averaged) so that the caller can divide by global token counts."""
-
-    distill: torch.Tensor  # Σ_j ℓ_j over the batch's continuation positions
-    replay: torch.Tensor | None  # Σ of next-token CE over the replay tokens, None without replay
-    parts: dict[str, torch.Tensor] = field(default_factory=dict)  # detached sums for logs: ce, kl|tvd|…, top1, …
-
-
-def check_loss(config: DistillConfig) -> None:
-    if config.loss not in LOSSES:
-        raise ValueError(f"distill loss {config.loss!r}: expected one of {', '.join(LOSSES)}")
-
-
-def _position_terms(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    labels: torch.Tensor,
-    topk_ids: torch.Tensor | None,
-    topk_logprobs: torch.Tensor | None,
-    loss: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One chunk of positions through the output head: (log q(label), divergence, argmax == label), each (n,).
-    hidden (n, H), weight (V, H); topk_* (n, K), None for the ce loss (its divergence is then zeros)."""
-    logits = F.linear(hidden, weight).float()  # (n, V); under autocast the matmul runs in bf16, as the model's head
-    log_q = F.log_softmax(logits, dim=-1)  # (n, V)
-    log_q_label = log_q.gather(1, labels[:, None]).squeeze(1)  # (n,)
-    top1 = logits.argmax(dim=-1) == labels  # (n,)
-    if topk_ids is None or topk_logprobs is None:
-        return log_q_label, torch.zeros_like(log_q_label), top1
-    log_q_topk = log_q.gather(1, topk_ids)  # (n, K)
-    log_p = F.log_softmax(topk_logprobs, dim=-1)  # (n, K): the target's top-k, renormalized
-    if loss == "tvd":
-        divergence = total_variation(log_q_topk, log_p)
-    elif loss == "reverse_kl":
-        divergence = reverse_kl(log_q, log_q_topk, topk_logprobs)
-    else:  # kl, prefix
-        divergence = forward_kl(log_q_topk, log_p)
-    return log_q_label, divergence, top1
-
-
-def head_terms(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    labels: torch.Tensor,
-    topk_ids: torch.Tensor | None = None,
-    topk_logprobs: torch.Tensor | None = None,
-    loss: str = "ce",
-    chunk_logits: int = HEAD_CHUNK_LOGITS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`_position_terms` over all N positions, at most ``chunk_logits`` logits (positions × vocabulary) at a
-    time. Each chunk runs under activation checkpointing: only its inputs are kept, and its logits are computed again
-    in the backward pass, so a step holds one chunk's logits, not (N, V) of them. Returns (N,) tensors.
-
-    Chunks over positions, as liger-kernel's fused linear + cross-entropy does, but leaves the backward to autograd
-    (each chunk recomputed) instead of computing gradients in the forward, and does not cut the vocabulary: the five
-    losses stay plain PyTorch on a chunk's full rows, equal to the unchunked ones to float summation order (tested),
-    with no backward of our own to write per loss and no package to pin. What it costs: the head's matmul once more in
-    the backward (~15 % of a Qwen3-1.7B forward, ~5 % of a step).
-    """
-    rows = max(1, chunk_logits // weight.shape[0])
-    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    for start in range(0, hidden.shape[0], rows):
-        chunk = slice(start, start + rows)
-        args = (
-            hidden[chunk],
-            weight,
-            labels[chunk],
-            None if topk_ids is None else topk_ids[chunk],
-            None if topk_logprobs is None else topk_logprobs[chunk],
-            loss,
-        )
-        if torch.is_grad_enabled() and hidden.requires_grad:
-            parts.append(checkpoint(_position_terms, *args, use_reentrant=False))
-        else:
-            parts.append(_position_terms(*args))
-    return tuple(torch.cat(column) for column in zip(*parts))  # type: ignore[return-value]
-
-
-def loss_sums(
-    model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig, chunk_logits: int = HEAD_CHUNK_LOGITS
-) -> LossSums:
-    """The batch's loss sums. Logits are computed only at the positions a loss is taken (continuation positions and
-    replay targets), through :func:`head_terms`' chunks; prompt positions only run the decoder."""
-    check_loss(config)
-    hidden = final_hidden_states(model, batch["input_ids"], batch["attention_mask"])  # (B + R, T, H)
-    weight = output_weight(model)  # (V, H)
-    with_topk = config.loss != "ce"
-    log_q_label, divergence, top1 = head_terms(
-        hidden[batch["rows"], batch["cols"]],  # (N, H)
-        weight,
-        batch["labels"],
-        batch["topk_ids"] if with_topk else None,
-        batch["topk_logprobs"] if with_topk else None,
-        config.loss,
-        chunk_logits,
-    )
-    ce = -log_q_label  # (N,)
-    parts = {"ce": ce.detach().sum(), "top1": top1.sum().float()}
-    per_position = ce  # the "ce" loss
-    if with_topk:
-        parts[DIVERGENCE_OF[config.loss]] = divergence.detach().sum()
-        per_position = config.divergence_weight * divergence + config.ce_weight * ce
-        if config.loss == "prefix":
-            weights = prefix_weights(log_q_label, batch["positions"], config.eval_k)
-            parts["prefix_weight"] = weights.sum()
-            per_position = weights * per_position
-    replay = None
-    if "replay_rows" in batch:
-        replay_log_q, _, _ = head_terms(
-            hidden[batch["replay_rows"], batch["replay_cols"]],
-            weight,
-            batch["replay_labels"],
-            chunk_logits=chunk_logits,
-        )  # (M,)
-        replay = -replay_log_q.sum()
-        parts["lm"] = replay.detach()
-    return LossSums(per_position.sum(), replay, parts)
-
-
-class TrainWindow:
-    """Loss parts summed on the device since the last log point; read (one sync, one all-reduce) only when logged.
-
-    Log points are fixed by the step (every LOG_EVERY_STEPS, evaluation and checkpoint), so a resumed run logs the
-    same windows as an uninterrupted one and the history agrees.
-    """
-
-    def __init__(self) -> None:
-        self.sums: dict[str, torch.Tensor] = {}
-        self.counts = {"steps": 0.0, "tokens": 0.0, "replay_tokens": 0.0}
-
-    def add(self, loss: torch.Tensor, parts: dict[str, torch.Tensor], tokens: int, replay_tokens: int) -> None:
-        for name, value in {"loss": loss.detach(), **parts}.items():
-            self.sums[name] = self.sums[name] + value if name in self.sums else value
-        self.counts["steps"] += 1
-        self.counts["tokens"] += tokens
-        self.counts["replay_tokens"] += replay_tokens
-
-    def read(self, ctx: DistributedContext) -> dict[str, float]:
-        """Means over the window and all ranks: loss per step, lm per replay token, the rest per continuation token."""
-        if not self.sums:
-            return {}
-        names = sorted(self.sums)
-        device = self.sums[names[0]].device
-        values = torch.stack(
-            [self.sums[n].float() for n in names]
-            + [torch.tensor(self.counts[c], device=device) for c in ("tokens", "replay_tokens")]
-        )
-        values = ctx.all_reduce_sum(values).tolist()
-        tokens, replay_tokens = values[-2], values[-1]
-        steps = self.counts["steps"]  # each rank adds its share of the global mean loss: the sum is the mean
-        means = {}
-        for name, value in zip(names, values):
-            means[name] = value / max({"loss": steps, "lm": replay_tokens}.get(name, tokens), 1)
-        self.sums, self.counts = {}, {"steps": 0.0, "tokens": 0.0, "replay_tokens": 0.0}
-        return means
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -537,21 +198,6 @@ def chain_provenance(
     ]
     sources = merge_sources(inherited, reference_sources(inputs["reference"], reference_manifest), replay_sources)
     return {"sources": sources, "base_model": base}
-
-
-def synced_clock(device: torch.device) -> float:
-    """Wall time once the device has finished what was queued (steps are asynchronous on CUDA)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.time()
-
-
-def warm_throughput(timed_from: list[float] | None, loop_end: list[float]) -> float | None:
-    """Continuation tokens per second between step UNTIMED_STEPS and the last step ([seconds, tokens] at each): what
-    a longer run sustains. None for a run of fewer steps."""
-    if timed_from is None or loop_end[0] <= timed_from[0]:
-        return None
-    return (loop_end[1] - timed_from[1]) / (loop_end[0] - timed_from[0])
 
 
 def finish_line(

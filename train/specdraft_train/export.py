@@ -66,6 +66,7 @@ from .quant import (
     q4_0_quantize_blocks,
     verify_fingerprint,
 )
+from .vocabulary import END_OF_TEXT, QWEN2_SPLIT_REGEX
 
 FILE_TYPES = {
     "F32": LlamaFileType.ALL_F32,
@@ -73,12 +74,6 @@ FILE_TYPES = {
     "Q8_0": LlamaFileType.MOSTLY_Q8_0,
     "Q4_0": LlamaFileType.MOSTLY_Q4_0,
 }
-END_OF_TEXT = "<|endoftext|>"
-# The split regex of Qwen2/Qwen3's tokenizer.json, which llama.cpp implements natively for tokenizer.ggml.pre "qwen2".
-# A tokenizer with another pre-tokenizer would tokenize differently in llama.cpp than in training, silently.
-QWEN2_SPLIT_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 MANIFEST_SUFFIX = ".manifest.json"
 
 

@@ -29,7 +29,7 @@ from transformers import (
 
 from .artifacts import MANIFEST_NAME, read_manifest, verify_stage_dir
 from .config import ModelConfig
-from .tokenizer import END_OF_TEXT, IM_END, TOKENIZER_FILES
+from .vocabulary import END_OF_TEXT, IM_END, TOKENIZER_FILES
 
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES

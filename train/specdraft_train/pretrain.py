@@ -31,6 +31,7 @@ from torch import nn
 
 from .artifacts import input_record, verify_stage_dir, write_manifest
 from .config import LAB_PRESETS, ModelConfig, PretrainConfig, add_preset_argument, announce, get_preset, override
+from .documents import load_token_stream
 from .models import (
     architecture_summary,
     autocast_context,
@@ -42,8 +43,8 @@ from .models import (
 from .models import (
     load_tokenizer as load_hf_tokenizer,
 )
-from .tokenizer import END_OF_TEXT, load_token_stream
 from .training import (
+    ChunkSampler,
     ResumeState,
     finish_distributed,
     halt_for_test,
@@ -58,32 +59,9 @@ from .training import (
     unwrap,
     wrap_ddp,
 )
+from .vocabulary import END_OF_TEXT
 
 LOG_EVERY_STEPS = 50
-
-
-class ChunkSampler:
-    """Step → global batch of chunk indices, the same for any world size and any restart."""
-
-    def __init__(self, n_tokens: int, seq_len: int, batch_size: int, seed: int):
-        self.seq_len = seq_len
-        self.batch_size = batch_size
-        self.seed = seed
-        self.n_chunks = (n_tokens - 1) // seq_len
-        self.steps_per_epoch = self.n_chunks // batch_size
-        if self.steps_per_epoch == 0:
-            raise ValueError(
-                f"{n_tokens} tokens make {self.n_chunks} chunks of {seq_len}: fewer than one batch of {batch_size}"
-            )
-        self._epoch = -1
-        self._perm = np.zeros(0, dtype=np.int64)
-
-    def batch_indices(self, step: int) -> np.ndarray:
-        epoch, within = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_chunks)
-            self._epoch = epoch
-        return self._perm[within * self.batch_size : (within + 1) * self.batch_size]
 
 
 def chunk_batch(

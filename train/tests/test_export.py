@@ -24,8 +24,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.artifacts import sha256_file
-from specdraft_train.export import QWEN2_SPLIT_REGEX, export_gguf, manifest_path
+from specdraft_train.export import export_gguf, manifest_path
 from specdraft_train.quant import prepare_qat, q4_0_quantize_blocks
+from specdraft_train.vocabulary import QWEN2_SPLIT_REGEX
 
 TRAIN_DIR = Path(__file__).resolve().parents[1]
 GGUF_GREEDY = TRAIN_DIR / "scripts" / "gguf_greedy.mjs"

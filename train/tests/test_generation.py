@@ -28,7 +28,8 @@ from specdraft_train.generation import (
     plan_batches,
 )
 from specdraft_train.models import load_causal_lm, load_tokenizer
-from specdraft_train.reference import Prompt, generate_continuations, render_chat, stop_ids
+from specdraft_train.prompts import Prompt, render_chat
+from specdraft_train.reference import generate_continuations, stop_ids
 
 CPU = torch.device("cpu")
 TRAIN_DIR = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from conftest import run_cli
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO
 from specdraft_train.lab import run_lab
-from specdraft_train.reference import corpus_categories
+from specdraft_train.prompts import corpus_categories
 from specdraft_train.tau import gap_closed, read_conversations
 
 STAGES = (

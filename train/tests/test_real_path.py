@@ -31,6 +31,7 @@ from specdraft_train.config import (
     EvalConfig,
 )
 from specdraft_train.models import load_causal_lm, load_tokenizer
+from specdraft_train.prompts import given_prompts
 from specdraft_train.tau import read_conversations
 
 sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts")]
@@ -119,8 +120,8 @@ def test_reference_says_which_prompts_the_serving_context_cannot_hold(qwen3: dic
 
 def test_thinking_can_be_turned_on_as_qwen3s_default(qwen3: dict[str, Path]):
     tokenizer = load_tokenizer(qwen3["target"])
-    on = reference.given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=True)
-    off = reference.given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=False)
+    on = given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=True)
+    off = given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=False)
     assert tokenizer.decode(on["heldout"][0].tokens).endswith("<|im_start|>assistant\n")  # the model opens <think>
     assert off["heldout"][0].tokens[: len(on["heldout"][0].tokens)] == on["heldout"][0].tokens
     args = cli.build_parser().parse_args(
@@ -331,7 +332,7 @@ def test_the_committed_unseen_texts_are_valid_given_prompts(tiny: dict[str, Path
     path = Path(__file__).resolve().parents[2] / "data" / "unseen-texts.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     tokenizer = load_tokenizer(tiny["target"])
-    prompts = reference.given_prompts(path, tokenizer, CorpusConfig())
+    prompts = given_prompts(path, tokenizer, CorpusConfig())
     assert len(prompts["heldout"]) == len(rows) and not prompts["train"] and not prompts["dev"]
     kinds: dict[str, int] = {}
     for row, prompt in zip(rows, prompts["heldout"]):

@@ -18,21 +18,11 @@ from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli, torchrun
 from specdraft_train import reference
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import LAB
-from specdraft_train.corpus import Document
+from specdraft_train.documents import Document
+from specdraft_train.examples import Continuation, read_train_examples
 from specdraft_train.models import load_causal_lm, load_tokenizer
-from specdraft_train.reference import (
-    Category,
-    Continuation,
-    EvalPool,
-    Prompt,
-    corpus_categories,
-    corpus_eval_pools,
-    generate_continuations,
-    generate_eval_sets,
-    read_train_examples,
-    select_prompts,
-    train_category_counts,
-)
+from specdraft_train.prompts import Category, Prompt, corpus_categories, select_prompts, train_category_counts
+from specdraft_train.reference import EvalPool, corpus_eval_pools, generate_continuations, generate_eval_sets
 
 CPU = torch.device("cpu")
 
