@@ -50,12 +50,11 @@ from typing import Any
 import torch
 
 from . import distill
-from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
+from .artifacts import DRAFTER_GGUF, atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
 from .config import ExportConfig, LabPreset, apply_settings, get_preset
 from .evaluate import drafter_tau, verify_heldout
-from .lab import GGUF_NAME
 from .models import checkpoint_qat_state, resolve_device
-from .tau import read_conversations
+from .tau import gap_closed, read_conversations
 
 RESULT_FILE = "result.json"
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
@@ -136,11 +135,6 @@ def lab_reference_tau(lab: Path) -> dict[str, Any]:
         raise ValueError(f"{lab}/eval: the lab's evaluate stage has not finished; run the lab first")
     tau = json.loads((lab / "eval" / "results.json").read_text())["tau"]
     return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
-
-
-def gap_closed(tau: float, base: float, target: float) -> float | None:
-    """(τ − τ_base) / (τ_target − τ_base): 0 is the base, 1 the target drafting for itself."""
-    return (tau - base) / (target - base) if target != base else None
 
 
 def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +266,7 @@ def run_variant(
         evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
 
     progress.run_stage("evaluate", evaluate, lambda: False)
-    gguf_path = directory / GGUF_NAME
+    gguf_path = directory / DRAFTER_GGUF
     print(f"ablate: {variant.name}: export …", file=sys.stderr)
     progress.run_stage("export", lambda: export_variant(final, gguf_path, applied.export), lambda: False)
     manifests = [verify_stage_dir(d, "distill") for d in stages]

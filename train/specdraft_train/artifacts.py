@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST_NAME = "manifest.json"
+# The Q4_0 GGUF a drafter ships as: the lab's ``export/`` and each `ablate` variant's directory hold one of this name.
+DRAFTER_GGUF = "drafter-q4_0.gguf"
 HASH_CHUNK_BYTES = 1 << 20  # 1 MiB reads: hashing speed plateaus well before this
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import atomic_write_json, sha256_bytes, write_manifest
-from .config import LAB_PRESETS, CorpusConfig, add_preset_argument, announce, get_preset, override
+from .config import LAB_PRESETS, CorpusConfig, LabPreset, add_preset_argument, announce, get_preset, override
 from .documents import KINDS, SPLITS, Document, document_file, split_of, subset_rank, write_documents
 
 SUFFIXES = {"code": (".py",), "prose": (".rst", ".txt", ".md")}  # .txt includes Sphinx's _sources/*.rst.txt
@@ -44,6 +44,18 @@ class SourceRoot:
 
 def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
+
+
+def preset_prose(preset: LabPreset) -> list[Path]:
+    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
+    folders = [PROSE_CACHE / name for name in preset.prose_packages]
+    missing = [folder for folder in folders if not folder.is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
+            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR"
+        )
+    return folders
 
 
 def iter_source_files(root: Path, kind: str) -> Iterator[Path]:

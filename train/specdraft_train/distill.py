@@ -74,7 +74,7 @@ from .models import (
     save_checkpoint,
     verify_checkpoint,
 )
-from .provenance import merge_sources, model_pin, model_source, reference_sources
+from .provenance import chain_provenance
 from .tau import TauResult, model_tau, read_conversations
 from .training import (
     ResumeState,
@@ -159,45 +159,6 @@ def check_replay_tokenizer(drafter: str | Path, replay: ReplayText) -> None:
             f"replay text {replay.record.get('path')} was tokenized with another tokenizer.json than "
             f"drafter {drafter}'s (sha256 {theirs[:12]}… vs {ours[:12]}…)"
         )
-
-
-def load_qat_state_into(qat: Any, path: Path) -> None:
-    """Put a saved QAT state's per-block clip factors into a freshly prepared model, then check its fingerprints."""
-    from .quant import load_qat_state
-
-    saved = load_qat_state(path)
-    with torch.no_grad():
-        for name, clip in saved.clips.items():
-            qat.targets[name].parametrization.clip.copy_(clip)
-    if qat.fingerprints() != saved.fingerprints:
-        raise ValueError(f"{path}: the model's quantized weights do not match the QAT state's fingerprints")
-
-
-def chain_provenance(
-    drafter: str | Path,
-    drafter_manifest: dict[str, Any] | None,
-    inputs: dict[str, Any],
-    reference_manifest: dict[str, Any],
-) -> dict[str, Any]:
-    """The manifest's ``sources`` and ``base_model`` (provenance.py): a distilled drafter's inherited, with this run's
-    reference data (and replay text) added; otherwise the drafter, pinned, is the base model."""
-    if drafter_manifest is not None and "base_model" in drafter_manifest:
-        inherited, base = drafter_manifest.get("sources", []), drafter_manifest["base_model"]
-    else:
-        pin = model_pin(drafter, drafter_manifest)
-        inputs["drafter"]["pin"] = pin
-        inherited = [model_source(inputs["drafter"], "base model")]
-        base = {"name": str(drafter), "revision": pin.get("revision") or pin.get("sha256", "")[:16] or None}
-    replay = inputs.get("replay")
-    replay_sources = [
-        {"name": Path(path).name, "split": "distill (replay)", "uri": path, "sha256": digest}
-        for path, digest in (replay or {}).get("files", {}).items()
-    ] + [
-        {"name": f"replay/{rel}", "split": "distill (replay)", "uri": replay["path"], "sha256": digest}
-        for rel, digest in (replay or {}).get("outputs", {}).items()
-    ]
-    sources = merge_sources(inherited, reference_sources(inputs["reference"], reference_manifest), replay_sources)
-    return {"sources": sources, "base_model": base}
 
 
 def finish_line(

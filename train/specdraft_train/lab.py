@@ -38,6 +38,7 @@ import torch
 
 from . import corpus, distill, pretrain, reference, tokenizer
 from .artifacts import (
+    DRAFTER_GGUF,
     atomic_write_json,
     atomic_write_text,
     read_manifest,
@@ -47,10 +48,10 @@ from .artifacts import (
     write_manifest,
 )
 from .config import LAB_PRESETS, LabPreset, add_preset_argument, apply_settings, check_preset, get_preset
-from .corpus import FETCH_PROSE, PROSE_CACHE
+from .corpus import PROSE_CACHE, preset_prose
 from .evaluate import drafter_tau, verify_heldout
 from .export import export_gguf
-from .models import architecture_summary, load_causal_lm
+from .models import QAT_STATE_FILE, architecture_summary, load_causal_lm
 from .quant import gguf_storage_type
 from .tau import (
     TauResult,
@@ -65,7 +66,6 @@ from .tau import (
 from .training import DistributedContext, finish_distributed, init_distributed, relaunch_under_torchrun
 
 STATE_FILE = "lab_state.json"
-GGUF_NAME = "drafter-q4_0.gguf"
 # The lab's goals for the `lab` preset (docs/lab.md, Goals; reported for micro too, where CI asserts only the first).
 GOAL_QAT_OVER_BASE_PTQ = 1.5
 GOAL_QAT_OVER_DISTILLED = 0.98
@@ -442,18 +442,6 @@ def markdown_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def preset_prose(preset: LabPreset) -> list[Path]:
-    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
-    folders = [PROSE_CACHE / name for name in preset.prose_packages]
-    missing = [folder for folder in folders if not folder.is_dir()]
-    if missing:
-        raise FileNotFoundError(
-            f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
-            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR"
-        )
-    return folders
-
-
 def run_lab(
     out: Path,
     preset_name: str,
@@ -578,7 +566,7 @@ def run_lab(
 
     run_stage(state, "evaluate", d["eval"], evaluate_stage, lambda: stage_complete(d["eval"], "evaluate"))
 
-    gguf_path = d["export"] / GGUF_NAME
+    gguf_path = d["export"] / DRAFTER_GGUF
     run_stage(
         state,
         "export",
@@ -587,7 +575,7 @@ def run_lab(
             d["distilled-qat"],
             gguf_path,
             "Q4_0",
-            qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE,
+            qat_state=d["distilled-qat"] / QAT_STATE_FILE,
             max_bytes=preset.export.max_bytes,
         ),
         lambda: export_complete(gguf_path),

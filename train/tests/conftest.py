@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from specdraft_train import corpus, pretrain, reference, tokenizer
 from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
-from specdraft_train.lab import preset_prose
+from specdraft_train.corpus import preset_prose
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
 REPO = TRAIN_ROOT.parent

@@ -202,8 +202,7 @@ def test_lab_on_two_ranks_runs_every_stage_and_resumes_in_one_process(
 def test_missing_prose_names_the_folder_and_the_fetch_command():
     from dataclasses import replace
 
-    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE
-    from specdraft_train.lab import preset_prose
+    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE, preset_prose
 
     assert preset_prose(MICRO) == [PROSE_CACHE / "git-doc"]
     with pytest.raises(FileNotFoundError) as error:
