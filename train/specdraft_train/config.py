@@ -149,6 +149,11 @@ class DistillConfig:
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
 
+    def schedule(self, qat: bool, epochs: int | None = None, lr: float | None = None) -> tuple[int, float]:
+        """A run's epochs and peak learning rate: the ones given, else QAT's under ``qat``, else distillation's."""
+        default_epochs, default_lr = (self.qat_epochs, self.qat_lr) if qat else (self.epochs, self.lr)
+        return (default_epochs if epochs is None else epochs), (default_lr if lr is None else lr)
+
 
 # The token embedding's (and an untied output head's) type in a Q4_0 GGUF (quant.gguf_storage_type). Q4_0 halves
 # those tensors, at a τ cost `ablate` measures: for Qwen3-1.7B's tied 151,936 × 2,048 embedding 175 MB instead of

@@ -43,7 +43,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,15 @@ from .config import (
     override,
     serving_context_note,
 )
-from .examples import ReplayText, TrainExample, collate, read_train_examples, select_examples
+from .examples import (
+    ReplayText,
+    TrainExample,
+    check_replay_tokenizer,
+    check_vocabularies,
+    collate,
+    read_train_examples,
+    select_examples,
+)
 from .losses import LOSSES, check_loss, loss_sums
 from .models import (
     QAT_STATE_FILE,
@@ -75,8 +83,9 @@ from .models import (
     verify_checkpoint,
 )
 from .provenance import chain_provenance
-from .tau import TauResult, model_tau, read_conversations
+from .tau import Conversation, TauResult, model_tau, read_conversations
 from .training import (
+    DistributedContext,
     ResumeState,
     TrainWindow,
     finish_distributed,
@@ -97,18 +106,20 @@ from .training import (
 
 LOG_EVERY_STEPS = 25  # also every evaluation and checkpoint step, so logged windows are the same after a resume
 UNTIMED_STEPS = 5  # the manifest's tokens_per_s starts after these: the first steps pay cuBLAS set-up, allocator growth
+# What the command prints as JSON when it is done (the manifest's metrics hold these and more).
+SUMMARY_METRICS = (
+    "best_dev_macro_tau",
+    "best_dev_tau",
+    "best_dev_top1",
+    "best_step",
+    "steps",
+    "train_tokens",
+    "train_seconds",
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Data: which examples, how they are batched, and the replay text
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Losses
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Dev evaluation, input checks
+# Dev evaluation
 
 
 def dev_entry(result: TauResult) -> dict[str, Any]:
@@ -132,51 +143,340 @@ def log_dev(tb: Any, entry: dict[str, Any], step: int) -> None:
     tb.flush()
 
 
-def check_vocabularies(
-    drafter: str | Path, reference_manifest: dict[str, Any], vocab_size: int, examples: Sequence[TrainExample]
-) -> None:
-    """Refuse a drafter whose token ids cannot be the target's: different lab tokenizer, or ids out of range."""
-    drafter_info = checkpoint_info(drafter)
-    target_info = reference_manifest["inputs"].get("target", {})
-    ours = drafter_info.get("outputs", {}).get("tokenizer.json")
-    theirs = target_info.get("outputs", {}).get("tokenizer.json")
-    if ours and theirs and ours != theirs:
-        raise ValueError(
-            f"drafter {drafter} has another tokenizer.json than the target of the reference data "
-            f"(sha256 {ours[:12]}… vs {theirs[:12]}…)"
-        )
-    top = max((max(e.continuation_tokens + e.prompt_tokens) for e in examples), default=0)
-    if top >= vocab_size:
-        raise ValueError(f"reference data uses token id {top}; the drafter's vocabulary has {vocab_size}")
-
-
-def check_replay_tokenizer(drafter: str | Path, replay: ReplayText) -> None:
-    """Replay text from a lab tokenizer stage must be in the drafter's own tokenizer."""
-    ours = checkpoint_info(drafter).get("outputs", {}).get("tokenizer.json")
-    theirs = replay.record.get("outputs", {}).get("tokenizer.json")
-    if ours and theirs and ours != theirs:
-        raise ValueError(
-            f"replay text {replay.record.get('path')} was tokenized with another tokenizer.json than "
-            f"drafter {drafter}'s (sha256 {theirs[:12]}… vs {ours[:12]}…)"
-        )
-
-
-def finish_line(
-    best: dict[str, Any], steps: int, max_steps: int, tokens: int, seconds: float, plateau: bool, budget: bool
-) -> str:
-    """The stage's last line: the kept checkpoint (step 0 is the starting drafter), the steps run of those planned,
-    and why it stopped short of them."""
-    why = " (plateau)" if plateau else " (time budget)" if budget else ""
-    start = " (the starting drafter: no evaluation beat it)" if best["step"] == 0 and steps > 0 else ""
-    return (
-        f"distill: best dev macro τ {best['dev_macro_tau']:.3f} (τ {best['dev_tau']:.3f}, top-1 "
-        f"{best['dev_top1']:.3f}) at step {best['step']}{start} after {steps:,} of {max_steps:,} steps{why}; "
-        f"{tokens:,} continuation tokens in {seconds:.1f} s"
-    )
-
-
 # ---------------------------------------------------------------------------------------------------------------------
-# The stage
+# The stage, in its steps: read the inputs, set up the run, train, write the best checkpoint
+
+
+@dataclass(frozen=True)
+class DistillInputs:
+    """What a run reads before any model: the verified manifests, the training examples it keeps, the dev set."""
+
+    reference_manifest: dict[str, Any]
+    drafter_manifest: dict[str, Any] | None  # None for a drafter without a manifest (an HF id, a local HF model)
+    available: list[TrainExample]  # every training example of the reference data
+    examples: list[TrainExample]  # those of the configured categories and data fraction
+    dev: list[Conversation]
+
+
+def read_inputs(
+    drafter: str | Path, reference_dir: Path, config: DistillConfig, ctx: DistributedContext
+) -> DistillInputs:
+    """Verify the reference data and the drafter, pick the training examples; refuse a run that would train on none."""
+    reference_manifest = verify_stage_dir(reference_dir, "reference")
+    drafter_manifest = verify_checkpoint(drafter)
+    available = read_train_examples(reference_dir)
+    examples = select_examples(available, config)
+    dev = read_conversations(reference_dir / "dev.jsonl")
+    if not examples:
+        have = f" of categories {list(config.categories)} (it has {sorted({e.category for e in available})})"
+        raise ValueError(f"{reference_dir}: no training examples" + (have if available else ""))
+    if ctx.is_main:
+        items = [(e.id or "?", len(e.prompt_tokens), len(e.continuation_tokens)) for e in examples]
+        serving_context_note("distill", "training examples", items, config.eval_k)
+    return DistillInputs(reference_manifest, drafter_manifest, available, examples, dev)
+
+
+def new_history() -> dict[str, Any]:
+    """The loop's state beside the weights and optimizer, saved with them (``extra`` of ResumeState)."""
+    history: dict[str, Any] = {"train_seconds": 0.0, "history": [], "best": None, "evals_since_best": 0}
+    return {**history, "last_eval_step": None, "train_tokens": 0, "replay_tokens": 0, "last": {}}
+
+
+class Distillation:
+    """One distill run on this rank: the drafter (wrapped for DDP or FSDP, fake-quantized under QAT), its optimizer,
+    the data order, the resumable state and the logs. :meth:`train` runs the steps, evaluating dev τ and saving the
+    resumable state on schedule; :meth:`write_outputs` (rank 0) writes the best checkpoint and the manifest.
+
+    The loop's own state (``self.extra``: history, best, token counts, train seconds) is saved with the weights, so a
+    resumed run continues the same history.
+    """
+
+    def __init__(
+        self,
+        ctx: DistributedContext,
+        drafter: str | Path,
+        inputs: DistillInputs,
+        out_dir: Path,
+        config: DistillConfig,
+        qat: bool,
+        clip_search: bool,
+        epochs: int,
+        peak_lr: float,
+        replay_tokens: Path | None,
+        embedding_type: str | None,
+    ):
+        self.ctx, self.drafter, self.inputs, self.out_dir, self.config = ctx, drafter, inputs, out_dir, config
+        self.qat, self.clip_search, self.epochs, self.peak_lr = qat, clip_search, epochs, peak_lr
+        self.sharded = config.fsdp and ctx.distributed
+        self._load_drafter(replay_tokens, embedding_type)
+        examples = inputs.examples
+        self.global_batch = min(config.batch_size, len(examples) - len(examples) % ctx.world_size)
+        self.steps_per_epoch = max(1, len(examples) // self.global_batch)
+        self.max_steps = epochs * self.steps_per_epoch
+        self.eval_every = config.eval_every or self.steps_per_epoch
+        self.resume = ResumeState(out_dir / "resume", ctx)
+        self.step, self.extra = 0, new_history()
+        if self.resume.exists():
+            self.step, self.extra = self.resume.load(self.model, self.optimizer)
+            if ctx.is_main:
+                print(f"distill: resuming at step {self.step}", file=sys.stderr)
+        self.my_rows = rank_slice(self.global_batch, ctx)
+        desc = "distill --qat" if qat else "distill"
+        self.bar = progress_bar(ctx, total=self.max_steps, initial=self.step, desc=desc)
+        self.tb = open_summary_writer(ctx, out_dir, self.step)
+        self.window = TrainWindow()
+        self.postfix = {"epoch": "", "loss": "", "top1": "", "dev_tau": "", "best": ""}  # the bar's; parts: TensorBoard
+        self.stopped_by_budget = self.stopped_by_plateau = False
+
+    def _load_drafter(self, replay_tokens: Path | None, embedding_type: str | None) -> None:
+        """The drafter with its checks, the replay text, QAT's fake quantization, the wrapper and the optimizer."""
+        ctx, config = self.ctx, self.config
+        # Under FSDP the full drafter is read into CPU memory and each rank moves only its shards to its GPU.
+        self.model = load_causal_lm(self.drafter, torch.device("cpu") if self.sharded else ctx.device)
+        vocab_size = self.model.get_input_embeddings().weight.shape[0]
+        check_vocabularies(self.drafter, self.inputs.reference_manifest, vocab_size, self.inputs.examples)
+        self.replay: ReplayText | None = None
+        if replay_tokens is not None and config.replay_weight > 0:
+            self.replay = ReplayText(Path(replay_tokens), config, vocab_size, ctx)
+            check_replay_tokenizer(self.drafter, self.replay)
+        elif config.replay_weight > 0 and ctx.is_main:
+            print(f"distill: replay_weight {config.replay_weight}, no --replay-tokens: replay is off", file=sys.stderr)
+        self.pad_id = self.model.config.pad_token_id if self.model.config.pad_token_id is not None else 0
+        self.qat_state = None
+        if self.qat:
+            from .quant import prepare_qat  # the GGUF-exact fake quantization (needs the `gguf` package)
+
+            embedding_type = embedding_type or ExportConfig().resolved_embedding_type()
+            self.qat_state = prepare_qat(self.model, clip_search=self.clip_search, embedding_type=embedding_type)
+        self.model.train()
+        # before the optimizer: FSDP replaces the parameters
+        self.ddp_model = wrap_model(self.model, ctx, fsdp=config.fsdp)
+        self.optimizer = make_optimizer(self.model, self.peak_lr, config.weight_decay, ctx.device)
+
+    def train(self, halt_after_steps: int | None) -> None:
+        """Steps until the planned epochs end, the time budget runs out or dev τ plateaus; the last weights are
+        evaluated too when the run stopped between evaluations."""
+        if self.step == 0 and self.extra["last_eval_step"] is None:
+            self.evaluate_dev()  # the starting drafter competes too
+        self.segment_start = time.time()
+        while self.step < self.max_steps:
+            elapsed = self.extra["train_seconds"] + time.time() - self.segment_start
+            if stop_by_budget(self.ctx, elapsed, self.config.time_budget_s):
+                self.stopped_by_budget = True
+                break
+            self.train_step()
+            step = self.step
+            evaluating = step % self.eval_every == 0
+            saving = (step % self.config.ckpt_every == 0 or evaluating) and step < self.max_steps
+            if step % LOG_EVERY_STEPS == 0 or evaluating or saving or step == self.max_steps:
+                self.log_window()
+            if evaluating:
+                self.stopped_by_plateau = self.evaluate_dev()
+            if saving:  # also at every evaluation, so the saved state always agrees with best.pt and the history
+                self.save(halt_after_steps)
+            if self.stopped_by_plateau:
+                break
+        self.loop_end = [self.extra["train_seconds"] + synced_clock(self.ctx.device) - self.segment_start]
+        self.loop_end.append(self.extra["train_tokens"])
+        if self.extra["last_eval_step"] != self.step:  # stopped between evaluations: the last weights compete too
+            self.log_window()
+            self.evaluate_dev()
+        self.bar.close()
+        self.tb.close()
+        self.train_seconds = self.extra["train_seconds"] + time.time() - self.segment_start
+
+    def train_step(self) -> None:
+        """One optimizer step on this rank's share of the step's global batch (and replay rows)."""
+        ctx, config, examples, extra = self.ctx, self.config, self.inputs.examples, self.extra
+        epoch, within = divmod(self.step, self.steps_per_epoch)
+        if within == 0 and self.qat_state is not None and self.clip_search:
+            self.qat_state.refresh_clip()
+        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
+        global_indices = order[within * self.global_batch : (within + 1) * self.global_batch]
+        # Every rank knows the whole global batch, so its token count needs no collective (nor a GPU sync).
+        n_global = sum(len(examples[i].continuation_tokens) for i in global_indices)
+        batch = collate(
+            [examples[i] for i in global_indices[self.my_rows]],
+            self.pad_id,
+            ctx.device,
+            self.replay.chunks(self.step) if self.replay is not None else None,
+        )
+        set_lr(self.optimizer, lr_at(self.step, self.max_steps, config.warmup_steps, self.peak_lr, config.min_lr_ratio))
+        with autocast_context(ctx.device):
+            sums = loss_sums(self.ddp_model, batch, config)
+        loss = sums.distill / n_global
+        if self.replay is not None and sums.replay is not None:
+            loss = loss + config.replay_weight * sums.replay / self.replay.tokens_per_step
+        # DDP averages gradients over ranks; scaling by world size makes that the mean over all ranks' tokens.
+        loss = loss * ctx.world_size
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.ddp_model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        extra["train_tokens"] += n_global
+        extra["replay_tokens"] += self.replay.tokens_per_step if self.replay is not None else 0
+        if self.step == UNTIMED_STEPS:  # throughput is read from here on (tokens_per_s)
+            seconds = extra["train_seconds"] + synced_clock(ctx.device) - self.segment_start
+            extra["timed_from"] = [seconds, extra["train_tokens"]]
+        replay_rows = len(batch["replay_labels"]) if "replay_labels" in batch else 0
+        self.window.add(loss / ctx.world_size, sums.parts, len(batch["labels"]), replay_rows)
+        self.bar.update(1)
+
+    def evaluate_dev(self) -> bool:
+        """Rank 0 measures dev τ, keeps the best checkpoint by macro τ; every rank learns whether it plateaued.
+
+        Under FSDP every rank runs the same dev forwards (each layer's weights are gathered from all ranks) and
+        gives its shards to rank 0 for a new best; rank 0's numbers decide.
+        """
+        ctx, extra, step = self.ctx, self.extra, self.step
+        extra["last_eval_step"] = step
+        tau = None
+        if ctx.is_main or self.sharded:
+            tau = model_tau(unwrap(self.ddp_model), self.inputs.dev, self.config.eval_k, ctx.device)
+        new_best = False
+        if ctx.is_main:
+            entry = {"step": step, "epoch": step / self.steps_per_epoch, **dev_entry(tau), **extra["last"]}
+            extra["history"].append(entry)
+            best = extra["best"]
+            new_best = best is None or entry["dev_macro_tau"] > best["dev_macro_tau"]
+            if new_best:
+                extra["best"] = {k: entry[k] for k in ("step", "epoch", "dev_macro_tau", "dev_tau", "dev_top1")}
+                extra["evals_since_best"] = 0
+            else:
+                extra["evals_since_best"] += 1
+        if ctx.broadcast_object(new_best) if self.sharded else new_best:
+            self.resume.save_best(self.ddp_model)
+        if ctx.is_main:
+            log_dev(self.tb, entry, step)
+            best = extra["best"]
+            self.postfix.update(
+                dev_tau=f"{entry['dev_macro_tau']:.3f}", best=f"{best['dev_macro_tau']:.3f}@{best['step']}"
+            )
+            self.bar.set_postfix(self.postfix, refresh=False)  # a refresh now would bypass the rate limit in log files
+            self.bar.write(
+                f"distill: step {step} (epoch {entry['epoch']:.2f}) dev macro τ {entry['dev_macro_tau']:.3f}, "
+                f"τ {entry['dev_tau']:.3f}, top-1 {entry['dev_top1']:.3f} (best macro τ "
+                f"{best['dev_macro_tau']:.3f} at step {best['step']})",
+                file=sys.stderr,
+            )
+        if self.config.patience <= 0:
+            return False
+        plateau = ctx.is_main and extra["evals_since_best"] >= self.config.patience
+        return bool(ctx.all_reduce_sum(torch.tensor([float(plateau)], device=ctx.device)).item() > 0)
+
+    def log_window(self) -> None:
+        """The train window's means (every rank: they are all-reduced) into the history's next entry, TensorBoard
+        and the bar."""
+        means = self.window.read(self.ctx)
+        if not means or not self.ctx.is_main:
+            return
+        step = self.step
+        self.extra["last"] = means
+        for name, value in means.items():
+            self.tb.add_scalar(f"train/{name}", value, step)
+        self.tb.add_scalar("train/lr", self.optimizer.param_groups[0]["lr"], step)
+        self.postfix.update(
+            epoch=f"{step / self.steps_per_epoch:.2f}", loss=f"{means['loss']:.4f}", top1=f"{means['top1']:.3f}"
+        )
+        self.bar.set_postfix(self.postfix, refresh=False)
+
+    def save(self, halt_after_steps: int | None) -> None:
+        """The resumable state, on every rank (under FSDP each gives rank 0 its shards); tests kill the run here."""
+        self.extra["train_seconds"] += time.time() - self.segment_start
+        self.segment_start = time.time()
+        if self.ctx.is_main:
+            self.tb.flush()  # events so far on disk before the state a rerun resumes from
+        self.resume.save(self.model, self.optimizer, self.step, self.extra)
+        self.ctx.barrier()
+        halt_for_test(self.step, halt_after_steps)
+
+    def write_outputs(self, reference_dir: Path, start_time: float) -> dict[str, Any]:
+        """Rank 0: the best dev checkpoint (with its QAT state under QAT) and the manifest; returns the manifest."""
+        model = self.model
+        if self.sharded:  # the FSDP model holds only this rank's shards: the best weights go into a plain CPU copy
+            model = load_causal_lm(self.drafter, torch.device("cpu"))
+        self.resume.load_best(model)
+        outputs: list[str]
+        if self.qat_state is not None:
+            with self.qat_state.unwrapped():  # latent fp32 weights under their HF names; export quantizes them exactly
+                outputs = save_checkpoint(model, self.out_dir, self.drafter)
+            self.qat_state.save(self.out_dir / QAT_STATE_FILE)
+            outputs.append(QAT_STATE_FILE)
+        else:
+            outputs = save_checkpoint(model, self.out_dir, self.drafter)
+        reference_manifest, drafter_manifest = self.inputs.reference_manifest, self.inputs.drafter_manifest
+        inputs = {
+            "drafter": checkpoint_info(self.drafter),
+            "reference": input_record(reference_dir, reference_manifest),
+        }
+        if self.replay is not None:
+            inputs["replay"] = self.replay.record
+        provenance = chain_provenance(self.drafter, drafter_manifest, inputs, reference_manifest)
+        return write_manifest(
+            self.out_dir,
+            "distill",
+            outputs=outputs,
+            params=self.manifest_params(),
+            inputs=inputs,
+            extra={
+                **provenance,
+                "architecture": architecture_summary(model),
+                "metrics": {
+                    **self.manifest_metrics(),
+                    "seconds": time.time() - start_time,
+                    "drafter_verified": drafter_manifest is not None,
+                },
+            },
+        )
+
+    def manifest_params(self) -> dict[str, Any]:
+        return {
+            "config": self.config.__dict__,
+            "qat": self.qat,
+            "embedding_type": self.qat_state.embedding_type if self.qat_state is not None else None,
+            "clip_search": self.clip_search,
+            "epochs": self.epochs,
+            "lr": self.peak_lr,
+            "global_batch": self.global_batch,
+            "world_size": self.ctx.world_size,
+            "fsdp": self.sharded,
+            "replay": self.replay is not None,
+        }
+
+    def manifest_metrics(self) -> dict[str, Any]:
+        extra, best, device = self.extra, self.extra["best"], self.ctx.device
+        return {
+            "steps": self.step,
+            "steps_per_epoch": self.steps_per_epoch,
+            "examples": len(self.inputs.examples),
+            "examples_available": len(self.inputs.available),
+            "train_tokens": extra["train_tokens"],
+            "replay_tokens": extra["replay_tokens"],
+            "best_dev_macro_tau": best["dev_macro_tau"],
+            "best_dev_tau": best["dev_tau"],
+            "best_dev_top1": best["dev_top1"],
+            "best_step": best["step"],
+            "best_epoch": best["epoch"],
+            "history": extra["history"],
+            "stopped_by_time_budget": self.stopped_by_budget,
+            "stopped_by_plateau": self.stopped_by_plateau,
+            "train_seconds": self.train_seconds,
+            "tokens_per_s": warm_throughput(extra.get("timed_from"), self.loop_end),
+            "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+        }
+
+    def finish_line(self) -> str:
+        """The stage's last line: the kept checkpoint (step 0 is the starting drafter), the steps run of those
+        planned, and why it stopped short of them."""
+        best, steps = self.extra["best"], self.step
+        why = " (plateau)" if self.stopped_by_plateau else " (time budget)" if self.stopped_by_budget else ""
+        start = " (the starting drafter: no evaluation beat it)" if best["step"] == 0 and steps > 0 else ""
+        return (
+            f"distill: best dev macro τ {best['dev_macro_tau']:.3f} (τ {best['dev_tau']:.3f}, top-1 "
+            f"{best['dev_top1']:.3f}) at step {best['step']}{start} after {steps:,} of {self.max_steps:,} steps{why}; "
+            f"{self.extra['train_tokens']:,} continuation tokens in {self.train_seconds:.1f} s"
+        )
 
 
 def run(
@@ -202,260 +502,18 @@ def run(
     ctx = init_distributed(device_name)
     start_time = time.time()
     check_loss(config)  # before any model is loaded
-    epochs = epochs if epochs is not None else (config.qat_epochs if qat else config.epochs)
-    peak_lr = lr if lr is not None else (config.qat_lr if qat else config.lr)
-    reference_manifest = verify_stage_dir(reference_dir, "reference")
-    drafter_manifest = verify_checkpoint(drafter)
-    available = read_train_examples(reference_dir)
-    examples = select_examples(available, config)
-    dev = read_conversations(reference_dir / "dev.jsonl")
-    if not examples:
-        raise ValueError(
-            f"{reference_dir}: no training examples"
-            + (
-                f" of categories {list(config.categories)} (it has {sorted({e.category for e in available})})"
-                if available
-                else ""
-            )
-        )
-    if ctx.is_main:
-        items = [(e.id or "?", len(e.prompt_tokens), len(e.continuation_tokens)) for e in examples]
-        serving_context_note("distill", "training examples", items, config.eval_k)
-    sharded = config.fsdp and ctx.distributed
+    epochs, peak_lr = config.schedule(qat, epochs, lr)
+    inputs = read_inputs(drafter, reference_dir, config, ctx)
     if config.fsdp and qat:
         raise ValueError("distill --fsdp with --qat: QAT's parametrized weights are not wired for FSDP; run QAT on DDP")
-    # Under FSDP the full drafter is read into CPU memory and each rank moves only its shards to its GPU.
-    model = load_causal_lm(drafter, torch.device("cpu") if sharded else ctx.device)
-    vocab_size = model.get_input_embeddings().weight.shape[0]
-    check_vocabularies(drafter, reference_manifest, vocab_size, examples)
-    replay: ReplayText | None = None
-    if replay_tokens is not None and config.replay_weight > 0:
-        replay = ReplayText(Path(replay_tokens), config, vocab_size, ctx)
-        check_replay_tokenizer(drafter, replay)
-    elif config.replay_weight > 0 and ctx.is_main:
-        print(f"distill: replay_weight {config.replay_weight} but no --replay-tokens: replay is off", file=sys.stderr)
-    pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    qat_state = None
-    if qat:
-        from .quant import prepare_qat  # the GGUF-exact fake quantization (needs the `gguf` package)
-
-        embedding_type = embedding_type or ExportConfig().resolved_embedding_type()
-        qat_state = prepare_qat(model, clip_search=clip_search, embedding_type=embedding_type)
-    model.train()
-    ddp_model = wrap_model(model, ctx, fsdp=config.fsdp)  # before the optimizer: FSDP replaces the parameters
-    optimizer = make_optimizer(model, peak_lr, config.weight_decay, ctx.device)
-    global_batch = min(config.batch_size, len(examples) - len(examples) % ctx.world_size)
-    steps_per_epoch = max(1, len(examples) // global_batch)
-    max_steps = epochs * steps_per_epoch
-    eval_every = config.eval_every or steps_per_epoch
-    resume = ResumeState(out_dir / "resume", ctx)
-    step = 0
-    extra: dict[str, Any] = {
-        "train_seconds": 0.0,
-        "history": [],
-        "best": None,
-        "evals_since_best": 0,
-        "last_eval_step": None,
-        "train_tokens": 0,
-        "replay_tokens": 0,
-        "last": {},
-    }
-    if resume.exists():
-        step, extra = resume.load(model, optimizer)
-        if ctx.is_main:
-            print(f"distill: resuming at step {step}", file=sys.stderr)
-    my_rows = rank_slice(global_batch, ctx)
-    bar = progress_bar(ctx, total=max_steps, initial=step, desc="distill --qat" if qat else "distill")
-    tb = open_summary_writer(ctx, out_dir, step)
-    window = TrainWindow()
-    postfix = {"epoch": "", "loss": "", "top1": "", "dev_tau": "", "best": ""}  # the bar's; parts go to TensorBoard
-
-    def evaluate_dev() -> bool:
-        """Rank 0 measures dev τ, keeps the best checkpoint by macro τ; every rank learns whether it plateaued.
-
-        Under FSDP every rank runs the same dev forwards (each layer's weights are gathered from all ranks) and
-        gives its shards to rank 0 for a new best; rank 0's numbers decide.
-        """
-        extra["last_eval_step"] = step
-        tau = model_tau(unwrap(ddp_model), dev, config.eval_k, ctx.device) if ctx.is_main or sharded else None
-        new_best = False
-        if ctx.is_main:
-            entry = {"step": step, "epoch": step / steps_per_epoch, **dev_entry(tau), **extra["last"]}
-            extra["history"].append(entry)
-            best = extra["best"]
-            new_best = best is None or entry["dev_macro_tau"] > best["dev_macro_tau"]
-            if new_best:
-                extra["best"] = {k: entry[k] for k in ("step", "epoch", "dev_macro_tau", "dev_tau", "dev_top1")}
-                extra["evals_since_best"] = 0
-            else:
-                extra["evals_since_best"] += 1
-        if ctx.broadcast_object(new_best) if sharded else new_best:
-            resume.save_best(ddp_model)
-        if ctx.is_main:
-            log_dev(tb, entry, step)
-            best = extra["best"]
-            postfix.update(dev_tau=f"{entry['dev_macro_tau']:.3f}", best=f"{best['dev_macro_tau']:.3f}@{best['step']}")
-            bar.set_postfix(postfix, refresh=False)  # a refresh now would bypass the bar's rate limit in log files
-            bar.write(
-                f"distill: step {step} (epoch {entry['epoch']:.2f}) dev macro τ {entry['dev_macro_tau']:.3f}, "
-                f"τ {entry['dev_tau']:.3f}, top-1 {entry['dev_top1']:.3f} (best macro τ "
-                f"{best['dev_macro_tau']:.3f} at step {best['step']})",
-                file=sys.stderr,
-            )
-        if config.patience <= 0:
-            return False
-        plateau = ctx.is_main and extra["evals_since_best"] >= config.patience
-        return bool(ctx.all_reduce_sum(torch.tensor([float(plateau)], device=ctx.device)).item() > 0)
-
-    def log_window() -> None:
-        means = window.read(ctx)  # every rank: it all-reduces
-        if not means or not ctx.is_main:
-            return
-        extra["last"] = means
-        for name, value in means.items():
-            tb.add_scalar(f"train/{name}", value, step)
-        tb.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
-        postfix.update(epoch=f"{step / steps_per_epoch:.2f}", loss=f"{means['loss']:.4f}", top1=f"{means['top1']:.3f}")
-        bar.set_postfix(postfix, refresh=False)
-
-    if step == 0 and extra["last_eval_step"] is None:
-        evaluate_dev()  # the starting drafter competes too
-    stopped_by_budget = stopped_by_plateau = False
-    segment_start = time.time()
-    while step < max_steps:
-        elapsed = extra["train_seconds"] + time.time() - segment_start
-        if stop_by_budget(ctx, elapsed, config.time_budget_s):
-            stopped_by_budget = True
-            break
-        epoch, within = divmod(step, steps_per_epoch)
-        if within == 0 and qat_state is not None and clip_search:
-            qat_state.refresh_clip()
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
-        global_indices = order[within * global_batch : (within + 1) * global_batch]
-        # Every rank knows the whole global batch, so its token count needs no collective (nor a GPU sync).
-        n_global = sum(len(examples[i].continuation_tokens) for i in global_indices)
-        batch = collate(
-            [examples[i] for i in global_indices[my_rows]],
-            pad_id,
-            ctx.device,
-            replay.chunks(step) if replay is not None else None,
-        )
-        set_lr(optimizer, lr_at(step, max_steps, config.warmup_steps, peak_lr, config.min_lr_ratio))
-        with autocast_context(ctx.device):
-            sums = loss_sums(ddp_model, batch, config)
-        loss = sums.distill / n_global
-        if replay is not None and sums.replay is not None:
-            loss = loss + config.replay_weight * sums.replay / replay.tokens_per_step
-        # DDP averages gradients over ranks; scaling by world size makes that the mean over all ranks' tokens.
-        loss = loss * ctx.world_size
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(ddp_model.parameters(), config.grad_clip)
-        optimizer.step()
-        step += 1
-        extra["train_tokens"] += n_global
-        extra["replay_tokens"] += replay.tokens_per_step if replay is not None else 0
-        if step == UNTIMED_STEPS:  # throughput is read from here on (tokens_per_s)
-            extra["timed_from"] = [
-                extra["train_seconds"] + synced_clock(ctx.device) - segment_start,
-                extra["train_tokens"],
-            ]
-        window.add(
-            loss / ctx.world_size,
-            sums.parts,
-            len(batch["labels"]),
-            len(batch["replay_labels"]) if "replay_labels" in batch else 0,
-        )
-        bar.update(1)
-        evaluating = step % eval_every == 0
-        saving = (step % config.ckpt_every == 0 or evaluating) and step < max_steps
-        if step % LOG_EVERY_STEPS == 0 or evaluating or saving or step == max_steps:
-            log_window()
-        if evaluating:
-            stopped_by_plateau = evaluate_dev()
-        # Also at every evaluation, so the saved state always agrees with best.pt and the history.
-        if saving:
-            extra["train_seconds"] += time.time() - segment_start
-            segment_start = time.time()
-            if ctx.is_main:
-                tb.flush()  # events so far on disk before the state a rerun resumes from
-            resume.save(model, optimizer, step, extra)  # every rank: under FSDP each gives rank 0 its shards
-            ctx.barrier()
-            halt_for_test(step, halt_after_steps)
-        if stopped_by_plateau:
-            break
-    loop_end = [extra["train_seconds"] + synced_clock(ctx.device) - segment_start, extra["train_tokens"]]
-    if extra["last_eval_step"] != step:  # stopped between evaluations: the last weights compete too
-        log_window()
-        evaluate_dev()
-    bar.close()
-    tb.close()
-    train_seconds = extra["train_seconds"] + time.time() - segment_start
+    distillation = Distillation(
+        ctx, drafter, inputs, out_dir, config, qat, clip_search, epochs, peak_lr, replay_tokens, embedding_type
+    )
+    distillation.train(halt_after_steps)
     manifest = None
     if ctx.is_main:
-        if sharded:  # the FSDP model holds only this rank's shards: the best weights go into a plain CPU copy
-            model = load_causal_lm(drafter, torch.device("cpu"))
-        resume.load_best(model)
-        outputs: list[str]
-        if qat_state is not None:
-            with qat_state.unwrapped():  # latent fp32 weights under their HF names; export quantizes them exactly
-                outputs = save_checkpoint(model, out_dir, drafter)
-            qat_state.save(out_dir / QAT_STATE_FILE)
-            outputs.append(QAT_STATE_FILE)
-        else:
-            outputs = save_checkpoint(model, out_dir, drafter)
-        best = extra["best"]
-        inputs = {"drafter": checkpoint_info(drafter), "reference": input_record(reference_dir, reference_manifest)}
-        if replay is not None:
-            inputs["replay"] = replay.record
-        provenance = chain_provenance(drafter, drafter_manifest, inputs, reference_manifest)
-        manifest = write_manifest(
-            out_dir,
-            "distill",
-            outputs=outputs,
-            params={
-                "config": config.__dict__,
-                "qat": qat,
-                "embedding_type": qat_state.embedding_type if qat_state is not None else None,
-                "clip_search": clip_search,
-                "epochs": epochs,
-                "lr": peak_lr,
-                "global_batch": global_batch,
-                "world_size": ctx.world_size,
-                "fsdp": sharded,
-                "replay": replay is not None,
-            },
-            inputs=inputs,
-            extra={
-                **provenance,
-                "architecture": architecture_summary(model),
-                "metrics": {
-                    "steps": step,
-                    "steps_per_epoch": steps_per_epoch,
-                    "examples": len(examples),
-                    "examples_available": len(available),
-                    "train_tokens": extra["train_tokens"],
-                    "replay_tokens": extra["replay_tokens"],
-                    "best_dev_macro_tau": best["dev_macro_tau"],
-                    "best_dev_tau": best["dev_tau"],
-                    "best_dev_top1": best["dev_top1"],
-                    "best_step": best["step"],
-                    "best_epoch": best["epoch"],
-                    "history": extra["history"],
-                    "stopped_by_time_budget": stopped_by_budget,
-                    "stopped_by_plateau": stopped_by_plateau,
-                    "train_seconds": train_seconds,
-                    "tokens_per_s": warm_throughput(extra.get("timed_from"), loop_end),
-                    "peak_gpu_bytes": torch.cuda.max_memory_allocated(ctx.device)
-                    if ctx.device.type == "cuda"
-                    else None,
-                    "seconds": time.time() - start_time,
-                    "drafter_verified": drafter_manifest is not None,
-                },
-            },
-        )
-        print(finish_line(best, step, max_steps, extra["train_tokens"], train_seconds, stopped_by_plateau,
-                          stopped_by_budget), file=sys.stderr)  # fmt: skip
+        manifest = distillation.write_outputs(reference_dir, start_time)
+        print(distillation.finish_line(), file=sys.stderr)
         shutil.rmtree(out_dir / "resume", ignore_errors=True)
     finish_distributed(ctx)
     return manifest
@@ -530,10 +588,11 @@ def budget(config: DistillConfig, args: argparse.Namespace, embedding_type: str)
     replay = "off"
     if config.replay_weight > 0:
         replay = f"{config.replay_weight} on {args.replay_tokens}" if args.replay_tokens else "off (no --replay-tokens)"
+    epochs, lr = config.schedule(args.qat, args.epochs, args.lr)
     settings: dict[str, Any] = {
-        "epochs": args.epochs if args.epochs is not None else config.qat_epochs if args.qat else config.epochs,
+        "epochs": epochs,
         "batch": config.batch_size,
-        "lr": args.lr if args.lr is not None else config.qat_lr if args.qat else config.lr,
+        "lr": lr,
         "warmup_steps": config.warmup_steps,
         "loss": config.loss,
         "eval_every": config.eval_every or "epoch end",
@@ -563,35 +622,9 @@ def main(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         announce("distill --qat" if args.qat else "distill", args.preset, budget(config, args, embedding_type))
     manifest = run(
-        args.drafter,
-        args.reference,
-        args.out,
-        config,
-        args.qat,
-        args.clip_search,
-        args.device,
-        args.halt_after_steps,
-        args.epochs,
-        args.lr,
-        args.replay_tokens,
-        embedding_type,
-    )
+        args.drafter, args.reference, args.out, config, args.qat, args.clip_search, args.device, args.halt_after_steps,
+        args.epochs, args.lr, args.replay_tokens, embedding_type
+    )  # fmt: skip
     if manifest is not None:
-        metrics = manifest["metrics"]
-        print(
-            json.dumps(
-                {
-                    k: metrics[k]
-                    for k in (
-                        "best_dev_macro_tau",
-                        "best_dev_tau",
-                        "best_dev_top1",
-                        "best_step",
-                        "steps",
-                        "train_tokens",
-                        "train_seconds",
-                    )
-                }
-            )
-        )
+        print(json.dumps({k: manifest["metrics"][k] for k in SUMMARY_METRICS}))
     return 0

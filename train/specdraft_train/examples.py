@@ -28,6 +28,7 @@ from safetensors.torch import save_file
 from .artifacts import AtomicFile, input_record, read_manifest, sha256_file, verify_stage_dir
 from .config import DistillConfig
 from .documents import load_token_stream, token_file
+from .models import checkpoint_info
 from .prompts import Prompt
 from .training import ChunkSampler, DistributedContext, rank_slice
 
@@ -209,3 +210,36 @@ class ReplayText:
     def chunks(self, step: int) -> np.ndarray:
         starts = self.sampler.batch_indices(step)[self.my_rows] * self.seq_len
         return np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts])  # (R, S + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# In the drafter's vocabulary
+
+
+def check_vocabularies(
+    drafter: str | Path, reference_manifest: dict[str, Any], vocab_size: int, examples: Sequence[TrainExample]
+) -> None:
+    """Refuse a drafter whose token ids cannot be the target's: different lab tokenizer, or ids out of range."""
+    drafter_info = checkpoint_info(drafter)
+    target_info = reference_manifest["inputs"].get("target", {})
+    ours = drafter_info.get("outputs", {}).get("tokenizer.json")
+    theirs = target_info.get("outputs", {}).get("tokenizer.json")
+    if ours and theirs and ours != theirs:
+        raise ValueError(
+            f"drafter {drafter} has another tokenizer.json than the target of the reference data "
+            f"(sha256 {ours[:12]}… vs {theirs[:12]}…)"
+        )
+    top = max((max(e.continuation_tokens + e.prompt_tokens) for e in examples), default=0)
+    if top >= vocab_size:
+        raise ValueError(f"reference data uses token id {top}; the drafter's vocabulary has {vocab_size}")
+
+
+def check_replay_tokenizer(drafter: str | Path, replay: ReplayText) -> None:
+    """Replay text from a lab tokenizer stage must be in the drafter's own tokenizer."""
+    ours = checkpoint_info(drafter).get("outputs", {}).get("tokenizer.json")
+    theirs = replay.record.get("outputs", {}).get("tokenizer.json")
+    if ours and theirs and ours != theirs:
+        raise ValueError(
+            f"replay text {replay.record.get('path')} was tokenized with another tokenizer.json than "
+            f"drafter {drafter}'s (sha256 {theirs[:12]}… vs {ours[:12]}…)"
+        )
