@@ -29,6 +29,7 @@ import dataclasses
 import json
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,6 @@ from specdraft_train.generation import (  # noqa: E402
     StaticEngineConfig,
     StaticGreedyEngine,
     generate_greedy_hf,
-    timed,
 )
 from specdraft_train.models import (  # noqa: E402
     load_causal_lm,
@@ -59,6 +59,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOP_K = 20  # the reference stage's
 WARMUP_PROMPTS_PER_LENGTH = 2
 WARMUP_NEW_TOKENS = 4
+
+
+def timed(function: Any, *args: Any, device: torch.device, **kwargs: Any) -> tuple[Any, float]:
+    """``function(*args, **kwargs)`` and its wall seconds, the device synchronized on both sides."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = function(*args, **kwargs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, time.perf_counter() - start
 
 
 def build_model(args: argparse.Namespace, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any]]:

@@ -30,6 +30,7 @@ from specdraft_train.config import (
     DistillConfig,
     EvalConfig,
 )
+from specdraft_train.generation import stop_ids
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.prompts import given_prompts
 from specdraft_train.tau import read_conversations
@@ -102,7 +103,7 @@ def test_reference_says_its_preset_and_renders_chat_with_qwen3s_template_thinkin
         assert expected.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
         assert c.category == rows[c.id]["category"] and 1 <= len(c.continuation_tokens) <= NEW_TOKENS
     target = load_causal_lm(qwen3["target"], __import__("torch").device("cpu"))
-    assert reference.stop_ids(target, tokenizer) == QWEN3_GENERATION_CONFIG["eos_token_id"]  # <|im_end|>, <|endoftext|>
+    assert stop_ids(target, tokenizer) == QWEN3_GENERATION_CONFIG["eos_token_id"]  # <|im_end|>, <|endoftext|>
 
 
 def test_every_given_held_out_line_is_kept_whatever_the_per_category_cap(qwen3: dict[str, Path]):

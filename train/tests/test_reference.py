@@ -15,14 +15,15 @@ import pytest
 import torch
 from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli, torchrun
 
-from specdraft_train import reference
+from specdraft_train import eval_sets, reference
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import LAB
 from specdraft_train.documents import Document
+from specdraft_train.eval_sets import MAX_CANDIDATES_PER_KEPT, EvalPool, corpus_eval_pools, generate_eval_sets
 from specdraft_train.examples import Continuation, read_train_examples
+from specdraft_train.generation import generate_continuations
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.prompts import Category, Prompt, corpus_categories, select_prompts, train_category_counts
-from specdraft_train.reference import EvalPool, corpus_eval_pools, generate_continuations, generate_eval_sets
 
 CPU = torch.device("cpu")
 
@@ -269,7 +270,7 @@ def test_eval_sets_keep_the_first_candidates_whose_continuation_is_long_enough(m
         lengths.update({p.id: n for p, n in zip(prompts, pattern)})
         pools.append(EvalPool("heldout", name, prompts, 6, config.min_continuation_tokens))
     calls: list[int] = []
-    monkeypatch.setattr(reference, "generate_continuations", _fake_generation(lengths, calls))
+    monkeypatch.setattr(eval_sets, "generate_continuations", _fake_generation(lengths, calls))
     generated = generate_eval_sets(None, None, pools, config, torch.device("cpu"))
     kept = {pool.category: [p.id for p, _ in pool.kept] for pool in pools}
     assert kept["a"] == ["a0", "a1", "a3", "a4", "a6", "a7"]  # the first 6 that reach 10 tokens, in candidate order
@@ -283,7 +284,7 @@ def test_eval_sets_keep_the_first_candidates_whose_continuation_is_long_enough(m
 def test_eval_sets_fail_clearly_when_the_candidates_run_out(monkeypatch: pytest.MonkeyPatch):
     config = replace(LAB.reference, max_new_tokens=20, min_continuation_tokens=10)
     prompts = [Prompt(f"x{i}", "prose/inner/512", [1]) for i in range(8)]
-    monkeypatch.setattr(reference, "generate_continuations", _fake_generation({p.id: 5 for p in prompts}, []))
+    monkeypatch.setattr(eval_sets, "generate_continuations", _fake_generation({p.id: 5 for p in prompts}, []))
     pool = EvalPool("heldout", "prose/inner/512", prompts, 4, config.min_continuation_tokens)
     with pytest.raises(
         ValueError,
@@ -301,7 +302,7 @@ def test_eval_pools_draw_spare_candidates_and_refuse_a_split_too_small_for_a_cat
     assert [(p.split, p.category, p.keep) for p in pools] == [
         (split, c.name, keep) for split, keep in (("dev", 4), ("heldout", 8)) for c in categories
     ]
-    assert all(len(p.candidates) == p.keep * reference.MAX_CANDIDATES_PER_KEPT for p in pools if p.split == "dev")
+    assert all(len(p.candidates) == p.keep * MAX_CANDIDATES_PER_KEPT for p in pools if p.split == "dev")
     with pytest.raises(
         ValueError,
         match=r"dev category code/open/2900: \d candidate prompts for 4: the dev split has "
