@@ -43,7 +43,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .artifacts import input_record, verify_stage_dir, write_manifest
+from .artifacts import input_record, write_manifest
 from .config import (
     DistillConfig,
     ExportConfig,
@@ -61,16 +60,14 @@ from .config import (
     apply_settings,
     get_preset,
     override,
-    serving_context_note,
 )
 from .examples import (
+    DistillInputs,
     ReplayText,
-    TrainExample,
     check_replay_tokenizer,
     check_vocabularies,
     collate,
-    read_train_examples,
-    select_examples,
+    read_inputs,
 )
 from .losses import LOSSES, check_loss, loss_sums
 from .models import (
@@ -80,10 +77,9 @@ from .models import (
     checkpoint_info,
     load_causal_lm,
     save_checkpoint,
-    verify_checkpoint,
 )
 from .provenance import chain_provenance
-from .tau import Conversation, TauResult, model_tau, read_conversations
+from .tau import TauResult, model_tau
 from .training import (
     DistributedContext,
     ResumeState,
@@ -145,35 +141,6 @@ def log_dev(tb: Any, entry: dict[str, Any], step: int) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The stage, in its steps: read the inputs, set up the run, train, write the best checkpoint
-
-
-@dataclass(frozen=True)
-class DistillInputs:
-    """What a run reads before any model: the verified manifests, the training examples it keeps, the dev set."""
-
-    reference_manifest: dict[str, Any]
-    drafter_manifest: dict[str, Any] | None  # None for a drafter without a manifest (an HF id, a local HF model)
-    available: list[TrainExample]  # every training example of the reference data
-    examples: list[TrainExample]  # those of the configured categories and data fraction
-    dev: list[Conversation]
-
-
-def read_inputs(
-    drafter: str | Path, reference_dir: Path, config: DistillConfig, ctx: DistributedContext
-) -> DistillInputs:
-    """Verify the reference data and the drafter, pick the training examples; refuse a run that would train on none."""
-    reference_manifest = verify_stage_dir(reference_dir, "reference")
-    drafter_manifest = verify_checkpoint(drafter)
-    available = read_train_examples(reference_dir)
-    examples = select_examples(available, config)
-    dev = read_conversations(reference_dir / "dev.jsonl")
-    if not examples:
-        have = f" of categories {list(config.categories)} (it has {sorted({e.category for e in available})})"
-        raise ValueError(f"{reference_dir}: no training examples" + (have if available else ""))
-    if ctx.is_main:
-        items = [(e.id or "?", len(e.prompt_tokens), len(e.continuation_tokens)) for e in examples]
-        serving_context_note("distill", "training examples", items, config.eval_k)
-    return DistillInputs(reference_manifest, drafter_manifest, available, examples, dev)
 
 
 def new_history() -> dict[str, Any]:

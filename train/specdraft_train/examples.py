@@ -1,5 +1,6 @@
 """What `distill` trains on: the reference stage's training shards (written by `reference`, read here by `distill`),
-the examples a run keeps, how a batch of them becomes the model's input, and the replay text beside them.
+the examples a run keeps, how a batch of them becomes the model's input, the replay text beside them, and the checks
+that all of it is in the drafter's vocabulary (:func:`read_inputs` reads a run's examples and dev set, verified).
 
 A shard ``train-NNNNN.safetensors`` holds a run of prompts, the target's greedy continuation of each and its top-k
 token ids and log-probs (fp16) at every continuation position, flattened with offsets; its one metadata key lists the
@@ -26,10 +27,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from .artifacts import AtomicFile, input_record, read_manifest, sha256_file, verify_stage_dir
-from .config import DistillConfig
+from .config import DistillConfig, serving_context_note
 from .documents import load_token_stream, token_file
-from .models import checkpoint_info
+from .models import checkpoint_info, verify_checkpoint
 from .prompts import Prompt
+from .tau import Conversation, read_conversations
 from .training import ChunkSampler, DistributedContext, rank_slice
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -210,6 +212,39 @@ class ReplayText:
     def chunks(self, step: int) -> np.ndarray:
         starts = self.sampler.batch_indices(step)[self.my_rows] * self.seq_len
         return np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts])  # (R, S + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A run's inputs
+
+
+@dataclass(frozen=True)
+class DistillInputs:
+    """What a run reads before any model: the verified manifests, the training examples it keeps, the dev set."""
+
+    reference_manifest: dict[str, Any]
+    drafter_manifest: dict[str, Any] | None  # None for a drafter without a manifest (an HF id, a local HF model)
+    available: list[TrainExample]  # every training example of the reference data
+    examples: list[TrainExample]  # those of the configured categories and data fraction
+    dev: list[Conversation]
+
+
+def read_inputs(
+    drafter: str | Path, reference_dir: Path, config: DistillConfig, ctx: DistributedContext
+) -> DistillInputs:
+    """Verify the reference data and the drafter, pick the training examples; refuse a run that would train on none."""
+    reference_manifest = verify_stage_dir(reference_dir, "reference")
+    drafter_manifest = verify_checkpoint(drafter)
+    available = read_train_examples(reference_dir)
+    examples = select_examples(available, config)
+    dev = read_conversations(reference_dir / "dev.jsonl")
+    if not examples:
+        have = f" of categories {list(config.categories)} (it has {sorted({e.category for e in available})})"
+        raise ValueError(f"{reference_dir}: no training examples" + (have if available else ""))
+    if ctx.is_main:
+        items = [(e.id or "?", len(e.prompt_tokens), len(e.continuation_tokens)) for e in examples]
+        serving_context_note("distill", "training examples", items, config.eval_k)
+    return DistillInputs(reference_manifest, drafter_manifest, available, examples, dev)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
