@@ -68,6 +68,7 @@ from .static_cache import (
     DECODE_ATTENTIONS,
     Batch,
     StaticKVCache,
+    check_supported,
     kv_bytes_per_token,
     kv_cache_dtype,
     plan_batches,
@@ -123,18 +124,6 @@ class EngineStats:
         return self.graph_replays > 0
 
 
-def _check_supported(model: nn.Module) -> None:
-    config = model.config
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"{type(model).__name__}: the static engine runs decoder-only models; use --engine hf")
-    other = sorted({t for t in getattr(config, "layer_types", None) or [] if t != "full_attention"})
-    if other:
-        raise ValueError(
-            f"{type(model).__name__} has {', '.join(other)} layers: the static engine supports full "
-            "attention only; use --engine hf"
-        )
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The engine
 
@@ -176,7 +165,7 @@ class StaticGreedyEngine:
     """Greedy decoding with a static KV cache and (on CUDA) a CUDA-graph decode step. See the module docstring."""
 
     def __init__(self, model: nn.Module, device: torch.device, config: StaticEngineConfig = StaticEngineConfig()):
-        _check_supported(model)
+        check_supported(model)
         self.model, self.device, self.config = model, device, config
         self.stats = EngineStats()
         self._buffers: _BatchBuffers | None = None

@@ -197,3 +197,16 @@ def kv_cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype | None
     if torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
     return None  # the dtype the keys/values come in
+
+
+def check_supported(model: nn.Module) -> None:
+    """Refuse a model the static cache cannot hold: an encoder-decoder, or layers other than full attention."""
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{type(model).__name__}: the static engine runs decoder-only models; use --engine hf")
+    other = sorted({t for t in getattr(config, "layer_types", None) or [] if t != "full_attention"})
+    if other:
+        raise ValueError(
+            f"{type(model).__name__} has {', '.join(other)} layers: the static engine supports full "
+            "attention only; use --engine hf"
+        )

@@ -4,6 +4,7 @@ set of every category), then a rerun that skips every finished stage."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -134,11 +135,16 @@ def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
     state = LabState(tmp_path, MICRO, [], [])
 
     def interrupted() -> None:
+        time.sleep(0.05)  # the seconds spent before the interrupt must be kept
         raise KeyboardInterrupt  # what `timeout --signal=INT` delivers
 
     with pytest.raises(KeyboardInterrupt):
         run_stage(state, "distill", tmp_path, interrupted, lambda: False)
-    assert state.data["interrupted_seconds"]["distill"] >= 0 and "distill" not in state.data["stage_seconds"]
+    assert 0.05 <= state.data["interrupted_seconds"]["distill"] < 1.0 and "distill" not in state.data["stage_seconds"]
+    assert (
+        json.loads((tmp_path / "lab_state.json").read_text())["interrupted_seconds"]
+        == state.data["interrupted_seconds"]
+    )
     state.data["interrupted_seconds"]["distill"] = 5.0
     run_stage(state, "distill", tmp_path, lambda: None, lambda: False)
     assert 5.0 <= state.data["stage_seconds"]["distill"] < 6.0
