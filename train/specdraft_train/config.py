@@ -243,7 +243,7 @@ class LabPreset:
     distill: DistillConfig = field(default_factory=DistillConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     evaluate: EvalConfig = field(default_factory=EvalConfig)
-    # Debian documentation packages the lab's prose comes from (train/scripts/fetch_prose.sh into PROSE_CACHE), used
+    # Debian documentation packages the lab's prose comes from (train/scripts/data/fetch_prose.sh into PROSE_CACHE), used
     # when `lab` is given no --prose.
     prose_packages: tuple[str, ...] = ()
 

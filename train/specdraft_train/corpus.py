@@ -1,6 +1,6 @@
 """Stage `corpus`: the lab's text by kind — code (this machine's Python standard library plus `--extra` directories,
 ``*.py``) and prose (`--prose` directories of technical English: ``*.rst``, ``*.txt``, ``*.md``, e.g. Debian's doc
-packages fetched by ``train/scripts/fetch_prose.sh``).
+packages fetched by ``train/scripts/data/fetch_prose.sh``).
 
 Files of 200 B–200 kB (preset) are deduplicated by content and split deterministically by their sha256 into
 train / dev / held-out, so the same file lands in the same split on every machine; a preset may cap
@@ -32,7 +32,7 @@ EXCLUDED_DIR_NAMES = frozenset({"site-packages", "dist-packages", "__pycache__"}
 # Where `lab` looks for a preset's prose packages when given no --prose (fetch_prose.sh DEST; scripts/pytest.sh
 # provisions git-doc there for the micro preset).
 PROSE_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "prose"
-FETCH_PROSE = Path(__file__).resolve().parents[1] / "scripts" / "fetch_prose.sh"
+FETCH_PROSE = Path(__file__).resolve().parents[1] / "scripts" / "data" / "fetch_prose.sh"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ Metadata, tensor names and vocabulary follow llama.cpp's convert_hf_to_gguf.py f
 
 A checkpoint of `distill --qat` holds its QAT state (``qat_state.safetensors``, written by ``QatState.save``); export
 uses it as `evaluate` does, unless ``--qat-state FILE`` names another (e.g. one re-fingerprinted on the CPU,
-scripts/refingerprint_qat.py) or ``--no-qat-state`` asks for post-training quantization of the latent weights. With a
+scripts/gpu/refingerprint_qat.py) or ``--no-qat-state`` asks for post-training quantization of the latent weights. With a
 QAT state the Q4_0 blocks are the ones training computed, including per-block clip factors, every quantized tensor is
 checked against the fingerprint training recorded, and the embedding type is the one training used; a file type or an
 embedding type that contradicts the state is refused, naming the way out. ``--max-bytes N`` refuses to write a file

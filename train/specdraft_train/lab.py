@@ -8,7 +8,7 @@ the target as its own drafter, overall, macro and per category, each beside its 
 the gap it closes toward the target; repeated-4-gram share; model sizes; stage times; the lab goals),
 ``data_manifest.json`` (every source file with its kind, hash and the split it fed), ``architecture.json`` (the
 drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter). Prose comes from
-``--prose DIR``s, or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/fetch_prose.sh``).
+``--prose DIR``s, or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/data/fetch_prose.sh``).
 
     python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes (prose: git-doc)
     python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages \\
@@ -478,7 +478,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         type=Path,
         help="prose trees for the corpus (repeatable; default: the preset's packages under "
-        f"{PROSE_CACHE}, made by scripts/fetch_prose.sh)",
+        f"{PROSE_CACHE}, made by scripts/data/fetch_prose.sh)",
     )
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")

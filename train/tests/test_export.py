@@ -29,7 +29,7 @@ from specdraft_train.quant import prepare_qat, q4_0_quantize_blocks
 from specdraft_train.vocabulary import QWEN2_SPLIT_REGEX
 
 TRAIN_DIR = Path(__file__).resolve().parents[1]
-GGUF_GREEDY = TRAIN_DIR / "scripts" / "gguf_greedy.mjs"
+GGUF_GREEDY = TRAIN_DIR / "tests" / "gguf_greedy.mjs"
 END_OF_TEXT = "<|endoftext|>"
 
 
@@ -93,7 +93,7 @@ def save_checkpoint(model: Qwen3ForCausalLM, tokenizer: Tokenizer, out_dir: Path
 
 
 def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """train/scripts/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
+    """train/tests/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
     variables, e.g. ``ggml_cpu.pinned_env`` to run one CPU backend variant."""
     env = {**os.environ, "UV_THREADPOOL_SIZE": "1", **(env or {})}
     result = subprocess.run(

@@ -174,7 +174,7 @@ def test_bench_script_runs_at_tiny_scale(tmp_path: Path):
     subprocess.run(
         [
             sys.executable,
-            str(TRAIN_DIR / "scripts" / "bench_reference.py"),
+            str(TRAIN_DIR / "scripts" / "gpu" / "bench_reference.py"),
             "--device",
             "cpu",
             "--threads",

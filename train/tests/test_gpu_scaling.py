@@ -1,4 +1,4 @@
-"""scripts/gpu_scaling.py, the multi-GPU throughput job, at tiny sizes on the CPU (2 gloo ranks against 1), so that
+"""scripts/gpu/scaling.py, the multi-GPU throughput job, at tiny sizes on the CPU (2 gloo ranks against 1), so that
 the script the GPU machine runs cannot rot: the stages it drives, their flags and the manifest fields it reads.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import TRAIN_ROOT
 
-SCRIPT = TRAIN_ROOT / "scripts" / "gpu_scaling.py"
+SCRIPT = TRAIN_ROOT / "scripts" / "gpu" / "scaling.py"
 TINY = (
     "--device",
     "cpu",

@@ -1,6 +1,6 @@
 """The real-model path on CPU as a user runs it (docs/training.md, "The real-model path"): tiny random Qwen3 models
 that carry Qwen3's real tokenizer, chat template and generation config (bench/models/make_random_checkpoint.py, the
-rehearsal's own maker), chat prompts of every form (train/scripts/make_chat_prompts.py: system prompts, multi-turn,
+rehearsal's own maker), chat prompts of every form (train/scripts/data/make_chat_prompts.py: system prompts, multi-turn,
 several lengths), and every documented command under the qwen3-chat preset: reference → distill → distill --qat →
 evaluate → export. Then the lab-model checks of given text prompts."""
 
@@ -35,7 +35,7 @@ from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.prompts import given_prompts
 from specdraft_train.tau import read_conversations
 
-sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts")]
+sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts" / "data")]
 from make_chat_prompts import chat_prompts, read_texts, text_files  # noqa: E402
 from make_random_checkpoint import QWEN3_GENERATION_CONFIG, qwen3_config, write_random_checkpoint  # noqa: E402
 

@@ -91,8 +91,8 @@ def test_a_tensorboard_that_fails_to_import_does_not_stop_training(
 def test_gpu_resume_check_script_runs_and_passes_on_the_cpu():
     # The GPU machine runs this script once per session: it must not rot between sessions (a config rename broke it
     # once), so CI runs it on the CPU, where it exercises the same kill-and-resume paths.
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_resume_check.py"
-    env = {**os.environ, "PYTHONPATH": str(script.parents[1]), "OMP_NUM_THREADS": "1"}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "resume_check.py"
+    env = {**os.environ, "PYTHONPATH": str(script.parents[2]), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, str(script), "--device", "cpu"], capture_output=True, text=True, env=env, timeout=600
     )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lab's second device command on the H200 machine: finish the lab (train/scripts/gpu_lab.sh resumes it), then
+# The lab's second device command on the H200 machine: finish the lab (train/scripts/gpu/lab.sh resumes it), then
 # what the lab's own held-out set cannot say, each step resumable and its results copied out as soon as it ends:
 #   1. prompts the lab did not make (data/unseen-texts.jsonl: eight kinds of text unlike the lab corpus): the lab
 #      target's continuations of them, and the base, distilled and QAT drafters evaluated on them by kind;
@@ -7,10 +7,10 @@
 #   3. `ablate --jobs` on the lab's data: variants side by side at an equal time budget (ABLATE_BUDGET_S, default 100),
 #      scored on the lab's held-out set and on the unseen prompts.
 # RESULTS/checks.tar.xz holds it all (reports, manifests, TensorBoard events, the unseen conversations).
-#   bash train/scripts/gpu_lab_checks.sh RESULTS [LAB_LIMIT_S]      (LAB_DIR as for gpu_lab.sh, default /tmp/lab)
-# CPU dry run on a finished micro lab: LAB_DIR=runs/micro PRESET=micro DEVICE=cpu bash train/scripts/gpu_lab_checks.sh R
+#   bash train/scripts/gpu/lab_checks.sh RESULTS [LAB_LIMIT_S]      (LAB_DIR as for lab.sh, default /tmp/lab)
+# CPU dry run on a finished micro lab: LAB_DIR=runs/micro PRESET=micro DEVICE=cpu bash train/scripts/gpu/lab_checks.sh R
 set -uo pipefail
-results=${1:?usage: gpu_lab_checks.sh RESULTS [LAB_LIMIT_S]}; lab_limit=${2:-330}
+results=${1:?usage: lab_checks.sh RESULTS [LAB_LIMIT_S]}; lab_limit=${2:-330}
 lab=${LAB_DIR:-/tmp/lab}; preset=${PRESET:-lab}; device=${DEVICE:-auto}
 budget=${ABLATE_BUDGET_S:-100}; jobs=${ABLATE_JOBS:-4}
 mkdir -p "$results/checks"
@@ -21,7 +21,7 @@ py=(python3 -m specdraft_train)
 pack() { tar -C "$results" -cJf "$results/checks.tar.xz.tmp" checks && mv "$results/checks.tar.xz.tmp" "$results/checks.tar.xz"; }
 
 if [ "$preset" = lab ]; then
-  LAB_DIR=$lab bash train/scripts/gpu_lab.sh "$results/lab" "$lab_limit" || { log "lab not finished"; exit 1; }
+  LAB_DIR=$lab bash train/scripts/gpu/lab.sh "$results/lab" "$lab_limit" || { log "lab not finished"; exit 1; }
   export PYTHONPATH=/tmp/site:$PWD/train PYTHONUNBUFFERED=1  # where gpu_lab.sh put the gguf wheel, and specdraft_train
 else
   export PYTHONPATH=${PYTHONPATH:-}:$PWD/train

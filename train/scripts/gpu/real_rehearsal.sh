@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The real job's dress rehearsal on one H200 (issue #23): Qwen3-8B- and Qwen3-1.7B-shaped models with random weights
 # made on the machine (bench/models/make_random_checkpoint.py: bf16, Qwen3's tokenizer, chat template and generation
-# config), a few thousand chat prompts (train/scripts/make_chat_prompts.py), then every command of docs/training.md's
+# config), a few thousand chat prompts (train/scripts/data/make_chat_prompts.py), then every command of docs/training.md's
 # "The real-model path" as written there, under --preset qwen3-chat, with only scale flags changed (the prompt count,
 # --shard-prompts, a 20 s --time-budget for each distill run, selfcheck's sample, validate's --limit):
 #   reference (top-20) → distill → distill --qat → evaluate (export beside it: a CPU job) → serve on the GPU + validate
 #   (pack --bundle beside it: xz, a CPU job) → selfcheck --clean-env,
-# plus a probe of the largest distill batch (train/scripts/probe_distill_batch.py). Per stage: seconds, tokens/s,
+# plus a probe of the largest distill batch (train/scripts/gpu/probe_distill_batch.py). Per stage: seconds, tokens/s,
 # peak GPU memory (the stage's own torch.cuda.max_memory_allocated, and nvidia-smi sampled every 0.5 s), batch sizes;
-# then the whole job's cost projected from them (train/scripts/real_rehearsal_report.py): RESULTS/rehearsal.json,
+# then the whole job's cost projected from them (train/scripts/gpu/real_rehearsal_report.py): RESULTS/rehearsal.json,
 # tables.md, progress.log, logs.tar.xz and the small outputs, meant for bench/results/<date>-h200-real-rehearsal/.
 #
-#   bash train/scripts/gpu_real_rehearsal.sh RESULTS [LIMIT_S]
+#   bash train/scripts/gpu/real_rehearsal.sh RESULTS [LIMIT_S]
 #
 # Resumable across device commands on one warm machine: every stage leaves a stamp in $REHEARSAL_DIR/stamps when it
 # finishes and is skipped after that; a stage is started only when LIMIT_S (default 540) leaves it its usual time, and
@@ -23,9 +23,9 @@
 # checkpoints, each with its best.pt while it trains).
 #
 # CPU dry run (here: tiny shapes of the same kinds, Qwen3's real vocabulary, every stage; ~10 minutes on 2 cores):
-#   REHEARSAL_CPU=1 bash train/scripts/gpu_real_rehearsal.sh /tmp/rehearsal-cpu
+#   REHEARSAL_CPU=1 bash train/scripts/gpu/real_rehearsal.sh /tmp/rehearsal-cpu
 set -uo pipefail
-results=${1:?usage: gpu_real_rehearsal.sh RESULTS [LIMIT_S]}
+results=${1:?usage: real_rehearsal.sh RESULTS [LIMIT_S]}
 limit=${2:-$([ "${REHEARSAL_CPU:-0}" = 1 ] && echo 3600 || echo 540)}
 cpu=${REHEARSAL_CPU:-0}
 work=${REHEARSAL_DIR:-/tmp/real-rehearsal}
@@ -111,7 +111,7 @@ stage() {
 }
 
 report() { # what RESULTS holds after every call: the report from all stamps so far, and the logs
-  "$python" train/scripts/real_rehearsal_report.py --work "$work" --out "$results" --mode "$mode" \
+  "$python" train/scripts/gpu/real_rehearsal_report.py --work "$work" --out "$results" --mode "$mode" \
     --max-new-tokens "$max_new" > "$work/logs/report.log" 2>&1 || log "report failed (logs/report.log)"
   for f in probe.json eval.json gpu.txt; do [ -f "$work/$f" ] && cp "$work/$f" "$results/"; done
   cp "$work/logs/progress.log" "$results/" 2>/dev/null
@@ -125,13 +125,13 @@ make_models() {
     --out "$work/target" --device "$device" --seed 1
 }
 stage models make_models
-stage prompts "$python" train/scripts/make_chat_prompts.py --out "$work/prompts.jsonl" --count "$prompts" "${prompt_split[@]}"
+stage prompts "$python" train/scripts/data/make_chat_prompts.py --out "$work/prompts.jsonl" --count "$prompts" "${prompt_split[@]}"
 stage reference "${py[@]}" reference --target "$work/target" --prompts "$work/prompts.jsonl" --out "$work/reference" \
   --preset qwen3-chat --dtype bfloat16 "${scale[@]}"
 [ "$cpu" = 1 ] || rm -rf "$work/target"  # 16 GB the training stages' disk needs; evaluate takes no --target
 stage distill "${py[@]}" distill --drafter "$work/drafter" --reference "$work/reference" --out "$work/distilled" \
   --preset qwen3-chat --time-budget "$budget" "${train_scale[@]}"
-stage probe "$python" train/scripts/probe_distill_batch.py --drafter "$work/drafter" --reference "$work/reference" \
+stage probe "$python" train/scripts/gpu/probe_distill_batch.py --drafter "$work/drafter" --reference "$work/reference" \
   --out "$work/probe.json" --batches "$probe_batches" --device "$device"
 stage qat "${py[@]}" distill --drafter "$work/distilled" --reference "$work/reference" --out "$work/distilled-qat" \
   --preset qwen3-chat --qat --time-budget "$budget" "${train_scale[@]}"

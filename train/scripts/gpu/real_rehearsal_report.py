@@ -1,8 +1,8 @@
-"""The dress rehearsal's results (gpu_real_rehearsal.sh): every stage's seconds, throughput, peak GPU memory and largest
+"""The dress rehearsal's results (real_rehearsal.sh): every stage's seconds, throughput, peak GPU memory and largest
 batch, from its stamp and its own manifest, and the whole job's cost projected from them — rehearsal.json and
 tables.md in OUT (the folder meant for bench/results/<date>-h200-real-rehearsal/).
 
-    python train/scripts/real_rehearsal_report.py --work /tmp/real-rehearsal --out RESULTS
+    python train/scripts/gpu/real_rehearsal_report.py --work /tmp/real-rehearsal --out RESULTS
 
 The projection: the job's JOB_PROMPTS prompts with JOB_CONTINUATION-token answers, one epoch of KD and one of QAT,
 at the measured rates. The rehearsal's random models never stop, so every continuation runs to max_new_tokens:
@@ -40,7 +40,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def token_lengths(work: Path) -> dict[str, float]:
     """Mean prompt and continuation tokens of what the reference stage generated (training shards and eval sets)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from specdraft_train.examples import read_train_examples
     from specdraft_train.tau import read_conversations
 
@@ -180,7 +180,7 @@ def tables(report: dict[str, Any]) -> str:
         f"# Dress rehearsal of the real job ({report['mode']})",
         "",
         f"Qwen3-8B-shaped target, Qwen3-1.7B-shaped drafter, random weights, Qwen3's tokenizer and chat template "
-        f"(train/scripts/gpu_real_rehearsal.sh, {report['created']}). Prompts: "
+        f"(train/scripts/gpu/real_rehearsal.sh, {report['created']}). Prompts: "
         f"{rows.get('reference', {}).get('prompts', '—')}; mean prompt {lengths.get('prompt_tokens_mean', 0):.0f} "
         f"tokens (max {lengths.get('prompt_tokens_max', 0)}), continuations "
         f"{lengths.get('continuation_tokens_mean', 0):.0f}. τ of random models means nothing.",

@@ -14,10 +14,10 @@ position, the log-prob gap between the two engines' tokens at each first diverge
 distribution (near zero: a near-tie that bf16 rounding flips; large: a bug), and the largest top-k log-prob difference
 on the positions both engines saw the same context.
 
-    python3 train/scripts/bench_reference.py --out /tmp/bench-reference.json               # H200: well under a minute
-    python3 train/scripts/bench_reference.py --checkpoint runs/lab/target --out bench.json  # a trained target
-    python3 train/scripts/bench_reference.py --prompts 16384 --batch-size 4096 --out b.json # larger batches
-    cd train && .venv/bin/python scripts/bench_reference.py --device cpu --threads 1 --hidden 128 --layers 4 \\
+    python3 train/scripts/gpu/bench_reference.py --out /tmp/bench-reference.json               # H200: well under a minute
+    python3 train/scripts/gpu/bench_reference.py --checkpoint runs/lab/target --out bench.json  # a trained target
+    python3 train/scripts/gpu/bench_reference.py --prompts 16384 --batch-size 4096 --out b.json # larger batches
+    cd train && .venv/bin/python scripts/gpu/bench_reference.py --device cpu --threads 1 --hidden 128 --layers 4 \\
         --heads 4 --kv-heads 2 --head-dim 32 --ffn 384 --vocab 1024 --context 512 --prompts 48 --lengths 32,48,64 \\
         --new-tokens 32 --hf-prompts 48 --hf-batch-size 16 --out /tmp/bench-micro.json      # the micro target, on CPU
 """
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import transformers
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train/: runs without PYTHONPATH too
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs without PYTHONPATH too
 
 from specdraft_train.config import ModelConfig  # noqa: E402
 from specdraft_train.generation import (  # noqa: E402

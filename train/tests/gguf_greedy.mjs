@@ -2,7 +2,7 @@
 // Runs a GGUF through node-llama-cpp on the CPU for the training pipeline's parity tests: greedy drafts (with the
 // first step's full-vocabulary probabilities) for token-id prompts, or llama.cpp's tokenization of strings.
 //
-//   UV_THREADPOOL_SIZE=1 node train/scripts/gguf_greedy.mjs model.gguf < request.json
+//   UV_THREADPOOL_SIZE=1 node train/tests/gguf_greedy.mjs model.gguf < request.json
 //
 // request: {"prompts": [[ids], ...], "n": 16, "probabilities": true, "kvCacheType": "F32"?, "threads": 1?}
 //            → {"drafts": [[ids]], "firstProbabilities": [[[id, p], ...]]}   (KV cache type defaults to llama.cpp's F16)

@@ -9,7 +9,7 @@ Each kind gets PER_KIND prompts from distinct files (ordered by a hash of their 
 half from a seeded line inside it, asked for at 64, 192 and 512 tokens in turn (the lab's prompt lengths); each line
 holds the text from there, long enough for its token count (the target's tokenizer cuts it: ``prompt_tokens``).
 
-    python train/scripts/make_unseen_texts.py --out data/unseen-texts.jsonl   # from the repository root, after npm ci
+    python train/scripts/data/make_unseen_texts.py --out data/unseen-texts.jsonl   # from the repository root, after npm ci
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def kinds(repo: Path) -> dict[str, list[Path]]:
         "json": files(modules, ["*/package.json", "@*/*/package.json", "*/*.json"], ("package-lock",)),
         "shell": files(Path("/usr/bin"), ["*"]) + files(repo, ["**/*.sh"], ("node_modules", "/.")),
         "license": files(Path("/usr/share/common-licenses"), ["*"]) + files(modules, ["*/LICENSE", "@*/*/LICENSE"]),
-        "python-unseen": files(repo, ["train/specdraft_train/*.py", "train/scripts/*.py", "bench/**/*.py"]),
+        "python-unseen": files(repo, ["train/specdraft_train/*.py", "train/scripts/**/*.py", "bench/**/*.py"]),
     }
 
 

@@ -15,7 +15,7 @@ on an H200, a third of it two CLI start-ups.
 
 From the repository root on the GPU machine (PYTHONPATH holding train/):
 
-    python3 train/scripts/gpu_resume_check.py [--device cuda] [--work DIR]
+    python3 train/scripts/gpu/resume_check.py [--device cuda] [--work DIR]
 """
 
 from __future__ import annotations

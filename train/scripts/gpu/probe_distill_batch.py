@@ -2,12 +2,12 @@
 autocast on CUDA) at growing batch sizes until one runs out of memory, then the same under QAT (the preset's Q4_0
 embedding). Prints and writes JSON: per batch size the step's seconds, continuation tokens/s and peak memory.
 
-    python train/scripts/probe_distill_batch.py --drafter DRAFTER --reference REFERENCE --out probe.json \\
+    python train/scripts/gpu/probe_distill_batch.py --drafter DRAFTER --reference REFERENCE --out probe.json \\
         [--batches 16,32,64,128] [--preset qwen3-chat]
 
 Rows are the reference's training examples in the order epoch 0 of `distill` takes them, so a batch has the job's
 lengths; each size runs two steps and reports the second (the first allocates the AdamW moments and warms cuBLAS).
-A quick probe for the dress rehearsal (gpu_real_rehearsal.sh), not a stage: nothing is saved.
+A quick probe for the dress rehearsal (real_rehearsal.sh), not a stage: nothing is saved.
 """
 
 from __future__ import annotations

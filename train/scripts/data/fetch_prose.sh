@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prose for the lab's corpus: the text files (*.rst, *.txt, *.md) of Debian documentation packages, one folder per
 # package under DEST (DEST/git-doc/usr/share/doc/git-doc/git-add.txt, …), for `corpus --prose DEST/PKG`.
-#   bash train/scripts/fetch_prose.sh DEST PKG...     e.g.  bash train/scripts/fetch_prose.sh train/.cache/prose git-doc
+#   bash train/scripts/data/fetch_prose.sh DEST PKG...     e.g.  bash train/scripts/data/fetch_prose.sh train/.cache/prose git-doc
 # Idempotent: a package whose folder is complete (DEST/PKG/.fetched) is skipped; a folder appears only once complete.
 # Needs apt-get's package lists (`apt-get update` once) and dpkg. Debian gzips documentation over 4 kB, so *.rst.gz,
 # *.txt.gz and *.md.gz are unpacked; identical files are kept once, the first path in C order (linux-doc ships every

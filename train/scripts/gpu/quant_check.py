@@ -3,7 +3,7 @@ export quantizes on the CPU and refuses a fingerprint mismatch). Prints PASS or 
 
 From the repository root on the GPU machine (PYTHONPATH holding train/ and train/tests/):
 
-    python3 train/scripts/gpu_quant_check.py
+    python3 train/scripts/gpu/quant_check.py
 """
 
 from __future__ import annotations

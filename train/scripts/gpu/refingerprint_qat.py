@@ -5,7 +5,7 @@ with a quantizer that rounded differently there (the first H200 lab: the Q8_0 em
 learned weights are still right but their stored blocks are the CPU's; this writes a copy of the QAT state whose
 fingerprints for the named tensors are the CPU's, and prints how many values differ, so the report can say so.
 
-    python scripts/refingerprint_qat.py CHECKPOINT_DIR OUT_STATE TENSOR [TENSOR ...]
+    python scripts/gpu/refingerprint_qat.py CHECKPOINT_DIR OUT_STATE TENSOR [TENSOR ...]
 """
 
 from __future__ import annotations

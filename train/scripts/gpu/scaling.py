@@ -18,8 +18,8 @@ Writes ``--out`` (JSON): per rank count the tokens, seconds and tokens/s of each
 the goal (≥ 1.8× on 2), whether it is met, and the device; each command's output goes to a log beside it. On a
 1-GPU machine it measures the one-rank throughput only. Exit 1 if a command failed (the JSON says which).
 
-    bash train/scripts/gpu_scaling.sh RESULTS      # on the GPU machine, from the checkout root: ~4 minutes
-    cd train && .venv/bin/python scripts/gpu_scaling.py --device cpu --threads 1 --shape tiny --vocab 512 \\
+    bash train/scripts/gpu/scaling.sh RESULTS      # on the GPU machine, from the checkout root: ~4 minutes
+    cd train && .venv/bin/python scripts/gpu/scaling.py --device cpu --threads 1 --shape tiny --vocab 512 \\
         --corpus-bytes 400000 --max-file-bytes 24000 --eval-per-category 1 --prompts 48 --new-tokens 8 \\
         --batch-size 16 --shard-prompts 8 --batch-per-rank 4 --out /tmp/scaling/scaling.json   # CPU, gloo
 """
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train/: runs without PYTHONPATH too
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs without PYTHONPATH too
 
 from specdraft_train import corpus, tokenizer  # noqa: E402
 from specdraft_train.artifacts import stage_complete, verify_stage_dir  # noqa: E402

@@ -11,7 +11,7 @@ Each line is ``{"id", "category", "messages"}`` (and ``"split"`` when asked), th
 Lines carry no "split" by default, so `reference` splits them by the hash of their messages as it splits real prompts
 (the preset's per-mille shares); ``--heldout N --dev N`` gives the first lines explicit splits instead.
 
-    python train/scripts/make_chat_prompts.py --out prompts.jsonl --count 3000 [--root DIR ...]
+    python train/scripts/data/make_chat_prompts.py --out prompts.jsonl --count 3000 [--root DIR ...]
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main() -> int:
         help="text folder or file (repeatable; default: this interpreter's standard library and the checkout's docs)",
     )
     args = ap.parse_args()
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     roots = args.root or [repo / "docs", repo / "README.md", Path(os.__file__).parent]  # os.py sits in the stdlib
     lines = chat_prompts(read_texts(text_files(roots)), args.count, args.seed, args.heldout, args.dev)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@
 #
 # From the checkout on the GPU machine, with .whl (the gguf wheel) and .prose (prose.tar.xz) brought along, both made
 # by bench/gpu/stage.sh:
-#   bash train/scripts/gpu_lab.sh RESULTS [LIMIT [LAB ARGS...]]     e.g. ... 560 --set pretrain_target.time_budget_s=120
+#   bash train/scripts/gpu/lab.sh RESULTS [LIMIT [LAB ARGS...]]     e.g. ... 560 --set pretrain_target.time_budget_s=120
 # The corpus: code is the machine's own Python, its stdlib plus its site-packages (~300 MB of source, docs/lab.md's
 # calibration; the preset takes 120 MB); prose is one folder per Debian doc package in .prose/prose.tar.xz (the machine cannot install
 # packages), unpacked once per machine and passed as --prose for each package.
