@@ -2,8 +2,10 @@
 // Runs a GGUF through node-llama-cpp on the CPU for the training pipeline's parity tests: greedy drafts (with the
 // first step's full-vocabulary probabilities) for token-id prompts, or llama.cpp's tokenization of strings.
 //
-//   UV_THREADPOOL_SIZE=1 node train/tests/gguf_greedy.mjs model.gguf < request.json
+//   UV_THREADPOOL_SIZE=1 node train/tests/gguf_greedy.mjs model.gguf [more.gguf ...] < request.json
 //
+// Several models answer the same request in one process, one after another (the answers as a JSON array): a node
+// start-up and llama.cpp's backend loading cost ~1.6 s, most of a small model's run.
 // request: {"prompts": [[ids], ...], "n": 16, "probabilities": true, "kvCacheType": "F32"?, "threads": 1?}
 //            → {"drafts": [[ids]], "firstProbabilities": [[[id, p], ...]]}   (KV cache type defaults to llama.cpp's F16)
 //          {"texts": ["...", ...], "specialTokens": false}              → {"tokens": [[ids], ...]}
@@ -50,21 +52,14 @@ function loadedCpuBackend() {
     return line ? line.slice(line.indexOf("/")) : null;
 }
 
-async function main() {
-    const modelPath = process.argv[2];
-    if (!modelPath) {
-        console.error("gguf_greedy: usage: node gguf_greedy.mjs MODEL.gguf < request.json");
-        process.exit(2);
-    }
-    const request = await readStdin();
-    const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+/** One model's answer to the request. */
+async function answer(llama, modelPath, request) {
     const model = await llama.loadModel({ modelPath });
     const cpu = { cpuBackend: loadedCpuBackend(), systemInfo: llama.systemInfo };
     try {
         if (request.texts) {
             const tokens = request.texts.map((text) => model.tokenize(text, request.specialTokens ?? false));
-            process.stdout.write(JSON.stringify({ tokens, ...cpu }));
-            return;
+            return { tokens, ...cpu };
         }
         const n = request.n ?? defaultDraftLength;
         const longest = Math.max(...request.prompts.map((p) => p.length));
@@ -86,12 +81,28 @@ async function main() {
                 drafts.push(draft);
                 if (probabilities) firstProbabilities.push(probabilities);
             }
-            process.stdout.write(JSON.stringify({ drafts, firstProbabilities, ...cpu }));
+            return { drafts, firstProbabilities, ...cpu };
         } finally {
             await context.dispose();
         }
     } finally {
         await model.dispose();
+    }
+}
+
+async function main() {
+    const modelPaths = process.argv.slice(2);
+    if (modelPaths.length === 0) {
+        console.error("gguf_greedy: usage: node gguf_greedy.mjs MODEL.gguf [MORE.gguf ...] < request.json");
+        process.exit(2);
+    }
+    const request = await readStdin();
+    const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+    try {
+        const answers = [];
+        for (const modelPath of modelPaths) answers.push(await answer(llama, modelPath, request));
+        process.stdout.write(JSON.stringify(modelPaths.length === 1 ? answers[0] : answers));
+    } finally {
         await llama.dispose();
     }
 }

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,16 @@ def save_checkpoint(model: Qwen3ForCausalLM, tokenizer: Tokenizer, out_dir: Path
 def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
     """train/tests/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
     variables, e.g. ``ggml_cpu.pinned_env`` to run one CPU backend variant."""
+    return run_gguf_greedy_all([gguf_path], request, env)[0]
+
+
+def run_gguf_greedy_all(
+    gguf_paths: Sequence[Path], request: dict[str, Any], env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """:func:`run_gguf_greedy` for several GGUFs in one node process (its start-up is most of a tiny model's run)."""
     env = {**os.environ, "UV_THREADPOOL_SIZE": "1", **(env or {})}
     result = subprocess.run(
-        ["node", str(GGUF_GREEDY), str(gguf_path)],
+        ["node", str(GGUF_GREEDY), *map(str, gguf_paths)],
         input=json.dumps(request),
         text=True,
         capture_output=True,
@@ -106,7 +114,8 @@ def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    answer = json.loads(result.stdout)
+    return answer if len(gguf_paths) > 1 else [answer]
 
 
 # --------------------------------------------------------------------------------------------------------------------

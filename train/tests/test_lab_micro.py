@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_main
 
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO
@@ -31,8 +31,10 @@ STAGES = (
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documented command, `lab --preset micro`, run in this process (the two-rank lab below starts its own)."""
     out = tmp_path_factory.mktemp("lab") / "micro"
-    run_cli("lab", "--preset", "micro", "--out", str(out), "--device", "cpu")
+    code, stdout, err = run_main("lab", "--preset", "micro", "--out", str(out), "--device", "cpu")
+    assert code == 0 and f"report: {out / 'lab_report.md'}" in stdout, err[-3000:]
     return out
 
 

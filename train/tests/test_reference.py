@@ -139,20 +139,6 @@ def _reference_cli(tiny: dict[str, Path], out: Path, *extra: str, check: bool = 
     )
 
 
-def test_sharded_reference_on_two_ranks_writes_the_files_of_one_process(tiny: dict[str, Path], one_process: Path):
-    out = one_process.parent / "two-ranks"
-    _reference_cli(tiny, out)
-    _same_files(one_process, out)  # every shard is the same generate call over the same prompts, wherever it ran
-    manifest = verify_stage_dir(out, "reference")
-    generation = manifest["generation"]
-    assert manifest["params"]["world_size"] == generation["world_size"] == 2
-    assert [r["rank"] for r in generation["per_rank"]] == [0, 1] and generation["train_shards"] == 12
-    assert generation["per_rank"][0]["eval_tokens"] > 0 and generation["per_rank"][1]["eval_tokens"] == 0
-    one = verify_stage_dir(one_process, "reference")["generation"]
-    assert generation["tokens"] == one["tokens"] and generation["tokens_per_s"] > 0
-    assert not (out / reference.CLAIMS_DIR).exists()
-
-
 def test_sharded_reference_killed_mid_way_resumes_with_another_rank_count(
     tiny: dict[str, Path], one_process: Path, tmp_path: Path
 ):
@@ -169,10 +155,11 @@ def test_sharded_reference_killed_mid_way_resumes_with_another_rank_count(
 
 
 class _CharTokenizer:
-    """A stand-in for the HF tokenizer: one token per character (its code point)."""
+    """A stand-in for the HF tokenizer: one token per character (its code point), as arrays (the lab-scale test
+    tokenizes 43M characters: a list of ints per character took ten seconds of it)."""
 
-    def __call__(self, texts: list[str], add_special_tokens: bool = False) -> dict[str, list[list[int]]]:
-        return {"input_ids": [[ord(ch) for ch in text] for text in texts]}
+    def __call__(self, texts: list[str], add_special_tokens: bool = False) -> dict[str, list[np.ndarray]]:
+        return {"input_ids": [np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int32) for text in texts]}
 
 
 def _synthetic_split(n_code: int, n_prose: int, seed: int) -> list[Document]:
