@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# After the lab on the H200 machine (train/scripts/gpu_lab.sh, lab in $LAB_DIR): speculative generation with the lab
+# After the lab on the H200 machine (train/scripts/gpu/lab.sh, lab in $LAB_DIR): speculative generation with the lab
 # pair — the lab target exported to GGUF here (F16, and Q8_0), the lab's Q4_0-QAT drafter — target alone vs HTTP drafter
 # vs in-process draft model vs prompt lookup, in one run (bench/generateBench.sh: k = 16 with both verifiers, k = 8 and
 # 4 with the exact one), the per-step costs behind the speed-up (bench/generateCosts.ts, with and without CUDA graphs),

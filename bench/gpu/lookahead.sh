@@ -8,7 +8,7 @@
 #      overhead with candidates is measured, not only composed; and again without fillers (which shape is faster);
 #   3. 32 streams × 512 (bench/serveBench.ts), without candidates, with the default budget and with a larger one,
 #      interleaved in the same run (off / on / wider / off);
-#   4. with LAB_TARGET (the lab's target GGUF, e.g. what train/scripts/gpu_lab_checks.sh writes on this machine): its
+#   4. with LAB_TARGET (the lab's target GGUF, e.g. what train/scripts/gpu/lab_checks.sh writes on this machine): its
 #      costs, and `specdraft generate --verifier exact` lab target ← the default drafter (or LAB_DRAFTER, on LAB_DATA)
 #      in process with and without candidates (lossless: output identical), and over HTTP with them;
 #   5. tables.md (bench/speedUpTable.ts): the step costs, their break-even tokens per step, the CPU-measured tokens per

@@ -14,7 +14,7 @@
 #   3. target costs (alone, a new prompt's fixed cost, verify m = 1 … 17 native with the argmax in the graph and on
 #      the host, and node-llama-cpp) for both targets;
 #   4. end to end: `specdraft generate --verifier exact` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
-#      with TARGET (e.g. the lab's target GGUF that train/scripts/gpu_lab_checks.sh writes on this machine): TARGET ←
+#      with TARGET (e.g. the lab's target GGUF that train/scripts/gpu/lab_checks.sh writes on this machine): TARGET ←
 #      the committed models/specdraft-default.gguf on data/lab-heldout.jsonl (or LAB_DRAFTER on LAB_DATA: the drafter
 #      and held-out set of that lab), and its costs;
 #   5. if time is left: an ncu census of the 1.7B drafter's kernels per batch-1 step (count and duration).

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, replicas.sh, train/scripts/gpu_lab.sh) bring to the
+# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, replicas.sh, train/scripts/gpu/lab.sh) bring to the
 # H200 machine, which has no node, no gguf package and no network: node + node_modules + the CUDA build
 # (../shared/gpu/stage.sh → .gpu),
 # .gpu-rs with real-shape.sh's bundled scripts only, .gpu-haproxy with Debian's HAProxy for replicas.sh,
 # .gpu-extra with Qwen3's tokenizer.json and the bench clients bundled to plain JS, .gpu-llama with llama.cpp's source
 # (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else, a job brings at most
 # 64 MiB), .whl with the gguf wheel, .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
-# git-doc: train/scripts/fetch_prose.sh into train/.cache/prose, one folder per package), and .gpu-real with what
-# train/scripts/gpu_real_rehearsal.sh brings besides those: Qwen3's tokenizer files and the CPU engine with
+# git-doc: train/scripts/data/fetch_prose.sh into train/.cache/prose, one folder per package), and .gpu-real with what
+# train/scripts/gpu/real_rehearsal.sh brings besides those: Qwen3's tokenizer files and the CPU engine with
 # node-llama-cpp's CPU binaries (which .gpu leaves out; pack --bundle needs them). Run from the repository root after
 # `npm ci`:  bash bench/gpu/stage.sh
 set -euo pipefail
@@ -51,7 +51,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 -d .whl gguf==0.19.0
 [ -f build/llama-headers/include/llama.h ] || node scripts/build-native.mjs
 prose_packages="linux-doc-6.1 python3.11-doc git-doc"  # the lab preset's prose_packages
-bash train/scripts/fetch_prose.sh train/.cache/prose $prose_packages
+bash train/scripts/data/fetch_prose.sh train/.cache/prose $prose_packages
 mkdir -p .prose
 if [ ! -f .prose/prose.tar.xz ] || [ -n "$(find train/.cache/prose -newer .prose/prose.tar.xz -name .fetched)" ]; then
   tar -C train/.cache/prose -cf - $prose_packages | xz -T0 -9 > .prose/prose.tar.xz.tmp && mv .prose/prose.tar.xz.tmp .prose/prose.tar.xz
@@ -62,9 +62,9 @@ checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | 
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
            "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" "lookahead.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
            "replicas.sh:.gpu .gpu-rs .whl dist build/llama-headers .gpu-haproxy" \
-           "gpu_lab.sh:.whl .prose" \
-           "gpu_real_rehearsal.sh, 1st call:.whl .gpu-real/qwen3-tokenizer.tar.xz .gpu/node_modules.tar.xz .gpu/nlc-cuda.tar.xz .gpu/unpack.sh" \
-           "gpu_real_rehearsal.sh, 2nd call:.gpu/node.xz dist build/llama-headers .gpu-real/cpu-engine.tar.xz"; do
+           "train/scripts/gpu/lab.sh:.whl .prose" \
+           "train/scripts/gpu/real_rehearsal.sh, 1st call:.whl .gpu-real/qwen3-tokenizer.tar.xz .gpu/node_modules.tar.xz .gpu/nlc-cuda.tar.xz .gpu/unpack.sh" \
+           "train/scripts/gpu/real_rehearsal.sh, 2nd call:.gpu/node.xz dist build/llama-headers .gpu-real/cpu-engine.tar.xz"; do
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))
   mib=$(( bytes / 1048576 ))

@@ -23,6 +23,6 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # The micro preset's prose (and the tests'): Debian's git-doc, 2 MB to download, unpacked once into train/.cache.
-[ -f "$here/.cache/prose/git-doc/.fetched" ] || bash "$here/scripts/fetch_prose.sh" "$here/.cache/prose" git-doc
+[ -f "$here/.cache/prose/git-doc/.fetched" ] || bash "$here/scripts/data/fetch_prose.sh" "$here/.cache/prose" git-doc
 cd "$here"
 exec "$venv/bin/python" -m pytest -q "$@"

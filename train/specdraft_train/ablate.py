@@ -50,18 +50,34 @@ from typing import Any
 import torch
 
 from . import distill
-from .artifacts import atomic_write_json, atomic_write_text, stage_complete, verify_stage_dir
+from .artifacts import (
+    DRAFTER_GGUF,
+    add_stage_seconds,
+    atomic_write_json,
+    atomic_write_text,
+    stage_complete,
+    verify_stage_dir,
+)
 from .config import ExportConfig, LabPreset, apply_settings, get_preset
 from .evaluate import drafter_tau, verify_heldout
-from .lab import GGUF_NAME
 from .models import checkpoint_qat_state, resolve_device
-from .tau import read_conversations
+from .reports import ablation_markdown, pct
+from .tau import gap_closed, read_conversations
 
 RESULT_FILE = "result.json"
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 # A setting starts at a comma followed by SECTION.FIELD=, so JSON values may hold commas (lists of categories).
 SETTING_SPLIT = re.compile(r",(?=\s*[A-Za-z_]+\.[A-Za-z_]+\s*=)")
 VARIANT_FIELDS = {"qat"}
+# What a variant's result keeps of each of its distill stages' metrics.
+STAGE_METRICS = (
+    "steps",
+    "best_step",
+    "best_dev_macro_tau",
+    "stopped_by_plateau",
+    "stopped_by_time_budget",
+    "train_seconds",
+)
 
 
 @dataclass(frozen=True)
@@ -138,11 +154,6 @@ def lab_reference_tau(lab: Path) -> dict[str, Any]:
     return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
 
 
-def gap_closed(tau: float, base: float, target: float) -> float | None:
-    """(τ − τ_base) / (τ_target − τ_base): 0 is the base, 1 the target drafting for itself."""
-    return (tau - base) / (target - base) if target != base else None
-
-
 def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     """A variant's held-out result against the lab's base (Q4_0 PTQ) and target: ratios and gap closed, per category."""
     base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
@@ -198,30 +209,19 @@ class VariantProgress:
         start = time.time()
         try:
             fn()
-        except BaseException:
-            interrupted = self.data["interrupted_seconds"]
-            interrupted[name] = interrupted.get(name, 0.0) + time.time() - start
+        except BaseException:  # a kill or SIGINT: the seconds so far count when a rerun finishes the stage
+            add_stage_seconds(self.data, name, time.time() - start, False, "seconds")
             atomic_write_json(self.path, self.data)
             raise
-        seconds = self.data["interrupted_seconds"].pop(name, 0.0) + time.time() - start
-        self.data["seconds"][name] = round(seconds, 2)
+        add_stage_seconds(self.data, name, time.time() - start, True, "seconds")
         atomic_write_json(self.path, self.data)
 
 
-def run_variant(
-    lab: Path,
-    out: Path,
-    preset: LabPreset,
-    variant: Variant,
-    reference: dict[str, Any],
-    device_name: str,
-    device_shared_by: int = 1,
-) -> dict[str, Any]:
-    """Distill (+ QAT) and score one variant into ``out/NAME``; returns its result (also written as result.json)."""
-    directory = out / variant.name
-    directory.mkdir(parents=True, exist_ok=True)
-    progress = VariantProgress(directory, variant)
-    applied = variant_preset(preset, variant)
+def distill_variant(
+    lab: Path, directory: Path, progress: VariantProgress, variant: Variant, applied: LabPreset, device_name: str
+) -> list[Path]:
+    """distill from the lab's base (and, unless ``variant.qat=false``, distill --qat from that) into the variant's
+    directory; returns the stage directories, the last one the variant's final checkpoint."""
     config, embedding_type = applied.distill, applied.export.resolved_embedding_type()
     distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
     replay = lab / "tokenizer"
@@ -233,53 +233,74 @@ def run_variant(
         ),
         lambda: stage_complete(distilled, "distill"),
     )
-    stages = [distilled]
-    if variant.qat:
-        print(f"ablate: {variant.name}: distill --qat …", file=sys.stderr)
-        progress.run_stage(
-            "distill --qat",
-            lambda: distill.run(
-                distilled,
-                lab / "reference",
-                qat_dir,
-                config,
-                qat=True,
-                device_name=device_name,
-                replay_tokens=replay,
-                embedding_type=embedding_type,
-            ),
-            lambda: stage_complete(qat_dir, "distill"),
-        )
-        stages.append(qat_dir)
-    final = stages[-1]
+    if not variant.qat:
+        return [distilled]
+    print(f"ablate: {variant.name}: distill --qat …", file=sys.stderr)
+    progress.run_stage(
+        "distill --qat",
+        lambda: distill.run(
+            distilled,
+            lab / "reference",
+            qat_dir,
+            config,
+            qat=True,
+            device_name=device_name,
+            replay_tokens=replay,
+            embedding_type=embedding_type,
+        ),
+        lambda: stage_complete(qat_dir, "distill"),
+    )
+    return [distilled, qat_dir]
+
+
+def evaluate_variant(
+    final: Path, lab: Path, preset: LabPreset, embedding_type: str, device: torch.device, progress: VariantProgress
+) -> dict[str, Any]:
+    """τ of the final checkpoint on the lab's held-out set at Q4_0 (its QAT state, else PTQ) and as trained."""
     heldout_path = lab / "reference" / "heldout.jsonl"
     verify_heldout(heldout_path)
     conversations = read_conversations(heldout_path)
-    device = resolve_device(device_name)
+    k, batch_size = preset.evaluate.k, preset.evaluate.batch_size
     evaluated: dict[str, Any] = {}
 
     def evaluate() -> None:
         q4, mode = drafter_tau(
-            final,
-            conversations,
-            preset.evaluate.k,
-            device,
-            q4=True,
-            batch_size=preset.evaluate.batch_size,
-            embedding_type=embedding_type,
+            final, conversations, k, device, q4=True, batch_size=batch_size, embedding_type=embedding_type
         )
-        fp32, _ = drafter_tau(final, conversations, preset.evaluate.k, device, batch_size=preset.evaluate.batch_size)
+        fp32, _ = drafter_tau(final, conversations, k, device, batch_size=batch_size)
         evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
 
     progress.run_stage("evaluate", evaluate, lambda: False)
-    gguf_path = directory / GGUF_NAME
+    return evaluated
+
+
+def run_variant(
+    lab: Path,
+    out: Path,
+    preset: LabPreset,
+    variant: Variant,
+    reference: dict[str, Any],
+    device_name: str,
+    device_shared_by: int = 1,
+) -> dict[str, Any]:
+    """Distill (+ QAT), score and export one variant into ``out/NAME``; returns its result (also result.json)."""
+    directory = out / variant.name
+    directory.mkdir(parents=True, exist_ok=True)
+    progress = VariantProgress(directory, variant)
+    applied = variant_preset(preset, variant)
+    embedding_type = applied.export.resolved_embedding_type()
+    stages = distill_variant(lab, directory, progress, variant, applied, device_name)
+    final = stages[-1]
+    device = resolve_device(device_name)
+    evaluated = evaluate_variant(final, lab, preset, embedding_type, device, progress)
+    gguf_path = directory / DRAFTER_GGUF
     print(f"ablate: {variant.name}: export …", file=sys.stderr)
     progress.run_stage("export", lambda: export_variant(final, gguf_path, applied.export), lambda: False)
     manifests = [verify_stage_dir(d, "distill") for d in stages]
     result = {
         "name": variant.name,
         "spec": variant.spec(),
-        "config": config.__dict__,
+        "config": applied.distill.__dict__,
         "export": {
             "embedding_type": embedding_type,
             "gguf": str(gguf_path),
@@ -295,18 +316,7 @@ def run_variant(
         "replay_tokens": sum(m["metrics"]["replay_tokens"] for m in manifests),
         "examples": manifests[0]["metrics"]["examples"],
         "stages": {
-            ("qat" if m["params"]["qat"] else "distill"): {
-                k: m["metrics"][k]
-                for k in (
-                    "steps",
-                    "best_step",
-                    "best_dev_macro_tau",
-                    "stopped_by_plateau",
-                    "stopped_by_time_budget",
-                    "train_seconds",
-                )
-            }
-            for m in manifests
+            ("qat" if m["params"]["qat"] else "distill"): {k: m["metrics"][k] for k in STAGE_METRICS} for m in manifests
         },
         "device": str(device),
         # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200
@@ -334,86 +344,6 @@ def export_variant(checkpoint: Path, gguf_path: Path, config: ExportConfig) -> N
     )
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0%}"
-
-
-def markdown(summary: dict[str, Any]) -> str:
-    reference, rows = summary["lab_reference"], summary["variants"]
-    base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
-    categories = sorted(base["by_category"])
-    lines = [
-        f"# Distillation ablation — lab `{summary['lab']}`",
-        "",
-        f"Held-out: {summary['heldout']['conversations']} conversations, k = {summary['k']}. τ at Q4_0 (QAT state or "
-        f"PTQ); gap closed = (τ − τ base) / (τ target − τ base) against the lab's base drafter at Q4_0 PTQ "
-        f"(τ {base['tau']:.3f}, macro {base['macro_tau']:.3f}) and the target as its own drafter "
-        f"(τ {target['tau']:.3f}).",
-        "",
-        "| variant | settings | weights | τ | macro τ | top-1 | × base | gap closed | beats base in every category "
-        "| data tokens | device s | GGUF bytes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        settings = ", ".join(
-            r["spec"]["distill_settings"]
-            + r["spec"].get("export_settings", [])
-            + ([] if r["spec"]["qat"] else ["variant.qat=false"])
-        )
-        gguf_bytes = r.get("export", {}).get("gguf_bytes")  # results written before variants were exported lack it
-        lines.append(
-            f"| {r['name']} | `{settings or 'lab defaults'}` | {r['weights']} | {_fmt(r['tau'])} | "
-            f"{_fmt(r['macro_tau'])} | {_fmt(r['top1'])} | {_fmt(r['over_base'])} | {_pct(r['gap_closed'])} | "
-            f"{'yes' if r['beats_base_everywhere'] else 'no'} | {r['data_tokens']:,} | "
-            f"{r['device_seconds']:.1f} | {'—' if gguf_bytes is None else f'{gguf_bytes:,}'} |"
-        )
-    lines += [
-        "",
-        "## τ by category (gap closed)",
-        "",
-        "| variant | " + " | ".join(categories) + " |",
-        "|---|" + "---|" * len(categories),
-    ]
-    lines.append("| lab base, Q4_0 PTQ | " + " | ".join(_fmt(base["by_category"][c]["tau"]) for c in categories) + " |")
-    if "distilled_q4_0_qat" in reference:  # the lab's own recipe, for comparison
-        lab_qat = reference["distilled_q4_0_qat"]["by_category"]
-        cells = []
-        for c in categories:
-            closed = (
-                gap_closed(lab_qat[c]["tau"], base["by_category"][c]["tau"], target["by_category"][c]["tau"])
-                if c in lab_qat and c in target["by_category"]
-                else None
-            )
-            cells.append(f"{_fmt(lab_qat[c]['tau'])} ({_pct(closed)})" if c in lab_qat else "—")
-        lines.append("| lab distilled, Q4_0 QAT | " + " | ".join(cells) + " |")
-    for r in rows:
-        cells = [
-            f"{_fmt(r['by_category'][c]['tau'])} ({_pct(r['by_category'][c]['gap_closed'])})"
-            if c in r["by_category"]
-            else "—"
-            for c in categories
-        ]
-        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
-    lines.append(
-        "| target as its own drafter | "
-        + " | ".join(_fmt(target["by_category"].get(c, {}).get("tau")) for c in categories)
-        + " |"
-    )
-    shared = {r["name"]: r.get("device_shared_by", 1) for r in rows if r.get("device_shared_by", 1) > 1}
-    if shared:
-        lines += [
-            "",
-            "Ran concurrently on one device (`--jobs`): "
-            + ", ".join(f"{name} (shared by {n})" for name, n in shared.items())
-            + ". Their device seconds overlap; each trained on fewer tokens in its time budget than it would alone.",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def write_summary(
     lab: Path, out: Path, order: list[str], reference: dict[str, Any], k: int, heldout: dict[str, Any]
 ) -> dict[str, Any]:
@@ -428,7 +358,7 @@ def write_summary(
         "variants": [finished[n] for n in names],
     }
     atomic_write_json(out / "ablation.json", summary)
-    atomic_write_text(out / "ablation.md", markdown(summary))
+    atomic_write_text(out / "ablation.md", ablation_markdown(summary))
     return summary
 
 
@@ -509,7 +439,7 @@ def run_ablation(
         print(
             f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
             f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
-            f"gap closed {_pct(result['gap_closed'])}, "
+            f"gap closed {pct(result['gap_closed'])}, "
             f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s",
             file=sys.stderr,
         )
@@ -562,7 +492,7 @@ def main(args: argparse.Namespace) -> int:
     for row in summary["variants"]:
         print(
             f"{row['name']}: τ {row['tau']:.3f} ({row['weights']}), macro τ {row['macro_tau']:.3f}, "
-            f"× base {row['over_base']:.3f}, gap closed {_pct(row['gap_closed'])}"
+            f"× base {row['over_base']:.3f}, gap closed {pct(row['gap_closed'])}"
         )
     print(f"report: {args.out / 'ablation.md'}")
     return 0

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST_NAME = "manifest.json"
+# The Q4_0 GGUF a drafter ships as: the lab's ``export/`` and each `ablate` variant's directory hold one of this name.
+DRAFTER_GGUF = "drafter-q4_0.gguf"
 HASH_CHUNK_BYTES = 1 << 20  # 1 MiB reads: hashing speed plateaus well before this
 
 
@@ -192,3 +194,15 @@ def input_record(stage_dir: str | os.PathLike[str], manifest: dict[str, Any] | N
         "verified": True,
         "outputs": {rel: info["sha256"] for rel, info in manifest["outputs"].items()},
     }
+
+
+def add_stage_seconds(state: dict[str, Any], stage: str, seconds: float, finished: bool, key: str) -> None:
+    """A run's wall seconds of ``stage`` into a resumable command's JSON ``state`` (the lab's lab_state.json, an
+    ablation variant's progress.json): added to the stage's earlier interrupted runs (``interrupted_seconds``), and
+    counted under ``state[key]`` once the stage finishes."""
+    interrupted = state.setdefault("interrupted_seconds", {})
+    total = interrupted.pop(stage, 0.0) + seconds
+    if finished:
+        state[key][stage] = round(total, 2)
+    else:
+        interrupted[stage] = total

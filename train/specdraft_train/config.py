@@ -18,6 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# Tokens drafted per request, the k of every τ the pipeline measures (dev τ, evaluate, the lab, the prefix loss's
+# window): the validator's and the server's default draft length, src/engine/engineDefaults.ts defaultDraftLength
+# (a test checks the two agree).
+DRAFT_LENGTH = 16
+
 
 @dataclass(frozen=True)
 class CorpusConfig:
@@ -121,7 +126,7 @@ class DistillConfig:
     loss: str = "kl"
     divergence_weight: float = 1.0  # the distribution term (KL, TVD or reverse KL to the target's top-k); not for ce
     ce_weight: float = 0.5  # cross-entropy on the target's greedy token: what τ actually scores
-    eval_k: int = 16  # draft length for dev τ, and the draft window of the prefix loss
+    eval_k: int = DRAFT_LENGTH  # draft length for dev τ, and the draft window of the prefix loss
     # Steps between dev evaluations (each also saves the resumable state); 0 = at every epoch end. Epochs get long
     # with 10× the reference data, and the best checkpoint may sit mid-epoch.
     eval_every: int = 0
@@ -147,6 +152,11 @@ class DistillConfig:
     # QAT runs as a short second distillation from the distilled drafter (`distill --qat --init <distilled>`).
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
+
+    def schedule(self, qat: bool, epochs: int | None = None, lr: float | None = None) -> tuple[int, float]:
+        """A run's epochs and peak learning rate: the ones given, else QAT's under ``qat``, else distillation's."""
+        default_epochs, default_lr = (self.qat_epochs, self.qat_lr) if qat else (self.epochs, self.lr)
+        return (default_epochs if epochs is None else epochs), (default_lr if lr is None else lr)
 
 
 # The token embedding's (and an untied output head's) type in a Q4_0 GGUF (quant.gguf_storage_type). Q4_0 halves
@@ -219,7 +229,7 @@ class ExportConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    k: int = 16  # the validator's draft length
+    k: int = DRAFT_LENGTH  # the validator's draft length
     ngram_max: int = 3  # prompt-lookup peer: longest suffix n-gram tried first
     batch_size: int = 32
 
@@ -237,8 +247,8 @@ class LabPreset:
     distill: DistillConfig = field(default_factory=DistillConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     evaluate: EvalConfig = field(default_factory=EvalConfig)
-    # Debian documentation packages the lab's prose comes from (train/scripts/fetch_prose.sh into PROSE_CACHE), used
-    # when `lab` is given no --prose.
+    # Debian documentation packages the lab's prose comes from (train/scripts/data/fetch_prose.sh into PROSE_CACHE),
+    # used when `lab` is given no --prose.
     prose_packages: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

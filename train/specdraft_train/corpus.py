@@ -1,6 +1,6 @@
 """Stage `corpus`: the lab's text by kind — code (this machine's Python standard library plus `--extra` directories,
 ``*.py``) and prose (`--prose` directories of technical English: ``*.rst``, ``*.txt``, ``*.md``, e.g. Debian's doc
-packages fetched by ``train/scripts/fetch_prose.sh``).
+packages fetched by ``train/scripts/data/fetch_prose.sh``).
 
 Files of 200 B–200 kB (preset) are deduplicated by content and split deterministically by their sha256 into
 train / dev / held-out, so the same file lands in the same split on every machine; a preset may cap
@@ -23,30 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .artifacts import atomic_write_json, atomic_write_text, sha256_bytes, write_manifest
-from .config import LAB_PRESETS, CorpusConfig, add_preset_argument, announce, get_preset, override
+from .artifacts import atomic_write_json, sha256_bytes, write_manifest
+from .config import LAB_PRESETS, CorpusConfig, LabPreset, add_preset_argument, announce, get_preset, override
+from .documents import KINDS, SPLITS, Document, document_file, split_of, subset_rank, write_documents
 
-SPLITS = ("train", "dev", "heldout")
-KINDS = ("code", "prose")
 SUFFIXES = {"code": (".py",), "prose": (".rst", ".txt", ".md")}  # .txt includes Sphinx's _sources/*.rst.txt
 EXCLUDED_DIR_NAMES = frozenset({"site-packages", "dist-packages", "__pycache__"})  # third-party code, not stdlib
 # Where `lab` looks for a preset's prose packages when given no --prose (fetch_prose.sh DEST; scripts/pytest.sh
 # provisions git-doc there for the micro preset).
 PROSE_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "prose"
-FETCH_PROSE = Path(__file__).resolve().parents[1] / "scripts" / "fetch_prose.sh"
-
-
-@dataclass(frozen=True)
-class Document:
-    kind: str  # "code" | "prose"
-    source: str  # "stdlib", "extra:<dir name>" or "prose:<dir name>"
-    path: str  # relative to its source root
-    sha256: str
-    text: str
-
-    @property
-    def bytes(self) -> int:
-        return len(self.text.encode("utf-8"))
+FETCH_PROSE = Path(__file__).resolve().parents[1] / "scripts" / "data" / "fetch_prose.sh"
 
 
 @dataclass(frozen=True)
@@ -60,19 +46,16 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def split_of(sha256: str, config: CorpusConfig) -> str:
-    """Deterministic split from the content hash: the first 8 hex digits as a number, per mille."""
-    bucket = int(sha256[:8], 16) % 1000
-    if bucket < config.heldout_per_mille:
-        return "heldout"
-    if bucket < config.heldout_per_mille + config.dev_per_mille:
-        return "dev"
-    return "train"
-
-
-def subset_rank(sha256: str) -> int:
-    """Order of byte-capped subsets; independent of split_of's digits, so a subset keeps the split proportions."""
-    return int(sha256[8:16], 16)
+def preset_prose(preset: LabPreset) -> list[Path]:
+    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
+    folders = [PROSE_CACHE / name for name in preset.prose_packages]
+    missing = [folder for folder in folders if not folder.is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
+            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR"
+        )
+    return folders
 
 
 def iter_source_files(root: Path, kind: str) -> Iterator[Path]:
@@ -142,16 +125,6 @@ def scan_sources(roots: list[SourceRoot], config: CorpusConfig) -> tuple[list[Do
     return documents, records
 
 
-def read_documents(corpus_dir: str | Path, split: str) -> list[Document]:
-    """Load one split written by this stage (callers verify the directory's manifest first)."""
-    documents = []
-    with open(Path(corpus_dir) / f"{split}.jsonl", encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            documents.append(Document(row["kind"], row["source"], row["path"], row["sha256"], row["text"]))
-    return documents
-
-
 def _summary(documents: list[Document]) -> dict[str, Any]:
     by_kind = {kind: [d for d in documents if d.kind == kind] for kind in KINDS}
     kinds = {kind: {"files": len(docs), "bytes": sum(d.bytes for d in docs)} for kind, docs in by_kind.items()}
@@ -182,14 +155,7 @@ def build_corpus(
     for doc in documents:
         by_split[split_of(doc.sha256, config)].append(doc)
     for split in SPLITS:
-        lines = [
-            json.dumps(
-                {"kind": d.kind, "source": d.source, "path": d.path, "sha256": d.sha256, "text": d.text},
-                ensure_ascii=False,
-            )
-            for d in by_split[split]
-        ]
-        atomic_write_text(out / f"{split}.jsonl", "".join(line + "\n" for line in lines))
+        write_documents(out, split, by_split[split])
     summary = {split: _summary(docs) for split, docs in by_split.items()}
     atomic_write_json(
         out / "sources.json",
@@ -203,7 +169,7 @@ def build_corpus(
     return write_manifest(
         out,
         "corpus",
-        outputs=[*(f"{s}.jsonl" for s in SPLITS), "sources.json"],
+        outputs=[*(document_file(s) for s in SPLITS), "sources.json"],
         params={"config": config.__dict__, "python_version": platform.python_version()},
         extra={"summary": summary, "seconds": time.time() - start},
     )

@@ -74,8 +74,7 @@ def drafter_tau(
     model = load_causal_lm(checkpoint, device, DTYPES["float32" if q4 else dtype])
     mode = "none"
     if q4:
-        from .distill import load_qat_state_into
-        from .quant import load_qat_state, prepare_qat
+        from .quant import load_qat_state, load_qat_state_into, prepare_qat
 
         saved = checkpoint_qat_state(checkpoint)
         if saved is not None:

@@ -13,11 +13,11 @@ Metadata, tensor names and vocabulary follow llama.cpp's convert_hf_to_gguf.py f
 
 A checkpoint of `distill --qat` holds its QAT state (``qat_state.safetensors``, written by ``QatState.save``); export
 uses it as `evaluate` does, unless ``--qat-state FILE`` names another (e.g. one re-fingerprinted on the CPU,
-scripts/refingerprint_qat.py) or ``--no-qat-state`` asks for post-training quantization of the latent weights. With a
-QAT state the Q4_0 blocks are the ones training computed, including per-block clip factors, every quantized tensor is
-checked against the fingerprint training recorded, and the embedding type is the one training used; a file type or an
-embedding type that contradicts the state is refused, naming the way out. ``--max-bytes N`` refuses to write a file
-larger than N bytes, naming its largest tensors. ``--preset qwen3-chat`` brings the real job's layout and cap
+scripts/gpu/refingerprint_qat.py) or ``--no-qat-state`` asks for post-training quantization of the latent weights.
+With a QAT state the Q4_0 blocks are the ones training computed, including per-block clip factors, every quantized
+tensor is checked against the fingerprint training recorded, and the embedding type is the one training used; a file
+type or an embedding type that contradicts the state is refused, naming the way out. ``--max-bytes N`` refuses to write
+a file larger than N bytes, naming its largest tensors. ``--preset qwen3-chat`` brings the real job's layout and cap
 (all-Q4_0, 10^9 bytes).
 
     python -m specdraft_train export --checkpoint runs/real/distilled-qat --out drafter-q4_0.gguf --preset qwen3-chat
@@ -66,6 +66,7 @@ from .quant import (
     q4_0_quantize_blocks,
     verify_fingerprint,
 )
+from .vocabulary import END_OF_TEXT, QWEN2_SPLIT_REGEX
 
 FILE_TYPES = {
     "F32": LlamaFileType.ALL_F32,
@@ -73,12 +74,6 @@ FILE_TYPES = {
     "Q8_0": LlamaFileType.MOSTLY_Q8_0,
     "Q4_0": LlamaFileType.MOSTLY_Q4_0,
 }
-END_OF_TEXT = "<|endoftext|>"
-# The split regex of Qwen2/Qwen3's tokenizer.json, which llama.cpp implements natively for tokenizer.ggml.pre "qwen2".
-# A tokenizer with another pre-tokenizer would tokenize differently in llama.cpp than in training, silently.
-QWEN2_SPLIT_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -311,6 +306,70 @@ def resolve_qat_state(checkpoint_dir: Path, qat_state: Path | None, ptq: bool) -
     return None if ptq else qat_state or checkpoint_qat_state(checkpoint_dir)
 
 
+def checkpoint_inputs(checkpoint_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the export manifest records of its checkpoint, and the checkpoint's own manifest (verified), if any."""
+    inputs: dict[str, Any] = {"checkpoint": str(checkpoint_dir)}
+    if read_manifest(checkpoint_dir) is None:
+        return inputs, None
+    checkpoint_manifest = verify_stage_dir(checkpoint_dir)
+    inputs["checkpoint_manifest_sha256"] = sha256_file(checkpoint_dir / MANIFEST_NAME)
+    inputs["checkpoint_stage"] = checkpoint_manifest.get("stage")
+    return inputs, checkpoint_manifest
+
+
+def file_embedding_type(out_type: str, qat: LoadedQatState | None, embedding_type: str | None, max_bytes: int) -> str:
+    """The token embedding's type in the file: the one asked, else the QAT state's (what training computed with, cap or
+    not), else :func:`config.resolve_embedding_type`'s; outside Q4_0 files the vocabulary is stored as the rest, so an
+    embedding type other than the default is refused there."""
+    if embedding_type is None and qat is not None:
+        embedding_type = qat.embedding_type
+    if out_type == "Q4_0":
+        return resolve_embedding_type(embedding_type, max_bytes)
+    if embedding_type is not None and resolve_embedding_type(embedding_type) != DEFAULT_EMBEDDING_TYPE:
+        raise ValueError(f"Embedding type {embedding_type} is for Q4_0 files; {out_type} files store it as {out_type}.")
+    return DEFAULT_EMBEDDING_TYPE  # not used: outside Q4_0 files the vocabulary is stored as the rest
+
+
+def write_gguf(
+    out_path: Path,
+    checkpoint_dir: Path,
+    config: dict[str, Any],
+    encoded: list[EncodedTensor],
+    out_type: str,
+    embedding_type: str,
+    base: dict[str, Any] | None,
+    max_bytes: int,
+    progress: bool,
+) -> dict[str, int]:
+    """The GGUF (metadata, vocabulary, tensors) written atomically, refused when over ``max_bytes``; returns the special
+    token ids it records."""
+    n_params = sum(int(np.prod(t.shape)) for t in encoded)
+    writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
+    add_model_metadata(writer, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params, base)
+    special_ids = add_vocab(writer, checkpoint_dir, config["vocab_size"])
+    for t in encoded:
+        raw_dtype = t.qtype if t.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None
+        writer.add_tensor(t.gguf_name, t.data, raw_dtype=raw_dtype)
+    with AtomicFile(out_path) as tmp:
+        writer.write_header_to_file(path=tmp)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(progress=progress)
+        writer.close()
+        written = tmp.stat().st_size
+        if max_bytes > 0 and written > max_bytes:
+            raise ValueError(
+                f"{out_path.name}: {written:,} bytes as {out_type}"
+                + (f" with {embedding_type} embeddings" if out_type == "Q4_0" else "")
+                + f", over the cap of {max_bytes:,} (largest: {size_report(encoded)})"
+                + (
+                    "; Q4_0 embeddings (--embedding-type Q4_0) are half the size."
+                    if out_type == "Q4_0" and embedding_type == "Q8_0"
+                    else "."
+                )
+            )
+    return special_ids
+
+
 def export_gguf(
     checkpoint_dir: Path,
     out_path: Path,
@@ -335,12 +394,7 @@ def export_gguf(
     checkpoint_dir, out_path = Path(checkpoint_dir), Path(out_path)
     if out_type not in OUT_TYPES:
         raise ValueError(f"Unknown GGUF type {out_type!r}: expected one of {', '.join(OUT_TYPES)}.")
-    inputs: dict[str, Any] = {"checkpoint": str(checkpoint_dir)}
-    checkpoint_manifest = None
-    if read_manifest(checkpoint_dir) is not None:
-        checkpoint_manifest = verify_stage_dir(checkpoint_dir)
-        inputs["checkpoint_manifest_sha256"] = sha256_file(checkpoint_dir / MANIFEST_NAME)
-        inputs["checkpoint_stage"] = checkpoint_manifest.get("stage")
+    inputs, checkpoint_manifest = checkpoint_inputs(checkpoint_dir)
     base = parse_base_model(base_model) if base_model else (checkpoint_manifest or {}).get("base_model")
     qat_state = resolve_qat_state(checkpoint_dir, qat_state, ptq)
     qat = None
@@ -353,44 +407,12 @@ def export_gguf(
             f"QAT state {qat_state} was trained for {qat.out_type}, but the export type is {out_type} "
             "(--no-qat-state exports the latent weights, post-training quantized)."
         )
-    if embedding_type is None and qat is not None:
-        embedding_type = qat.embedding_type  # export what training computed with, cap or not
-    if out_type == "Q4_0":
-        embedding_type = resolve_embedding_type(embedding_type, max_bytes)
-    elif embedding_type is not None and resolve_embedding_type(embedding_type) != DEFAULT_EMBEDDING_TYPE:
-        raise ValueError(f"Embedding type {embedding_type} is for Q4_0 files; {out_type} files store it as {out_type}.")
-    else:
-        embedding_type = DEFAULT_EMBEDDING_TYPE  # not used: outside Q4_0 files the vocabulary is stored as the rest
-
+    embedding_type = file_embedding_type(out_type, qat, embedding_type, max_bytes)
     config = read_config(checkpoint_dir)
-    tensors = read_tensors(checkpoint_dir)
-    encoded = encode_tensors(tensors, config, out_type, qat, embedding_type)
-    n_params = sum(int(np.prod(t.shape)) for t in encoded)
-
-    writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
-    add_model_metadata(writer, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params, base)
-    special_ids = add_vocab(writer, checkpoint_dir, config["vocab_size"])
-    for t in encoded:
-        raw_dtype = t.qtype if t.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None
-        writer.add_tensor(t.gguf_name, t.data, raw_dtype=raw_dtype)
-    with AtomicFile(out_path) as tmp:
-        writer.write_header_to_file(path=tmp)
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file(progress=progress)
-        writer.close()
-        written = tmp.stat().st_size
-        if max_bytes > 0 and written > max_bytes:
-            raise ValueError(
-                f"{out_path.name}: {written:,} bytes as {out_type}"
-                + (f" with {embedding_type} embeddings" if out_type == "Q4_0" else "")
-                + f", over the cap of {max_bytes:,} (largest: {size_report(encoded)})"
-                + (
-                    "; Q4_0 embeddings (--embedding-type Q4_0) are half the size."
-                    if out_type == "Q4_0" and embedding_type == "Q8_0"
-                    else "."
-                )
-            )
-
+    encoded = encode_tensors(read_tensors(checkpoint_dir), config, out_type, qat, embedding_type)
+    special_ids = write_gguf(
+        out_path, checkpoint_dir, config, encoded, out_type, embedding_type, base, max_bytes, progress
+    )
     type_counts: dict[str, int] = {}
     for t in encoded:
         type_counts[t.qtype.name] = type_counts.get(t.qtype.name, 0) + 1
@@ -410,7 +432,7 @@ def export_gguf(
             "outputs": {out_path.name: {"sha256": sha256_file(out_path), "bytes": out_path.stat().st_size}},
             "tensor_types": type_counts,
             "special_token_ids": special_ids,
-            "n_params": n_params,
+            "n_params": sum(int(np.prod(t.shape)) for t in encoded),
         },
     )
     if checkpoint_manifest is not None and "sources" in checkpoint_manifest:

@@ -1,4 +1,5 @@
-"""Batched greedy generation for the `reference` stage: a static-cache engine (default) and HF ``generate`` (its peer).
+"""Batched greedy generation for the `reference` stage: a static-cache engine (default) and HF ``generate`` (its peer),
+and :func:`generate_continuations`, which runs the one a stage asks for.
 
 Both return, per prompt, the greedy continuation (up to and including the first stop token) and, when asked, the
 target's top-k log-probabilities (fp32 log_softmax of the fp32 logits) at every continuation position:
@@ -43,31 +44,37 @@ kernel are its own):
   decodes eagerly from then on: same buffers, same results. No ``torch.compile`` (minutes of compile time on a
   15-minute GPU budget).
 
-Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``, where they are fed padding: rows do not
-interact, so the unfinished rows' results are the same.
+Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``: rows do not interact.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers import AttentionInterface, GenerationConfig, LogitsProcessor, LogitsProcessorList
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedTokenizerBase
 
+from .examples import Continuation
 from .models import autocast_context
+from .prompts import Prompt
+from .static_cache import (
+    DECODE_ATTENTIONS,
+    Batch,
+    StaticKVCache,
+    check_supported,
+    kv_bytes_per_token,
+    kv_cache_dtype,
+    plan_batches,
+    static_attention,
+)
+from .training import synced_clock
 
-STATIC_ATTENTION = "specdraft_static_cache"  # the name the engine's attention is registered under
 PAD_TOKEN_ID = 0  # what left-padded slots hold: any valid id works, the mask hides them
 CAPTURE_WARMUP_STEPS = 2  # eager steps on a side stream before capture: cuBLAS handles, workspaces, allocator state
 
@@ -122,191 +129,6 @@ class EngineStats:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Planning: buckets and batch sizes
-
-
-@dataclass(frozen=True)
-class Batch:
-    indices: list[int]  # into the prompt list, shortest first
-    width: int  # prompt slots (left-padded when the prompts' lengths differ)
-    padded: bool
-
-
-def bucket_width(length: int, min_multiple: int) -> int:
-    """``length`` rounded up to a multiple of 1/8 of the next power of two (and of ``min_multiple``): ≤ 20 % padding,
-    8 widths per octave; 64, 96, 128, 192, 512 map to themselves."""
-    if length < 1:
-        raise ValueError(f"prompt of {length} tokens: expected at least 1")
-    step = max(min_multiple, 2 ** max(0, math.ceil(math.log2(length)) - 3))
-    return -(-length // step) * step
-
-
-def kv_bytes_per_token(model: nn.Module, dtype: torch.dtype) -> int:
-    """Keys + values of every layer for one token: 2 × layers × KV heads × head_dim × element size."""
-    config = model.config
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
-
-
-def plan_batches(lengths: Sequence[int], max_rows_at: Callable[[int], int], min_multiple: int) -> list[Batch]:
-    """Bucket prompts by width, then cut each bucket (shortest first) into batches of ``max_rows_at(width)`` rows.
-
-    What a bucket leaves over (fewer rows than a batch holds) joins the next bucket's prompts, at that bucket's width
-    and row cap, rather than decoding alone: a batch costs ``max_new_tokens`` steps however few rows it has, and a
-    step's floor (reading the weights once, its kernel launches) is the same for 50 rows and 500. Chat prompts spread
-    over ~35 buckets, so a 4,096-prompt shard would otherwise decode ~35 batches of ~120 rows. Leftovers too many for
-    the next bucket's cap go alone at their own width; a batch of one length stays exact (no padding, no mask).
-    """
-    buckets: dict[int, list[int]] = {}
-    for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        buckets.setdefault(bucket_width(lengths[index], min_multiple), []).append(index)
-    batches: list[Batch] = []
-
-    def emit(indices: list[int], width: int) -> None:
-        shortest, longest = lengths[indices[0]], lengths[indices[-1]]
-        if shortest == longest:  # one length: exact width, no padding, no mask
-            batches.append(Batch(indices, longest, padded=False))
-        else:
-            batches.append(Batch(indices, width, padded=True))
-
-    carry: list[int] = []  # the last bucket's leftover rows, shortest first
-    carry_width = 0
-    for width in sorted(buckets):
-        rows = max_rows_at(width)
-        if carry and len(carry) >= rows:  # the wider bucket's cap cannot take them with anything else
-            emit(carry, carry_width)
-            carry = []
-        members = carry + buckets[width]
-        full = len(members) - len(members) % rows
-        for start in range(0, full, rows):
-            emit(members[start : start + rows], width)
-        carry, carry_width = members[full:], width
-    if carry:
-        emit(carry, carry_width)
-    return batches
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# KV cache and attention
-
-
-class StaticKVCache:
-    """Preallocated keys and values of every layer, ``(rows, KV heads, length, head_dim)``, written in place.
-
-    The model's attention modules call :meth:`update` with each layer's new keys/values (the ``past_key_values``
-    protocol of transformers' decoders). The engine sets, before each forward, which rows it covers (prefill runs in
-    row chunks), which slots it writes (``write_positions``, a device tensor: in decode, the static slot counter the
-    CUDA graph advances), and how many slots the attention reads (the prompt width in prefill, all in decode).
-    Buffers are allocated on the first update, in the autocast dtype when autocast is on, else in the keys' dtype.
-    """
-
-    def __init__(self, rows: int, length: int, dtype: torch.dtype | None):
-        self.rows, self.length, self.dtype = rows, length, dtype
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-        self.batch_rows = slice(None)
-        self.write_positions: torch.Tensor | None = None  # (Q,) slots the next forward writes
-        self.read_length = length
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer_idx == len(self.keys):
-            for store, states in ((self.keys, key_states), (self.values, value_states)):
-                # zeros, not empty: unwritten slots are masked, and a masked NaN would still poison the softmax sum
-                store.append(
-                    torch.zeros(
-                        (self.rows, states.shape[1], self.length, states.shape[3]),
-                        dtype=self.dtype or states.dtype,
-                        device=states.device,
-                    )
-                )
-        elif layer_idx > len(self.keys):
-            raise RuntimeError(f"layer {layer_idx} wrote before layer {len(self.keys)}: expected layers in order")
-        keys = self.keys[layer_idx][self.batch_rows]  # (b, KVH, S, D), a view
-        values = self.values[layer_idx][self.batch_rows]
-        keys.index_copy_(2, self.write_positions, key_states.to(keys.dtype))
-        values.index_copy_(2, self.write_positions, value_states.to(values.dtype))
-        return keys[:, :, : self.read_length], values[:, :, : self.read_length]
-
-
-def _static_cache_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    *,
-    fused: bool,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """Attention over :class:`StaticKVCache` keys: query (B, H, Q, D), key/value (B, KVH, S, D), mask (B, 1, Q, S).
-
-    Returns (B, Q, H, D) like transformers' attention functions. The query is cast to the cache's dtype, as autocast
-    would cast both for the matmuls.
-    """
-    query = query.to(key.dtype)
-    batch, heads, q_length, head_dim = query.shape
-    if q_length > 1:  # prefill: transformers' own SDPA path
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
-    kv_heads = key.shape[1]
-    # Query head h reads KV head h // group (repeat_kv's layout), so a KV head's queries are its `group` query rows.
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)  # (B, KVH, G, D)
-    if fused:
-        output = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-    else:  # eager attention without repeat_kv: K and V are read once, the scores are G/D of K's size
-        scores = torch.matmul(grouped, key.transpose(-1, -2)) * (scaling or head_dim**-0.5)  # (B, KVH, G, S)
-        scores = scores.float()  # fp32 softmax, as eager attention
-        if attention_mask is not None:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
-        output = torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)  # (B, KVH, G, D)
-    output = output.reshape(batch, heads, 1, head_dim).transpose(1, 2).contiguous()  # (B, 1, H, D)
-    return output, None
-
-
-# Two registrations: the engine's config picks one (see StaticEngineConfig.decode_attention).
-DECODE_ATTENTIONS = {"matmul": STATIC_ATTENTION, "sdpa": STATIC_ATTENTION + "_sdpa"}
-AttentionInterface.register(DECODE_ATTENTIONS["matmul"], functools.partial(_static_cache_attention, fused=False))
-AttentionInterface.register(DECODE_ATTENTIONS["sdpa"], functools.partial(_static_cache_attention, fused=True))
-
-
-@contextlib.contextmanager
-def _static_attention(model: nn.Module, implementation: str) -> Iterator[None]:
-    """The model's attention modules use the engine's attention inside this block (they read the implementation's
-    name from the shared config at every call). A model whose modules ignore the switch still decodes correctly,
-    through HF's SDPA with the same mask, only slower."""
-    original = model.config._attn_implementation
-    model.config._attn_implementation = implementation
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = original
-
-
-def _cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype | None:
-    if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
-    return None  # the dtype the keys/values come in
-
-
-def _check_supported(model: nn.Module) -> None:
-    config = model.config
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"{type(model).__name__}: the static engine runs decoder-only models; use --engine hf")
-    other = sorted({t for t in getattr(config, "layer_types", None) or [] if t != "full_attention"})
-    if other:
-        raise ValueError(
-            f"{type(model).__name__} has {', '.join(other)} layers: the static engine supports full "
-            "attention only; use --engine hf"
-        )
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # The engine
 
 
@@ -347,7 +169,7 @@ class StaticGreedyEngine:
     """Greedy decoding with a static KV cache and (on CUDA) a CUDA-graph decode step. See the module docstring."""
 
     def __init__(self, model: nn.Module, device: torch.device, config: StaticEngineConfig = StaticEngineConfig()):
-        _check_supported(model)
+        check_supported(model)
         self.model, self.device, self.config = model, device, config
         self.stats = EngineStats()
         self._buffers: _BatchBuffers | None = None
@@ -372,10 +194,10 @@ class StaticGreedyEngine:
                 f"decode_attention {self.config.decode_attention!r}: expected one of {', '.join(DECODE_ATTENTIONS)}"
             )
         with (
-            _static_attention(self.model, DECODE_ATTENTIONS[self.config.decode_attention]),
+            static_attention(self.model, DECODE_ATTENTIONS[self.config.decode_attention]),
             autocast_context(self.device),
         ):
-            cache_dtype = _cache_dtype(self.model, self.device)
+            cache_dtype = kv_cache_dtype(self.model, self.device)
             batches = plan_batches(
                 [len(p) for p in prompts],
                 self._rows_for(max_new_tokens, cache_dtype, max_batch_size),
@@ -450,9 +272,9 @@ class StaticGreedyEngine:
         position_ids = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)  # (B, T), as HF generate
         input_ids, attention_mask, position_ids = (t.to(self.device) for t in (input_ids, attention_mask, position_ids))
 
-        started = self._synchronized_clock()
+        started = synced_clock(self.device)
         self._prefill(buffers, input_ids, attention_mask, position_ids, batch.padded)
-        prefilled = self._synchronized_clock()
+        prefilled = synced_clock(self.device)
         self.stats.prefill_seconds += prefilled - started
         # Decode state: the first decode step writes slot `width`, output column 1, at each row's next position.
         cache = buffers.cache
@@ -463,14 +285,8 @@ class StaticGreedyEngine:
         buffers.visible.zero_()
         buffers.visible[:, :width] = attention_mask.bool()
         steps = self._decode(buffers, max_new_tokens)
-        self.stats.decode_seconds += self._synchronized_clock() - prefilled
+        self.stats.decode_seconds += synced_clock(self.device) - prefilled
         return self._collect(buffers, steps)
-
-    def _synchronized_clock(self) -> float:
-        """perf_counter once the device has finished what was queued (one sync at a batch boundary: negligible)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
 
     def _prefill(
         self,
@@ -712,12 +528,73 @@ def generate_greedy_hf(
     return results  # type: ignore[return-value]
 
 
-def timed(function: Any, *args: Any, device: torch.device, **kwargs: Any) -> tuple[Any, float]:
-    """``function(*args, **kwargs)`` and its wall seconds, the device synchronized on both sides."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    result = function(*args, **kwargs)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return result, time.perf_counter() - start
+# ---------------------------------------------------------------------------------------------------------------------
+# Either engine, as the reference stage calls it
+
+
+ENGINES = ("static", "hf")  # ReferenceConfig.engine: this module's static engine, or the HF peer
+
+
+def stop_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    return [int(t) for t in (eos if isinstance(eos, list) else [eos])]
+
+
+@torch.no_grad()
+def generate_continuations(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    batch_size: int,
+    device: torch.device,
+    top_k: int | None,
+    engine: str = "static",
+    progress: bool = False,
+    stats: list[EngineStats] | None = None,
+) -> list[Continuation]:
+    """Greedy continuations up to and including the first stop token, with the top-k log-probs when ``top_k``.
+
+    ``engine="static"``: :class:`generation.StaticGreedyEngine` (static KV cache, CUDA-graph decode, batches of up to
+    ``batch_size`` rows as the memory budget allows); ``"hf"``: HF ``generate`` in batches of ``batch_size``, the
+    peer both are tested against. Either way, equal-length prompts share batches unpadded, others are left-padded.
+    ``stats`` collects the static engine's EngineStats (batch shapes, graph captures, row budgets).
+    """
+    eos = stop_ids(model, tokenizer)
+    tokens = [p.tokens for p in prompts]
+    if engine == "static":
+        static = StaticGreedyEngine(model, device)
+        outputs = static.generate(tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress)
+        if stats is not None:
+            stats.append(static.stats)
+    elif engine == "hf":
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        outputs = generate_greedy_hf(
+            model, tokens, max_new_tokens, eos, pad, top_k, batch_size, device, progress=progress
+        )
+    else:
+        raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    return [
+        Continuation(o.tokens, o.topk_ids, o.topk_logprobs.astype(np.float16) if o.topk_logprobs is not None else None)
+        for o in outputs
+    ]
+
+
+def engine_summary(stats: Sequence[EngineStats]) -> dict[str, Any]:
+    """What the static engine did over a rank's training shards: batches and their rows, graph captures, and the rows
+    its KV budget allowed (the largest batch that fits, by its rule) at the narrowest and widest bucket."""
+    rows = [r for s in stats for r, _ in s.batch_shapes]
+    budgets = {w: r for s in stats for w, r in s.row_budgets.items()}
+    return {
+        "batches": len(rows),
+        "padded_batches": sum(s.padded_batches for s in stats),
+        "rows_max": max(rows, default=0),
+        "rows_mean": sum(rows) / len(rows) if rows else 0.0,
+        "decode_steps": sum(s.decode_steps for s in stats),
+        "graph_captures": sum(s.graph_captures for s in stats),
+        "graph_capture_seconds": sum(s.graph_capture_seconds for s in stats),
+        "prefill_seconds": sum(s.prefill_seconds for s in stats),
+        "decode_seconds": sum(s.decode_seconds for s in stats),  # graph captures included
+        "cuda_graph_failure": next((s.cuda_graph_failure for s in stats if s.cuda_graph_failure), None),
+        "row_budget_by_width": {str(w): budgets[w] for w in sorted(budgets)[:1] + sorted(budgets)[-1:]},
+    }

@@ -7,8 +7,8 @@ crash continues where it stopped (stages that train also resume mid-run from the
 the target as its own drafter, overall, macro and per category, each beside its ratio to the base Q4_0 PTQ drafter and
 the gap it closes toward the target; repeated-4-gram share; model sizes; stage times; the lab goals),
 ``data_manifest.json`` (every source file with its kind, hash and the split it fed), ``architecture.json`` (the
-drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter). Prose comes from
-``--prose DIR``s, or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/fetch_prose.sh``).
+drafter), and ``export/drafter-q4_0.gguf`` (the QAT drafter). Prose comes from ``--prose DIR``s,
+or else from the preset's packages under ``train/.cache/prose`` (``train/scripts/data/fetch_prose.sh``).
 
     python -m specdraft_train lab --preset micro --out runs/micro            # CPU, a few minutes (prose: git-doc)
     python -m specdraft_train lab --preset lab --out runs/lab --extra /usr/lib/python3/dist-packages \\
@@ -38,6 +38,8 @@ import torch
 
 from . import corpus, distill, pretrain, reference, tokenizer
 from .artifacts import (
+    DRAFTER_GGUF,
+    add_stage_seconds,
     atomic_write_json,
     atomic_write_text,
     read_manifest,
@@ -47,15 +49,14 @@ from .artifacts import (
     write_manifest,
 )
 from .config import LAB_PRESETS, LabPreset, add_preset_argument, apply_settings, check_preset, get_preset
-from .corpus import FETCH_PROSE, PROSE_CACHE
+from .corpus import PROSE_CACHE, preset_prose
 from .evaluate import drafter_tau, verify_heldout
 from .export import export_gguf
-from .models import architecture_summary, load_causal_lm
+from .models import QAT_STATE_FILE, architecture_summary, load_causal_lm
 from .quant import gguf_storage_type
+from .reports import comparison, goals, lab_markdown
 from .tau import (
     TauResult,
-    category_order,
-    gap_closed,
     model_tau,
     ngram_tau,
     read_conversations,
@@ -65,23 +66,6 @@ from .tau import (
 from .training import DistributedContext, finish_distributed, init_distributed, relaunch_under_torchrun
 
 STATE_FILE = "lab_state.json"
-GGUF_NAME = "drafter-q4_0.gguf"
-# The lab's goals for the `lab` preset (docs/lab.md, Goals; reported for micro too, where CI asserts only the first).
-GOAL_QAT_OVER_BASE_PTQ = 1.5
-GOAL_QAT_OVER_DISTILLED = 0.98
-# Every τ the lab reports, in report order, with its label. Gap closed runs from BASELINE to CEILING.
-VARIANTS = (
-    ("base", "base, as trained"),
-    ("base_q4_0_ptq", "base, Q4_0 PTQ"),
-    ("distilled", "distilled, as trained"),
-    ("distilled_q4_0_ptq", "distilled, Q4_0 PTQ"),
-    ("distilled_qat_latent", "distilled + QAT, latent fp32"),
-    ("distilled_q4_0_qat", "distilled, Q4_0 QAT"),
-    ("ngram", "n-gram prompt lookup"),
-    ("target_as_drafter", "target as its own drafter"),
-)
-BASELINE = "base_q4_0_ptq"
-CEILING = "target_as_drafter"
 
 
 class LabState:
@@ -128,12 +112,7 @@ class LabState:
 
     def record(self, stage: str, seconds: float, finished: bool) -> None:
         """Add a run's seconds to the stage's earlier interrupted runs; the total counts once the stage finishes."""
-        interrupted = self.data.setdefault("interrupted_seconds", {})
-        total = interrupted.pop(stage, 0.0) + seconds
-        if finished:
-            self.data["stage_seconds"][stage] = round(total, 2)
-        else:
-            interrupted[stage] = total
+        add_stage_seconds(self.data, stage, seconds, finished, "stage_seconds")
         self.save()
 
 
@@ -224,53 +203,6 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
     return results
 
 
-def comparison(tau: dict[str, Any]) -> dict[str, Any]:
-    """Every variant against the base drafter at Q4_0 PTQ: its τ ratio and the gap it closes toward the target drafting
-    for itself, overall, macro (from the macro τs) and per category."""
-    base, ceiling = tau[BASELINE], tau[CEILING]
-
-    def against(value: float, base_value: float, ceiling_value: float) -> dict[str, float | None]:
-        return {
-            "over_base_q4_0_ptq": value / base_value if base_value else None,
-            "gap_closed": gap_closed(value, base_value, ceiling_value),
-        }
-
-    result = {}
-    for key, entry in tau.items():
-        result[key] = {
-            "overall": against(entry["tau"], base["tau"], ceiling["tau"]),
-            "macro": against(entry["macro_tau"], base["macro_tau"], ceiling["macro_tau"]),
-            "by_category": {
-                name: against(c["tau"], base["by_category"][name]["tau"], ceiling["by_category"][name]["tau"])
-                for name, c in entry["by_category"].items()
-                if name in base["by_category"] and name in ceiling["by_category"]
-            },
-        }
-    return result
-
-
-def goals(tau: dict[str, Any]) -> dict[str, Any]:
-    qat, base_ptq, distilled, ngram = (tau[k] for k in ("distilled_q4_0_qat", BASELINE, "distilled", "ngram"))
-    per_category = {
-        name: qat["by_category"][name]["tau"] > ngram["by_category"].get(name, {"tau": float("inf")})["tau"]
-        for name in qat["by_category"]
-    }
-    return {
-        "qat_beats_base_ptq": qat["tau"] > base_ptq["tau"],
-        "qat_over_base_ptq": qat["tau"] / base_ptq["tau"],
-        "qat_over_base_ptq_goal": GOAL_QAT_OVER_BASE_PTQ,
-        "qat_gap_closed": gap_closed(qat["tau"], base_ptq["tau"], tau[CEILING]["tau"]),
-        "qat_over_distilled": qat["tau"] / distilled["tau"],
-        "qat_over_distilled_goal": GOAL_QAT_OVER_DISTILLED,
-        "qat_beats_ngram_by_category": per_category,
-        "all_lab_goals_met": (
-            qat["tau"] >= GOAL_QAT_OVER_BASE_PTQ * base_ptq["tau"]
-            and qat["tau"] >= GOAL_QAT_OVER_DISTILLED * distilled["tau"]
-            and all(per_category.values())
-        ),
-    }
-
-
 def model_sizes(out: Path, gguf_path: Path) -> dict[str, Any]:
     sizes: dict[str, Any] = {}
     for name in ("target", "base", "distilled", "distilled-qat"):
@@ -322,171 +254,20 @@ def drafter_architecture(out: Path, embedding_type: str) -> dict[str, Any]:
     return summary
 
 
-def _fmt(x: float | None) -> str:
-    return "—" if x is None else f"{x:.3f}"
+# The lab's stage directories inside ``out``, in pipeline order.
+STAGE_DIRS = ("corpus", "tokenizer", "target", "base", "reference", "distilled", "distilled-qat", "eval", "export")
 
 
-def _gap(x: float | None) -> str:
-    return "—" if x is None else f"{x:.0%}"
-
-
-def _against(cell: dict[str, float | None]) -> str:
-    """A ratio to the base Q4_0 PTQ drafter with the gap closed beside it, e.g. ``1.124× · 18%``."""
-    ratio = cell["over_base_q4_0_ptq"]
-    return ("—" if ratio is None else f"{ratio:.3f}×") + " · " + _gap(cell["gap_closed"])
-
-
-def markdown_report(report: dict[str, Any]) -> str:
-    evaluation = report["evaluation"]
-    tau, versus = evaluation["tau"], report["comparison"]
-    keys = [key for key, _ in VARIANTS if key in tau]
-    labels = dict(VARIANTS)
-    categories = sorted(tau[BASELINE]["by_category"], key=category_order)
-    repeated = evaluation["repeated_4gram_share_by_category"]
-    rows = [
-        ("base drafter", "base", BASELINE, None),
-        ("distilled drafter", "distilled", "distilled_q4_0_ptq", None),
-        ("distilled + QAT", "distilled_qat_latent", None, "distilled_q4_0_qat"),
-    ]
-    lines = [
-        f"# specdraft lab report — preset `{report['preset']}`",
-        "",
-        f"{report['date']} on {report['machine']} (device {report['device']}). Held-out: "
-        f"{evaluation['heldout']['conversations']} conversations in {len(categories)} categories, "
-        f"{evaluation['heldout']['continuation_tokens']} continuation tokens; k = {evaluation['k']}; "
-        f"repeated-4-gram share of continuations: {evaluation['repeated_4gram_share']:.1%}.",
-        "",
-        "| drafter | τ as trained | τ Q4_0 PTQ | τ Q4_0 QAT |",
-        "|---|---|---|---|",
-    ]
-    for label, trained, ptq, qat in rows:
-        lines.append(
-            f"| {label} | {_fmt(tau[trained]['tau'])} | {_fmt(tau[ptq]['tau'] if ptq else None)} | "
-            f"{_fmt(tau[qat]['tau'] if qat else None)} |"
-        )
-    lines += [
-        f"| n-gram prompt lookup (n ≤ {tau['ngram']['n_max']}) | {_fmt(tau['ngram']['tau'])} | | |",
-        f"| target as its own drafter (sanity ≈ k+1) | {_fmt(tau['target_as_drafter']['tau'])} | | |",
-        "",
-        "## Every variant against the base drafter",
-        "",
-        "Ratio to τ(base, Q4_0 PTQ) · gap closed = (τ − τ_base) / (τ_target − τ_base), τ_target = the target as "
-        "its own drafter. Macro τ = the mean of the categories' τ.",
-        "",
-        "| variant | τ | ratio · gap closed | macro τ | ratio · gap closed (macro) |",
-        "|---|---|---|---|---|",
-    ]
-    for key in keys:
-        lines.append(
-            f"| {labels[key]} | {_fmt(tau[key]['tau'])} | {_against(versus[key]['overall'])} | "
-            f"{_fmt(tau[key]['macro_tau'])} | {_against(versus[key]['macro'])} |"
-        )
-    lines += [
-        "",
-        "## τ by category",
-        "",
-        "| category | conversations | repeated 4-grams | " + " | ".join(labels[k] for k in keys) + " |",
-        "|---|---|---|" + "---|" * len(keys),
-    ]
-    for name in categories:
-        cells = [_fmt(tau[k]["by_category"].get(name, {}).get("tau")) for k in keys]
-        lines.append(
-            f"| {name} | {tau[BASELINE]['by_category'][name]['conversations']} | {repeated[name]:.0%} | "
-            + " | ".join(cells)
-            + " |"
-        )
-    lines.append(
-        f"| all | {evaluation['heldout']['conversations']} | {evaluation['repeated_4gram_share']:.0%} | "
-        + " | ".join(_fmt(tau[k]["tau"]) for k in keys)
-        + " |"
-    )
-    lines.append("| macro | | | " + " | ".join(_fmt(tau[k]["macro_tau"]) for k in keys) + " |")
-    compared = [k for k in keys if k not in (BASELINE, CEILING)]
-    lines += [
-        "",
-        "## Ratio to the base Q4_0 PTQ drafter · gap closed, by category",
-        "",
-        "| category | " + " | ".join(labels[k] for k in compared) + " |",
-        "|---|" + "---|" * len(compared),
-    ]
-    for name in categories:
-        lines.append(f"| {name} | " + " | ".join(_against(versus[k]["by_category"][name]) for k in compared) + " |")
-    lines.append("| all | " + " | ".join(_against(versus[k]["overall"]) for k in compared) + " |")
-    lines.append("| macro | " + " | ".join(_against(versus[k]["macro"]) for k in compared) + " |")
-    g = report["goals"]
-    lines += [
-        "",
-        "## Goals (the `lab` preset's)",
-        "",
-        f"- τ(QAT) / τ(base PTQ) = {g['qat_over_base_ptq']:.3f} (goal ≥ {g['qat_over_base_ptq_goal']}; "
-        f"CI asserts > 1); gap closed {_gap(g['qat_gap_closed'])}",
-        f"- τ(QAT) / τ(distilled) = {g['qat_over_distilled']:.3f} (goal ≥ {g['qat_over_distilled_goal']})",
-        "- τ(QAT) > n-gram peer in every category: "
-        + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in g["qat_beats_ngram_by_category"].items()),
-        "",
-        "## Models and stages",
-        "",
-        "| model | parameters | safetensors bytes |",
-        "|---|---|---|",
-    ]
-    for name, info in report["model_sizes"].items():
-        if isinstance(info, dict):
-            lines.append(f"| {name} | {info['parameters']:,} | {info['safetensors_bytes']:,} |")
-    lines.append(
-        f"\nDrafter GGUF (Q4_0, QAT): {report['model_sizes']['drafter_gguf_q4_0_bytes']:,} bytes "
-        f"(`{report['export']['path']}`)."
-    )
-    lines += ["", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {name} | {seconds:.1f} |" for name, seconds in report["stage_seconds"].items()]
-    lines += [f"| total | {sum(report['stage_seconds'].values()):.1f} |", ""]
-    return "\n".join(lines)
-
-
-def preset_prose(preset: LabPreset) -> list[Path]:
-    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
-    folders = [PROSE_CACHE / name for name in preset.prose_packages]
-    missing = [folder for folder in folders if not folder.is_dir()]
-    if missing:
-        raise FileNotFoundError(
-            f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
-            f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR"
-        )
-    return folders
-
-
-def run_lab(
-    out: Path,
-    preset_name: str,
+def run_data_stages(
+    state: LabState,
+    d: dict[str, Path],
+    preset: LabPreset,
+    stdlib: Path | None,
     extras: list[Path],
-    device_name: str = "auto",
-    stdlib: Path | None = None,
-    settings: list[str] | None = None,
-    prose: list[Path] | None = None,
-) -> dict[str, Any] | None:
-    """The whole lab in ``out``; ``prose`` defaults to the preset's packages in the prose cache (looked up only when
-    the corpus stage has to run). Returns the report (on rank 0 under torchrun; None on the other ranks)."""
-    settings = settings or []
-    preset = apply_settings(get_preset(preset_name), settings)
-    check_preset(preset)
-    out.mkdir(parents=True, exist_ok=True)
-    # Under torchrun: the process group every stage below joins. TF32 is each stage's choice (reference: off).
-    ctx = init_distributed(device_name, tf32=False)
-    state = LabState(out, preset, extras, settings, prose, ctx)
-    device = ctx.device
-    d = {
-        name: out / name
-        for name in (
-            "corpus",
-            "tokenizer",
-            "target",
-            "base",
-            "reference",
-            "distilled",
-            "distilled-qat",
-            "eval",
-            "export",
-        )
-    }
+    prose: list[Path] | None,
+) -> None:
+    """corpus (code, and prose from ``prose`` or the preset's packages, looked up only when the stage runs), then the
+    tokenizer."""
     run_stage(
         state,
         "corpus",
@@ -503,6 +284,10 @@ def run_lab(
         lambda: tokenizer.build(d["corpus"], d["tokenizer"], preset.tokenizer),
         lambda: stage_complete(d["tokenizer"], "tokenizer"),
     )
+
+
+def run_training_stages(state: LabState, d: dict[str, Path], preset: LabPreset, device_name: str) -> None:
+    """The stages every rank runs: pretrain target and base drafter, reference, distill, distill --qat."""
     for role, name, config, model in (
         ("target", "target", preset.pretrain_target, preset.target),
         ("drafter", "base", preset.pretrain_drafter, preset.drafter),
@@ -566,6 +351,10 @@ def run_lab(
         every_rank=True,
     )
 
+
+def run_evaluate_stage(state: LabState, out: Path, d: dict[str, Path], preset: LabPreset, device: torch.device) -> None:
+    """Every τ of the lab (evaluate_lab) into ``eval/results.json``, rank 0 alone."""
+
     def evaluate_stage() -> None:
         results = evaluate_lab(out, preset, device)
         atomic_write_json(d["eval"] / "results.json", results)
@@ -578,7 +367,10 @@ def run_lab(
 
     run_stage(state, "evaluate", d["eval"], evaluate_stage, lambda: stage_complete(d["eval"], "evaluate"))
 
-    gguf_path = d["export"] / GGUF_NAME
+
+def run_export_stage(state: LabState, d: dict[str, Path], preset: LabPreset) -> Path:
+    """The QAT drafter as the Q4_0 GGUF it ships as (rank 0 alone); returns its path."""
+    gguf_path = d["export"] / DRAFTER_GGUF
     run_stage(
         state,
         "export",
@@ -587,17 +379,26 @@ def run_lab(
             d["distilled-qat"],
             gguf_path,
             "Q4_0",
-            qat_state=d["distilled-qat"] / distill.QAT_STATE_FILE,
+            qat_state=d["distilled-qat"] / QAT_STATE_FILE,
             max_bytes=preset.export.max_bytes,
         ),
         lambda: export_complete(gguf_path),
     )
-    if not ctx.is_main:  # rank 0 writes the reports
-        finish_distributed(ctx)
-        return None
+    return gguf_path
+
+
+def write_reports(
+    out: Path,
+    d: dict[str, Path],
+    preset: LabPreset,
+    settings: list[str],
+    state: LabState,
+    device: torch.device,
+    gguf_path: Path,
+) -> dict[str, Any]:
+    """Rank 0: data_manifest.json, architecture.json, lab_report.json and lab_report.md; returns the report."""
     evaluation = json.loads((d["eval"] / "results.json").read_text())
     export_info = {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "bytes": gguf_path.stat().st_size}
-
     atomic_write_json(out / "data_manifest.json", data_manifest(out))
     atomic_write_json(out / "architecture.json", drafter_architecture(out, preset.export.resolved_embedding_type()))
     pretrain_metrics = {name: (read_manifest(d[name]) or {}).get("metrics") for name in ("target", "base")}
@@ -627,7 +428,34 @@ def run_lab(
         },
     }
     atomic_write_json(out / "lab_report.json", report)
-    atomic_write_text(out / "lab_report.md", markdown_report(report))
+    atomic_write_text(out / "lab_report.md", lab_markdown(report))
+    return report
+
+
+def run_lab(
+    out: Path,
+    preset_name: str,
+    extras: list[Path],
+    device_name: str = "auto",
+    stdlib: Path | None = None,
+    settings: list[str] | None = None,
+    prose: list[Path] | None = None,
+) -> dict[str, Any] | None:
+    """The whole lab in ``out``; ``prose`` defaults to the preset's packages in the prose cache (looked up only when
+    the corpus stage has to run). Returns the report (on rank 0 under torchrun; None on the other ranks)."""
+    settings = settings or []
+    preset = apply_settings(get_preset(preset_name), settings)
+    check_preset(preset)
+    out.mkdir(parents=True, exist_ok=True)
+    # Under torchrun: the process group every stage below joins. TF32 is each stage's choice (reference: off).
+    ctx = init_distributed(device_name, tf32=False)
+    state = LabState(out, preset, extras, settings, prose, ctx)
+    d = {name: out / name for name in STAGE_DIRS}
+    run_data_stages(state, d, preset, stdlib, extras, prose)
+    run_training_stages(state, d, preset, device_name)
+    run_evaluate_stage(state, out, d, preset, ctx.device)
+    gguf_path = run_export_stage(state, d, preset)
+    report = write_reports(out, d, preset, settings, state, ctx.device, gguf_path) if ctx.is_main else None
     finish_distributed(ctx)
     return report
 
@@ -650,7 +478,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         type=Path,
         help="prose trees for the corpus (repeatable; default: the preset's packages under "
-        f"{PROSE_CACHE}, made by scripts/fetch_prose.sh)",
+        f"{PROSE_CACHE}, made by scripts/data/fetch_prose.sh)",
     )
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")

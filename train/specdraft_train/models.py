@@ -29,7 +29,7 @@ from transformers import (
 
 from .artifacts import MANIFEST_NAME, read_manifest, verify_stage_dir
 from .config import ModelConfig
-from .tokenizer import END_OF_TEXT, IM_END, TOKENIZER_FILES
+from .vocabulary import END_OF_TEXT, IM_END, TOKENIZER_FILES
 
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES
@@ -148,6 +148,12 @@ def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mas
         use_cache=False,  # one teacher-forced pass: no cache to build (and activation checkpointing refuses one)
     )
     return outputs.hidden_states[-1]
+
+
+def enable_activation_checkpointing(model: nn.Module) -> None:
+    """Each decoder layer's activations recomputed in the backward pass (DistillConfig.activation_checkpointing);
+    non-reentrant, which DDP, FSDP and QAT's parametrized weights all take."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def output_weight(model: nn.Module) -> torch.Tensor:

@@ -31,6 +31,7 @@ from torch import nn
 
 from .artifacts import input_record, verify_stage_dir, write_manifest
 from .config import LAB_PRESETS, ModelConfig, PretrainConfig, add_preset_argument, announce, get_preset, override
+from .documents import load_token_stream
 from .models import (
     architecture_summary,
     autocast_context,
@@ -42,8 +43,9 @@ from .models import (
 from .models import (
     load_tokenizer as load_hf_tokenizer,
 )
-from .tokenizer import END_OF_TEXT, load_token_stream
 from .training import (
+    ChunkSampler,
+    DistributedContext,
     ResumeState,
     finish_distributed,
     halt_for_test,
@@ -55,35 +57,11 @@ from .training import (
     rank_slice,
     set_lr,
     stop_by_budget,
-    unwrap,
     wrap_ddp,
 )
+from .vocabulary import END_OF_TEXT
 
 LOG_EVERY_STEPS = 50
-
-
-class ChunkSampler:
-    """Step → global batch of chunk indices, the same for any world size and any restart."""
-
-    def __init__(self, n_tokens: int, seq_len: int, batch_size: int, seed: int):
-        self.seq_len = seq_len
-        self.batch_size = batch_size
-        self.seed = seed
-        self.n_chunks = (n_tokens - 1) // seq_len
-        self.steps_per_epoch = self.n_chunks // batch_size
-        if self.steps_per_epoch == 0:
-            raise ValueError(
-                f"{n_tokens} tokens make {self.n_chunks} chunks of {seq_len}: fewer than one batch of {batch_size}"
-            )
-        self._epoch = -1
-        self._perm = np.zeros(0, dtype=np.int64)
-
-    def batch_indices(self, step: int) -> np.ndarray:
-        epoch, within = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_chunks)
-            self._epoch = epoch
-        return self._perm[within * self.batch_size : (within + 1) * self.batch_size]
 
 
 def chunk_batch(
@@ -115,39 +93,34 @@ def dev_loss(model: nn.Module, tokens: np.ndarray, config: PretrainConfig, devic
     return sum(losses) / len(indices)
 
 
-def run(
-    corpus_dir: Path,
-    tokenizer_dir: Path,
-    out_dir: Path,
-    role: str,
-    preset_name: str,
-    config: PretrainConfig,
-    device_name: str = "auto",
-    halt_after_steps: int | None = None,
-    model_config: ModelConfig | None = None,
-) -> dict[str, Any] | None:
-    """Train one model; ``model_config`` defaults to the preset's model for ``role``. Returns the manifest (rank 0)."""
-    ctx = init_distributed(device_name)
-    if model_config is None:
-        preset = get_preset(preset_name)
-        model_config = {"target": preset.target, "drafter": preset.drafter}[role]
-    corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
-    tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
-    train_tokens = load_token_stream(tokenizer_dir, "train")  # tokenized once by the tokenizer stage
-    dev_tokens = load_token_stream(tokenizer_dir, "dev")
+def build_model(
+    tokenizer_dir: Path, model_config: ModelConfig, config: PretrainConfig, device: torch.device
+) -> nn.Module:
+    """A fresh Qwen3 of ``model_config`` (seeded) over the lab tokenizer's vocabulary, <|endoftext|> as eos and pad."""
     hf_tokenizer = load_hf_tokenizer(tokenizer_dir)
     eot = hf_tokenizer.convert_tokens_to_ids(END_OF_TEXT)
     hf_config = qwen3_config(model_config, vocab_size=len(hf_tokenizer), eos_token_id=eot, pad_token_id=eot)
-    model = new_model(hf_config, seed=config.seed).to(ctx.device)
+    model = new_model(hf_config, seed=config.seed).to(device)
     model.generation_config = lab_generation_config(hf_tokenizer)
     model.train()
-    optimizer = make_optimizer(model, config.lr, config.weight_decay, ctx.device)
-    resume = ResumeState(out_dir / "resume")
-    step, extra = 0, {"train_seconds": 0.0, "last_loss": None}
-    if resume.exists():
-        step, extra = resume.load(model, optimizer)
-        if ctx.is_main:
-            print(f"pretrain[{role}]: resuming at step {step}", file=sys.stderr)
+    return model
+
+
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    resume: ResumeState,
+    train_tokens: np.ndarray,
+    config: PretrainConfig,
+    role: str,
+    ctx: DistributedContext,
+    tb: Any,
+    start: tuple[int, dict[str, Any]],
+    halt_after_steps: int | None,
+) -> tuple[int, float]:
+    """Optimizer steps from ``start`` (step, the loop's saved extras) until max_steps or the time budget, the resumable
+    state saved every ckpt_every steps; returns the last step and the training seconds (earlier runs included)."""
+    step, extra = start
     ddp_model = wrap_ddp(model, ctx)
     sampler = ChunkSampler(len(train_tokens), config.seq_len, config.batch_size, config.seed)
     my_rows = rank_slice(config.batch_size, ctx)
@@ -155,14 +128,12 @@ def run(
     segment_start, segment_start_step = time.time(), step
     last_loss: torch.Tensor | None = None
     bar = progress_bar(ctx, total=config.max_steps, initial=step, desc=f"pretrain[{role}]")
-    tb = open_summary_writer(ctx, out_dir, step)
     while step < config.max_steps:
         elapsed = extra["train_seconds"] + time.time() - segment_start
         if stop_by_budget(ctx, elapsed, config.time_budget_s):
             if ctx.is_main:
-                bar.write(
-                    f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}", file=sys.stderr
-                )
+                reached = f"pretrain[{role}]: time budget {config.time_budget_s:.0f}s reached at step {step}"
+                bar.write(reached, file=sys.stderr)
             break
         lr = lr_at(step, config.max_steps, config.warmup_steps, config.lr, config.min_lr_ratio)
         set_lr(optimizer, lr)
@@ -193,15 +164,50 @@ def run(
             ctx.barrier()
             halt_for_test(step, halt_after_steps)
     bar.close()
-    train_seconds = extra["train_seconds"] + time.time() - segment_start
     if last_loss is not None:
         extra["last_loss"] = last_loss.item()
+    return step, extra["train_seconds"] + time.time() - segment_start
+
+
+def run(
+    corpus_dir: Path,
+    tokenizer_dir: Path,
+    out_dir: Path,
+    role: str,
+    preset_name: str,
+    config: PretrainConfig,
+    device_name: str = "auto",
+    halt_after_steps: int | None = None,
+    model_config: ModelConfig | None = None,
+) -> dict[str, Any] | None:
+    """Train one model; ``model_config`` defaults to the preset's model for ``role``. Returns the manifest (rank 0)."""
+    ctx = init_distributed(device_name)
+    if model_config is None:
+        preset = get_preset(preset_name)
+        model_config = {"target": preset.target, "drafter": preset.drafter}[role]
+    corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
+    tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
+    train_tokens = load_token_stream(tokenizer_dir, "train")  # tokenized once by the tokenizer stage
+    dev_tokens = load_token_stream(tokenizer_dir, "dev")
+    model = build_model(tokenizer_dir, model_config, config, ctx.device)
+    optimizer = make_optimizer(model, config.lr, config.weight_decay, ctx.device)
+    resume = ResumeState(out_dir / "resume")
+    step, extra = 0, {"train_seconds": 0.0, "last_loss": None}
+    if resume.exists():
+        step, extra = resume.load(model, optimizer)
+        if ctx.is_main:
+            print(f"pretrain[{role}]: resuming at step {step}", file=sys.stderr)
+    tb = open_summary_writer(ctx, out_dir, step)
+    step, train_seconds = train_steps(
+        model, optimizer, resume, train_tokens, config, role, ctx, tb, (step, extra), halt_after_steps
+    )
     manifest = None
     if ctx.is_main:
-        final_dev_loss = dev_loss(unwrap(ddp_model), dev_tokens, config, ctx.device)
+        final_dev_loss = dev_loss(model, dev_tokens, config, ctx.device)
         if final_dev_loss is not None:
             tb.add_scalar("dev/loss", final_dev_loss, step)
         tb.close()
+        tokens_per_step = config.batch_size * config.seq_len
         losses = [
             f"{name} loss {value:.4f}"
             for name, value in (("train", extra["last_loss"]), ("dev", final_dev_loss))

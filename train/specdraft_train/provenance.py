@@ -110,3 +110,30 @@ def data_manifest(sources: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def data_manifest_path(gguf_path: Path) -> Path:
     """``drafter-q4_0.gguf`` → ``drafter-q4_0.data_manifest.json``, for ``specdraft pack --manifest``."""
     return gguf_path.with_name(gguf_path.stem + DATA_MANIFEST_SUFFIX)
+
+
+def chain_provenance(
+    drafter: str | Path,
+    drafter_manifest: dict[str, Any] | None,
+    inputs: dict[str, Any],
+    reference_manifest: dict[str, Any],
+) -> dict[str, Any]:
+    """The manifest's ``sources`` and ``base_model`` (provenance.py): a distilled drafter's inherited, with this run's
+    reference data (and replay text) added; otherwise the drafter, pinned, is the base model."""
+    if drafter_manifest is not None and "base_model" in drafter_manifest:
+        inherited, base = drafter_manifest.get("sources", []), drafter_manifest["base_model"]
+    else:
+        pin = model_pin(drafter, drafter_manifest)
+        inputs["drafter"]["pin"] = pin
+        inherited = [model_source(inputs["drafter"], "base model")]
+        base = {"name": str(drafter), "revision": pin.get("revision") or pin.get("sha256", "")[:16] or None}
+    replay = inputs.get("replay")
+    replay_sources = [
+        {"name": Path(path).name, "split": "distill (replay)", "uri": path, "sha256": digest}
+        for path, digest in (replay or {}).get("files", {}).items()
+    ] + [
+        {"name": f"replay/{rel}", "split": "distill (replay)", "uri": replay["path"], "sha256": digest}
+        for rel, digest in (replay or {}).get("outputs", {}).items()
+    ]
+    sources = merge_sources(inherited, reference_sources(inputs["reference"], reference_manifest), replay_sources)
+    return {"sources": sources, "base_model": base}

@@ -502,6 +502,16 @@ def load_qat_state(path: str | Path) -> LoadedQatState:
     )
 
 
+def load_qat_state_into(qat: QatState, path: str | Path) -> None:
+    """Put a saved QAT state's per-block clip factors into a freshly prepared model, then check its fingerprints."""
+    saved = load_qat_state(path)
+    with torch.no_grad():
+        for name, clip in saved.clips.items():
+            qat.targets[name].parametrization.clip.copy_(clip)
+    if qat.fingerprints() != saved.fingerprints:
+        raise ValueError(f"{path}: the model's quantized weights do not match the QAT state's fingerprints")
+
+
 def verify_fingerprint(name: str, values: Tensor, expected: str) -> None:
     actual = _fingerprint(values)
     if actual != expected:

@@ -44,23 +44,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerBase
 
-from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
+from .artifacts import atomic_write_json, input_record, sha256_file, verify_stage_dir, write_manifest
 from .config import (
     CorpusConfig,
     EvalConfig,
@@ -71,408 +66,25 @@ from .config import (
     override,
     serving_context_note,
 )
-from .corpus import KINDS, Document, read_documents, split_of
-from .generation import EngineStats, StaticGreedyEngine, generate_greedy_hf
+from .documents import read_documents
+from .eval_sets import (
+    EVAL_SPLITS,
+    EvalPool,
+    corpus_eval_pools,
+    generate_eval_sets,
+    given_eval_pools,
+    write_conversations,
+)
+from .examples import write_train_shard
+from .generation import ENGINES, EngineStats, engine_summary, generate_continuations
 from .models import DTYPES, checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
+from .prompts import Prompt, corpus_categories, given_prompts, select_prompts, train_category_counts
 from .provenance import model_pin
-from .tau import Conversation, conversation_json
-from .training import finish_distributed, init_distributed
+from .training import DistributedContext, finish_distributed, init_distributed
 from .vocabulary import tokenizer_fingerprint
-
-EVAL_SPLITS = ("dev", "heldout")
-SPLIT_SEED_OFFSETS = {"train": 0, "dev": 1, "heldout": 2}
-
-
-@dataclass(frozen=True)
-class Prompt:
-    id: str
-    category: str
-    tokens: list[int]
-
-
-@dataclass(frozen=True)
-class Continuation:
-    tokens: list[int]
-    topk_ids: np.ndarray | None  # (L, K) int32
-    topk_logprobs: np.ndarray | None  # (L, K) float16
-
-
-@dataclass(frozen=True)
-class TrainExample:
-    """One distillation example: the target's continuation of a prompt and its top-k distribution per position."""
-
-    prompt_tokens: list[int]
-    continuation_tokens: list[int]
-    topk_ids: np.ndarray  # (L, K) int32
-    topk_logprobs: np.ndarray  # (L, K) float32
-    id: str = ""  # the prompt's id, e.g. "train/<sha256 prefix>/<start>"
-    category: str = ""  # the prompt's category (held-out categories name the same kinds)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Prompts and their categories
-
-
-POSITIONS = ("open", "inner")  # a file's first tokens | a window starting at a seeded random token ≥ 1
-PROMPT_SOURCE_CHARS = 32_768  # prompts come from each file's first 32k characters: bounds the tokenizing cost
-ENCODE_BATCH_DOCUMENTS = 1024
-# Held-out/dev: at most this many candidates per kept prompt are drawn for a category; a category whose target
-# continuations stop early more often than that fails with a message instead of shrinking.
-MAX_CANDIDATES_PER_KEPT = 4
-
-
-@dataclass(frozen=True)
-class Category:
-    """A corpus prompt's category ``<kind>/<position>/<length>``, e.g. ``prose/inner/512``."""
-
-    kind: str
-    position: str
-    length: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind}/{self.position}/{self.length}"
-
-    def fits(self, n_tokens: int) -> bool:
-        return n_tokens >= self.length + (1 if self.position == "inner" else 0)  # an inner window starts at ≥ 1
-
-
-def corpus_categories(kinds: Iterable[str], lengths: Sequence[int]) -> list[Category]:
-    """Every category of the given kinds, in report order: kind, then position, then length."""
-    present = set(kinds)
-    return [
-        Category(kind, position, length)
-        for kind in KINDS
-        if kind in present
-        for position in POSITIONS
-        for length in lengths
-    ]
-
-
-def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
-    """``total`` split in proportion to ``weights`` into integers that sum to it (ties: earlier weights first)."""
-    exact = [total * w / sum(weights) for w in weights]
-    counts = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: -(exact[i] - counts[i]))[: total - sum(counts)]:
-        counts[i] += 1
-    return counts
-
-
-def train_category_counts(categories: Sequence[Category], config: ReferenceConfig) -> dict[Category, int]:
-    """Training prompts per category: kinds by `train_prose_share`, positions by `train_open_share`, lengths evenly;
-    shares are renormalized over the kinds present (a code-only corpus gives only code prompts)."""
-    kind_share = {"code": 1 - config.train_prose_share, "prose": config.train_prose_share}
-    position_share = {"open": config.train_open_share, "inner": 1 - config.train_open_share}
-    weights = [kind_share[c.kind] * position_share[c.position] for c in categories]
-    return dict(zip(categories, largest_remainder(config.train_prompts, weights)))
-
-
-class _LazyTokens:
-    """Token ids (np.int32) of documents in a given order, tokenized in batches only as far as they are asked for."""
-
-    def __init__(self, documents: Sequence[Document], order: np.ndarray, tokenizer: PreTrainedTokenizerBase):
-        self.documents, self.order, self.tokenizer = documents, order, tokenizer
-        self.encoded: dict[int, np.ndarray] = {}
-
-    def __call__(self, position: int) -> np.ndarray:
-        index = int(self.order[position])
-        if index not in self.encoded:
-            batch = [int(i) for i in self.order[position : position + ENCODE_BATCH_DOCUMENTS]]
-            texts = [self.documents[i].text[:PROMPT_SOURCE_CHARS] for i in batch]
-            for i, ids in zip(batch, self.tokenizer(texts, add_special_tokens=False)["input_ids"]):
-                # A cut text's last few tokens may differ from the whole file's tokenization: drop them.
-                cut = len(self.documents[i].text) > PROMPT_SOURCE_CHARS
-                self.encoded[i] = np.asarray(ids[:-8] if cut else ids, dtype=np.int32)
-        return self.encoded[index]
-
-
-def select_prompts(
-    documents: Sequence[Document],
-    tokenizer: PreTrainedTokenizerBase,
-    counts: dict[Category, int],
-    split: str,
-    seed: int,
-) -> dict[Category, list[Prompt]]:
-    """Up to ``counts[c]`` prompts of each category from one split's documents, in draw order.
-
-    Per kind, the files go in a seeded order, and each file in turn serves the category furthest behind its count
-    (largest share still missing; ties in category order) among those it is long enough for and still has room for.
-    Passes over the files repeat while some category still lacks prompts and the last pass served one. So the first
-    pass puts the categories on distinct files and every position of every length is reached however many files there
-    are. A file has one opening, so it serves an ``open`` category once; it serves an ``inner`` category at most as
-    many times as it holds disjoint windows of that length (len − 1) // length, each a new seeded random window
-    starting at a token ≥ 1 — so a corpus of few long files can still fill a large training set.
-    """
-    selected: dict[Category, list[Prompt]] = {c: [] for c in counts}
-    for kind_index, kind in enumerate(KINDS):
-        wanted = [c for c in counts if c.kind == kind and counts[c] > 0]
-        documents_of_kind = sorted((d for d in documents if d.kind == kind), key=lambda d: d.sha256)
-        if not wanted or not documents_of_kind:
-            continue
-        rng = np.random.default_rng([seed, SPLIT_SEED_OFFSETS[split], kind_index])
-        order = rng.permutation(len(documents_of_kind))
-        tokens_at = _LazyTokens(documents_of_kind, order, tokenizer)
-        served: list[dict[Category, int]] = [{} for _ in order]
-        starts_used: list[set[tuple[Category, int]]] = [set() for _ in order]
-        served_any = True
-        while served_any:
-            served_any = False
-            for position in range(len(order)):
-                missing = [c for c in wanted if len(selected[c]) < counts[c]]
-                if not missing:
-                    break
-                tokens = tokens_at(position)
-                fitting = [
-                    c
-                    for c in missing
-                    if c.fits(len(tokens)) and served[position].get(c, 0) < _room(c, len(tokens), split)
-                ]
-                if not fitting:
-                    continue
-                category = max(fitting, key=lambda c: (1 - len(selected[c]) / counts[c], -wanted.index(c)))
-                start = 0 if category.position == "open" else int(rng.integers(1, len(tokens) - category.length + 1))
-                # a file's next window of a category is a new one (room ≤ the file's possible starts, so this ends)
-                while (category, start) in starts_used[position]:
-                    start = int(rng.integers(1, len(tokens) - category.length + 1))
-                starts_used[position].add((category, start))
-                document = documents_of_kind[order[position]]
-                selected[category].append(
-                    Prompt(
-                        f"{split}/{document.sha256[:12]}/{start}+{category.length}",
-                        category.name,
-                        tokens[start : start + category.length].tolist(),
-                    )
-                )
-                served[position][category] = served[position].get(category, 0) + 1
-                served_any = True
-    return selected
-
-
-def _room(category: Category, n_tokens: int, split: str) -> int:
-    """How many prompts of ``category`` one file of ``n_tokens`` may give (select_prompts says why)."""
-    if split != "train" or category.position == "open":
-        return 1
-    return max(1, (n_tokens - 1) // category.length)
-
-
-CHAT_ROLES = ("system", "user", "assistant", "tool")
-
-
-def check_messages(messages: Any, where: str) -> None:
-    """Refuse what a chat template would choke on with a traceback, naming the line and the field: messages must be
-    a non-empty list of {"role", "content"} with a known role and string content (not OpenAI's content parts)."""
-    if not isinstance(messages, list) or not messages:
-        raise ValueError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}}')
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise ValueError(f"{where}: messages[{i}] must be an object with role and content")
-        if message.get("role") not in CHAT_ROLES:
-            raise ValueError(
-                f"{where}: messages[{i}].role {message.get('role')!r}: expected one of {', '.join(CHAT_ROLES)}"
-            )
-        content = message.get("content")
-        if isinstance(content, list):
-            raise ValueError(
-                f"{where}: messages[{i}].content is a list (OpenAI-style content parts); expected a string: "
-                "join the text parts into one string"
-            )
-        if not isinstance(content, str):
-            raise ValueError(f"{where}: messages[{i}].content must be a string, got {type(content).__name__}")
-
-
-def render_chat(
-    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], enable_thinking: bool = False
-) -> list[int]:
-    """The chat prompt as the target sees it before answering: chat template, generation prompt, thinking as asked
-    (off: Qwen3's template closes an empty <think> block; on, Qwen3's default: the model opens it)."""
-    rendered = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, enable_thinking=enable_thinking, tokenize=True
-    )
-    if isinstance(rendered, dict) or hasattr(rendered, "keys"):
-        rendered = rendered["input_ids"]
-    return [int(t) for t in rendered]
-
-
-def _chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: Any, where: str, enable_thinking: bool) -> list[int]:
-    check_messages(messages, where)
-    try:
-        return render_chat(tokenizer, messages, enable_thinking)
-    except Exception as error:  # jinja2's TemplateError and whatever a template's own code raises
-        raise ValueError(f"{where}: the chat template cannot render these messages: {error}") from error
-
-
-def given_prompts(
-    path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig, enable_thinking: bool = False
-) -> dict[str, list[Prompt]]:
-    """Given prompts by split (the module docstring has the line format): a line's own "split", else the corpus rule
-    applied to the sha256 of its messages or text."""
-    by_split: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: not JSON ({error})") from error
-            if not isinstance(row, dict) or ("messages" in row) == ("text" in row):
-                raise ValueError(f'{where}: expected a JSON object with "messages" or "text" (one of them)')
-            if "messages" in row:
-                digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
-                tokens, default_category = _chat_tokens(tokenizer, row["messages"], where, enable_thinking), "chat"
-            else:
-                if not isinstance(row["text"], str) or not row["text"]:
-                    raise ValueError(f'{where}: "text" must be a non-empty string')
-                digest = hashlib.sha256(row["text"].encode()).hexdigest()
-                tokens, default_category = tokenizer(row["text"], add_special_tokens=False)["input_ids"], "text"
-                limit = row.get("prompt_tokens")
-                if limit is not None:
-                    if type(limit) is not int or limit < 1:
-                        raise ValueError(f'{where}: "prompt_tokens" must be a positive integer, got {limit!r}')
-                    tokens = tokens[:limit]
-            split = row.get("split") or split_of(digest, corpus_config)
-            if split not in by_split:
-                raise ValueError(f"{where}: split {split!r}: expected train, dev or heldout")
-            by_split[split].append(
-                Prompt(
-                    str(row.get("id", f"{default_category}/{digest[:12]}")),
-                    str(row.get("category", default_category)),
-                    [int(t) for t in tokens],
-                )
-            )
-    return by_split
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Generation
-
-
-ENGINES = ("static", "hf")
-
-
-def stop_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
-    return [int(t) for t in (eos if isinstance(eos, list) else [eos])]
-
-
-@torch.no_grad()
-def generate_continuations(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[Prompt],
-    max_new_tokens: int,
-    batch_size: int,
-    device: torch.device,
-    top_k: int | None,
-    engine: str = "static",
-    progress: bool = False,
-    stats: list[EngineStats] | None = None,
-) -> list[Continuation]:
-    """Greedy continuations up to and including the first stop token, with the top-k log-probs when ``top_k``.
-
-    ``engine="static"``: :class:`generation.StaticGreedyEngine` (static KV cache, CUDA-graph decode, batches of up to
-    ``batch_size`` rows as the memory budget allows); ``"hf"``: HF ``generate`` in batches of ``batch_size``, the
-    peer both are tested against. Either way, equal-length prompts share batches unpadded, others are left-padded.
-    ``stats`` collects the static engine's EngineStats (batch shapes, graph captures, row budgets).
-    """
-    eos = stop_ids(model, tokenizer)
-    tokens = [p.tokens for p in prompts]
-    if engine == "static":
-        static = StaticGreedyEngine(model, device)
-        outputs = static.generate(tokens, max_new_tokens, eos, top_k, max_batch_size=batch_size, progress=progress)
-        if stats is not None:
-            stats.append(static.stats)
-    elif engine == "hf":
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-        outputs = generate_greedy_hf(
-            model, tokens, max_new_tokens, eos, pad, top_k, batch_size, device, progress=progress
-        )
-    else:
-        raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    return [
-        Continuation(o.tokens, o.topk_ids, o.topk_logprobs.astype(np.float16) if o.topk_logprobs is not None else None)
-        for o in outputs
-    ]
-
-
-def engine_summary(stats: Sequence[EngineStats]) -> dict[str, Any]:
-    """What the static engine did over a rank's training shards: batches and their rows, graph captures, and the rows
-    its KV budget allowed (the largest batch that fits, by its rule) at the narrowest and widest bucket."""
-    rows = [r for s in stats for r, _ in s.batch_shapes]
-    budgets = {w: r for s in stats for w, r in s.row_budgets.items()}
-    return {
-        "batches": len(rows),
-        "padded_batches": sum(s.padded_batches for s in stats),
-        "rows_max": max(rows, default=0),
-        "rows_mean": sum(rows) / len(rows) if rows else 0.0,
-        "decode_steps": sum(s.decode_steps for s in stats),
-        "graph_captures": sum(s.graph_captures for s in stats),
-        "graph_capture_seconds": sum(s.graph_capture_seconds for s in stats),
-        "prefill_seconds": sum(s.prefill_seconds for s in stats),
-        "decode_seconds": sum(s.decode_seconds for s in stats),  # graph captures included
-        "cuda_graph_failure": next((s.cuda_graph_failure for s in stats if s.cuda_graph_failure), None),
-        "row_budget_by_width": {str(w): budgets[w] for w in sorted(budgets)[:1] + sorted(budgets)[-1:]},
-    }
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Files
-
-
-def _flat(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(r) for r in rows])
-    flat = np.concatenate([np.asarray(r, dtype=np.int32) for r in rows]) if rows else np.zeros(0, dtype=np.int32)
-    return torch.from_numpy(flat), torch.from_numpy(offsets)
-
-
-def write_train_shard(path: Path, prompts: Sequence[Prompt], continuations: Sequence[Continuation]) -> None:
-    prompt_flat, prompt_offsets = _flat([p.tokens for p in prompts])
-    cont_flat, cont_offsets = _flat([c.tokens for c in continuations])
-    tensors = {
-        "prompt_tokens": prompt_flat,  # (ΣP,)
-        "prompt_offsets": prompt_offsets,  # (N + 1,)
-        "continuation_tokens": cont_flat,  # (ΣL,)
-        "continuation_offsets": cont_offsets,  # (N + 1,)
-        "topk_ids": torch.from_numpy(np.concatenate([c.topk_ids for c in continuations])),  # (ΣL, K)
-        "topk_logprobs": torch.from_numpy(np.concatenate([c.topk_logprobs for c in continuations])),  # (ΣL, K)
-    }
-    # One metadata key: safetensors writes several in hash-map order, which would change the file's bytes per process.
-    metadata = {"examples": json.dumps({"ids": [p.id for p in prompts], "categories": [p.category for p in prompts]})}
-    with AtomicFile(path) as tmp:
-        save_file(tensors, str(tmp), metadata=metadata)
-
-
-def read_train_examples(reference_dir: str | Path) -> list[TrainExample]:
-    """All training examples of a finished reference stage (callers verify its manifest first)."""
-    examples = []
-    for shard in sorted(Path(reference_dir).glob("train-*.safetensors")):
-        with safe_open(str(shard), framework="np") as f:
-            t = {name: f.get_tensor(name) for name in f.keys()}
-            described = json.loads((f.metadata() or {}).get("examples", "{}"))
-        po, co = t["prompt_offsets"], t["continuation_offsets"]
-        ids = described.get("ids") or [""] * (len(po) - 1)
-        categories = described.get("categories") or [""] * (len(po) - 1)
-        for i in range(len(po) - 1):
-            examples.append(
-                TrainExample(
-                    t["prompt_tokens"][po[i] : po[i + 1]].tolist(),
-                    t["continuation_tokens"][co[i] : co[i + 1]].tolist(),
-                    t["topk_ids"][co[i] : co[i + 1]],
-                    t["topk_logprobs"][co[i] : co[i + 1]].astype(np.float32),
-                    ids[i],
-                    categories[i],
-                )
-            )
-    return examples
-
-
-def write_conversations(path: Path, prompts: Sequence[Prompt], continuations: Sequence[Continuation]) -> None:
-    lines = [
-        conversation_json(Conversation(p.id, p.category, p.tokens, c.tokens)) for p, c in zip(prompts, continuations)
-    ]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def _plan_fingerprint(target: dict[str, Any], prompts: dict[str, list[Prompt]], config: ReferenceConfig) -> str:
@@ -481,111 +93,6 @@ def _plan_fingerprint(target: dict[str, Any], prompts: dict[str, list[Prompt]], 
         for p in prompts[split]:
             digest.update(json.dumps([split, p.id, p.category, p.tokens]).encode())
     return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Held-out and dev sets
-
-
-@dataclass
-class EvalPool:
-    """One held-out/dev category: its candidates in draw order, how many to keep, the continuation length they need."""
-
-    split: str
-    category: str
-    candidates: list[Prompt]
-    keep: int
-    min_tokens: int
-    tried: int = 0
-    kept: list[tuple[Prompt, Continuation]] = field(default_factory=list)
-    generated_tokens: int = 0  # of every candidate generated, kept or not
-
-
-def corpus_eval_pools(
-    documents: dict[str, list[Document]],
-    tokenizer: PreTrainedTokenizerBase,
-    categories: Sequence[Category],
-    config: ReferenceConfig,
-) -> list[EvalPool]:
-    """Every corpus category of dev and held-out, with up to MAX_CANDIDATES_PER_KEPT candidates per kept prompt."""
-    pools = []
-    for split, keep in (("dev", config.dev_per_category), ("heldout", config.heldout_per_category)):
-        counts = {c: keep * MAX_CANDIDATES_PER_KEPT for c in categories}
-        selected = select_prompts(documents[split], tokenizer, counts, split, config.seed)
-        for category in categories:
-            if len(selected[category]) < keep:
-                shortest = category.length + (1 if category.position == "inner" else 0)
-                raise ValueError(
-                    f"{split} category {category.name}: {len(selected[category])} candidate prompts for "
-                    f"{keep}: the {split} split has too few {category.kind} files of at least "
-                    f"{shortest} tokens (a larger corpus or a larger {split} share)"
-                )
-            pools.append(EvalPool(split, category.name, selected[category], keep, config.min_continuation_tokens))
-    return pools
-
-
-def given_eval_pools(prompts: dict[str, list[Prompt]]) -> list[EvalPool]:
-    """Given lines of dev and held-out, one pool per category, every line kept whatever its continuation's length:
-    they are the user's own prompts and splits, so none is dropped (the per-category counts size corpus categories)."""
-    pools = []
-    for split in EVAL_SPLITS:
-        names = list(dict.fromkeys(p.category for p in prompts[split]))
-        for name in names:
-            rows = [p for p in prompts[split] if p.category == name]
-            pools.append(EvalPool(split, name, rows, len(rows), 0))
-    return pools
-
-
-def generate_eval_sets(
-    model: torch.nn.Module,
-    tokenizer: PreTrainedTokenizerBase,
-    pools: Sequence[EvalPool],
-    config: ReferenceConfig,
-    device: torch.device,
-) -> int:
-    """Fill every pool with its first `keep` candidates whose continuation has at least `min_tokens` tokens (the target
-    stops where it stops: a continuation is never forced past <|endoftext|>). Returns the prompts generated.
-
-    The first round generates ceil(keep × eval_oversample) candidates of every pool; each later round, for the pools
-    still short, ceil(missing × 2 × eval_oversample) more (they pass less often than the oversample assumed). All
-    pools of a round share one generation: a round costs max_new_tokens sequential decode steps whatever its size.
-    """
-    generated = 0
-    while True:
-        batch: list[tuple[EvalPool, Prompt]] = []
-        for pool in pools:
-            missing = pool.keep - len(pool.kept)
-            if missing <= 0:
-                continue
-            if pool.tried >= len(pool.candidates):
-                raise ValueError(
-                    f"{pool.split} category {pool.category}: only {len(pool.kept)} of {pool.keep} target "
-                    f"continuations reached {pool.min_tokens} tokens, from all {len(pool.candidates)} "
-                    "candidates (the target ends them early): lower reference.min_continuation_tokens "
-                    "or give the corpus more files of this kind"
-                )
-            take = math.ceil(
-                pool.keep * config.eval_oversample if pool.tried == 0 else missing * 2 * config.eval_oversample
-            )
-            batch += [(pool, prompt) for prompt in pool.candidates[pool.tried : pool.tried + take]]
-            pool.tried = min(pool.tried + take, len(pool.candidates))
-        if not batch:
-            return generated
-        continuations = generate_continuations(
-            model,
-            tokenizer,
-            [prompt for _, prompt in batch],
-            config.max_new_tokens,
-            config.batch_size,
-            device,
-            top_k=None,
-            engine=config.engine,
-        )
-        generated += len(batch)
-        for (pool, prompt), continuation in zip(batch, continuations):  # in candidate order within each pool
-            pool.generated_tokens += len(continuation.tokens)
-            if len(continuation.tokens) >= pool.min_tokens and len(pool.kept) < pool.keep:
-                pool.kept.append((prompt, continuation))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -609,7 +116,207 @@ def claim(path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The stage
+# The stage, in its steps: the prompts, the output directory's plan, generation (eval sets, then shards), the manifest
+
+
+@dataclass
+class PromptPlan:
+    """Every prompt a run continues: the training prompts in shard order, the held-out/dev pools, how many training
+    prompts each corpus category asked for, and the inputs the manifest records (target, corpus, prompts file)."""
+
+    inputs: dict[str, Any]
+    train: list[Prompt] = field(default_factory=list)
+    train_asked: dict[str, int] = field(default_factory=dict)
+    pools: list[EvalPool] = field(default_factory=list)
+
+
+def add_corpus_prompts(
+    plan: PromptPlan, corpus_dir: Path, tokenizer: PreTrainedTokenizerBase, config: ReferenceConfig
+) -> None:
+    """The corpus's training prompts by category (a shortfall said, not fatal) and its held-out/dev candidates."""
+    plan.inputs["corpus"] = input_record(corpus_dir, verify_stage_dir(corpus_dir, "corpus"))
+    documents = {split: read_documents(corpus_dir, split) for split in ("train", *EVAL_SPLITS)}
+    categories = corpus_categories({d.kind for docs in documents.values() for d in docs}, config.prompt_lengths)
+    train_counts = train_category_counts(categories, config)
+    selected = select_prompts(documents["train"], tokenizer, train_counts, "train", config.seed)
+    for category in categories:
+        plan.train += selected[category]
+        plan.train_asked[category.name] = train_counts[category]
+        if len(selected[category]) < train_counts[category]:
+            print(
+                f"reference: train category {category.name}: {len(selected[category])} prompts of "
+                f"{train_counts[category]} asked (too few long-enough train files)",
+                file=sys.stderr,
+            )
+    plan.pools += corpus_eval_pools(documents, tokenizer, categories, config)
+
+
+def add_given_prompts(
+    plan: PromptPlan,
+    prompts: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    config: ReferenceConfig,
+    corpus_config: CorpusConfig,
+    ctx: DistributedContext,
+) -> None:
+    """A prompts file's lines by split (training lines beyond `train_prompts` left out, and said), with a note for
+    those the serving context cannot walk."""
+    plan.inputs["prompts"] = {"path": str(prompts), "sha256": sha256_file(prompts)}
+    rows = given_prompts(prompts, tokenizer, corpus_config, config.enable_thinking)
+    if len(rows["train"]) > config.train_prompts and ctx.is_main:
+        print(
+            f"reference: {len(rows['train']):,} train lines in {prompts}, reference.train_prompts is "
+            f"{config.train_prompts:,}: the last {len(rows['train']) - config.train_prompts:,} are left out "
+            "(--train-prompts N takes more)",
+            file=sys.stderr,
+        )
+    plan.train += rows["train"][: config.train_prompts]
+    plan.pools += given_eval_pools(rows)
+    if ctx.is_main:
+        for split in ("train", *EVAL_SPLITS):
+            lines = plan.train if split == "train" else rows[split]
+            items = [(p.id, len(p.tokens), config.max_new_tokens) for p in lines]
+            serving_context_note("reference", f"{split} prompts", items, EvalConfig.k)
+
+
+def check_eval_splits(plan: PromptPlan, from_corpus: bool) -> None:
+    """Held-out is what every use needs; dev only training does (distill picks its checkpoint by dev τ), so a set made
+    only to evaluate on (given held-out lines, no training prompts) needs no dev split."""
+    for split in EVAL_SPLITS if plan.train else ("heldout",):
+        if not any(pool.keep for pool in plan.pools if pool.split == split):
+            where = "no file long enough for the prompt lengths" if from_corpus else "no line"
+            raise ValueError(f"no {split} prompts: the {split} split has {where}")
+
+
+def pending_shards(
+    out_dir: Path, plan: PromptPlan, shard_names: list[str], config: ReferenceConfig, ctx: DistributedContext
+) -> list[int]:
+    """The training shards still to generate. Rank 0 alone, before any rank writes, clears an interrupted run's claims
+    and partial files and, when the plan changed (another target or other prompts), its finished shards; shards
+    finished under the same plan (written atomically) are kept, and rank 0's view of them decides for every rank."""
+    if ctx.is_main:
+        candidates = {
+            "train": plan.train,
+            **{
+                split: [p for pool in plan.pools if pool.split == split for p in pool.candidates]
+                for split in EVAL_SPLITS
+            },
+        }
+        fingerprint = _plan_fingerprint(plan.inputs["target"], candidates, config)
+        claims = out_dir / CLAIMS_DIR
+        shutil.rmtree(claims, ignore_errors=True)  # an interrupted run's: its unfinished shards are missing again
+        claims.mkdir()
+        progress_path = out_dir / "progress.json"
+        if progress_path.is_file() and json.loads(progress_path.read_text()).get("plan") != fingerprint:
+            for stale in out_dir.glob("train-*.safetensors"):  # another target or other prompts: start over
+                stale.unlink()
+        for partial in out_dir.glob(".train-*.tmp"):  # a shard being written when its rank was killed
+            partial.unlink()
+        atomic_write_json(progress_path, {"plan": fingerprint})
+    return ctx.broadcast_object([i for i, name in enumerate(shard_names) if not (out_dir / name).is_file()])
+
+
+@dataclass
+class ShardWork:
+    """What one rank generated of the training shards."""
+
+    shards: int = 0
+    tokens: int = 0
+    engine_stats: list[EngineStats] = field(default_factory=list)
+
+
+def generate_train_shards(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    shards: list[list[Prompt]],
+    pending: list[int],
+    out_dir: Path,
+    config: ReferenceConfig,
+    ctx: DistributedContext,
+    halt_after_shards: int | None,
+) -> ShardWork:
+    """Every pending shard this rank claims first (:func:`claim`), generated and written atomically."""
+    work = ShardWork()
+    tag = f"reference[rank {ctx.rank}]" if ctx.distributed else "reference"
+    for index in pending:
+        name = shard_name(index)
+        if not claim(out_dir / CLAIMS_DIR / name):
+            continue  # another rank has it
+        shard_start = time.time()
+        continuations = generate_continuations(
+            model,
+            tokenizer,
+            shards[index],
+            config.max_new_tokens,
+            config.batch_size,
+            ctx.device,
+            top_k=config.top_k,
+            engine=config.engine,
+            progress=ctx.is_main,
+            stats=work.engine_stats,
+        )
+        write_train_shard(out_dir / name, shards[index], continuations)
+        tokens = sum(len(c.tokens) for c in continuations)
+        work.tokens += tokens
+        work.shards += 1
+        print(
+            f"{tag}: shard {index + 1}/{len(shards)}: {len(shards[index])} continuations, {tokens} tokens, "
+            f"{tokens / (time.time() - shard_start):,.0f} tok/s",
+            file=sys.stderr,
+        )
+        if halt_after_shards is not None and work.shards >= halt_after_shards:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)  # tests: a crash between shards
+    return work
+
+
+def shard_name(index: int) -> str:
+    return f"train-{index:05d}.safetensors"
+
+
+def write_reference_manifest(
+    out_dir: Path,
+    plan: PromptPlan,
+    shard_names: list[str],
+    per_rank: list[dict[str, Any]],
+    generation_seconds: float,
+    extra: dict[str, Any],
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """Rank 0, once every rank is done: the manifest (prompts per split and category, the generation phase)."""
+    outputs = [f"{split}.jsonl" for split in EVAL_SPLITS] + shard_names
+    generated_tokens = sum(r["train_tokens"] + r["eval_tokens"] for r in per_rank)
+    by_category: dict[str, dict[str, int]] = {split: {} for split in ("train", *EVAL_SPLITS)}
+    for prompt in plan.train:
+        by_category["train"][prompt.category] = by_category["train"].get(prompt.category, 0) + 1
+    for pool in plan.pools:
+        by_category[pool.split][pool.category] = len(pool.kept)
+    return write_manifest(
+        out_dir,
+        "reference",
+        outputs=outputs,
+        params=params,
+        inputs=plan.inputs,
+        extra={
+            "prompts": {split: sum(counts.values()) for split, counts in by_category.items()},
+            "categories": by_category,
+            "train_asked": plan.train_asked,
+            "eval_candidates": {"generated": extra["eval_generated"], "kept": sum(len(p.kept) for p in plan.pools)},
+            "target_verified": extra["target_verified"],
+            "vocab_fingerprint": extra["vocab_fingerprint"],
+            "seconds": extra["seconds"],
+            # This run's generation phase (a resumed run's covers only what it generated), over all ranks.
+            "generation": {
+                "world_size": params["world_size"],
+                "seconds": generation_seconds,
+                "tokens": generated_tokens,
+                "tokens_per_s": generated_tokens / max(generation_seconds, 1e-9),
+                "train_shards": sum(r["shards"] for r in per_rank),
+                "per_rank": per_rank,
+            },
+        },
+    )
 
 
 def run(
@@ -636,165 +343,51 @@ def run(
     device = ctx.device
     target_manifest = verify_checkpoint(target)
     # pinned (revision or content hash) for the packed folder's data manifest (provenance.py)
-    inputs: dict[str, Any] = {"target": {**checkpoint_info(target), "pin": model_pin(target, target_manifest)}}
+    plan = PromptPlan({"target": {**checkpoint_info(target), "pin": model_pin(target, target_manifest)}})
     tokenizer = load_tokenizer(target)
-    train: list[Prompt] = []
-    train_asked: dict[str, int] = {}
-    pools: list[EvalPool] = []
     if corpus_dir is not None:
-        inputs["corpus"] = input_record(corpus_dir, verify_stage_dir(corpus_dir, "corpus"))
-        documents = {split: read_documents(corpus_dir, split) for split in ("train", *EVAL_SPLITS)}
-        categories = corpus_categories({d.kind for docs in documents.values() for d in docs}, config.prompt_lengths)
-        train_counts = train_category_counts(categories, config)
-        selected = select_prompts(documents["train"], tokenizer, train_counts, "train", config.seed)
-        for category in categories:
-            train += selected[category]
-            train_asked[category.name] = train_counts[category]
-            if len(selected[category]) < train_counts[category]:
-                print(
-                    f"reference: train category {category.name}: {len(selected[category])} prompts of "
-                    f"{train_counts[category]} asked (too few long-enough train files)",
-                    file=sys.stderr,
-                )
-        pools += corpus_eval_pools(documents, tokenizer, categories, config)
+        add_corpus_prompts(plan, corpus_dir, tokenizer, config)
     if prompts is not None:
-        from .artifacts import sha256_file
-
-        inputs["prompts"] = {"path": str(prompts), "sha256": sha256_file(prompts)}
-        rows = given_prompts(prompts, tokenizer, corpus_config or CorpusConfig(), config.enable_thinking)
-        if len(rows["train"]) > config.train_prompts and ctx.is_main:
-            print(
-                f"reference: {len(rows['train']):,} train lines in {prompts}, reference.train_prompts is "
-                f"{config.train_prompts:,}: the last {len(rows['train']) - config.train_prompts:,} are left out "
-                "(--train-prompts N takes more)",
-                file=sys.stderr,
-            )
-        train += rows["train"][: config.train_prompts]
-        pools += given_eval_pools(rows)
-        if ctx.is_main:
-            for split in ("train", *EVAL_SPLITS):
-                lines = train if split == "train" else rows[split]
-                items = [(p.id, len(p.tokens), config.max_new_tokens) for p in lines]
-                serving_context_note("reference", f"{split} prompts", items, EvalConfig.k)
-    # Held-out is what every use needs; dev only training does (distill picks its checkpoint by dev τ), so a set made
-    # only to evaluate on (given held-out lines, no training prompts) needs no dev split.
-    for split in EVAL_SPLITS if train else ("heldout",):
-        if not any(pool.keep for pool in pools if pool.split == split):
-            where = "no file long enough for the prompt lengths" if corpus_dir is not None else "no line"
-            raise ValueError(f"no {split} prompts: the {split} split has {where}")
+        add_given_prompts(plan, prompts, tokenizer, config, corpus_config or CorpusConfig(), ctx)
+    check_eval_splits(plan, corpus_dir is not None)
     out_dir.mkdir(parents=True, exist_ok=True)
-    candidates = {
-        "train": train,
-        **{split: [p for pool in pools if pool.split == split for p in pool.candidates] for split in EVAL_SPLITS},
-    }
-    fingerprint = _plan_fingerprint(inputs["target"], candidates, config)
-    shards = [train[i : i + config.shard_prompts] for i in range(0, len(train), config.shard_prompts)]
-    shard_names = [f"train-{index:05d}.safetensors" for index in range(len(shards))]
-    claims = out_dir / CLAIMS_DIR
-    if ctx.is_main:  # alone, before any rank writes
-        shutil.rmtree(claims, ignore_errors=True)  # an interrupted run's: its unfinished shards are missing again
-        claims.mkdir()
-        progress_path = out_dir / "progress.json"
-        if progress_path.is_file() and json.loads(progress_path.read_text()).get("plan") != fingerprint:
-            for stale in out_dir.glob("train-*.safetensors"):  # another target or other prompts: start over
-                stale.unlink()
-        for partial in out_dir.glob(".train-*.tmp"):  # a shard being written when its rank was killed
-            partial.unlink()
-        atomic_write_json(progress_path, {"plan": fingerprint})
-    # Shards finished before a restart (written atomically, under the same plan) are kept; rank 0's view decides.
-    pending = ctx.broadcast_object([i for i, name in enumerate(shard_names) if not (out_dir / name).is_file()])
+    shards = [plan.train[i : i + config.shard_prompts] for i in range(0, len(plan.train), config.shard_prompts)]
+    shard_names = [shard_name(index) for index in range(len(shards))]
+    pending = pending_shards(out_dir, plan, shard_names, config, ctx)
     model = load_causal_lm(target, device, DTYPES[dtype])
     # What a server of a drafter on this tokenizer reports as vocab_fingerprint; validate checks the two agree.
     vocab_fingerprint = tokenizer_fingerprint(tokenizer, model.config.vocab_size)
-    tag = f"reference[rank {ctx.rank}]" if ctx.distributed else "reference"
     ctx.barrier()  # the generation phase, which the manifest times, starts on every rank at once
     generation_start = time.time()
     eval_generated = 0
     if ctx.is_main:
-        eval_generated = generate_eval_sets(model, tokenizer, pools, config, device)
+        eval_generated = generate_eval_sets(model, tokenizer, plan.pools, config, device)
         for split in EVAL_SPLITS:
-            kept = [pair for pool in pools if pool.split == split for pair in pool.kept]
-            write_conversations(
-                out_dir / f"{split}.jsonl", [prompt for prompt, _ in kept], [continuation for _, continuation in kept]
-            )
-    train_tokens = done = 0
-    engine_stats: list[EngineStats] = []
-    for index in pending:
-        if not claim(claims / shard_names[index]):
-            continue  # another rank has it
-        shard_start = time.time()
-        continuations = generate_continuations(
-            model,
-            tokenizer,
-            shards[index],
-            config.max_new_tokens,
-            config.batch_size,
-            device,
-            top_k=config.top_k,
-            engine=config.engine,
-            progress=ctx.is_main,
-            stats=engine_stats,
-        )
-        write_train_shard(out_dir / shard_names[index], shards[index], continuations)
-        tokens = sum(len(c.tokens) for c in continuations)
-        train_tokens += tokens
-        done += 1
-        print(
-            f"{tag}: shard {index + 1}/{len(shards)}: {len(shards[index])} continuations, {tokens} tokens, "
-            f"{tokens / (time.time() - shard_start):,.0f} tok/s",
-            file=sys.stderr,
-        )
-        if halt_after_shards is not None and done >= halt_after_shards:
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)  # tests: a crash between shards
-    eval_tokens = sum(pool.generated_tokens for pool in pools)
+            kept = [pair for pool in plan.pools if pool.split == split for pair in pool.kept]
+            write_conversations(out_dir / f"{split}.jsonl", [p for p, _ in kept], [c for _, c in kept])
+    work = generate_train_shards(model, tokenizer, shards, pending, out_dir, config, ctx, halt_after_shards)
     mine = {
         "rank": ctx.rank,
-        "shards": done,
-        "train_tokens": train_tokens,
-        "eval_tokens": eval_tokens,
+        "shards": work.shards,
+        "train_tokens": work.tokens,
+        "eval_tokens": sum(pool.generated_tokens for pool in plan.pools),
         "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-        "engine": engine_summary(engine_stats),
+        "engine": engine_summary(work.engine_stats),
     }
     per_rank = ctx.all_gather_object({**mine, "seconds": time.time() - generation_start})  # waits for all
     generation_seconds = time.time() - generation_start
     if not ctx.is_main:
         finish_distributed(ctx)
         return None
-    shutil.rmtree(claims)
-    outputs = [f"{split}.jsonl" for split in EVAL_SPLITS] + shard_names
-    generated_tokens = sum(r["train_tokens"] + r["eval_tokens"] for r in per_rank)
-    by_category: dict[str, dict[str, int]] = {split: {} for split in ("train", *EVAL_SPLITS)}
-    for prompt in train:
-        by_category["train"][prompt.category] = by_category["train"].get(prompt.category, 0) + 1
-    for pool in pools:
-        by_category[pool.split][pool.category] = len(pool.kept)
-    manifest = write_manifest(
-        out_dir,
-        "reference",
-        outputs=outputs,
-        params={"config": config.__dict__, "dtype": dtype, "device": str(device), "world_size": ctx.world_size},
-        inputs=inputs,
-        extra={
-            "prompts": {split: sum(counts.values()) for split, counts in by_category.items()},
-            "categories": by_category,
-            "train_asked": train_asked,
-            "eval_candidates": {"generated": eval_generated, "kept": sum(len(pool.kept) for pool in pools)},
-            "target_verified": target_manifest is not None,
-            "vocab_fingerprint": vocab_fingerprint,
-            "seconds": time.time() - start_time,
-            # This run's generation phase (a resumed run's covers only what it generated), over all ranks.
-            "generation": {
-                "world_size": ctx.world_size,
-                "seconds": generation_seconds,
-                "tokens": generated_tokens,
-                "tokens_per_s": generated_tokens / max(generation_seconds, 1e-9),
-                "train_shards": sum(r["shards"] for r in per_rank),
-                "per_rank": per_rank,
-            },
-        },
-    )
+    shutil.rmtree(out_dir / CLAIMS_DIR)
+    params = {"config": config.__dict__, "dtype": dtype, "device": str(device), "world_size": ctx.world_size}
+    extra = {
+        "eval_generated": eval_generated,
+        "target_verified": target_manifest is not None,
+        "vocab_fingerprint": vocab_fingerprint,
+        "seconds": time.time() - start_time,
+    }
+    manifest = write_reference_manifest(out_dir, plan, shard_names, per_rank, generation_seconds, extra, params)
     finish_distributed(ctx)
     return manifest
 

@@ -23,21 +23,11 @@ from typing import Any
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from .artifacts import AtomicFile, atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
+from .artifacts import atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import LAB_PRESETS, TokenizerConfig, add_preset_argument, announce, get_preset, override
-from .corpus import KINDS, Document, read_documents, subset_rank
+from .documents import KINDS, Document, read_documents, save_token_stream, subset_rank, token_file
+from .vocabulary import END_OF_TEXT, IM_END, IM_START, QWEN2_SPLIT_REGEX, SPECIAL_TOKENS, THINK_TOKENS, TOKENIZER_FILES
 
-# Qwen2/Qwen3's pre-tokenizer split (tokenizer.json of Qwen/Qwen3-*), which llama.cpp implements as pre "qwen2".
-QWEN2_SPLIT_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-END_OF_TEXT = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
-# Not special in Qwen3 either (ordinary added tokens): the chat template writes them as text when thinking is off.
-THINK_TOKENS = ("<think>", "</think>")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 ENCODE_BATCH_DOCUMENTS = 2048
 
 # Qwen3's template reduced to what the lab uses: system/user/assistant turns, generation prompt, thinking switch.
@@ -175,19 +165,6 @@ def bpe_sample(documents: list[Document], config: TokenizerConfig) -> list[Docum
             sample.append(doc)
             used += doc.bytes
     return sample
-
-
-def token_file(split: str) -> str:
-    return f"{split}.tokens.npy"
-
-
-def save_token_stream(path: Path, tokens: np.ndarray) -> None:
-    with AtomicFile(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, tokens.astype(np.uint16 if tokens.max(initial=0) < 2**16 else np.int32))
-
-
-def load_token_stream(tokenizer_dir: str | Path, split: str) -> np.ndarray:
-    return np.load(Path(tokenizer_dir) / token_file(split)).astype(np.int32)
 
 
 def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""What `pretrain` and `distill` share: DDP/FSDP setup, the LR schedule, the resumable training state, progress, logs.
+"""What `pretrain` and `distill` share: DDP/FSDP setup, the LR schedule, the data order of token chunks, the resumable
+training state, progress, logs.
 
 Both loops run unchanged as one process or under ``torchrun --nproc-per-node N`` (NCCL between GPUs, gloo on the
 CPU): each rank takes its slice of every global batch (so N ranks see exactly the data one process would), gradients
@@ -19,6 +20,7 @@ import math
 import os
 import random
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +185,91 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: tor
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Data order, and what the loops log
+
+
+class ChunkSampler:
+    """Step → global batch of chunk indices, the same for any world size and any restart."""
+
+    def __init__(self, n_tokens: int, seq_len: int, batch_size: int, seed: int):
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.n_chunks = (n_tokens - 1) // seq_len
+        self.steps_per_epoch = self.n_chunks // batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"{n_tokens} tokens make {self.n_chunks} chunks of {seq_len}: fewer than one batch of {batch_size}"
+            )
+        self._epoch = -1
+        self._perm = np.zeros(0, dtype=np.int64)
+
+    def batch_indices(self, step: int) -> np.ndarray:
+        epoch, within = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n_chunks)
+            self._epoch = epoch
+        return self._perm[within * self.batch_size : (within + 1) * self.batch_size]
+
+
+class TrainWindow:
+    """Loss parts summed on the device since the last log point; read (one sync, one all-reduce) only when logged.
+
+    Log points are fixed by the step (distill: every LOG_EVERY_STEPS, evaluation and checkpoint), so a resumed run
+    logs the same windows as an uninterrupted one and the history agrees.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts = {"steps": 0.0, "tokens": 0.0, "replay_tokens": 0.0}
+
+    def add(self, loss: torch.Tensor, parts: dict[str, torch.Tensor], tokens: int, replay_tokens: int) -> None:
+        for name, value in {"loss": loss.detach(), **parts}.items():
+            self.sums[name] = self.sums[name] + value if name in self.sums else value
+        self.counts["steps"] += 1
+        self.counts["tokens"] += tokens
+        self.counts["replay_tokens"] += replay_tokens
+
+    def read(self, ctx: DistributedContext) -> dict[str, float]:
+        """Means over the window and all ranks: loss per step, lm per replay token, the rest per continuation token."""
+        if not self.sums:
+            return {}
+        names = sorted(self.sums)
+        device = self.sums[names[0]].device
+        values = torch.stack(
+            [self.sums[n].float() for n in names]
+            + [torch.tensor(self.counts[c], device=device) for c in ("tokens", "replay_tokens")]
+        )
+        values = ctx.all_reduce_sum(values).tolist()
+        tokens, replay_tokens = values[-2], values[-1]
+        steps = self.counts["steps"]  # each rank adds its share of the global mean loss: the sum is the mean
+        means = {}
+        for name, value in zip(names, values):
+            means[name] = value / max({"loss": steps, "lm": replay_tokens}.get(name, tokens), 1)
+        self.sums, self.counts = {}, {"steps": 0.0, "tokens": 0.0, "replay_tokens": 0.0}
+        return means
+
+
+def synced_clock(device: torch.device) -> float:
+    """Wall time once the device has finished what was queued (steps are asynchronous on CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.time()
+
+
+def warm_throughput(timed_from: list[float] | None, loop_end: list[float]) -> float | None:
+    """Tokens per second between the step timing starts from (distill: UNTIMED_STEPS) and the last step
+    ([seconds, tokens] at each): what a longer run sustains. None for a run of fewer steps."""
+    if timed_from is None or loop_end[0] <= timed_from[0]:
+        return None
+    return (loop_end[1] - timed_from[1]) / (loop_end[0] - timed_from[0])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The resumable state
 
 
 def rng_state() -> dict[str, Any]:

@@ -19,6 +19,20 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+# The lab tokenizer's special tokens, Qwen3's: <|endoftext|> ends a document (and pads), ChatML's markers frame turns.
+END_OF_TEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
+# Not special in Qwen3 either (ordinary added tokens): the chat template writes them as text when thinking is off.
+THINK_TOKENS = ("<think>", "</think>")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # what a checkpoint's tokenizer is saved as
+# The split regex of Qwen2/Qwen3's pre-tokenizer (tokenizer.json of Qwen/Qwen3-*), which llama.cpp implements natively
+# as tokenizer.ggml.pre "qwen2": the lab's tokenizer splits with it, and export refuses a tokenizer that splits
+# otherwise (it would tokenize differently in llama.cpp than in training, silently).
+QWEN2_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # How each id is typed in the GGUF (export maps these onto gguf.TokenType): convert_hf_to_gguf.py's rules.
 NORMAL, CONTROL, USER_DEFINED, UNUSED = "normal", "control", "user_defined", "unused"
 

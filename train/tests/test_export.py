@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,12 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.artifacts import sha256_file
-from specdraft_train.export import QWEN2_SPLIT_REGEX, export_gguf, manifest_path
+from specdraft_train.export import export_gguf, manifest_path
 from specdraft_train.quant import prepare_qat, q4_0_quantize_blocks
+from specdraft_train.vocabulary import QWEN2_SPLIT_REGEX
 
 TRAIN_DIR = Path(__file__).resolve().parents[1]
-GGUF_GREEDY = TRAIN_DIR / "scripts" / "gguf_greedy.mjs"
+GGUF_GREEDY = TRAIN_DIR / "tests" / "gguf_greedy.mjs"
 END_OF_TEXT = "<|endoftext|>"
 
 
@@ -92,11 +94,18 @@ def save_checkpoint(model: Qwen3ForCausalLM, tokenizer: Tokenizer, out_dir: Path
 
 
 def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """train/scripts/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
+    """train/tests/gguf_greedy.mjs on ``gguf_path`` (node-llama-cpp, CPU, one thread pool worker); ``env`` adds
     variables, e.g. ``ggml_cpu.pinned_env`` to run one CPU backend variant."""
+    return run_gguf_greedy_all([gguf_path], request, env)[0]
+
+
+def run_gguf_greedy_all(
+    gguf_paths: Sequence[Path], request: dict[str, Any], env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """:func:`run_gguf_greedy` for several GGUFs in one node process (its start-up is most of a tiny model's run)."""
     env = {**os.environ, "UV_THREADPOOL_SIZE": "1", **(env or {})}
     result = subprocess.run(
-        ["node", str(GGUF_GREEDY), str(gguf_path)],
+        ["node", str(GGUF_GREEDY), *map(str, gguf_paths)],
         input=json.dumps(request),
         text=True,
         capture_output=True,
@@ -105,7 +114,8 @@ def run_gguf_greedy(gguf_path: Path, request: dict[str, Any], env: dict[str, str
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    answer = json.loads(result.stdout)
+    return answer if len(gguf_paths) > 1 else [answer]
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -23,12 +23,13 @@ from specdraft_train.generation import (
     GreedyOutput,
     StaticEngineConfig,
     StaticGreedyEngine,
-    bucket_width,
+    generate_continuations,
     generate_greedy_hf,
-    plan_batches,
+    stop_ids,
 )
 from specdraft_train.models import load_causal_lm, load_tokenizer
-from specdraft_train.reference import Prompt, generate_continuations, render_chat, stop_ids
+from specdraft_train.prompts import Prompt, render_chat
+from specdraft_train.static_cache import bucket_width, plan_batches
 
 CPU = torch.device("cpu")
 TRAIN_DIR = Path(__file__).resolve().parents[1]
@@ -175,7 +176,7 @@ def test_bench_script_runs_at_tiny_scale(tmp_path: Path):
     subprocess.run(
         [
             sys.executable,
-            str(TRAIN_DIR / "scripts" / "bench_reference.py"),
+            str(TRAIN_DIR / "scripts" / "gpu" / "bench_reference.py"),
             "--device",
             "cpu",
             "--threads",

@@ -4,16 +4,17 @@ set of every category), then a rerun that skips every finished stage."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_main
 
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO
 from specdraft_train.lab import run_lab
-from specdraft_train.reference import corpus_categories
+from specdraft_train.prompts import corpus_categories
 from specdraft_train.tau import gap_closed, read_conversations
 
 STAGES = (
@@ -30,8 +31,10 @@ STAGES = (
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documented command, `lab --preset micro`, run in this process (the two-rank lab below starts its own)."""
     out = tmp_path_factory.mktemp("lab") / "micro"
-    run_cli("lab", "--preset", "micro", "--out", str(out), "--device", "cpu")
+    code, stdout, err = run_main("lab", "--preset", "micro", "--out", str(out), "--device", "cpu")
+    assert code == 0 and f"report: {out / 'lab_report.md'}" in stdout, err[-3000:]
     return out
 
 
@@ -134,11 +137,16 @@ def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
     state = LabState(tmp_path, MICRO, [], [])
 
     def interrupted() -> None:
+        time.sleep(0.05)  # the seconds spent before the interrupt must be kept
         raise KeyboardInterrupt  # what `timeout --signal=INT` delivers
 
     with pytest.raises(KeyboardInterrupt):
         run_stage(state, "distill", tmp_path, interrupted, lambda: False)
-    assert state.data["interrupted_seconds"]["distill"] >= 0 and "distill" not in state.data["stage_seconds"]
+    assert 0.05 <= state.data["interrupted_seconds"]["distill"] < 1.0 and "distill" not in state.data["stage_seconds"]
+    assert (
+        json.loads((tmp_path / "lab_state.json").read_text())["interrupted_seconds"]
+        == state.data["interrupted_seconds"]
+    )
     state.data["interrupted_seconds"]["distill"] = 5.0
     run_stage(state, "distill", tmp_path, lambda: None, lambda: False)
     assert 5.0 <= state.data["stage_seconds"]["distill"] < 6.0
@@ -202,8 +210,7 @@ def test_lab_on_two_ranks_runs_every_stage_and_resumes_in_one_process(
 def test_missing_prose_names_the_folder_and_the_fetch_command():
     from dataclasses import replace
 
-    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE
-    from specdraft_train.lab import preset_prose
+    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE, preset_prose
 
     assert preset_prose(MICRO) == [PROSE_CACHE / "git-doc"]
     with pytest.raises(FileNotFoundError) as error:

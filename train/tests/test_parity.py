@@ -38,7 +38,7 @@ import gguf
 import pytest
 import torch
 from ggml_cpu import build_shim, pinned_env, runnable_variants, variant_of
-from test_export import corpus_text, run_gguf_greedy, save_checkpoint, tiny_config, train_bpe
+from test_export import corpus_text, run_gguf_greedy, run_gguf_greedy_all, save_checkpoint, tiny_config, train_bpe
 from tokenizers import Tokenizer
 from transformers import Qwen3ForCausalLM
 
@@ -155,7 +155,7 @@ def compare_with_llama_cpp(
         drafts += batch_drafts.tolist()
         log_probs += list(batch_log_probs)
         margins += batch_gaps[:, 0].tolist()
-    result = run_gguf_greedy(
+    result = llama_greedy(
         gguf_path, {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True, **settings}
     )
     parity = Parity(
@@ -180,21 +180,19 @@ def test_f32_export_drafts_like_the_fp32_model(lab: Lab, tmp_path: Path):
     assert parity.max_diff < EXACT_TOLERANCE
 
 
-@pytest.fixture(scope="module", params=["Q8_0", "Q4_0"], ids=["q8_0-embedding", "all-q4_0"])
-def qat_export(
-    lab: Lab, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> tuple[Qwen3ForCausalLM, QatState, Path]:
+QAT_EMBEDDINGS = {"q8_0-embedding": "Q8_0", "all-q4_0": "Q4_0"}  # the two Q4_0 layouts, by test id
+
+
+def make_qat_export(lab: Lab, out_dir: Path, embedding_type: str) -> tuple[Qwen3ForCausalLM, QatState, Path]:
     """The lab model under QAT with clipping (some blocks clipped), exported to Q4_0 with its QAT state: the token
     embedding (tied: also the output head) at Q8_0, or at Q4_0 like the rest (an all-Q4_0 file). llama.cpp dequantizes
     a Q4_0 embedding row exactly and rounds the head's input to Q8_0 as for any Q4_0 matmul, so the same emulation
     must be exact for both."""
-    embedding_type = request.param
     model = copy.deepcopy(lab.model)
     qat = prepare_qat(model, clip_search=True, embedding_type=embedding_type)
     assert any((t.parametrization.clip < 1).any() for t in qat.targets.values() if t.parametrization.clip is not None)
     embedding = qat.targets["model.embed_tokens.weight"]
     assert embedding.qtype.name == embedding_type and len(embedding.modules) == 2  # tied: lookup and head
-    out_dir = tmp_path_factory.mktemp("qat")
     with qat.unwrapped():
         checkpoint = save_checkpoint(model, lab.tokenizer, out_dir / "ckpt")
     state = qat.save(checkpoint / "qat_state.safetensors")
@@ -203,6 +201,46 @@ def qat_export(
         embedding_type
     )
     return model, qat, gguf_path
+
+
+@pytest.fixture(scope="module")
+def qat_exports(
+    lab: Lab, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Qwen3ForCausalLM, QatState, Path]]:
+    """Both layouts at once, so that llama.cpp runs each request on both GGUFs in one process (:func:`llama_greedy`)."""
+    exports = {name: make_qat_export(lab, tmp_path_factory.mktemp(name), t) for name, t in QAT_EMBEDDINGS.items()}
+    _LLAMA_BATCH[:] = [gguf_path for _, _, gguf_path in exports.values()]
+    return exports
+
+
+@pytest.fixture(scope="module", params=list(QAT_EMBEDDINGS))
+def qat_export(
+    qat_exports: dict[str, tuple[Qwen3ForCausalLM, QatState, Path]], request: pytest.FixtureRequest
+) -> tuple[Qwen3ForCausalLM, QatState, Path]:
+    return qat_exports[request.param]
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_shim(tmp_path_factory.mktemp("shim"))
+
+
+# llama.cpp's answers by (GGUF, request, environment), and the GGUFs whose requests run together: a test of one layout
+# gets the other's answers to the same request from the same node process, and a request repeated by another test
+# (the same CPU path, the same settings) is not run again.
+_LLAMA_ANSWERS: dict[tuple[Path, str], dict[str, object]] = {}
+_LLAMA_BATCH: list[Path] = []
+
+
+def llama_greedy(gguf_path: Path, request: dict[str, object], env: dict[str, str] | None = None) -> dict[str, object]:
+    """run_gguf_greedy's answer, computed at most once per GGUF, request and environment."""
+    key = json.dumps([request, env or {}], sort_keys=True)
+    if (gguf_path, key) not in _LLAMA_ANSWERS:
+        batch = [p for p in _LLAMA_BATCH if (p, key) not in _LLAMA_ANSWERS] if gguf_path in _LLAMA_BATCH else []
+        paths = batch or [gguf_path]
+        for path, answer in zip(paths, run_gguf_greedy_all(paths, request, env)):
+            _LLAMA_ANSWERS[(path, key)] = answer
+    return _LLAMA_ANSWERS[(gguf_path, key)]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -289,11 +327,13 @@ def explain(
     prompt: list[int],
     pairs: list[list[float]],
     make_rounding: Callable[[tuple[Flip, ...]], FlippableRounding],
+    start: tuple[FlippableRounding, torch.Tensor],
 ) -> Explained:
     """Greedily take the other side of the undecidable roundings nearest a tie while that brings llama.cpp's and
-    PyTorch's first-step log-probs closer, until they agree within EXACT_TOLERANCE (or MAX_FLIPS are spent)."""
-    rounding = make_rounding(())
-    result = Explained(log_prob_diff(first_step_log_probs(model, qat, prompt, rounding), pairs))
+    PyTorch's first-step log-probs closer, until they agree within EXACT_TOLERANCE (or MAX_FLIPS are spent).
+    ``start``: the rounding without flips, after the prompt's forward (its candidates), and that forward's log-probs."""
+    rounding, log_probs = start
+    result = Explained(log_prob_diff(log_probs, pairs))
     while result.diff >= EXACT_TOLERANCE and len(result.flips) < MAX_FLIPS:
         tried = []
         for candidate in sorted(rounding.candidates, key=lambda f: f.margin)[:FLIP_CANDIDATES]:
@@ -332,6 +372,35 @@ class ExactParity:
         )
 
 
+@dataclass
+class Emulated:
+    """PyTorch's side of exact_parity under one activation rule: per prompt the unflipped rounding after its forward
+    and the first-step log-probs, and the rounded model's greedy drafts and top-2 gaps."""
+
+    starts: list[tuple[FlippableRounding, torch.Tensor]]
+    drafts: list[list[int]]
+    gaps: list[list[float]]
+
+
+def emulate(model: Qwen3ForCausalLM, qat: QatState, lab: Lab, make: Callable[..., FlippableRounding]) -> Emulated:
+    starts = []
+    for prompt in all_prompts(lab):
+        rounding = make(())
+        starts.append((rounding, first_step_log_probs(model, qat, prompt, rounding)))
+    drafts, gaps = [], []
+    with ggml_activation_rounding(qat, make(())):
+        for batch in lab.prompts:
+            batch_drafts, _, batch_gaps = torch_greedy(model, batch)
+            drafts += batch_drafts.tolist()
+            gaps += batch_gaps.tolist()
+    return Emulated(starts, drafts, gaps)
+
+
+# The emulation of each (model, QAT state, rule): every CPU variant of one rule shares it (an AVX-512 machine runs 13
+# variants of 2 rules). Kept with the objects it was made for, so that their ids stay theirs.
+_EMULATED: dict[tuple[int, int, str], tuple[Qwen3ForCausalLM, QatState, Emulated]] = {}
+
+
 def exact_parity(
     model: Qwen3ForCausalLM,
     qat: QatState,
@@ -343,24 +412,25 @@ def exact_parity(
     """llama.cpp's Q4_0 forward (plain-fp32 settings, CPU path chosen by ggml or pinned by ``env``) vs the
     fake-quantized model with that path's activation rounding."""
     prompts = all_prompts(lab)
-    result = run_gguf_greedy(
+    result = llama_greedy(
         gguf_path, {"prompts": prompts, "n": DRAFT_LENGTH, "probabilities": True, **EXACT_SETTINGS}, env=env
     )
     variant = variant_of(result["cpuBackend"])
     rule = ggml_activation_rule(variant)
     make = functools.partial(make_rounding or FlippableRounding, rule)
+    if make_rounding is not None:  # another emulation (a wrong one, on purpose): its own, not kept
+        emulated = emulate(model, qat, lab, make)
+    else:
+        key = (id(model), id(qat), rule)
+        if key not in _EMULATED:
+            _EMULATED[key] = (model, qat, emulate(model, qat, lab, make))
+        emulated = _EMULATED[key][2]
     explained = [
-        explain(model, qat, prompt, pairs, make) for prompt, pairs in zip(prompts, result["firstProbabilities"])
+        explain(model, qat, prompt, pairs, make, start)
+        for prompt, pairs, start in zip(prompts, result["firstProbabilities"], emulated.starts)
     ]
     identical = near_tie = 0
-    drafts = []
-    gaps = []
-    with ggml_activation_rounding(qat, make(())):
-        for batch in lab.prompts:
-            batch_drafts, _, batch_gaps = torch_greedy(model, batch)
-            drafts += batch_drafts.tolist()
-            gaps += batch_gaps.tolist()
-    for ours, theirs, gap in zip(drafts, result["drafts"], gaps):
+    for ours, theirs, gap in zip(emulated.drafts, result["drafts"], emulated.gaps):
         if ours == theirs:
             identical += 1
             continue
@@ -386,11 +456,10 @@ def test_q4_0_qat_export_drafts_like_the_fake_quantized_model(lab: Lab, qat_expo
     assert_exact(parity)
 
 
-def test_q4_0_qat_export_is_exact_on_every_cpu_variant_this_cpu_runs(lab: Lab, qat_export, tmp_path: Path):
+def test_q4_0_qat_export_is_exact_on_every_cpu_variant_this_cpu_runs(lab: Lab, qat_export, shim: Path):
     # The same check with llama.cpp pinned to each of its x86 variants this CPU can run (AVX-512 machines run all
     # 14, AVX2-only ones the AVX2 variants and below), so one CI machine checks the paths of the others.
     model, qat, gguf_path = qat_export
-    shim = build_shim(tmp_path)
     variants = runnable_variants()
     results = [exact_parity(model, qat, gguf_path, lab, env=pinned_env(shim, v)) for v in variants]
     print("\n[parity] Q4_0+QAT GGUF per CPU variant:\n  " + "\n  ".join(r.line() for r in results))

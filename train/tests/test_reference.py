@@ -15,24 +15,15 @@ import pytest
 import torch
 from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli, torchrun
 
-from specdraft_train import reference
+from specdraft_train import eval_sets, reference
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import LAB
-from specdraft_train.corpus import Document
+from specdraft_train.documents import Document
+from specdraft_train.eval_sets import MAX_CANDIDATES_PER_KEPT, EvalPool, corpus_eval_pools, generate_eval_sets
+from specdraft_train.examples import Continuation, read_train_examples
+from specdraft_train.generation import generate_continuations
 from specdraft_train.models import load_causal_lm, load_tokenizer
-from specdraft_train.reference import (
-    Category,
-    Continuation,
-    EvalPool,
-    Prompt,
-    corpus_categories,
-    corpus_eval_pools,
-    generate_continuations,
-    generate_eval_sets,
-    read_train_examples,
-    select_prompts,
-    train_category_counts,
-)
+from specdraft_train.prompts import Category, Prompt, corpus_categories, select_prompts, train_category_counts
 
 CPU = torch.device("cpu")
 
@@ -148,20 +139,6 @@ def _reference_cli(tiny: dict[str, Path], out: Path, *extra: str, check: bool = 
     )
 
 
-def test_sharded_reference_on_two_ranks_writes_the_files_of_one_process(tiny: dict[str, Path], one_process: Path):
-    out = one_process.parent / "two-ranks"
-    _reference_cli(tiny, out)
-    _same_files(one_process, out)  # every shard is the same generate call over the same prompts, wherever it ran
-    manifest = verify_stage_dir(out, "reference")
-    generation = manifest["generation"]
-    assert manifest["params"]["world_size"] == generation["world_size"] == 2
-    assert [r["rank"] for r in generation["per_rank"]] == [0, 1] and generation["train_shards"] == 12
-    assert generation["per_rank"][0]["eval_tokens"] > 0 and generation["per_rank"][1]["eval_tokens"] == 0
-    one = verify_stage_dir(one_process, "reference")["generation"]
-    assert generation["tokens"] == one["tokens"] and generation["tokens_per_s"] > 0
-    assert not (out / reference.CLAIMS_DIR).exists()
-
-
 def test_sharded_reference_killed_mid_way_resumes_with_another_rank_count(
     tiny: dict[str, Path], one_process: Path, tmp_path: Path
 ):
@@ -178,10 +155,11 @@ def test_sharded_reference_killed_mid_way_resumes_with_another_rank_count(
 
 
 class _CharTokenizer:
-    """A stand-in for the HF tokenizer: one token per character (its code point)."""
+    """A stand-in for the HF tokenizer: one token per character (its code point), as arrays (the lab-scale test
+    tokenizes 43M characters: a list of ints per character took ten seconds of it)."""
 
-    def __call__(self, texts: list[str], add_special_tokens: bool = False) -> dict[str, list[list[int]]]:
-        return {"input_ids": [[ord(ch) for ch in text] for text in texts]}
+    def __call__(self, texts: list[str], add_special_tokens: bool = False) -> dict[str, list[np.ndarray]]:
+        return {"input_ids": [np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int32) for text in texts]}
 
 
 def _synthetic_split(n_code: int, n_prose: int, seed: int) -> list[Document]:
@@ -279,7 +257,7 @@ def test_eval_sets_keep_the_first_candidates_whose_continuation_is_long_enough(m
         lengths.update({p.id: n for p, n in zip(prompts, pattern)})
         pools.append(EvalPool("heldout", name, prompts, 6, config.min_continuation_tokens))
     calls: list[int] = []
-    monkeypatch.setattr(reference, "generate_continuations", _fake_generation(lengths, calls))
+    monkeypatch.setattr(eval_sets, "generate_continuations", _fake_generation(lengths, calls))
     generated = generate_eval_sets(None, None, pools, config, torch.device("cpu"))
     kept = {pool.category: [p.id for p, _ in pool.kept] for pool in pools}
     assert kept["a"] == ["a0", "a1", "a3", "a4", "a6", "a7"]  # the first 6 that reach 10 tokens, in candidate order
@@ -293,7 +271,7 @@ def test_eval_sets_keep_the_first_candidates_whose_continuation_is_long_enough(m
 def test_eval_sets_fail_clearly_when_the_candidates_run_out(monkeypatch: pytest.MonkeyPatch):
     config = replace(LAB.reference, max_new_tokens=20, min_continuation_tokens=10)
     prompts = [Prompt(f"x{i}", "prose/inner/512", [1]) for i in range(8)]
-    monkeypatch.setattr(reference, "generate_continuations", _fake_generation({p.id: 5 for p in prompts}, []))
+    monkeypatch.setattr(eval_sets, "generate_continuations", _fake_generation({p.id: 5 for p in prompts}, []))
     pool = EvalPool("heldout", "prose/inner/512", prompts, 4, config.min_continuation_tokens)
     with pytest.raises(
         ValueError,
@@ -311,7 +289,7 @@ def test_eval_pools_draw_spare_candidates_and_refuse_a_split_too_small_for_a_cat
     assert [(p.split, p.category, p.keep) for p in pools] == [
         (split, c.name, keep) for split, keep in (("dev", 4), ("heldout", 8)) for c in categories
     ]
-    assert all(len(p.candidates) == p.keep * reference.MAX_CANDIDATES_PER_KEPT for p in pools if p.split == "dev")
+    assert all(len(p.candidates) == p.keep * MAX_CANDIDATES_PER_KEPT for p in pools if p.split == "dev")
     with pytest.raises(
         ValueError,
         match=r"dev category code/open/2900: \d candidate prompts for 4: the dev split has "

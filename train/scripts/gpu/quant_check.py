@@ -1,0 +1,38 @@
+"""GPU check: fake quantization on CUDA computes the very blocks the CPU does (training fake-quantizes on the GPU,
+export quantizes on the CPU and refuses a fingerprint mismatch). Prints PASS or FAIL (exit 0 or 1); seconds.
+
+From the repository root on the GPU machine (PYTHONPATH holding train/ and train/tests/):
+
+    python3 train/scripts/gpu/quant_check.py
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from test_quant import hard_weights
+
+from specdraft_train.quant import fake_quant_q4_0, fake_quant_q8_0, search_clip
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("gpu_quant_check: FAIL: no CUDA device", file=sys.stderr)
+        return 1
+    w = hard_weights(3)
+    clip = search_clip(w)
+    checks = {
+        "clip search": torch.equal(search_clip(w.cuda()).cpu(), clip),
+        "Q4_0": torch.equal(fake_quant_q4_0(w.cuda()).cpu(), fake_quant_q4_0(w)),
+        "Q8_0": torch.equal(fake_quant_q8_0(w.cuda()).cpu(), fake_quant_q8_0(w)),
+        "Q4_0 clipped": torch.equal(fake_quant_q4_0(w.cuda(), clip.cuda()).cpu(), fake_quant_q4_0(w, clip)),
+    }
+    for name, ok in checks.items():
+        print(f"gpu_quant_check: {name}: {'bit-identical' if ok else 'DIFFERS'}")
+    print("PASS" if all(checks.values()) else "FAIL")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
