@@ -149,6 +149,11 @@ class DistillConfig:
     # gradient checkpointing): a 1.7B drafter's batch of 16 chat rows padded to ~3k tokens kept ~110 GB of activations
     # and ran an H200 out of memory in the real-job rehearsal (2026-12-01); recomputing costs ~1/3 more compute.
     activation_checkpointing: bool = False
+    # Rows are padded to their batch's longest. 0: the epoch's rows in random order. N: runs of N batches sorted by
+    # width, then the batches shuffled (transformers' group_by_length; examples.epoch_order): on the rehearsal's chat
+    # prompts with 256-token answers a random batch of 16 holds 2.16× its rows' tokens, 3.24× at 128; grouped in runs
+    # of 64, 1.04× and 1.14× (train/scripts/data/padding_factor.py). The lab keeps random order (its results used it).
+    group_by_length: int = 0
     # QAT runs as a short second distillation from the distilled drafter (`distill --qat --init <distilled>`).
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
@@ -468,6 +473,7 @@ QWEN3_CHAT = LabPreset(
         time_budget_s=0.0,
         replay_weight=0.0,
         activation_checkpointing=True,  # chat rows run to thousands of tokens: see DistillConfig
+        group_by_length=64,  # chat prompts run from ~30 to ~3,000 tokens: random batches of 16 pad to ~2×
         qat_epochs=1,
         qat_lr=5e-6,  # QAT moves weights onto the Q4_0 grid from the distilled drafter: half the KD rate
     ),

@@ -5,12 +5,11 @@ the `reference` stage's training shards, and trains it on every continuation pos
 `DistillConfig.loss` names: kl (KL to the target's renormalized top-k plus CE on its greedy token), ce, tvd,
 reverse_kl or prefix (an expected-accepted-prefix weighting); losses.py defines each (and `--help` shows them below).
 Losses are divided by the global batch's continuation tokens, so DDP ranks with unequal shares still average to the
-one-process gradient. Optional replay (`replay_weight` > 0 and `--replay-tokens`): each
-step also takes `replay_batch_size` chunks of `replay_seq_len` tokens of the base's pretraining text (the lab
-tokenizer stage's ``train.tokens.npy``, a ``.npy`` token array, or a directory of them) and adds
-replay_weight · (mean next-token CE over those tokens), so the drafter keeps what it knew about text the reference
-data does not cover. (An LM loss rather than a KL to a frozen copy of the base: no second model in memory or forward
-per step, which for a 1.7B drafter is 3.4 GB and a third more compute.)
+one-process gradient. Rows come in a seeded random order, or grouped by length (`group_by_length`). Optional replay
+(`replay_weight` > 0 and `--replay-tokens`): each step also takes `replay_batch_size` chunks of `replay_seq_len`
+tokens of the base's pretraining text (the lab tokenizer stage's ``train.tokens.npy``, a ``.npy`` token array, or a
+directory of them) and adds replay_weight · (mean next-token CE over them), so the drafter keeps what it knew about
+text the reference data does not cover (an LM loss, not a KL to a frozen base: no second 1.7B model in memory).
 
 Training examples can be restricted to categories (`categories`: prefixes such as ``code/inner``) and to a share of
 them (`data_fraction`, chosen by a hash of each example's id so that smaller fractions are subsets of larger ones).
@@ -67,7 +66,10 @@ from .examples import (
     check_replay_tokenizer,
     check_vocabularies,
     collate,
+    epoch_order,
+    padding_factor,
     read_inputs,
+    row_width,
 )
 from .losses import LOSSES, check_loss, loss_sums
 from .models import (
@@ -80,7 +82,7 @@ from .models import (
     save_checkpoint,
 )
 from .provenance import chain_provenance
-from .tau import TauResult, model_tau
+from .tau import model_tau
 from .training import (
     DistributedContext,
     ResumeState,
@@ -104,30 +106,12 @@ from .training import (
 LOG_EVERY_STEPS = 25  # also every evaluation and checkpoint step, so logged windows are the same after a resume
 UNTIMED_STEPS = 5  # the manifest's tokens_per_s starts after these: the first steps pay cuBLAS set-up, allocator growth
 # What the command prints as JSON when it is done (the manifest's metrics hold these and more).
-SUMMARY_METRICS = (
-    "best_dev_macro_tau",
-    "best_dev_tau",
-    "best_dev_top1",
-    "best_step",
-    "steps",
-    "train_tokens",
-    "train_seconds",
-)
+SUMMARY_METRICS = ("best_dev_macro_tau", "best_dev_tau", "best_dev_top1", "best_step", "steps", "train_tokens")
+SUMMARY_METRICS += ("train_seconds",)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Dev evaluation
-
-
-def dev_entry(result: TauResult) -> dict[str, Any]:
-    """A dev evaluation as the history records it."""
-    by_category = {name: {"tau": c["tau"], "top1": c.get("top1")} for name, c in result.by_category.items()}
-    return {
-        "dev_tau": result.tau,
-        "dev_macro_tau": result.macro_tau,
-        "dev_top1": result.top1,
-        "dev_by_category": by_category,
-    }
 
 
 def log_dev(tb: Any, entry: dict[str, Any], step: int) -> None:
@@ -181,6 +165,14 @@ class Distillation:
         self.global_batch = min(config.batch_size, len(examples) - len(examples) % ctx.world_size)
         self.steps_per_epoch = max(1, len(examples) // self.global_batch)
         self.max_steps = epochs * self.steps_per_epoch
+        self.widths, self.order = [row_width(e) for e in examples], (-1, np.empty(0, dtype=np.int64))
+        if ctx.is_main:
+            padded = padding_factor(self.widths, self.epoch_rows(0), self.global_batch)
+            grouping = f"in runs of {config.group_by_length}" if config.group_by_length > 0 else "in random order"
+            print(
+                f"distill: batches of {self.global_batch} rows {grouping} hold {padded:.2f}× their tokens",
+                file=sys.stderr,
+            )
         self.eval_every = config.eval_every or self.steps_per_epoch
         self.resume = ResumeState(out_dir / "resume", ctx)
         self.step, self.extra = 0, new_history()
@@ -261,8 +253,7 @@ class Distillation:
         epoch, within = divmod(self.step, self.steps_per_epoch)
         if within == 0 and self.qat_state is not None and self.clip_search:
             self.qat_state.refresh_clip()
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
-        global_indices = order[within * self.global_batch : (within + 1) * self.global_batch]
+        global_indices = self.epoch_rows(epoch)[within * self.global_batch : (within + 1) * self.global_batch]
         # Every rank knows the whole global batch, so its token count needs no collective (nor a GPU sync).
         n_global = sum(len(examples[i].continuation_tokens) for i in global_indices)
         batch = collate(
@@ -293,6 +284,13 @@ class Distillation:
         self.window.add(loss / ctx.world_size, sums.parts, len(batch["labels"]), replay_rows)
         self.bar.update(1)
 
+    def epoch_rows(self, epoch: int) -> np.ndarray:
+        """The epoch's order of the rows (examples.epoch_order), worked out once an epoch."""
+        if self.order[0] != epoch:
+            grouping = self.config.seed, epoch, self.global_batch, self.config.group_by_length
+            self.order = (epoch, epoch_order(self.widths, *grouping))
+        return self.order[1]
+
     def evaluate_dev(self) -> bool:
         """Rank 0 measures dev τ, keeps the best checkpoint by macro τ; every rank learns whether it plateaued.
 
@@ -306,7 +304,7 @@ class Distillation:
             tau = model_tau(unwrap(self.ddp_model), self.inputs.dev, self.config.eval_k, ctx.device)
         new_best = False
         if ctx.is_main:
-            entry = {"step": step, "epoch": step / self.steps_per_epoch, **dev_entry(tau), **extra["last"]}
+            entry = {"step": step, "epoch": step / self.steps_per_epoch, **tau.dev_entry(), **extra["last"]}
             extra["history"].append(entry)
             best = extra["best"]
             new_best = best is None or entry["dev_macro_tau"] > best["dev_macro_tau"]

@@ -130,6 +130,42 @@ def select_examples(examples: Sequence[TrainExample], config: DistillConfig) -> 
 # Batches
 
 
+def row_width(example: TrainExample) -> int:
+    """The tokens a training row holds: the prompt and the continuation but its last token (collate's P + C[:-1])."""
+    return len(example.prompt_tokens) + len(example.continuation_tokens) - 1
+
+
+def epoch_order(widths: Sequence[int], seed: int, epoch: int, batch_size: int, group: int) -> np.ndarray:
+    """The epoch's order of the rows: a seeded permutation; with ``group`` > 0, runs of ``group`` batches of it are
+    sorted by width (longest first) and the epoch's batches then shuffled, as transformers' ``group_by_length``: each
+    batch holds rows of like widths, so it pads little, and the batches still come in random order. The rows past the
+    epoch's last whole batch stay last (the loop drops them)."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(widths))
+    if group <= 0 or batch_size <= 0:
+        return order
+    n_batches = len(order) // batch_size
+    run = group * batch_size
+    by_width = np.asarray(widths)
+    batches = []
+    for start in range(0, n_batches * batch_size, run):
+        rows = order[start : min(start + run, n_batches * batch_size)]
+        rows = rows[np.argsort(-by_width[rows], kind="stable")]
+        batches += [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    shuffled = [batches[i] for i in rng.permutation(len(batches))]
+    return np.concatenate(shuffled + [order[n_batches * batch_size :]])
+
+
+def padding_factor(widths: Sequence[int], order: np.ndarray, batch_size: int) -> float:
+    """Tokens the epoch's padded batches hold ÷ the tokens of their rows (1.0: no padding), whole batches only."""
+    by_width = np.asarray(widths)
+    n = len(order) // batch_size * batch_size
+    if n == 0:
+        return 1.0
+    batches = by_width[order[:n]].reshape(-1, batch_size)
+    return float((batches.max(axis=1) * batch_size).sum() / batches.sum())
+
+
 def collate(
     examples: Sequence[TrainExample], pad_id: int, device: torch.device, replay_chunks: np.ndarray | None = None
 ) -> dict[str, torch.Tensor]:
@@ -138,7 +174,7 @@ def collate(
     ``replay_chunks`` (R, S + 1) of pretraining text become R more rows of the same forward (one forward per step,
     which DDP needs), predicting tokens 1…S of each chunk.
     """
-    sequences = [e.prompt_tokens + e.continuation_tokens[:-1] for e in examples]
+    sequences = [e.prompt_tokens + e.continuation_tokens[:-1] for e in examples]  # row_width tokens each
     replay_width = 0 if replay_chunks is None else replay_chunks.shape[1] - 1
     width = max(max(len(s) for s in sequences), replay_width)
     n_replay = 0 if replay_chunks is None else len(replay_chunks)

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -116,6 +117,16 @@ class TauResult:
             "steps": self.steps,
             "conversations": self.conversations,
             "by_category": self.by_category,
+        }
+
+    def dev_entry(self) -> dict[str, Any]:
+        """A dev evaluation as distill's history records it."""
+        by_category = {name: {"tau": c["tau"], "top1": c.get("top1")} for name, c in self.by_category.items()}
+        return {
+            "dev_tau": self.tau,
+            "dev_macro_tau": self.macro_tau,
+            "dev_top1": self.top1,
+            "dev_by_category": by_category,
         }
 
 

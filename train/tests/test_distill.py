@@ -18,12 +18,12 @@ from specdraft_train import distill
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO, DistillConfig
 from specdraft_train.evaluate import drafter_tau
-from specdraft_train.examples import TrainExample, read_train_examples, select_examples
+from specdraft_train.examples import TrainExample, epoch_order, padding_factor, read_train_examples, select_examples
 from specdraft_train.models import QAT_STATE_FILE
 from specdraft_train.tau import read_conversations
 
-# Evaluations every 3 steps (6 steps an epoch: mid-epoch) and replay of the tokenizer's train split: what the
-# resume and DDP tests must reproduce.
+# Evaluations every 3 steps (6 steps an epoch: mid-epoch), replay of the tokenizer's train split and batches grouped by
+# length: what the resume and DDP tests must reproduce.
 FLAGS = (
     "--preset",
     "micro",
@@ -43,9 +43,18 @@ FLAGS = (
     "replay_seq_len=32",
     "--set",
     "replay_batch_size=4",
+    "--set",
+    "group_by_length=2",
 )
 CONFIG = replace(
-    MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32, replay_batch_size=4
+    MICRO.distill,
+    batch_size=8,
+    ckpt_every=2,
+    eval_every=3,
+    replay_weight=0.5,
+    replay_seq_len=32,
+    replay_batch_size=4,
+    group_by_length=2,
 )  # what FLAGS says
 
 
@@ -100,6 +109,31 @@ def _distill(
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
     return load_file(str(directory / "model.safetensors"))
+
+
+def test_padding_factor_is_padded_over_real_tokens_of_whole_batches():
+    widths, order = [1, 3, 2, 2, 5], np.arange(5)
+    assert padding_factor(widths, order, 2) == pytest.approx((3 * 2 + 2 * 2) / 8)  # the 5th row: no whole batch
+    assert padding_factor(widths, np.array([0, 2, 1, 3, 4]), 2) == pytest.approx((2 * 2 + 3 * 2) / 8)
+    assert padding_factor(widths, order, 8) == 1.0
+
+
+def test_epoch_order_groups_rows_of_like_width_in_random_batch_order():
+    widths = np.random.default_rng(3).integers(20, 3000, size=1000).tolist()
+    plain = epoch_order(widths, 0, 1, 16, 0)
+    # Without grouping: the seeded permutation distill has always used (the lab's runs depend on it).
+    assert plain.tolist() == np.random.default_rng([0, 1]).permutation(1000).tolist()
+    grouped = epoch_order(widths, 0, 1, 16, 8)
+    whole = 1000 // 16 * 16
+    assert sorted(grouped.tolist()) == list(range(1000)) and grouped[whole:].tolist() == plain[whole:].tolist()
+    run_of = {int(row): i // (8 * 16) for i, row in enumerate(plain)}  # each row's run of 8 batches
+    batches = grouped[:whole].reshape(-1, 16)
+    assert all(len({run_of[int(r)] for r in batch}) == 1 for batch in batches)  # a batch is cut from one run
+    assert padding_factor(widths, grouped, 16) < 1.15 < 1.5 < padding_factor(widths, plain, 16)
+    longest = [max(widths[r] for r in batch) for batch in batches]
+    assert longest != sorted(longest, reverse=True) and longest != sorted(longest)  # batches come shuffled
+    assert epoch_order(widths, 0, 1, 16, 8).tolist() == grouped.tolist()  # resumable: the same order again
+    assert epoch_order(widths, 0, 2, 16, 8).tolist() != grouped.tolist()
 
 
 def test_select_examples_by_category_prefix_and_nested_fractions():
