@@ -6,23 +6,25 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, Option } from "commander";
+import {
+    defaultContextSize,
+    defaultDraftLength,
+    defaultGpu,
+    defaultLookahead,
+    defaultMaxQueue,
+    defaultStreams,
+    gpuChoices,
+    maxLookahead,
+} from "../engine/engineDefaults.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice } from "../engine/types.js";
 import { runServe } from "../server/runServe.js";
 import {
     defaultBodyLimit,
-    defaultContextSize,
-    defaultDraftLength,
-    defaultGpu,
     defaultHost,
-    defaultLookahead,
-    defaultMaxQueue,
     defaultModelFile,
     defaultPort,
-    defaultStreams,
-    gpuChoices,
     maxDraftLength,
-    maxLookahead,
 } from "../server/serveDefaults.js";
 import type { ServeOptions } from "../server/startServer.js";
 import { parseIntegerOption } from "./commandOptions.js";

@@ -9,8 +9,8 @@ import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFi
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { describeGgufModel, type GgufHeader, type GgufModelDescription, readGgufHeader } from "../engine/gguf.js";
-import { defaultDraftLength } from "../server/serveDefaults.js";
 import { sha256File } from "../validate/sha256File.js";
 import { BundleError, type BundleGpu, bundleRuntime, type RuntimeBundleOptions } from "./bundleRuntime.js";
 import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";

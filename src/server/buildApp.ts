@@ -5,6 +5,7 @@
  */
 
 import Fastify, { type FastifyInstance } from "fastify";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import "./schemas/openApiRouteFields.js";
 import { EngineSlot } from "./EngineSlot.js";
 import { apiError } from "./errors.js";
@@ -15,7 +16,7 @@ import { metricsRoutes } from "./routes/metricsRoutes.js";
 import { ServerMetrics } from "./ServerMetrics.js";
 import type { ErrorResponse } from "./schemas/errorSchemas.js";
 import { sharedSchemas } from "./schemas/sharedSchemas.js";
-import { defaultBodyLimit, defaultDraftLength } from "./serveDefaults.js";
+import { defaultBodyLimit } from "./serveDefaults.js";
 import { toApiError } from "./toApiError.js";
 
 export interface AppOptions {
