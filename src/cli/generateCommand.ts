@@ -6,6 +6,7 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
+import { defaultGenerateTimeoutMs } from "../client/createDraftClient.js";
 import {
     defaultDraftLength,
     defaultGpu,
@@ -14,7 +15,7 @@ import {
     maxLookahead,
 } from "../engine/engineDefaults.js";
 import type { GpuChoice } from "../engine/types.js";
-import { type DraftSourceSpec, defaultDraftTimeoutMs } from "../generate/openDraftSource.js";
+import type { DraftSourceSpec } from "../generate/openDraftSource.js";
 import {
     defaultMaxTokens,
     defaultRuns,
@@ -215,7 +216,7 @@ export function generateCommand(): Command {
             "--timeout-ms <ms>",
             "per-request timeout of the drafter server",
             parseIntegerOption(1),
-            defaultDraftTimeoutMs,
+            defaultGenerateTimeoutMs,
         )
         .option(
             "--draft-lookahead <n>",

@@ -10,8 +10,17 @@ import { withTrailingSlash } from "./withTrailingSlash.js";
 
 const llamaServerPrefix = "llama-server+";
 
-/** How long one draft request may take before it counts as a failure. Defaults to `30000` ms. */
+/*
+ * The two per-request timeouts, side by side because they differ on purpose. validate and selfcheck measure a
+ * drafter: 32 conversations at once against one server, a late answer scored as a failed draft that fails the run, so
+ * they wait until only a hung server is late. generate races the target instead: a draft is worth having only before
+ * the target could have made its tokens alone (milliseconds a token), so after 5 s the drafter counts as failing and
+ * generation goes on without it (docs/generate.md).
+ */
+/** How long one draft request of validate and selfcheck may take before it counts as a failure. Defaults to `30000` ms. */
 export const defaultTimeoutMs = 30_000;
+/** How long one draft request of generate may take before the drafter counts as failing. Defaults to `5000` ms. */
+export const defaultGenerateTimeoutMs = 5_000;
 
 /** What every adapter needs besides the server's URL. */
 export interface DraftClientOptions {

@@ -28,9 +28,6 @@ import { type DraftSourceKind, GenerateError } from "./types.js";
 // A drafter that fails (unreachable, HTTP error, malformed answer, timeout) must not fail the generation: the first
 // failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
 
-/** How long one draft request may take before the drafter counts as failing. */
-export const defaultDraftTimeoutMs = 5000;
-
 export interface HttpDraftTokenPredictorOptions {
     /** The server's root URL, e.g. `http://127.0.0.1:8000`. */
     url: string;
@@ -38,8 +35,8 @@ export interface HttpDraftTokenPredictorOptions {
     draftLength: number;
     /** The target's vocabulary size: a draft id outside 0 ≤ id < vocabSize counts as a malformed answer. */
     vocabSize: number;
-    /** Per-request timeout. Defaults to `5000` ms. */
-    timeoutMs?: number;
+    /** Per-request timeout (runGenerate resolves it: defaultGenerateTimeoutMs). */
+    timeoutMs: number;
     /** Called once, on the first failure, with a message naming the server and what went wrong. */
     onFailure?: (message: string) => void;
     /** Start without drafting (e.g. `/info` already failed). Defaults to `false`. */
@@ -60,7 +57,7 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
         super();
         this.client = createSpecdraftClient(options.url, {
             name: options.url,
-            timeoutMs: options.timeoutMs ?? defaultDraftTimeoutMs,
+            timeoutMs: options.timeoutMs,
         });
         this.draftLength = options.draftLength;
         this.vocabSize = options.vocabSize;
@@ -172,14 +169,14 @@ export interface DraftSourceOptions {
      * without HTTP). Defaults to `library`.
      */
     draftModelPredictor?: "library" | "lock-step" | "native";
-    /** Where the native draft engine computes (`native` only). Defaults to `auto`. */
-    gpu?: GpuChoice;
+    /** Where the native draft engine computes (`native` only). */
+    gpu: GpuChoice;
     /** End-of-generation token ids of the (shared) vocabulary: a native draft ends after one. Defaults to none. */
     eogIds?: ReadonlySet<number>;
     /** Threads for the draft model's context. Defaults to node-llama-cpp's choice. */
     threads?: number;
-    /** Per-request timeout for the server (source `http`). Defaults to `5000` ms. */
-    timeoutMs?: number;
+    /** Per-request timeout for the server (source `http`); runGenerate resolves it (defaultGenerateTimeoutMs). */
+    timeoutMs: number;
     /**
      * Prompt-lookup candidates per step of the native draft engine (`native` only). Defaults to the engine's for its
      * backend (engineDefaults.ts: defaultLookahead).
@@ -215,7 +212,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
     }
 
     if (spec.kind === "http") {
-        const timeoutMs = options.timeoutMs ?? defaultDraftTimeoutMs;
+        const { timeoutMs } = options;
         let info: ServerInfo | undefined;
         try {
             info = await fetchServerInfo(spec.url, timeoutMs);
@@ -252,7 +249,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
             modelPath: spec.path,
             streams: 1,
             contextSize: options.contextSize,
-            gpu: options.gpu ?? "auto",
+            gpu: options.gpu,
             threads: options.threads,
             lookahead: options.lookahead,
         });

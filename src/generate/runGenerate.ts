@@ -7,6 +7,7 @@
  * here.
  */
 import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
+import { defaultGenerateTimeoutMs } from "../client/createDraftClient.js";
 import { defaultThreads } from "../engine/defaultThreads.js";
 import { defaultDraftLength, defaultGpu } from "../engine/engineDefaults.js";
 import { readModelFileInfo } from "../engine/gguf.js";
@@ -155,7 +156,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             llama,
             contextSize,
             threads,
-            timeoutMs: options.timeoutMs,
+            timeoutMs: options.timeoutMs ?? defaultGenerateTimeoutMs,
             lookahead: options.draftLookahead,
             warn,
         });
