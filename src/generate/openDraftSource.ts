@@ -247,6 +247,7 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
     if (options.draftModelPredictor === "native") {
         const engine = await loadEngine({
             modelPath: spec.path,
+            modelFile: file,
             streams: 1,
             contextSize: options.contextSize,
             gpu: options.gpu,
