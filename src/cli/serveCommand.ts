@@ -18,7 +18,6 @@ import {
 } from "../engine/engineDefaults.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice } from "../engine/types.js";
-import { runServe } from "../server/runServe.js";
 import {
     defaultBodyLimit,
     defaultHost,
@@ -28,6 +27,7 @@ import {
 } from "../server/serveDefaults.js";
 import type { ServeOptions } from "../server/startServer.js";
 import { parseIntegerOption } from "./commandOptions.js";
+import { runServe } from "./runServe.js";
 
 /** The package root: this file is src/cli/serveCommand.ts or dist/cli/serveCommand.js. */
 const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
