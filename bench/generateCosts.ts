@@ -48,7 +48,7 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
-import { seededRandom } from "./seededRandom.js";
+import { seededRandom } from "../test/helpers/seededRandom.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
 const verifySizes = [1, 3, 5, 7, 9, 17];
