@@ -14,7 +14,7 @@ import {
     projectSpeedUp,
     type StepCosts,
     withCandidates,
-} from "../../src/generate/speedUpModel.js";
+} from "../../bench/speedUpModel.js";
 
 const close = (actual: number, expected: number, tolerance: number, what: string) =>
     assert.ok(Math.abs(actual - expected) <= tolerance, `${what}: ${actual}, expected ${expected} ± ${tolerance}`);
