@@ -5,7 +5,7 @@
  */
 import { spawn } from "node:child_process";
 import { createServer } from "node:net";
-import { withTrailingSlash } from "../../client/withTrailingSlash.js";
+import { withTrailingSlash } from "../client/withTrailingSlash.js";
 
 /** Lines of the server's output kept for error messages. Defaults to `40`. */
 export const outputTailLines = 40;

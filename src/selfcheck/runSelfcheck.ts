@@ -8,14 +8,10 @@
 import { existsSync } from "node:fs";
 import { access, constants, readFile, stat } from "node:fs/promises";
 import path from "node:path";
-import { createSpecdraftClient, defaultTimeoutMs } from "../../client/createDraftClient.js";
-import type { DraftFailureKind } from "../../client/types.js";
-import { defaultDraftLength } from "../../engine/engineDefaults.js";
-import type { HeldOutSet } from "../../validate/readHeldOutFile.js";
-import { summarizeWalk } from "../../validate/summarizeWalk.js";
-import type { WalkResult } from "../../validate/types.js";
-import { defaultConcurrency, walkHeldOut } from "../../validate/walkHeldOut.js";
-import { checkDataManifest } from "../dataManifest.js";
+import { createSpecdraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
+import type { DraftFailureKind } from "../client/types.js";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
+import { checkDataManifest } from "../pack/dataManifest.js";
 import {
     type ArchitectureFile,
     architectureFileName,
@@ -23,9 +19,13 @@ import {
     dataManifestFileName,
     defaultMaxFolderBytes,
     serveScriptName,
-} from "../drafterFolder.js";
-import { describeLargestParts, folderBytes, formatByteCount } from "../folderBytes.js";
-import { specdraftRoot } from "../packDrafter.js";
+} from "../pack/drafterFolder.js";
+import { describeLargestParts, folderBytes, formatByteCount } from "../pack/folderBytes.js";
+import { specdraftRoot } from "../pack/packDrafter.js";
+import type { HeldOutSet } from "../validate/readHeldOutFile.js";
+import { summarizeWalk } from "../validate/summarizeWalk.js";
+import type { WalkResult } from "../validate/types.js";
+import { defaultConcurrency, walkHeldOut } from "../validate/walkHeldOut.js";
 import { type CleanEnvironment, makeCleanEnvironment } from "./cleanEnvironment.js";
 import { sampleWindows } from "./sampleWindows.js";
 import { findFreePort, healthStatus, type ServeProcess, startServeScript, waitForHealth } from "./startServeScript.js";
