@@ -25,7 +25,7 @@ import {
     runGenerate,
 } from "../generate/runGenerate.js";
 import { formatGenerateReport, judgeDifferences } from "../generate/summarizeGeneration.js";
-import { GenerateError, type GenerateSummary, type VerifierKind } from "../generate/types.js";
+import { GenerateError, type GenerateSummary, type VerifierKind, verifierKinds } from "../generate/types.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
@@ -199,7 +199,7 @@ export function generateCommand(): Command {
                     "exact-node-llama-cpp: the same loop through node-llama-cpp; node-llama-cpp: the library's speculative path " +
                     "(accepts ≤ 1 draft token a step)",
             )
-                .choices(["exact", "exact-node-llama-cpp", "node-llama-cpp"])
+                .choices(verifierKinds)
                 .default(defaultVerifier),
         )
         .option(
