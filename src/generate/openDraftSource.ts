@@ -7,9 +7,8 @@ import {
     DraftSequenceTokenPredictor,
     InputLookupTokenPredictor,
     type Llama,
-    type LlamaContextSequence,
     type Token,
-    TokenPredictor,
+    type TokenPredictor,
 } from "node-llama-cpp";
 import { newConversationKey } from "../client/conversationKey.js";
 import { createSpecdraftClient } from "../client/createDraftClient.js";
@@ -18,7 +17,9 @@ import type { DraftClient } from "../client/types.js";
 import { readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice, LookaheadSettings } from "../engine/types.js";
+import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
+import { StateTokenPredictor } from "./StateTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
 // A node-llama-cpp TokenPredictor whose drafts come from a specdraft server: each prediction is one
@@ -28,7 +29,7 @@ import { type DraftSourceKind, GenerateError } from "./types.js";
 // A drafter that fails (unreachable, HTTP error, malformed answer, timeout) must not fail the generation: the first
 // failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
 
-export interface HttpDraftTokenPredictorOptions {
+interface HttpDraftTokenPredictorOptions {
     /** The server's root URL, e.g. `http://127.0.0.1:8000`. */
     url: string;
     /** Draft tokens asked for per request (k). */
@@ -43,12 +44,11 @@ export interface HttpDraftTokenPredictorOptions {
     disabled?: boolean;
 }
 
-export class HttpDraftTokenPredictor extends TokenPredictor {
+class HttpDraftTokenPredictor extends StateTokenPredictor {
     private readonly client: DraftClient;
     private readonly draftLength: number;
     private readonly vocabSize: number;
     private readonly onFailure?: (message: string) => void;
-    private stateTokens: Token[] = [];
     private conversation = newConversationKey();
     private failed: boolean;
     private requestCount = 0;
@@ -75,13 +75,9 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
         return this.requestCount;
     }
 
-    reset({ stateTokens }: { stateTokens: Token[] }): void {
-        this.stateTokens = stateTokens.slice();
+    override reset(params: { stateTokens: Token[] }): void {
+        super.reset(params);
         this.conversation = newConversationKey();
-    }
-
-    pushTokens(tokens: Token[]): void {
-        for (const token of tokens) this.stateTokens.push(token);
     }
 
     async predictTokens(): Promise<Token[]> {
@@ -102,55 +98,6 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
     }
 }
 
-/**
- * A TokenPredictor over an in-process draft model that drafts in lock-step with the verifier: each `predictTokens()`
- * aligns the draft sequence's KV cache with the tokens so far (keeping the common prefix, accepted drafts included)
- * and generates k greedy tokens; nothing runs in the background.
- *
- * Used by the exact verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1) stops drafting
- * once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once) and then evaluates
- * the next token without its last drafted one, so a perfect drafter loses every other step.
- */
-export class GreedyDraftTokenPredictor extends TokenPredictor {
-    private readonly draftSequence: LlamaContextSequence;
-    private readonly draftLength: number;
-    private stateTokens: Token[] = [];
-
-    /** `draftSequence` belongs to the predictor from now on (it evaluates into it); `draftLength` is k. */
-    constructor(draftSequence: LlamaContextSequence, draftLength: number) {
-        super();
-        this.draftSequence = draftSequence;
-        this.draftLength = draftLength;
-    }
-
-    reset({ stateTokens }: { stateTokens: Token[] }): void {
-        this.stateTokens = stateTokens.slice();
-    }
-
-    pushTokens(tokens: Token[]): void {
-        for (const token of tokens) this.stateTokens.push(token);
-    }
-
-    async predictTokens(): Promise<Token[]> {
-        const state = this.stateTokens;
-        if (state.length === 0) return [];
-        const room = this.draftSequence.contextSize - state.length - 1;
-        const length = Math.min(this.draftLength, room);
-        if (length <= 0) return [];
-        // the KV cache keeps what it shares with everything but the last token; the rest is evaluated below
-        await this.draftSequence.adaptStateToTokens(state.slice(0, -1), false);
-        const draft: Token[] = [];
-        for await (const token of this.draftSequence.evaluate(state.slice(this.draftSequence.nextTokenIndex), {
-            temperature: 0,
-            yieldEogToken: true,
-        })) {
-            draft.push(token);
-            if (draft.length >= length || this.draftSequence.model.isEogToken(token)) break;
-        }
-        return draft;
-    }
-}
-
 export type DraftSourceSpec = { kind: "http"; url: string } | { kind: "model"; path: string } | { kind: "ngram" };
 
 export interface DraftSourceOptions {
@@ -166,9 +113,9 @@ export interface DraftSourceOptions {
      * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
      * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
      * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
-     * without HTTP). Defaults to `library`.
+     * without HTTP). runGenerate picks it from the verifier.
      */
-    draftModelPredictor?: "library" | "lock-step" | "native";
+    draftModelPredictor: "library" | "lock-step" | "native";
     /** Where the native draft engine computes (`native` only). */
     gpu: GpuChoice;
     /** End-of-generation token ids of the (shared) vocabulary: a native draft ends after one. Defaults to none. */
