@@ -6,6 +6,17 @@
  */
 import { type Token, TokenPredictor } from "node-llama-cpp";
 
+/**
+ * Any TokenPredictor that drafts from the state tokens alone, so its reset() needs no target sequence: the
+ * StateTokenPredictor subclasses and node-llama-cpp's InputLookupTokenPredictor, not its DraftSequenceTokenPredictor
+ * (which drafts beside the target's sequence). The native verifier, which has no node-llama-cpp sequence, takes only
+ * these. `reset` is a property here, not a method, so TypeScript checks its parameter strictly and a predictor whose
+ * reset needs the sequence is not one.
+ */
+export type StateOnlyTokenPredictor = TokenPredictor & {
+    reset: (params: { stateTokens: Token[] }) => Promise<void> | void;
+};
+
 export abstract class StateTokenPredictor extends TokenPredictor {
     private tokens: Token[] = [];
 

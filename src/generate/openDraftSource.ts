@@ -7,6 +7,7 @@ import {
     DraftSequenceTokenPredictor,
     InputLookupTokenPredictor,
     type Llama,
+    type LlamaContextSequence,
     type Token,
     type TokenPredictor,
 } from "node-llama-cpp";
@@ -14,12 +15,12 @@ import { newConversationKey } from "../client/conversationKey.js";
 import { createSpecdraftClient } from "../client/createDraftClient.js";
 import { fetchServerInfo, type ServerInfo } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
-import { readModelFileInfo } from "../engine/gguf.js";
+import { type ModelFileInfo, readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice, LookaheadSettings } from "../engine/types.js";
 import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
-import { StateTokenPredictor } from "./StateTokenPredictor.js";
+import { type StateOnlyTokenPredictor, StateTokenPredictor } from "./StateTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
 // A node-llama-cpp TokenPredictor whose drafts come from a specdraft server: each prediction is one
@@ -100,7 +101,8 @@ class HttpDraftTokenPredictor extends StateTokenPredictor {
 
 export type DraftSourceSpec = { kind: "http"; url: string } | { kind: "model"; path: string } | { kind: "ngram" };
 
-export interface DraftSourceOptions {
+/** What every source is opened with; DraftSourceOptions and StateDraftSourceOptions add the draft model's predictor. */
+export interface DraftSourceCommon {
     /** Draft tokens the predictor prepares per step. */
     draftLength: number;
     /** The target's vocabulary and a name for it in messages. */
@@ -109,13 +111,6 @@ export interface DraftSourceOptions {
     llama: Llama;
     /** Context size for the draft model (source `model`): at least the target's. */
     contextSize: number;
-    /**
-     * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
-     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
-     * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
-     * without HTTP). runGenerate picks it from the verifier.
-     */
-    draftModelPredictor: "library" | "lock-step" | "native";
     /** Where the native draft engine computes (`native` only). */
     gpu: GpuChoice;
     /** End-of-generation token ids of the (shared) vocabulary: a native draft ends after one. Defaults to none. */
@@ -133,7 +128,23 @@ export interface DraftSourceOptions {
     warn: (message: string) => void;
 }
 
-export interface DraftSource {
+export interface DraftSourceOptions extends DraftSourceCommon {
+    /**
+     * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
+     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
+     * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
+     * without HTTP). runGenerate picks it from the verifier.
+     */
+    draftModelPredictor: "library" | "lock-step" | "native";
+}
+
+/** openStateDraftSource's options: a draft model drafts in lock-step or in the native draft engine. */
+export interface StateDraftSourceOptions extends DraftSourceCommon {
+    draftModelPredictor: "lock-step" | "native";
+}
+
+/** An open draft source; `P` is its predictor's type (a StateOnlyTokenPredictor from openStateDraftSource). */
+export interface DraftSource<P extends TokenPredictor = TokenPredictor> {
     readonly kind: DraftSourceKind;
     /** URL, file path or `prompt-lookup`. */
     readonly label: string;
@@ -142,14 +153,47 @@ export interface DraftSource {
     /** The drafter's quantization (its GGUF's, or its server's `GET /info`), when known. */
     readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
-    readonly predictor: TokenPredictor;
+    readonly predictor: P;
     /** How the drafter checks prompt-lookup candidates: the in-process draft engine's, or a server's `GET /info`. */
     readonly lookahead?: LookaheadSettings;
     close(): Promise<void>;
 }
 
-/** Vocabulary check first (no weights loaded yet for a mismatch), then the predictor. Throws GenerateError on mismatch. */
+/**
+ * Vocabulary check first (no weights loaded yet for a mismatch), then the predictor. Throws GenerateError on mismatch.
+ * A draft model under the library's verifier drafts through node-llama-cpp's DraftSequenceTokenPredictor, beside the
+ * target's sequence; every other source is openStateDraftSource's.
+ */
 export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourceOptions): Promise<DraftSource> {
+    if (spec.kind === "model" && options.draftModelPredictor === "library") {
+        const file = await readDraftModelFile(spec.path, options.target);
+        return openLlamaDraftModel(
+            spec.path,
+            file,
+            options,
+            (sequence) =>
+                new DraftSequenceTokenPredictor(sequence, {
+                    // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
+                    minTokens: options.draftLength,
+                    maxTokens: options.draftLength,
+                    minConfidence: 0,
+                }),
+        );
+    }
+    // only a draft model reads draftModelPredictor, and "library" was taken above
+    const draftModelPredictor = options.draftModelPredictor === "native" ? "native" : "lock-step";
+    return openStateDraftSource(spec, { ...options, draftModelPredictor });
+}
+
+/**
+ * Opens a source whose predictor drafts from the tokens so far alone, with no target sequence (what the native
+ * verifier, which has none, takes): a specdraft server, prompt lookup, or a draft model drafting in lock-step or in
+ * specdraft's draft engine. Vocabulary check first, as openDraftSource.
+ */
+export async function openStateDraftSource(
+    spec: DraftSourceSpec,
+    options: StateDraftSourceOptions,
+): Promise<DraftSource<StateOnlyTokenPredictor>> {
     if (spec.kind === "ngram") {
         const predictor = new InputLookupTokenPredictor({
             patternLength: { min: 1 },
@@ -157,83 +201,97 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         });
         return { kind: "ngram", label: "prompt-lookup", predictor, close: async () => predictor.dispose() };
     }
+    if (spec.kind === "http") return openHttpDraftSource(spec.url, options);
 
-    if (spec.kind === "http") {
-        const { timeoutMs } = options;
-        let info: ServerInfo | undefined;
-        try {
-            info = await fetchServerInfo(spec.url, timeoutMs);
-        } catch (error) {
-            options.warn(
-                `drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`,
-            );
-        }
-        const fingerprint = info?.vocabFingerprint;
-        if (fingerprint !== undefined) checkVocabularies(options.target, { label: spec.url, fingerprint });
-        const predictor = new HttpDraftTokenPredictor({
-            url: spec.url,
-            draftLength: options.draftLength,
-            vocabSize: options.target.size,
-            timeoutMs,
-            onFailure: options.warn,
-            disabled: fingerprint === undefined,
-        });
-        return {
-            kind: "http",
-            label: spec.url,
-            vocabFingerprint: fingerprint,
-            quantization: info?.quantization,
-            lookahead: info?.lookahead,
-            predictor,
-            close: async () => predictor.dispose(),
-        };
-    }
+    const file = await readDraftModelFile(spec.path, options.target);
+    if (options.draftModelPredictor === "lock-step")
+        return openLlamaDraftModel(
+            spec.path,
+            file,
+            options,
+            (sequence) => new GreedyDraftTokenPredictor(sequence, options.draftLength),
+        );
+    const engine = await loadEngine({
+        modelPath: spec.path,
+        modelFile: file,
+        streams: 1,
+        contextSize: options.contextSize,
+        gpu: options.gpu,
+        threads: options.threads,
+        lookahead: options.lookahead,
+    });
+    const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
+    return {
+        kind: "model",
+        label: spec.path,
+        vocabFingerprint: file.vocabFingerprint,
+        quantization: file.quantization,
+        predictor,
+        lookahead: engine.info.lookahead,
+        close: async () => {
+            predictor.dispose();
+            await engine.close();
+        },
+    };
+}
 
-    const file = await readModelFileInfo(spec.path);
-    checkVocabularies(options.target, { label: spec.path, fingerprint: file.vocabFingerprint });
-    if (options.draftModelPredictor === "native") {
-        const engine = await loadEngine({
-            modelPath: spec.path,
-            modelFile: file,
-            streams: 1,
-            contextSize: options.contextSize,
-            gpu: options.gpu,
-            threads: options.threads,
-            lookahead: options.lookahead,
-        });
-        const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
-        return {
-            kind: "model",
-            label: spec.path,
-            vocabFingerprint: file.vocabFingerprint,
-            quantization: file.quantization,
-            predictor,
-            lookahead: engine.info.lookahead,
-            close: async () => {
-                predictor.dispose();
-                await engine.close();
-            },
-        };
+/** A specdraft server: its `GET /info` first (vocabulary; a server that does not answer leaves the target alone). */
+async function openHttpDraftSource(
+    url: string,
+    options: DraftSourceCommon,
+): Promise<DraftSource<HttpDraftTokenPredictor>> {
+    let info: ServerInfo | undefined;
+    try {
+        info = await fetchServerInfo(url, options.timeoutMs);
+    } catch (error) {
+        options.warn(`drafter ${url} is not answering (${(error as Error).message}); generating with the target alone`);
     }
-    const model = await options.llama.loadModel({ modelPath: spec.path });
+    const fingerprint = info?.vocabFingerprint;
+    if (fingerprint !== undefined) checkVocabularies(options.target, { label: url, fingerprint });
+    const predictor = new HttpDraftTokenPredictor({
+        url,
+        draftLength: options.draftLength,
+        vocabSize: options.target.size,
+        timeoutMs: options.timeoutMs,
+        onFailure: options.warn,
+        disabled: fingerprint === undefined,
+    });
+    return {
+        kind: "http",
+        label: url,
+        vocabFingerprint: fingerprint,
+        quantization: info?.quantization,
+        lookahead: info?.lookahead,
+        predictor,
+        close: async () => predictor.dispose(),
+    };
+}
+
+/** The draft GGUF's header, refused when its vocabulary is not the target's (before any weights are loaded). */
+async function readDraftModelFile(path: string, target: DraftSourceCommon["target"]): Promise<ModelFileInfo> {
+    const file = await readModelFileInfo(path);
+    checkVocabularies(target, { label: path, fingerprint: file.vocabFingerprint });
+    return file;
+}
+
+/** A draft GGUF loaded through node-llama-cpp, one sequence, drafting through the predictor `makePredictor` makes. */
+async function openLlamaDraftModel<P extends TokenPredictor>(
+    path: string,
+    file: ModelFileInfo,
+    options: DraftSourceCommon,
+    makePredictor: (sequence: LlamaContextSequence) => P,
+): Promise<DraftSource<P>> {
+    const model = await options.llama.loadModel({ modelPath: path });
     try {
         const context = await model.createContext({
             contextSize: options.contextSize,
             sequences: 1,
             threads: options.threads,
         });
-        const predictor =
-            options.draftModelPredictor === "lock-step"
-                ? new GreedyDraftTokenPredictor(context.getSequence(), options.draftLength)
-                : new DraftSequenceTokenPredictor(context.getSequence(), {
-                      // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
-                      minTokens: options.draftLength,
-                      maxTokens: options.draftLength,
-                      minConfidence: 0,
-                  });
+        const predictor = makePredictor(context.getSequence());
         return {
             kind: "model",
-            label: spec.path,
+            label: path,
             vocabFingerprint: file.vocabFingerprint,
             quantization: file.quantization,
             predictor,
