@@ -33,7 +33,7 @@ import { runServe } from "./runServe.js";
 const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
 
 /** The model served without --model, resolved against the package root (not the working directory). */
-export const defaultModelPath = resolve(packageRoot, defaultModelFile);
+const defaultModelPath = resolve(packageRoot, defaultModelFile);
 
 /** What commander hands the action. */
 interface ServeFlags {

@@ -91,10 +91,7 @@ export function createSpecdraftClient(baseUrl: string, options: DraftClientOptio
  * forced; the answer's `"tokens"` is the draft. `baseUrl` is llama-server's root, e.g. `http://127.0.0.1:8080` (without
  * the `llama-server+` prefix).
  */
-export function createLlamaServerClient(
-    baseUrl: string,
-    options: DraftClientOptions & { displayUrl?: string },
-): DraftClient {
+function createLlamaServerClient(baseUrl: string, options: DraftClientOptions & { displayUrl?: string }): DraftClient {
     const endpoint = new URL("completion", withTrailingSlash(baseUrl)).href;
     return {
         name: options.name,

@@ -240,7 +240,7 @@ function overCapHints(
 }
 
 /** `NAME@REV` → {name, revision}; the revision is required so the base is pinned. */
-export function parseBase(text: string): { name: string; revision: string } {
+function parseBase(text: string): { name: string; revision: string } {
     const at = text.lastIndexOf("@");
     if (at <= 0 || at === text.length - 1)
         throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-1.7B@70d244cc`);
