@@ -9,7 +9,7 @@ import { existsSync } from "node:fs";
 import { access, constants, readFile, stat } from "node:fs/promises";
 import path from "node:path";
 import { createSpecdraftClient, defaultTimeoutMs } from "../client/createDraftClient.js";
-import type { DraftFailureKind } from "../client/types.js";
+import type { DraftClient, DraftFailureKind } from "../client/types.js";
 import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { checkDataManifest } from "../pack/dataManifest.js";
 import {
@@ -24,7 +24,7 @@ import { describeLargestParts, folderBytes, formatByteCount } from "../pack/fold
 import { specdraftRoot } from "../pack/packDrafter.js";
 import type { HeldOutSet } from "../validate/readHeldOutFile.js";
 import { summarizeWalk } from "../validate/summarizeWalk.js";
-import type { WalkResult } from "../validate/types.js";
+import type { WalkResult, WalkSummary } from "../validate/types.js";
 import { defaultConcurrency, walkHeldOut } from "../validate/walkHeldOut.js";
 import { type CleanEnvironment, makeCleanEnvironment } from "./cleanEnvironment.js";
 import { sampleWindows } from "./sampleWindows.js";
@@ -76,81 +76,13 @@ export async function runSelfcheck(
         for (const name of names) decide(name, false, `not run: ${why}`);
     };
 
-    // prerequisites: the files at the top, well-formed
-    const dir = options.dir;
-    const problems: string[] = [];
-    const found: string[] = [];
-    let architecture: ArchitectureFile | undefined;
-    try {
-        const checked = checkArchitectureFile(JSON.parse(await readFile(path.join(dir, architectureFileName), "utf8")));
-        if (typeof checked === "string") problems.push(`${architectureFileName}: ${checked}`);
-        else {
-            architecture = checked;
-            const model = await stat(path.join(dir, checked.model_file)).catch(() => undefined);
-            if (!model?.isFile())
-                problems.push(
-                    `${architectureFileName} names model_file ${checked.model_file}, which is not in the folder`,
-                );
-            else
-                found.push(
-                    `${architectureFileName} (${checked.architecture}, ${checked.quantization}, k ${checked.draft_length}, lookahead ${checked.lookahead ?? "serve's default"}, base ${checked.base_model ? `${checked.base_model.name}@${checked.base_model.revision ?? "?"}` : "not recorded"})`,
-                );
-        }
-    } catch (error) {
-        problems.push(`${architectureFileName}: ${describeReadError(error)}`);
-    }
-    const serveScript = path.join(dir, serveScriptName);
-    let serveScriptRunnable = false;
-    try {
-        await access(serveScript, constants.X_OK);
-        serveScriptRunnable = (await stat(serveScript)).isFile();
-        found.push(serveScriptName);
-    } catch (error) {
-        problems.push(
-            (error as NodeJS.ErrnoException).code === "ENOENT"
-                ? `${serveScriptName}: missing`
-                : `${serveScriptName}: not executable (chmod +x ${serveScriptName})`,
-        );
-    }
-    try {
-        const manifest = checkDataManifest(JSON.parse(await readFile(path.join(dir, dataManifestFileName), "utf8")));
-        if (typeof manifest === "string") problems.push(`${dataManifestFileName}: ${manifest}`);
-        else
-            found.push(
-                `${dataManifestFileName} (${manifest.sources.length} sources${manifest.complete ? "" : ", marked incomplete"})`,
-            );
-    } catch (error) {
-        problems.push(`${dataManifestFileName}: ${describeReadError(error)}`);
-    }
-    decide("prerequisites", problems.length === 0, problems.length === 0 ? found.join(", ") : problems.join("; "));
+    const prerequisites = await checkPrerequisites(options.dir);
+    const { architecture } = prerequisites;
+    decide("prerequisites", prerequisites.ok, prerequisites.figure);
+    const size = await checkSize(options.dir, architecture, options.maxBytes ?? defaultMaxFolderBytes);
+    decide("size", size.ok, size.figure);
 
-    // size: every byte in the folder, and what of the cap the model and a bundled runtime take
-    const maxBytes = options.maxBytes ?? defaultMaxFolderBytes;
-    try {
-        const { total, parts } = await folderBytes(dir);
-        const share = (bytes: number): string =>
-            `${formatByteCount(bytes)} = ${((100 * bytes) / maxBytes).toFixed(1)} %`;
-        const model = architecture ? parts.find((p) => p.path === architecture?.model_file) : undefined;
-        const runtime = architecture?.runtime;
-        const split = [
-            ...(model ? [`model ${share(model.bytes)}`] : []),
-            ...(runtime
-                ? [`runtime ${share(runtime.bytes)} (node ${runtime.node}, ${runtime.backends.join(" + ")})`]
-                : []),
-        ];
-        decide(
-            "size",
-            total <= maxBytes,
-            `${formatByteCount(total)} ${total <= maxBytes ? "≤" : ">"} ${formatByteCount(maxBytes)}` +
-                (split.length > 0 ? `: ${split.join(", ")} of the cap` : "") +
-                (runtime ? "" : "; no runtime bundled: serve.sh needs node and specdraft on the host") +
-                (total <= maxBytes ? "" : `; largest parts: ${describeLargestParts(parts)}`),
-        );
-    } catch (error) {
-        decide("size", false, describeReadError(error));
-    }
-
-    if (!serveScriptRunnable) {
+    if (!prerequisites.serveScriptRunnable) {
         notRun(
             ["startup", "smoke", "serving time", "failures", "healthy after walk"],
             `no runnable ${serveScriptName}`,
@@ -158,6 +90,8 @@ export async function runSelfcheck(
         return finish(gates, null);
     }
 
+    const dir = options.dir;
+    const serveScript = path.join(dir, serveScriptName);
     const port = await findFreePort();
     const baseUrl = `http://127.0.0.1:${port}`;
     let server: ServeProcess | undefined;
@@ -211,40 +145,9 @@ export async function runSelfcheck(
                     : `POST /draft: ${smoke.failure}: ${smoke.message}`,
             );
 
-        // serving time over the whole set, walked or projected from the sample
-        const totalTokens = heldOut.conversations.reduce((sum, c) => sum + c.continuationTokens.length, 0);
-        const sampled = !options.full;
-        const walked = sampled
-            ? sampleWindows(heldOut.conversations, {
-                  conversations: options.sampleConversations ?? defaultSampleConversations,
-                  windowTokens: options.windowTokens ?? defaultWindowTokens,
-                  windowsPerConversation: options.windowsPerConversation ?? defaultWindowsPerConversation,
-              })
-            : heldOut.conversations;
-        const walkedTokens = walked.reduce((sum, c) => sum + c.continuationTokens.length, 0);
-        hooks.onWalkStart?.(walkedTokens, sampled);
-        let result: WalkResult;
-        try {
-            result = await walkHeldOut(walked, client, {
-                draftLength,
-                concurrency: options.concurrency ?? defaultConcurrency,
-                onProgress: hooks.onWalkProgress,
-            });
-        } finally {
-            hooks.onWalkEnd?.();
-        }
-        const summary = summarizeWalk(result);
+        const { serving, summary } = await walkForServingTime(heldOut, client, draftLength, options, hooks);
         tau = summary.tau;
-        const budget = options.budgetSeconds ?? defaultBudgetSeconds;
-        const projected = walkedTokens > 0 ? result.servingSeconds * (totalTokens / walkedTokens) : 0;
-        const servingFigure = sampled
-            ? `projected ${projected.toFixed(1)} s for ${totalTokens} tokens (${result.conversations.length} windows, ${walkedTokens} tokens walked in ${result.servingSeconds.toFixed(1)} s)`
-            : `${projected.toFixed(1)} s for ${totalTokens} tokens`;
-        decide(
-            "serving time",
-            projected <= budget,
-            `${servingFigure} ${projected <= budget ? "≤" : ">"} budget ${budget} s; τ ${tau === null ? "n/a" : tau.toFixed(3)} on what was walked`,
-        );
+        decide("serving time", serving.ok, serving.figure);
 
         const maxFailures = options.maxFailures ?? defaultMaxFailures;
         const f = summary.failures;
@@ -267,6 +170,144 @@ export async function runSelfcheck(
         await server?.stop();
         await clean?.remove();
     }
+}
+
+/** A gate's verdict and the figure that backs it. */
+interface GateVerdict {
+    ok: boolean;
+    figure: string;
+}
+
+/**
+ * The prerequisites gate: architecture.json (well-formed, naming a model file that is there), an executable serve.sh
+ * and a well-formed data manifest at the folder's top.
+ */
+async function checkPrerequisites(
+    dir: string,
+): Promise<GateVerdict & { architecture?: ArchitectureFile; serveScriptRunnable: boolean }> {
+    const problems: string[] = [];
+    const found: string[] = [];
+    let architecture: ArchitectureFile | undefined;
+    try {
+        const checked = checkArchitectureFile(JSON.parse(await readFile(path.join(dir, architectureFileName), "utf8")));
+        if (typeof checked === "string") problems.push(`${architectureFileName}: ${checked}`);
+        else {
+            architecture = checked;
+            const model = await stat(path.join(dir, checked.model_file)).catch(() => undefined);
+            if (!model?.isFile())
+                problems.push(
+                    `${architectureFileName} names model_file ${checked.model_file}, which is not in the folder`,
+                );
+            else
+                found.push(
+                    `${architectureFileName} (${checked.architecture}, ${checked.quantization}, k ${checked.draft_length}, lookahead ${checked.lookahead ?? "serve's default"}, base ${checked.base_model ? `${checked.base_model.name}@${checked.base_model.revision ?? "?"}` : "not recorded"})`,
+                );
+        }
+    } catch (error) {
+        problems.push(`${architectureFileName}: ${describeReadError(error)}`);
+    }
+    const serveScript = path.join(dir, serveScriptName);
+    let serveScriptRunnable = false;
+    try {
+        await access(serveScript, constants.X_OK);
+        serveScriptRunnable = (await stat(serveScript)).isFile();
+        found.push(serveScriptName);
+    } catch (error) {
+        problems.push(
+            (error as NodeJS.ErrnoException).code === "ENOENT"
+                ? `${serveScriptName}: missing`
+                : `${serveScriptName}: not executable (chmod +x ${serveScriptName})`,
+        );
+    }
+    try {
+        const manifest = checkDataManifest(JSON.parse(await readFile(path.join(dir, dataManifestFileName), "utf8")));
+        if (typeof manifest === "string") problems.push(`${dataManifestFileName}: ${manifest}`);
+        else
+            found.push(
+                `${dataManifestFileName} (${manifest.sources.length} sources${manifest.complete ? "" : ", marked incomplete"})`,
+            );
+    } catch (error) {
+        problems.push(`${dataManifestFileName}: ${describeReadError(error)}`);
+    }
+    const ok = problems.length === 0;
+    return { ok, figure: ok ? found.join(", ") : problems.join("; "), architecture, serveScriptRunnable };
+}
+
+/** The size gate: every byte in the folder against the cap, and what of the cap the model and a bundled runtime take. */
+async function checkSize(
+    dir: string,
+    architecture: ArchitectureFile | undefined,
+    maxBytes: number,
+): Promise<GateVerdict> {
+    try {
+        const { total, parts } = await folderBytes(dir);
+        const share = (bytes: number): string =>
+            `${formatByteCount(bytes)} = ${((100 * bytes) / maxBytes).toFixed(1)} %`;
+        const model = architecture ? parts.find((p) => p.path === architecture.model_file) : undefined;
+        const runtime = architecture?.runtime;
+        const split = [
+            ...(model ? [`model ${share(model.bytes)}`] : []),
+            ...(runtime
+                ? [`runtime ${share(runtime.bytes)} (node ${runtime.node}, ${runtime.backends.join(" + ")})`]
+                : []),
+        ];
+        return {
+            ok: total <= maxBytes,
+            figure:
+                `${formatByteCount(total)} ${total <= maxBytes ? "≤" : ">"} ${formatByteCount(maxBytes)}` +
+                (split.length > 0 ? `: ${split.join(", ")} of the cap` : "") +
+                (runtime ? "" : "; no runtime bundled: serve.sh needs node and specdraft on the host") +
+                (total <= maxBytes ? "" : `; largest parts: ${describeLargestParts(parts)}`),
+        };
+    } catch (error) {
+        return { ok: false, figure: describeReadError(error) };
+    }
+}
+
+/**
+ * The serving-time gate: the whole held-out set walked, or (by default) a sample of windows walked and the time
+ * projected to the whole set, against the budget; the walk's summary feeds the failures gate.
+ */
+async function walkForServingTime(
+    heldOut: HeldOutSet,
+    client: DraftClient,
+    draftLength: number,
+    options: SelfcheckOptions,
+    hooks: SelfcheckHooks,
+): Promise<{ serving: GateVerdict; summary: WalkSummary }> {
+    const totalTokens = heldOut.conversations.reduce((sum, c) => sum + c.continuationTokens.length, 0);
+    const sampled = !options.full;
+    const walked = sampled
+        ? sampleWindows(heldOut.conversations, {
+              conversations: options.sampleConversations ?? defaultSampleConversations,
+              windowTokens: options.windowTokens ?? defaultWindowTokens,
+              windowsPerConversation: options.windowsPerConversation ?? defaultWindowsPerConversation,
+          })
+        : heldOut.conversations;
+    const walkedTokens = walked.reduce((sum, c) => sum + c.continuationTokens.length, 0);
+    hooks.onWalkStart?.(walkedTokens, sampled);
+    let result: WalkResult;
+    try {
+        result = await walkHeldOut(walked, client, {
+            draftLength,
+            concurrency: options.concurrency ?? defaultConcurrency,
+            onProgress: hooks.onWalkProgress,
+        });
+    } finally {
+        hooks.onWalkEnd?.();
+    }
+    const summary = summarizeWalk(result);
+    const tau = summary.tau;
+    const budget = options.budgetSeconds ?? defaultBudgetSeconds;
+    const projected = walkedTokens > 0 ? result.servingSeconds * (totalTokens / walkedTokens) : 0;
+    const servingFigure = sampled
+        ? `projected ${projected.toFixed(1)} s for ${totalTokens} tokens (${result.conversations.length} windows, ${walkedTokens} tokens walked in ${result.servingSeconds.toFixed(1)} s)`
+        : `${projected.toFixed(1)} s for ${totalTokens} tokens`;
+    const serving = {
+        ok: projected <= budget,
+        figure: `${servingFigure} ${projected <= budget ? "≤" : ">"} budget ${budget} s; τ ${tau === null ? "n/a" : tau.toFixed(3)} on what was walked`,
+    };
+    return { serving, summary };
 }
 
 function finish(gates: GateResult[], tau: number | null): SelfcheckResult {
