@@ -51,8 +51,8 @@ class HttpDraftTokenPredictor extends StateTokenPredictor {
     private readonly vocabSize: number;
     private readonly onFailure?: (message: string) => void;
     private conversation = newConversationKey();
+    /** Set on the first failure (or from the start, `disabled`): no more drafts are asked for. */
     private failed: boolean;
-    private requestCount = 0;
 
     constructor(options: HttpDraftTokenPredictorOptions) {
         super();
@@ -66,16 +66,6 @@ class HttpDraftTokenPredictor extends StateTokenPredictor {
         this.failed = options.disabled ?? false;
     }
 
-    /** True once the drafter failed: no more drafts are asked for. */
-    get hasFailed(): boolean {
-        return this.failed;
-    }
-
-    /** Draft requests sent. */
-    get requests(): number {
-        return this.requestCount;
-    }
-
     override reset(params: { stateTokens: Token[] }): void {
         super.reset(params);
         this.conversation = newConversationKey();
@@ -83,7 +73,6 @@ class HttpDraftTokenPredictor extends StateTokenPredictor {
 
     async predictTokens(): Promise<Token[]> {
         if (this.failed || this.stateTokens.length === 0) return [];
-        this.requestCount++;
         const outcome = await this.client.draft(this.stateTokens, this.draftLength, this.conversation);
         if (!outcome.ok) return this.fail(`${outcome.failure}: ${outcome.message}`);
         const bad = outcome.draft.findIndex((id) => id >= this.vocabSize);
