@@ -3,7 +3,7 @@
  * drafter step's cost at m tokens of one sequence (generateCosts' draft_step_by_m, on the job's machine), the
  * break-even tokens per step step(m) ÷ step(1), the tokens per step a trained drafter gives on real text with M = m − 1
  * candidates (bench/lookaheadSteps.ts: a results folder's `lookahead-steps.json`), the drafts of 8 and 16 composed
- * from the two (src/generate/speedUpModel.ts), and the projected speed-up with the best M.
+ * from the two (bench/speedUpModel.ts), and the projected speed-up with the best M.
  */
 import {
     breakEvenTokensPerStep,
@@ -13,7 +13,7 @@ import {
     projectSpeedUp,
     type StepCosts,
     withCandidates,
-} from "../src/generate/speedUpModel.js";
+} from "./speedUpModel.js";
 
 /** bench/lookaheadSteps.ts's output (the parts read here). */
 export interface LookaheadStepsJson {

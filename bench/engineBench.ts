@@ -19,7 +19,7 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import { type KvType, kvTypes } from "../src/engine/readEngineEnv.js";
 import type { DraftEngine, EngineInfo, GpuChoice } from "../src/engine/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
-import { seededRandom } from "./seededRandom.js";
+import { seededRandom } from "../test/helpers/seededRandom.js";
 
 interface BenchFlags {
     model: string;

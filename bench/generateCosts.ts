@@ -1,6 +1,6 @@
 /**
  * Where the time of one speculative step goes, measured on this machine: what `specdraft generate` pays per target
- * step and per draft, so that its speed-up can be predicted (and explained) from τ (src/generate/speedUpModel.ts):
+ * step and per draft, so that its speed-up can be predicted (and explained) from τ (bench/speedUpModel.ts):
  *
  *   speed-up(k) ≈ τ(k) · alone / (verify(k + 1) + draft(k))
  *
@@ -32,7 +32,7 @@
  *   its own token and M prompt-lookup candidates, fillers where the lookup has none, so every step has exactly m — the
  *   mean decode ms (submit / wait) of the walk's steps of m tokens, and the walk's drafts of 8 and 16 with those
  *   candidates (their tokens per step are this synthetic text's; real text's come from bench/lookaheadSteps.ts, and
- *   src/generate/speedUpModel.ts composes the two); m1 is the same engine without candidates, in the same process.
+ *   bench/speedUpModel.ts composes the two); m1 is the same engine without candidates, in the same process.
  *
  *   node --import tsx bench/generateCosts.ts [--target T.gguf] [--drafter http://127.0.0.1:8000] [--draft-model D.gguf]
  *       [--interleave-target T.gguf] [--gpu cuda] [--repeats 20] > costs.json
@@ -48,7 +48,7 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
-import { seededRandom } from "./seededRandom.js";
+import { seededRandom } from "../test/helpers/seededRandom.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
 const verifySizes = [1, 3, 5, 7, 9, 17];

@@ -16,13 +16,6 @@
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
-import {
-    expectedTokensPerStep,
-    predictRunSpeedUp,
-    projectSpeedUp,
-    type StepCosts,
-    withCandidates,
-} from "../src/generate/speedUpModel.js";
 import type { GenerateSummary } from "../src/generate/types.js";
 import {
     candidateChoices,
@@ -32,6 +25,13 @@ import {
     type StepByM,
     tokensPerStepTable,
 } from "./candidateTables.js";
+import {
+    expectedTokensPerStep,
+    predictRunSpeedUp,
+    projectSpeedUp,
+    type StepCosts,
+    withCandidates,
+} from "./speedUpModel.js";
 
 /** Drafts of k the table projects, and the per-token agreements (0.81: τ 5.1 at k = 16, the 1.7B → 8B estimate). */
 export const tableDraftLengths = [2, 4, 6, 8, 16];

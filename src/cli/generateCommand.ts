@@ -6,6 +6,7 @@
 import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
+import { defaultGenerateTimeoutMs } from "../client/createDraftClient.js";
 import {
     defaultDraftLength,
     defaultGpu,
@@ -14,7 +15,7 @@ import {
     maxLookahead,
 } from "../engine/engineDefaults.js";
 import type { GpuChoice } from "../engine/types.js";
-import { type DraftSourceSpec, defaultDraftTimeoutMs } from "../generate/openDraftSource.js";
+import type { DraftSourceSpec } from "../generate/openDraftSource.js";
 import {
     defaultMaxTokens,
     defaultRuns,
@@ -24,7 +25,7 @@ import {
     runGenerate,
 } from "../generate/runGenerate.js";
 import { formatGenerateReport, judgeDifferences } from "../generate/summarizeGeneration.js";
-import { GenerateError, type GenerateSummary, type VerifierKind } from "../generate/types.js";
+import { GenerateError, type GenerateSummary, type VerifierKind, verifierKinds } from "../generate/types.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
@@ -198,7 +199,7 @@ export function generateCommand(): Command {
                     "exact-node-llama-cpp: the same loop through node-llama-cpp; node-llama-cpp: the library's speculative path " +
                     "(accepts ≤ 1 draft token a step)",
             )
-                .choices(["exact", "exact-node-llama-cpp", "node-llama-cpp"])
+                .choices(verifierKinds)
                 .default(defaultVerifier),
         )
         .option(
@@ -215,7 +216,7 @@ export function generateCommand(): Command {
             "--timeout-ms <ms>",
             "per-request timeout of the drafter server",
             parseIntegerOption(1),
-            defaultDraftTimeoutMs,
+            defaultGenerateTimeoutMs,
         )
         .option(
             "--draft-lookahead <n>",

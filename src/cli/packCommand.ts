@@ -4,11 +4,11 @@
  * `specdraft selfcheck` (and a grader) can run as is, and refuses one over --max-bytes.
  */
 import { Command, Option } from "commander";
+import { defaultDraftLength, maxLookahead } from "../engine/engineDefaults.js";
 import { type BundleGpu, bundleGpus } from "../pack/bundleRuntime.js";
 import { defaultMaxFolderBytes } from "../pack/drafterFolder.js";
 import { formatByteCount } from "../pack/folderBytes.js";
 import { PackError, type PackOptions, packDrafter } from "../pack/packDrafter.js";
-import { defaultDraftLength, maxLookahead } from "../server/serveDefaults.js";
 import { type CommandIo, parseByteCountOption, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 

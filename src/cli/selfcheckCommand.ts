@@ -6,7 +6,7 @@ import cliProgress from "cli-progress";
 import { Command } from "commander";
 import { defaultTimeoutMs } from "../client/createDraftClient.js";
 import { defaultMaxFolderBytes } from "../pack/drafterFolder.js";
-import { runSelfcheck } from "../pack/selfcheck/runSelfcheck.js";
+import { runSelfcheck } from "../selfcheck/runSelfcheck.js";
 import {
     defaultBudgetSeconds,
     defaultMaxFailures,
@@ -16,7 +16,7 @@ import {
     defaultWindowTokens,
     gateNames,
     type SelfcheckOptions,
-} from "../pack/selfcheck/types.js";
+} from "../selfcheck/types.js";
 import { defaultConcurrency } from "../validate/walkHeldOut.js";
 import {
     type CommandIo,

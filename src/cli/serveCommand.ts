@@ -6,32 +6,34 @@
 import { resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, Option } from "commander";
-import { loadEngine } from "../engine/loadEngine.js";
-import type { GpuChoice } from "../engine/types.js";
-import { runServe } from "../server/runServe.js";
 import {
-    defaultBodyLimit,
     defaultContextSize,
     defaultDraftLength,
     defaultGpu,
-    defaultHost,
     defaultLookahead,
     defaultMaxQueue,
-    defaultModelFile,
-    defaultPort,
     defaultStreams,
     gpuChoices,
-    maxDraftLength,
     maxLookahead,
+} from "../engine/engineDefaults.js";
+import { loadEngine } from "../engine/loadEngine.js";
+import type { GpuChoice } from "../engine/types.js";
+import {
+    defaultBodyLimit,
+    defaultHost,
+    defaultModelFile,
+    defaultPort,
+    maxDraftLength,
 } from "../server/serveDefaults.js";
 import type { ServeOptions } from "../server/startServer.js";
 import { parseIntegerOption } from "./commandOptions.js";
+import { runServe } from "./runServe.js";
 
 /** The package root: this file is src/cli/serveCommand.ts or dist/cli/serveCommand.js. */
 const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
 
 /** The model served without --model, resolved against the package root (not the working directory). */
-export const defaultModelPath = resolve(packageRoot, defaultModelFile);
+const defaultModelPath = resolve(packageRoot, defaultModelFile);
 
 /** What commander hands the action. */
 interface ServeFlags {

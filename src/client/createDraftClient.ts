@@ -10,8 +10,17 @@ import { withTrailingSlash } from "./withTrailingSlash.js";
 
 const llamaServerPrefix = "llama-server+";
 
-/** How long one draft request may take before it counts as a failure. Defaults to `30000` ms. */
+/*
+ * The two per-request timeouts, side by side because they differ on purpose. validate and selfcheck measure a
+ * drafter: 32 conversations at once against one server, a late answer scored as a failed draft that fails the run, so
+ * they wait until only a hung server is late. generate races the target instead: a draft is worth having only before
+ * the target could have made its tokens alone (milliseconds a token), so after 5 s the drafter counts as failing and
+ * generation goes on without it (docs/generate.md).
+ */
+/** How long one draft request of validate and selfcheck may take before it counts as a failure. Defaults to `30000` ms. */
 export const defaultTimeoutMs = 30_000;
+/** How long one draft request of generate may take before the drafter counts as failing. Defaults to `5000` ms. */
+export const defaultGenerateTimeoutMs = 5_000;
 
 /** What every adapter needs besides the server's URL. */
 export interface DraftClientOptions {
@@ -82,10 +91,7 @@ export function createSpecdraftClient(baseUrl: string, options: DraftClientOptio
  * forced; the answer's `"tokens"` is the draft. `baseUrl` is llama-server's root, e.g. `http://127.0.0.1:8080` (without
  * the `llama-server+` prefix).
  */
-export function createLlamaServerClient(
-    baseUrl: string,
-    options: DraftClientOptions & { displayUrl?: string },
-): DraftClient {
+function createLlamaServerClient(baseUrl: string, options: DraftClientOptions & { displayUrl?: string }): DraftClient {
     const endpoint = new URL("completion", withTrailingSlash(baseUrl)).href;
     return {
         name: options.name,

@@ -3,8 +3,21 @@
  * it before they send drafts — the vocabulary (generate and validate refuse another fingerprint than their data's) and
  * the context a sequence holds (validate refuses conversations that would overflow it).
  */
-import type { LookaheadSettings } from "../engine/types.js";
 import { withTrailingSlash } from "./withTrailingSlash.js";
+
+/**
+ * `/info`'s `lookahead` as a client reads it (`step_tokens` in the JSON): the server's engine settings
+ * (LookaheadSettings in src/engine/types.ts) as they come over the wire. Written out here so the client imports nothing
+ * from the engine and runs against any server (src/server/schemas/infoSchemas.ts describes the JSON).
+ */
+export interface ServerLookahead {
+    /** Prompt-lookup guesses per sequence and step at most; 0: off. */
+    candidates: number;
+    /** The step's token budget across its sequences. */
+    stepTokens: number;
+    /** Whether every step decodes that many positions (fillers where the lookup has fewer). */
+    fill: boolean;
+}
 
 /** The fields of `GET /info` a client relies on. */
 export interface ServerInfo {
@@ -17,7 +30,7 @@ export interface ServerInfo {
     /** Tokens one sequence holds, prompt + draft, when the server says. */
     contextSize?: number;
     /** Its drafter steps' prompt-lookup candidates (docs/engine.md), when the server says (servers before them do not). */
-    lookahead?: LookaheadSettings;
+    lookahead?: ServerLookahead;
 }
 
 /** Why `/info` gave nothing usable: no connection (the server is not there), a non-2xx status, or another shape. */
@@ -71,7 +84,7 @@ export async function fetchServerInfo(baseUrl: string, timeoutMs: number): Promi
     };
 }
 
-function readLookahead(value: unknown): LookaheadSettings | undefined {
+function readLookahead(value: unknown): ServerLookahead | undefined {
     const { candidates, step_tokens: stepTokens, fill } = (value ?? {}) as Record<string, unknown>;
     return typeof candidates === "number" && typeof stepTokens === "number" && typeof fill === "boolean"
         ? { candidates, stepTokens, fill }

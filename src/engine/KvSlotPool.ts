@@ -8,7 +8,7 @@
  */
 
 /** Common prefixes shorter than this do not count as a match. Defaults to `8`. */
-export const defaultMinPrefixReuse = 8;
+const defaultMinPrefixReuse = 8;
 
 export interface SlotLease {
     slot: number;

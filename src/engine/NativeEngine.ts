@@ -12,7 +12,6 @@
  * now holds.
  */
 
-import { defaultMaxQueue } from "./engineDefaults.js";
 import { engineError } from "./errors.js";
 import { KvSlotPool } from "./KvSlotPool.js";
 import {
@@ -24,16 +23,18 @@ import {
 import type { DraftEngine, DraftOptions, EngineInfo, EngineObserver } from "./types.js";
 import { validateDraftRequest } from "./validateDraftRequest.js";
 
+/** The batching settings, resolved by loadEngine (which applies their defaults, once). */
 export interface NativeEngineOptions {
-    /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */
-    maxQueue?: number;
+    /** Requests that may wait for a free stream before new ones get queue_full. */
+    maxQueue: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
     /**
      * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or JS interrupts it).
-     * 1 gives the old one-round-trip-per-step loop, kept to measure what the round trips cost. Defaults to `0`.
+     * 1 gives the old one-round-trip-per-step loop, kept to measure what the round trips cost (bench/engineBench.ts
+     * `--max-steps-per-run`).
      */
-    maxStepsPerRun?: number;
+    maxStepsPerRun: number;
 }
 
 interface PendingDraft {
@@ -77,13 +78,13 @@ export class NativeEngine implements DraftEngine {
     private closed: Promise<void> | undefined;
 
     /** Takes a loaded native engine; `info` describes it. */
-    constructor(native: NativeEngineHandle, info: EngineInfo, options: NativeEngineOptions = {}) {
+    constructor(native: NativeEngineHandle, info: EngineInfo, options: NativeEngineOptions) {
         this.native = native;
         this.info = info;
         this.pool = new KvSlotPool(info.streams);
-        this.maxQueue = options.maxQueue ?? defaultMaxQueue;
+        this.maxQueue = options.maxQueue;
         this.observer = options.observer ?? {};
-        this.maxStepsPerRun = options.maxStepsPerRun ?? 0;
+        this.maxStepsPerRun = options.maxStepsPerRun;
     }
 
     draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {

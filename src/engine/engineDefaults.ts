@@ -1,8 +1,8 @@
 /**
  * The drafting defaults, each defined here once: the engine's own (streams, context size, queue, backend, batch
  * sizes) and the draft length every caller asks for when it is not told (serve's default `n`, the validator's and
- * selfcheck's k, generate's k, pack's recorded draft length, the benches). src/server/serveDefaults.ts re-exports
- * serve's share of them.
+ * selfcheck's k, generate's k, pack's recorded draft length, the benches). Every folder imports them from here;
+ * src/server/serveDefaults.ts holds only what is serve's own.
  */
 import type { GpuChoice, LookaheadSettings } from "./types.js";
 

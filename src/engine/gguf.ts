@@ -142,14 +142,14 @@ export function vocabFingerprint(tokens: readonly string[]): string {
 }
 
 /** A file's vocabulary: its size (0 ≤ id < size) and fingerprint. */
-export interface GgufVocabulary {
+interface GgufVocabulary {
     size: number;
     /** sha256 (hex) of `tokenizer.ggml.tokens`: the value a specdraft server reports as `vocab_fingerprint`. */
     fingerprint: string;
 }
 
 /** The header's vocabulary; throws EngineLoadError when it has none (tokenizer.ggml.tokens). */
-export function ggufVocabulary(header: Pick<GgufHeader, "path" | "metadata">): GgufVocabulary {
+function ggufVocabulary(header: Pick<GgufHeader, "path" | "metadata">): GgufVocabulary {
     const tokens = header.metadata.tokenizer?.ggml?.tokens;
     if (!Array.isArray(tokens) || tokens.length === 0)
         throw new EngineLoadError(`Model file ${header.path} has no vocabulary (tokenizer.ggml.tokens).`);

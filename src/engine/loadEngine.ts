@@ -1,6 +1,6 @@
 /**
- * Loads a GGUF drafter into a DraftEngine: reads the file's header (clear one-line errors for a missing or corrupt
- * file), loads the native draft loop built for the chosen backend, and wraps it in the batching NativeEngine.
+ * Loads a GGUF drafter into a DraftEngine: reads the file's header unless the caller hands it over (clear one-line
+ * errors for a missing or corrupt file), loads the native draft loop built for the chosen backend, and wraps it in the batching NativeEngine.
  */
 
 import { defaultThreads } from "./defaultThreads.js";
@@ -17,7 +17,7 @@ import {
     maxLookahead,
 } from "./engineDefaults.js";
 import { EngineLoadError } from "./errors.js";
-import { readModelFileInfo } from "./gguf.js";
+import { type ModelFileInfo, readModelFileInfo } from "./gguf.js";
 import { NativeEngine } from "./NativeEngine.js";
 import { loadNativeAddon, type NativeEngineHandle } from "./nativeAddon.js";
 import { type EngineEnvSettings, type KvType, readEngineEnv } from "./readEngineEnv.js";
@@ -25,6 +25,12 @@ import type { ComputeBackend, DraftEngine, EngineObserver, GpuChoice, LookaheadS
 
 export interface LoadEngineOptions {
     modelPath: string;
+    /**
+     * `modelPath`'s header as readModelFileInfo gave it, when the caller has read it already (serve reads it before it
+     * listens, generate before it loads weights, to check the vocabulary), so the file's header is read once. Defaults to
+     * reading it here.
+     */
+    modelFile?: ModelFileInfo;
     /** Sequences held at once (each with its own KV cache of `contextSize` tokens). Defaults to `32`. */
     streams?: number;
     /** Tokens per sequence: a request's prompt plus its draft must fit. Defaults to `4096`. */
@@ -146,7 +152,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
     if (lookaheadStepTokens !== undefined && !(Number.isInteger(lookaheadStepTokens) && lookaheadStepTokens >= 1))
         throw new RangeError(`lookaheadStepTokens must be an integer ≥ 1, got ${lookaheadStepTokens}.`);
 
-    const file = await readModelFileInfo(options.modelPath);
+    const file = options.modelFile ?? (await readModelFileInfo(options.modelPath));
     const addon = loadNativeAddon(options.gpu ?? defaultGpu);
     const wantsGpu = addon.variant !== "cpu";
     const lookaheadFor = (onGpu: boolean): LookaheadSettings => {

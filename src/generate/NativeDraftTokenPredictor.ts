@@ -4,14 +4,14 @@
  * what `specdraft serve` does behind `POST /draft`, without HTTP. The greedy token of each step is the engine's
  * (in llama.cpp's graph on a GPU), and its steps keep one shape so ggml-cuda replays its CUDA graph.
  */
-import { type Token, TokenPredictor } from "node-llama-cpp";
+import type { Token } from "node-llama-cpp";
 import type { DraftEngine } from "../engine/types.js";
+import { StateTokenPredictor } from "./StateTokenPredictor.js";
 
-export class NativeDraftTokenPredictor extends TokenPredictor {
+export class NativeDraftTokenPredictor extends StateTokenPredictor {
     private readonly engine: DraftEngine;
     private readonly draftLength: number;
     private readonly eogIds: ReadonlySet<number>;
-    private stateTokens: Token[] = [];
 
     /**
      * `engine` is used, not owned: the caller closes it. `draftLength` is k; a draft ends after the first of `eogIds`
@@ -22,14 +22,6 @@ export class NativeDraftTokenPredictor extends TokenPredictor {
         this.engine = engine;
         this.draftLength = draftLength;
         this.eogIds = eogIds;
-    }
-
-    reset({ stateTokens }: { stateTokens: Token[] }): void {
-        this.stateTokens = stateTokens.slice();
-    }
-
-    pushTokens(tokens: Token[]): void {
-        for (const token of tokens) this.stateTokens.push(token);
     }
 
     async predictTokens(): Promise<Token[]> {

@@ -15,7 +15,7 @@ import { type NativeTargetHandle, nativeTargetStatFields } from "./nativeTargetA
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
  * step decodes in the same batches as the exact verifier over node-llama-cpp and computes the same numbers on the CPU.
  */
-export const defaultTargetBatchSize = 512;
+const defaultTargetBatchSize = 512;
 
 export interface NativeTargetOptions {
     modelPath: string;

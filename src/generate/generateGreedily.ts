@@ -10,17 +10,18 @@ import {
     type Token,
     TokenPredictor,
 } from "node-llama-cpp";
+import type { StateOnlyTokenPredictor } from "./StateTokenPredictor.js";
 import type { GenerationRun } from "./types.js";
 
 /**
  * Wraps any TokenPredictor and measures how long generation waits for its drafts, so every draft source reports a
  * draft time share the same way.
  */
-export class TimedTokenPredictor extends TokenPredictor {
-    private readonly inner: TokenPredictor;
+export class TimedTokenPredictor<Inner extends TokenPredictor = TokenPredictor> extends TokenPredictor {
+    private readonly inner: Inner;
     private waitedMs = 0;
 
-    constructor(inner: TokenPredictor) {
+    constructor(inner: Inner) {
         super();
         this.inner = inner;
     }
@@ -36,6 +37,14 @@ export class TimedTokenPredictor extends TokenPredictor {
         evaluateOptions: Readonly<SequenceEvaluateOptions>;
     }): Promise<void> | void {
         return this.inner.reset(params);
+    }
+
+    /**
+     * reset() for a predictor that drafts from the state tokens alone: the native verifier has no node-llama-cpp
+     * sequence to give, and only such predictors can be reset without one.
+     */
+    resetState(this: TimedTokenPredictor<StateOnlyTokenPredictor>, stateTokens: Token[]): Promise<void> | void {
+        return this.inner.reset({ stateTokens });
     }
 
     pushTokens(tokens: Token[]): void {

@@ -7,13 +7,14 @@
  *   accept d1 … da while d(j+1) = oj; the step yields o0 … oa; the KV cells of the rejected d(a+1) … dk are dropped by
  *   the next step's `keep`.
  *
- * The drafts come from any TokenPredictor driven the library's way (reset → predictTokens → pushTokens); the
- * predictors used here (a specdraft server, a draft model in lock-step, the native drafter, prompt lookup) read only
- * the state tokens, never the target sequence node-llama-cpp would pass them.
+ * The drafts come from a TokenPredictor driven the library's way (reset → predictTokens → pushTokens) that reads only
+ * the state tokens, never the target sequence node-llama-cpp would pass it (StateOnlyTokenPredictor: a specdraft
+ * server, a draft model in lock-step, the native drafter, prompt lookup): there is no node-llama-cpp sequence here.
  */
-import type { LlamaContextSequence, Token } from "node-llama-cpp";
+import type { Token } from "node-llama-cpp";
 import { acceptDrafts, appendStepTokens, type TimedTokenPredictor } from "./generateGreedily.js";
 import type { NativeTarget } from "./NativeTarget.js";
+import type { StateOnlyTokenPredictor } from "./StateTokenPredictor.js";
 import type { GenerationRun } from "./types.js";
 
 /**
@@ -22,7 +23,7 @@ import type { GenerationRun } from "./types.js";
  */
 export async function generateWithNativeVerifier(
     target: NativeTarget,
-    predictor: TimedTokenPredictor,
+    predictor: TimedTokenPredictor<StateOnlyTokenPredictor>,
     prompt: readonly number[],
     maxTokens: number,
     draftLength: number,
@@ -35,12 +36,7 @@ export async function generateWithNativeVerifier(
     const started = performance.now();
 
     predictor.updateInputTokens(prompt.slice() as Token[]);
-    await predictor.reset({
-        // no node-llama-cpp sequence: see the header (DraftSequenceTokenPredictor, which reads it, is never used here)
-        targetSequence: undefined as unknown as LlamaContextSequence,
-        stateTokens: prompt.slice() as Token[],
-        evaluateOptions: { temperature: 0 },
-    });
+    await predictor.resetState(prompt.slice() as Token[]);
     // tokens not yet in the target's KV cache; the last one is the one whose next token we need
     let pending: number[] = prompt.slice();
     // tokens of the cache to keep: everything verified (the first step starts from an empty cache)

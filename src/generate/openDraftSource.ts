@@ -9,16 +9,18 @@ import {
     type Llama,
     type LlamaContextSequence,
     type Token,
-    TokenPredictor,
+    type TokenPredictor,
 } from "node-llama-cpp";
 import { newConversationKey } from "../client/conversationKey.js";
 import { createSpecdraftClient } from "../client/createDraftClient.js";
 import { fetchServerInfo, type ServerInfo } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
-import { readModelFileInfo } from "../engine/gguf.js";
+import { type ModelFileInfo, readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice, LookaheadSettings } from "../engine/types.js";
+import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
+import { type StateOnlyTokenPredictor, StateTokenPredictor } from "./StateTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
 
 // A node-llama-cpp TokenPredictor whose drafts come from a specdraft server: each prediction is one
@@ -28,39 +30,35 @@ import { type DraftSourceKind, GenerateError } from "./types.js";
 // A drafter that fails (unreachable, HTTP error, malformed answer, timeout) must not fail the generation: the first
 // failure is reported through `onFailure` and the predictor then offers no drafts, so the target carries on alone.
 
-/** How long one draft request may take before the drafter counts as failing. */
-export const defaultDraftTimeoutMs = 5000;
-
-export interface HttpDraftTokenPredictorOptions {
+interface HttpDraftTokenPredictorOptions {
     /** The server's root URL, e.g. `http://127.0.0.1:8000`. */
     url: string;
     /** Draft tokens asked for per request (k). */
     draftLength: number;
     /** The target's vocabulary size: a draft id outside 0 ≤ id < vocabSize counts as a malformed answer. */
     vocabSize: number;
-    /** Per-request timeout. Defaults to `5000` ms. */
-    timeoutMs?: number;
+    /** Per-request timeout (runGenerate resolves it: defaultGenerateTimeoutMs). */
+    timeoutMs: number;
     /** Called once, on the first failure, with a message naming the server and what went wrong. */
     onFailure?: (message: string) => void;
     /** Start without drafting (e.g. `/info` already failed). Defaults to `false`. */
     disabled?: boolean;
 }
 
-export class HttpDraftTokenPredictor extends TokenPredictor {
+class HttpDraftTokenPredictor extends StateTokenPredictor {
     private readonly client: DraftClient;
     private readonly draftLength: number;
     private readonly vocabSize: number;
     private readonly onFailure?: (message: string) => void;
-    private stateTokens: Token[] = [];
     private conversation = newConversationKey();
+    /** Set on the first failure (or from the start, `disabled`): no more drafts are asked for. */
     private failed: boolean;
-    private requestCount = 0;
 
     constructor(options: HttpDraftTokenPredictorOptions) {
         super();
         this.client = createSpecdraftClient(options.url, {
             name: options.url,
-            timeoutMs: options.timeoutMs ?? defaultDraftTimeoutMs,
+            timeoutMs: options.timeoutMs,
         });
         this.draftLength = options.draftLength;
         this.vocabSize = options.vocabSize;
@@ -68,28 +66,13 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
         this.failed = options.disabled ?? false;
     }
 
-    /** True once the drafter failed: no more drafts are asked for. */
-    get hasFailed(): boolean {
-        return this.failed;
-    }
-
-    /** Draft requests sent. */
-    get requests(): number {
-        return this.requestCount;
-    }
-
-    reset({ stateTokens }: { stateTokens: Token[] }): void {
-        this.stateTokens = stateTokens.slice();
+    override reset(params: { stateTokens: Token[] }): void {
+        super.reset(params);
         this.conversation = newConversationKey();
-    }
-
-    pushTokens(tokens: Token[]): void {
-        for (const token of tokens) this.stateTokens.push(token);
     }
 
     async predictTokens(): Promise<Token[]> {
         if (this.failed || this.stateTokens.length === 0) return [];
-        this.requestCount++;
         const outcome = await this.client.draft(this.stateTokens, this.draftLength, this.conversation);
         if (!outcome.ok) return this.fail(`${outcome.failure}: ${outcome.message}`);
         const bad = outcome.draft.findIndex((id) => id >= this.vocabSize);
@@ -105,58 +88,10 @@ export class HttpDraftTokenPredictor extends TokenPredictor {
     }
 }
 
-/**
- * A TokenPredictor over an in-process draft model that drafts in lock-step with the verifier: each `predictTokens()`
- * aligns the draft sequence's KV cache with the tokens so far (keeping the common prefix, accepted drafts included)
- * and generates k greedy tokens; nothing runs in the background.
- *
- * Used by the exact verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1) stops drafting
- * once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once) and then evaluates
- * the next token without its last drafted one, so a perfect drafter loses every other step.
- */
-export class GreedyDraftTokenPredictor extends TokenPredictor {
-    private readonly draftSequence: LlamaContextSequence;
-    private readonly draftLength: number;
-    private stateTokens: Token[] = [];
-
-    /** `draftSequence` belongs to the predictor from now on (it evaluates into it); `draftLength` is k. */
-    constructor(draftSequence: LlamaContextSequence, draftLength: number) {
-        super();
-        this.draftSequence = draftSequence;
-        this.draftLength = draftLength;
-    }
-
-    reset({ stateTokens }: { stateTokens: Token[] }): void {
-        this.stateTokens = stateTokens.slice();
-    }
-
-    pushTokens(tokens: Token[]): void {
-        for (const token of tokens) this.stateTokens.push(token);
-    }
-
-    async predictTokens(): Promise<Token[]> {
-        const state = this.stateTokens;
-        if (state.length === 0) return [];
-        const room = this.draftSequence.contextSize - state.length - 1;
-        const length = Math.min(this.draftLength, room);
-        if (length <= 0) return [];
-        // the KV cache keeps what it shares with everything but the last token; the rest is evaluated below
-        await this.draftSequence.adaptStateToTokens(state.slice(0, -1), false);
-        const draft: Token[] = [];
-        for await (const token of this.draftSequence.evaluate(state.slice(this.draftSequence.nextTokenIndex), {
-            temperature: 0,
-            yieldEogToken: true,
-        })) {
-            draft.push(token);
-            if (draft.length >= length || this.draftSequence.model.isEogToken(token)) break;
-        }
-        return draft;
-    }
-}
-
 export type DraftSourceSpec = { kind: "http"; url: string } | { kind: "model"; path: string } | { kind: "ngram" };
 
-export interface DraftSourceOptions {
+/** What every source is opened with; DraftSourceOptions and StateDraftSourceOptions add the draft model's predictor. */
+export interface DraftSourceCommon {
     /** Draft tokens the predictor prepares per step. */
     draftLength: number;
     /** The target's vocabulary and a name for it in messages. */
@@ -165,21 +100,14 @@ export interface DraftSourceOptions {
     llama: Llama;
     /** Context size for the draft model (source `model`): at least the target's. */
     contextSize: number;
-    /**
-     * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
-     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
-     * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
-     * without HTTP). Defaults to `library`.
-     */
-    draftModelPredictor?: "library" | "lock-step" | "native";
-    /** Where the native draft engine computes (`native` only). Defaults to `auto`. */
-    gpu?: GpuChoice;
+    /** Where the native draft engine computes (`native` only). */
+    gpu: GpuChoice;
     /** End-of-generation token ids of the (shared) vocabulary: a native draft ends after one. Defaults to none. */
     eogIds?: ReadonlySet<number>;
     /** Threads for the draft model's context. Defaults to node-llama-cpp's choice. */
     threads?: number;
-    /** Per-request timeout for the server (source `http`). Defaults to `5000` ms. */
-    timeoutMs?: number;
+    /** Per-request timeout for the server (source `http`); runGenerate resolves it (defaultGenerateTimeoutMs). */
+    timeoutMs: number;
     /**
      * Prompt-lookup candidates per step of the native draft engine (`native` only). Defaults to the engine's for its
      * backend (engineDefaults.ts: defaultLookahead).
@@ -189,7 +117,23 @@ export interface DraftSourceOptions {
     warn: (message: string) => void;
 }
 
-export interface DraftSource {
+export interface DraftSourceOptions extends DraftSourceCommon {
+    /**
+     * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
+     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
+     * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
+     * without HTTP). runGenerate picks it from the verifier.
+     */
+    draftModelPredictor: "library" | "lock-step" | "native";
+}
+
+/** openStateDraftSource's options: a draft model drafts in lock-step or in the native draft engine. */
+export interface StateDraftSourceOptions extends DraftSourceCommon {
+    draftModelPredictor: "lock-step" | "native";
+}
+
+/** An open draft source; `P` is its predictor's type (a StateOnlyTokenPredictor from openStateDraftSource). */
+export interface DraftSource<P extends TokenPredictor = TokenPredictor> {
     readonly kind: DraftSourceKind;
     /** URL, file path or `prompt-lookup`. */
     readonly label: string;
@@ -198,14 +142,47 @@ export interface DraftSource {
     /** The drafter's quantization (its GGUF's, or its server's `GET /info`), when known. */
     readonly quantization?: string;
     /** One predictor for the whole session; it is reset before each generation. */
-    readonly predictor: TokenPredictor;
+    readonly predictor: P;
     /** How the drafter checks prompt-lookup candidates: the in-process draft engine's, or a server's `GET /info`. */
     readonly lookahead?: LookaheadSettings;
     close(): Promise<void>;
 }
 
-/** Vocabulary check first (no weights loaded yet for a mismatch), then the predictor. Throws GenerateError on mismatch. */
+/**
+ * Vocabulary check first (no weights loaded yet for a mismatch), then the predictor. Throws GenerateError on mismatch.
+ * A draft model under the library's verifier drafts through node-llama-cpp's DraftSequenceTokenPredictor, beside the
+ * target's sequence; every other source is openStateDraftSource's.
+ */
 export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourceOptions): Promise<DraftSource> {
+    if (spec.kind === "model" && options.draftModelPredictor === "library") {
+        const file = await readDraftModelFile(spec.path, options.target);
+        return openLlamaDraftModel(
+            spec.path,
+            file,
+            options,
+            (sequence) =>
+                new DraftSequenceTokenPredictor(sequence, {
+                    // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
+                    minTokens: options.draftLength,
+                    maxTokens: options.draftLength,
+                    minConfidence: 0,
+                }),
+        );
+    }
+    // only a draft model reads draftModelPredictor, and "library" was taken above
+    const draftModelPredictor = options.draftModelPredictor === "native" ? "native" : "lock-step";
+    return openStateDraftSource(spec, { ...options, draftModelPredictor });
+}
+
+/**
+ * Opens a source whose predictor drafts from the tokens so far alone, with no target sequence (what the native
+ * verifier, which has none, takes): a specdraft server, prompt lookup, or a draft model drafting in lock-step or in
+ * specdraft's draft engine. Vocabulary check first, as openDraftSource.
+ */
+export async function openStateDraftSource(
+    spec: DraftSourceSpec,
+    options: StateDraftSourceOptions,
+): Promise<DraftSource<StateOnlyTokenPredictor>> {
     if (spec.kind === "ngram") {
         const predictor = new InputLookupTokenPredictor({
             patternLength: { min: 1 },
@@ -213,82 +190,97 @@ export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourc
         });
         return { kind: "ngram", label: "prompt-lookup", predictor, close: async () => predictor.dispose() };
     }
+    if (spec.kind === "http") return openHttpDraftSource(spec.url, options);
 
-    if (spec.kind === "http") {
-        const timeoutMs = options.timeoutMs ?? defaultDraftTimeoutMs;
-        let info: ServerInfo | undefined;
-        try {
-            info = await fetchServerInfo(spec.url, timeoutMs);
-        } catch (error) {
-            options.warn(
-                `drafter ${spec.url} is not answering (${(error as Error).message}); generating with the target alone`,
-            );
-        }
-        const fingerprint = info?.vocabFingerprint;
-        if (fingerprint !== undefined) checkVocabularies(options.target, { label: spec.url, fingerprint });
-        const predictor = new HttpDraftTokenPredictor({
-            url: spec.url,
-            draftLength: options.draftLength,
-            vocabSize: options.target.size,
-            timeoutMs,
-            onFailure: options.warn,
-            disabled: fingerprint === undefined,
-        });
-        return {
-            kind: "http",
-            label: spec.url,
-            vocabFingerprint: fingerprint,
-            quantization: info?.quantization,
-            lookahead: info?.lookahead,
-            predictor,
-            close: async () => predictor.dispose(),
-        };
-    }
+    const file = await readDraftModelFile(spec.path, options.target);
+    if (options.draftModelPredictor === "lock-step")
+        return openLlamaDraftModel(
+            spec.path,
+            file,
+            options,
+            (sequence) => new GreedyDraftTokenPredictor(sequence, options.draftLength),
+        );
+    const engine = await loadEngine({
+        modelPath: spec.path,
+        modelFile: file,
+        streams: 1,
+        contextSize: options.contextSize,
+        gpu: options.gpu,
+        threads: options.threads,
+        lookahead: options.lookahead,
+    });
+    const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
+    return {
+        kind: "model",
+        label: spec.path,
+        vocabFingerprint: file.vocabFingerprint,
+        quantization: file.quantization,
+        predictor,
+        lookahead: engine.info.lookahead,
+        close: async () => {
+            predictor.dispose();
+            await engine.close();
+        },
+    };
+}
 
-    const file = await readModelFileInfo(spec.path);
-    checkVocabularies(options.target, { label: spec.path, fingerprint: file.vocabFingerprint });
-    if (options.draftModelPredictor === "native") {
-        const engine = await loadEngine({
-            modelPath: spec.path,
-            streams: 1,
-            contextSize: options.contextSize,
-            gpu: options.gpu ?? "auto",
-            threads: options.threads,
-            lookahead: options.lookahead,
-        });
-        const predictor = new NativeDraftTokenPredictor(engine, options.draftLength, options.eogIds ?? new Set());
-        return {
-            kind: "model",
-            label: spec.path,
-            vocabFingerprint: file.vocabFingerprint,
-            quantization: file.quantization,
-            predictor,
-            lookahead: engine.info.lookahead,
-            close: async () => {
-                predictor.dispose();
-                await engine.close();
-            },
-        };
+/** A specdraft server: its `GET /info` first (vocabulary; a server that does not answer leaves the target alone). */
+async function openHttpDraftSource(
+    url: string,
+    options: DraftSourceCommon,
+): Promise<DraftSource<HttpDraftTokenPredictor>> {
+    let info: ServerInfo | undefined;
+    try {
+        info = await fetchServerInfo(url, options.timeoutMs);
+    } catch (error) {
+        options.warn(`drafter ${url} is not answering (${(error as Error).message}); generating with the target alone`);
     }
-    const model = await options.llama.loadModel({ modelPath: spec.path });
+    const fingerprint = info?.vocabFingerprint;
+    if (fingerprint !== undefined) checkVocabularies(options.target, { label: url, fingerprint });
+    const predictor = new HttpDraftTokenPredictor({
+        url,
+        draftLength: options.draftLength,
+        vocabSize: options.target.size,
+        timeoutMs: options.timeoutMs,
+        onFailure: options.warn,
+        disabled: fingerprint === undefined,
+    });
+    return {
+        kind: "http",
+        label: url,
+        vocabFingerprint: fingerprint,
+        quantization: info?.quantization,
+        lookahead: info?.lookahead,
+        predictor,
+        close: async () => predictor.dispose(),
+    };
+}
+
+/** The draft GGUF's header, refused when its vocabulary is not the target's (before any weights are loaded). */
+async function readDraftModelFile(path: string, target: DraftSourceCommon["target"]): Promise<ModelFileInfo> {
+    const file = await readModelFileInfo(path);
+    checkVocabularies(target, { label: path, fingerprint: file.vocabFingerprint });
+    return file;
+}
+
+/** A draft GGUF loaded through node-llama-cpp, one sequence, drafting through the predictor `makePredictor` makes. */
+async function openLlamaDraftModel<P extends TokenPredictor>(
+    path: string,
+    file: ModelFileInfo,
+    options: DraftSourceCommon,
+    makePredictor: (sequence: LlamaContextSequence) => P,
+): Promise<DraftSource<P>> {
+    const model = await options.llama.loadModel({ modelPath: path });
     try {
         const context = await model.createContext({
             contextSize: options.contextSize,
             sequences: 1,
             threads: options.threads,
         });
-        const predictor =
-            options.draftModelPredictor === "lock-step"
-                ? new GreedyDraftTokenPredictor(context.getSequence(), options.draftLength)
-                : new DraftSequenceTokenPredictor(context.getSequence(), {
-                      // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
-                      minTokens: options.draftLength,
-                      maxTokens: options.draftLength,
-                      minConfidence: 0,
-                  });
+        const predictor = makePredictor(context.getSequence());
         return {
             kind: "model",
-            label: spec.path,
+            label: path,
             vocabFingerprint: file.vocabFingerprint,
             quantization: file.quantization,
             predictor,

@@ -7,6 +7,7 @@
  * here.
  */
 import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
+import { defaultGenerateTimeoutMs } from "../client/createDraftClient.js";
 import { defaultThreads } from "../engine/defaultThreads.js";
 import { defaultDraftLength, defaultGpu } from "../engine/engineDefaults.js";
 import { readModelFileInfo } from "../engine/gguf.js";
@@ -19,7 +20,13 @@ import {
 } from "./generateGreedily.js";
 import { generateAloneNative, generateWithNativeVerifier } from "./generateWithNativeVerifier.js";
 import { NativeTarget } from "./NativeTarget.js";
-import { type DraftSource, type DraftSourceSpec, openDraftSource } from "./openDraftSource.js";
+import {
+    type DraftSource,
+    type DraftSourceCommon,
+    type DraftSourceSpec,
+    openDraftSource,
+    openStateDraftSource,
+} from "./openDraftSource.js";
 import { comparePromptRuns, summarizeGeneration } from "./summarizeGeneration.js";
 import {
     GenerateError,
@@ -146,88 +153,42 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                 gpu,
                 threads,
             });
-        source = await openDraftSource(options.draft, {
+        const sourceOptions: DraftSourceCommon = {
             draftLength,
-            draftModelPredictor: native ? "native" : verifier === "exact-node-llama-cpp" ? "lock-step" : "library",
             gpu,
             eogIds: nativeTarget?.eogIds,
             target: { label: options.target, fingerprint: targetFile.vocabFingerprint, size: targetFile.vocabSize },
             llama,
             contextSize,
             threads,
-            timeoutMs: options.timeoutMs,
+            timeoutMs: options.timeoutMs ?? defaultGenerateTimeoutMs,
             lookahead: options.draftLookahead,
             warn,
-        });
-        const predictor = new TimedTokenPredictor(source.predictor);
-
-        let generateAloneRun: (tokens: number[]) => Promise<GenerationRun>;
-        let speculate: (tokens: number[]) => Promise<GenerationRun>;
+        };
+        let modes: GenerationModes;
         if (nativeTarget !== undefined) {
+            // the native verifier has no node-llama-cpp sequence: its source's predictor drafts from the tokens alone
+            const stateSource = await openStateDraftSource(options.draft, {
+                ...sourceOptions,
+                draftModelPredictor: "native",
+            });
+            source = stateSource;
+            const predictor = new TimedTokenPredictor(stateSource.predictor);
             // alone and speculative through the same native target, so the speed-up compares like with like
             const target = nativeTarget;
-            generateAloneRun = (tokens) => generateAloneNative(target, tokens, maxTokens);
-            speculate = (tokens) => generateWithNativeVerifier(target, predictor, tokens, maxTokens, draftLength);
+            modes = {
+                alone: (tokens) => generateAloneNative(target, tokens, maxTokens),
+                speculate: (tokens) => generateWithNativeVerifier(target, predictor, tokens, maxTokens, draftLength),
+            };
         } else {
-            // one sequence per context, and never two evaluations at once: node-llama-cpp's sampling of several
-            // sequences in one context can race on llama.cpp's logits buffer
-            const aloneContext = await model.createContext({ contextSize, sequences: 1, threads });
-            contexts.push(aloneContext);
-            const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads });
-            contexts.push(speculativeContext);
-            const aloneSequence = aloneContext.getSequence();
-            const speculativeSequence =
-                verifier === "node-llama-cpp"
-                    ? speculativeContext.getSequence({ tokenPredictor: predictor })
-                    : speculativeContext.getSequence();
-            generateAloneRun = (tokens) => generateAlone(aloneSequence, tokens, maxTokens);
-            speculate = (tokens) =>
-                verifier === "node-llama-cpp"
-                    ? generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens)
-                    : generateWithExactVerifier(speculativeSequence, predictor, tokens, maxTokens, draftLength);
+            const draftModelPredictor = verifier === "exact-node-llama-cpp" ? "lock-step" : "library";
+            source = await openDraftSource(options.draft, { ...sourceOptions, draftModelPredictor });
+            const predictor = new TimedTokenPredictor(source.predictor);
+            const settings = { contextSize, threads, maxTokens, draftLength };
+            modes = await openLlamaModes(model, predictor, verifier, contexts, settings);
         }
 
-        const first = prompts[0];
-        for (let w = 0; w < warmup && first !== undefined; w++) {
-            await generateAloneRun(first.tokens);
-            await speculate(first.tokens);
-        }
-
-        const results: PromptResult[] = [];
-        const total = prompts.length * runs * 2;
-        let done = 0;
-        const step = (): void => options.onProgress?.(++done, total);
-        for (const prompt of prompts) {
-            const alone: GenerationRun[] = [];
-            const speculative: GenerationRun[] = [];
-            for (let run = 0; run < runs; run++) {
-                if (run % 2 === 0) {
-                    alone.push(await generateAloneRun(prompt.tokens));
-                    step();
-                    speculative.push(await speculate(prompt.tokens));
-                    step();
-                } else {
-                    speculative.push(await speculate(prompt.tokens));
-                    step();
-                    alone.push(await generateAloneRun(prompt.tokens));
-                    step();
-                }
-            }
-            const result = comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative);
-            const d = result.firstDifference;
-            if (nativeTarget !== undefined && d !== undefined && d.expected !== null && d.actual !== null) {
-                const before = alone[d.run]?.tokens.slice(0, d.position) ?? [];
-                // on a GPU the target's multi-token decodes (verification) and one-token decodes (the target alone)
-                // run other kernels, which round differently: where the target's two tokens are closer than their
-                // disagreement, that rounding (not speculation) chose (on 2026-12-01 the lab target, Q8_0 on the H200,
-                // parted from itself so on 2 of 16 prompts)
-                const { gap, disagreement } = await nativeTarget.logitGap(prompt.tokens, before, d.expected, d.actual);
-                d.logitGap = gap;
-                d.kernelDisagreement = disagreement;
-                d.nearTie = gap <= 2 * disagreement;
-            }
-            results.push(result);
-        }
+        const results = await measurePrompts(prompts, modes, { runs, warmup }, nativeTarget, options.onProgress);
 
         return summarizeGeneration(results, {
             target: {
@@ -254,15 +215,7 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
                       : llama.gpu,
                 contextSize,
                 threads,
-                // what a lone request's steps check: the step's budget may allow fewer than the setting
-                ...(source.lookahead
-                    ? {
-                          draftLookahead: Math.min(
-                              source.lookahead.candidates,
-                              Math.max(0, source.lookahead.stepTokens - 1),
-                          ),
-                      }
-                    : {}),
+                ...(source.lookahead ? { draftLookahead: loneRequestCandidates(source.lookahead) } : {}),
             },
             warnings,
         });
@@ -273,6 +226,104 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         await targetModel?.dispose();
         if (options.llama === undefined) await llama.dispose();
     }
+}
+
+/** The two ways one prompt is generated: the target alone and with drafts. */
+interface GenerationModes {
+    alone: (tokens: number[]) => Promise<GenerationRun>;
+    speculate: (tokens: number[]) => Promise<GenerationRun>;
+}
+
+/**
+ * The target alone and speculative through node-llama-cpp: one sequence per context, and never two evaluations at once
+ * (node-llama-cpp's sampling of several sequences in one context can race on llama.cpp's logits buffer). The contexts
+ * go onto `contexts`, which the caller disposes.
+ */
+async function openLlamaModes(
+    model: LlamaModel,
+    predictor: TimedTokenPredictor,
+    verifier: VerifierKind,
+    contexts: LlamaContext[],
+    settings: { contextSize: number; threads: number; maxTokens: number; draftLength: number },
+): Promise<GenerationModes> {
+    const { contextSize, threads, maxTokens, draftLength } = settings;
+    const aloneContext = await model.createContext({ contextSize, sequences: 1, threads });
+    contexts.push(aloneContext);
+    const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads });
+    contexts.push(speculativeContext);
+    const aloneSequence = aloneContext.getSequence();
+    const speculativeSequence =
+        verifier === "node-llama-cpp"
+            ? speculativeContext.getSequence({ tokenPredictor: predictor })
+            : speculativeContext.getSequence();
+    return {
+        alone: (tokens) => generateAlone(aloneSequence, tokens, maxTokens),
+        speculate: (tokens) =>
+            verifier === "node-llama-cpp"
+                ? generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens)
+                : generateWithExactVerifier(speculativeSequence, predictor, tokens, maxTokens, draftLength),
+    };
+}
+
+/**
+ * Generates every prompt `runs` times with the target alone and with drafts, after `warmup` untimed generations of the
+ * first prompt in each mode, alternating the order so neither mode always runs warm; where the native target's two
+ * outputs part, asks it whether its own logits nearly tie there.
+ */
+async function measurePrompts(
+    prompts: readonly { id: string; category?: string; tokens: number[] }[],
+    modes: GenerationModes,
+    counts: { runs: number; warmup: number },
+    nativeTarget: NativeTarget | undefined,
+    onProgress: ((done: number, total: number) => void) | undefined,
+): Promise<PromptResult[]> {
+    const first = prompts[0];
+    for (let w = 0; w < counts.warmup && first !== undefined; w++) {
+        await modes.alone(first.tokens);
+        await modes.speculate(first.tokens);
+    }
+
+    const results: PromptResult[] = [];
+    const total = prompts.length * counts.runs * 2;
+    let done = 0;
+    const step = (): void => onProgress?.(++done, total);
+    for (const prompt of prompts) {
+        const alone: GenerationRun[] = [];
+        const speculative: GenerationRun[] = [];
+        for (let run = 0; run < counts.runs; run++) {
+            if (run % 2 === 0) {
+                alone.push(await modes.alone(prompt.tokens));
+                step();
+                speculative.push(await modes.speculate(prompt.tokens));
+                step();
+            } else {
+                speculative.push(await modes.speculate(prompt.tokens));
+                step();
+                alone.push(await modes.alone(prompt.tokens));
+                step();
+            }
+        }
+        const result = comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative);
+        const d = result.firstDifference;
+        if (nativeTarget !== undefined && d !== undefined && d.expected !== null && d.actual !== null) {
+            const before = alone[d.run]?.tokens.slice(0, d.position) ?? [];
+            // on a GPU the target's multi-token decodes (verification) and one-token decodes (the target alone)
+            // run other kernels, which round differently: where the target's two tokens are closer than their
+            // disagreement, that rounding (not speculation) chose (on 2026-12-01 the lab target, Q8_0 on the H200,
+            // parted from itself so on 2 of 16 prompts)
+            const { gap, disagreement } = await nativeTarget.logitGap(prompt.tokens, before, d.expected, d.actual);
+            d.logitGap = gap;
+            d.kernelDisagreement = disagreement;
+            d.nearTie = gap <= 2 * disagreement;
+        }
+        results.push(result);
+    }
+    return results;
+}
+
+/** The candidates a lone request's drafter steps check: the step's budget may allow fewer than the setting. */
+function loneRequestCandidates(lookahead: { candidates: number; stepTokens: number }): number {
+    return Math.min(lookahead.candidates, Math.max(0, lookahead.stepTokens - 1));
 }
 
 function checkPrompt(id: string, tokens: readonly number[], vocabSize: number): void {

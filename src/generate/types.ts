@@ -11,9 +11,10 @@
 export type DraftSourceKind = "http" | "model" | "ngram";
 
 /**
- * Which loop verifies drafts.
+ * Which loop verifies drafts (`--verifier`'s choices, in the order --help lists them).
  * - `node-llama-cpp`: the library's own speculative path, `sequence.evaluate()` with a `tokenPredictor`. In 3.21.1 it
- *   accepts at most one draft token per target step (see docs/generate.md), so τ ≤ 2 whatever the drafter.
+ *   accepts at most one draft token per target step (see docs/generate.md), so τ ≤ 2 whatever the drafter. Still a
+ *   choice: it is what the library itself delivers, the comparison bench/generateBench.sh runs and the tests check.
  * - `exact`: specdraft's loop over the same TokenPredictor with the target in specdraft's native addon
  *   (NativeTarget): `[last, d1..dk]` in one decode whose greedy token at every position comes from an argmax in
  *   llama.cpp's graph, read back in one call; keeps the longest matching prefix plus the target's own next token. The
@@ -21,7 +22,9 @@ export type DraftSourceKind = "http" | "model" | "ngram";
  * - `exact-node-llama-cpp`: the same loop with the target in node-llama-cpp, scoring through
  *   `sequence.controlledEvaluate()` (every asked position's logits copied to the host and sampled there).
  */
-export type VerifierKind = "node-llama-cpp" | "exact" | "exact-node-llama-cpp";
+export const verifierKinds = ["exact", "exact-node-llama-cpp", "node-llama-cpp"] as const;
+/** One of verifierKinds. */
+export type VerifierKind = (typeof verifierKinds)[number];
 
 /** One greedy generation of one prompt. */
 export interface GenerationRun {

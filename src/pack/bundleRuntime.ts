@@ -32,7 +32,7 @@ export const bundleGpus: readonly BundleGpu[] = ["cuda", "vulkan"];
  * with its x86 branch filter (the archive is mostly machine code) and a dictionary that spans the whole tar: 26.7 MB
  * instead of 28.3 MB at plain `-9e` (2026-12-01). Unpacking then takes ~200 MB of memory for a few seconds.
  */
-export const defaultXzFilters: readonly string[] = ["--x86", "--lzma2=preset=9e,dict=192MiB"];
+const defaultXzFilters: readonly string[] = ["--x86", "--lzma2=preset=9e,dict=192MiB"];
 
 /** What to bundle. */
 export interface RuntimeBundleOptions {

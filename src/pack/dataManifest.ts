@@ -7,7 +7,7 @@
  */
 
 /** The `format` every data_manifest.json carries. */
-export const dataManifestFormat = "specdraft-data-manifest/1";
+const dataManifestFormat = "specdraft-data-manifest/1";
 
 /** One training source. Either `revision` or `sha256` pins it. */
 export interface DataSource {

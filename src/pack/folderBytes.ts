@@ -33,7 +33,7 @@ export function totalBytes(parts: readonly FolderPart[]): number {
 }
 
 /** The parts, largest first (ties by path). */
-export function largestFirst(parts: readonly FolderPart[]): FolderPart[] {
+function largestFirst(parts: readonly FolderPart[]): FolderPart[] {
     return [...parts].sort((a, b) => b.bytes - a.bytes || a.path.localeCompare(b.path));
 }
 

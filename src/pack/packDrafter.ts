@@ -9,8 +9,8 @@ import { chmod, copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFi
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { describeGgufModel, type GgufHeader, type GgufModelDescription, readGgufHeader } from "../engine/gguf.js";
-import { defaultDraftLength } from "../server/serveDefaults.js";
 import { sha256File } from "../validate/sha256File.js";
 import { BundleError, type BundleGpu, bundleRuntime, type RuntimeBundleOptions } from "./bundleRuntime.js";
 import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";
@@ -82,21 +82,7 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
     const maxBytes = options.maxBytes ?? defaultMaxFolderBytes;
     const base = options.base === undefined ? undefined : parseBase(options.base);
 
-    let manifest: DataManifest;
-    if (options.manifest === undefined) {
-        manifest = unknownSourcesManifest();
-        warnings.push("no --manifest: data_manifest.json says the training sources are not recorded");
-    } else {
-        let parsed: unknown;
-        try {
-            parsed = JSON.parse(await readFile(options.manifest, "utf8"));
-        } catch (error) {
-            throw new PackError(`--manifest ${options.manifest}: ${(error as Error).message}`);
-        }
-        const checked = checkDataManifest(parsed);
-        if (typeof checked === "string") throw new PackError(`--manifest ${options.manifest}: ${checked}`);
-        manifest = checked;
-    }
+    const manifest = await readManifest(options.manifest, warnings);
 
     let header: GgufHeader;
     let description: GgufModelDescription;
@@ -122,26 +108,10 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
     // the runtime is built beside the folder first: only its size says whether the folder fits
     const staging = await mkdtemp(path.join(path.dirname(path.resolve(options.out)), ".specdraft-pack-"));
     try {
-        let runtime: RuntimeDescription | null = null;
-        if (options.bundle || (options.bundleGpus?.length ?? 0) > 0) {
-            try {
-                runtime = await bundleRuntime(
-                    {
-                        root: options.bundleFrom?.root ?? specdraftRoot,
-                        nodeBinary: options.bundleFrom?.nodeBinary ?? process.execPath,
-                        gpus: options.bundleGpus ?? [],
-                        xzFilters: options.bundleFrom?.xzFilters,
-                    },
-                    path.join(staging, "runtime.tar.xz"),
-                    runtimeArchiveName,
-                );
-            } catch (error) {
-                if (error instanceof BundleError) throw new PackError(`--bundle: ${error.message}`);
-                throw error;
-            }
-            if (!runtime.node_stripped)
-                warnings.push("--bundle: no working `strip` (binutils) here: node is bundled unstripped, ~3 MB larger");
-        }
+        const runtime =
+            options.bundle || (options.bundleGpus?.length ?? 0) > 0
+                ? await stageRuntime(options, path.join(staging, "runtime.tar.xz"), warnings)
+                : null;
 
         const modelFile = path.basename(options.model);
         const version = specdraftVersion();
@@ -221,6 +191,46 @@ export async function packDrafter(options: PackOptions): Promise<PackResult> {
     }
 }
 
+/** The data manifest `--manifest` names, checked; without one, a manifest saying the sources are not recorded. */
+async function readManifest(file: string | undefined, warnings: string[]): Promise<DataManifest> {
+    if (file === undefined) {
+        warnings.push("no --manifest: data_manifest.json says the training sources are not recorded");
+        return unknownSourcesManifest();
+    }
+    let parsed: unknown;
+    try {
+        parsed = JSON.parse(await readFile(file, "utf8"));
+    } catch (error) {
+        throw new PackError(`--manifest ${file}: ${(error as Error).message}`);
+    }
+    const checked = checkDataManifest(parsed);
+    if (typeof checked === "string") throw new PackError(`--manifest ${file}: ${checked}`);
+    return checked;
+}
+
+/** Builds the runtime archive `--bundle` asks for at `archive` (beside the folder, until the folder's size is known). */
+async function stageRuntime(options: PackOptions, archive: string, warnings: string[]): Promise<RuntimeDescription> {
+    let runtime: RuntimeDescription;
+    try {
+        runtime = await bundleRuntime(
+            {
+                root: options.bundleFrom?.root ?? specdraftRoot,
+                nodeBinary: options.bundleFrom?.nodeBinary ?? process.execPath,
+                gpus: options.bundleGpus ?? [],
+                xzFilters: options.bundleFrom?.xzFilters,
+            },
+            archive,
+            runtimeArchiveName,
+        );
+    } catch (error) {
+        if (error instanceof BundleError) throw new PackError(`--bundle: ${error.message}`);
+        throw error;
+    }
+    if (!runtime.node_stripped)
+        warnings.push("--bundle: no working `strip` (binutils) here: node is bundled unstripped, ~3 MB larger");
+    return runtime;
+}
+
 /** What would bring an over-cap folder under it, from what it holds. */
 function overCapHints(
     header: GgufHeader,
@@ -240,7 +250,7 @@ function overCapHints(
 }
 
 /** `NAME@REV` → {name, revision}; the revision is required so the base is pinned. */
-export function parseBase(text: string): { name: string; revision: string } {
+function parseBase(text: string): { name: string; revision: string } {
     const at = text.lastIndexOf("@");
     if (at <= 0 || at === text.length - 1)
         throw new PackError(`--base ${JSON.stringify(text)}: expected NAME@REV, e.g. Qwen/Qwen3-1.7B@70d244cc`);

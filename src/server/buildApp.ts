@@ -15,18 +15,21 @@ import { metricsRoutes } from "./routes/metricsRoutes.js";
 import { ServerMetrics } from "./ServerMetrics.js";
 import type { ErrorResponse } from "./schemas/errorSchemas.js";
 import { sharedSchemas } from "./schemas/sharedSchemas.js";
-import { defaultBodyLimit, defaultDraftLength } from "./serveDefaults.js";
 import { toApiError } from "./toApiError.js";
 
+/**
+ * What the app is built with. The draft length and body limit are resolved by the caller (serve's command applies
+ * defaultDraftLength and defaultBodyLimit once, through commander), so the app applies no default of its own.
+ */
 export interface AppOptions {
     /** Where routes find the engine. Defaults to an empty (loading) slot. */
     slot?: EngineSlot;
     /** Where requests and engine events are counted. Defaults to a fresh ServerMetrics. */
     metrics?: ServerMetrics;
-    /** Tokens drafted when a request gives no `n`. Defaults to `16`. */
-    draftLength?: number;
-    /** Largest request body in bytes (larger: 413). Defaults to `1048576` (1 MiB). */
-    bodyLimit?: number;
+    /** Tokens drafted when a request gives no `n`. */
+    draftLength: number;
+    /** Largest request body in bytes (larger: 413). */
+    bodyLimit: number;
     /** Log each request (pino, to stderr). Defaults to `false`. */
     logRequests?: boolean;
 }
@@ -37,11 +40,10 @@ export interface App {
     metrics: ServerMetrics;
 }
 
-export function buildApp(options: AppOptions = {}): App {
+export function buildApp(options: AppOptions): App {
     const slot = options.slot ?? new EngineSlot();
     const metrics = options.metrics ?? new ServerMetrics();
-    const draftLength = options.draftLength ?? defaultDraftLength;
-    const bodyLimit = options.bodyLimit ?? defaultBodyLimit;
+    const { draftLength, bodyLimit } = options;
 
     const app = Fastify({
         bodyLimit,

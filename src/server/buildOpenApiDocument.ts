@@ -6,9 +6,10 @@
 
 import { createRequire } from "node:module";
 import type { RouteOptions } from "fastify";
+import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { buildApp } from "./buildApp.js";
 import { sharedSchemas } from "./schemas/sharedSchemas.js";
-import { retryAfterSeconds } from "./serveDefaults.js";
+import { defaultBodyLimit, retryAfterSeconds } from "./serveDefaults.js";
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
@@ -23,7 +24,8 @@ const statusText: Readonly<Record<string, string>> = {
 };
 
 export async function buildOpenApiDocument(): Promise<JsonObject> {
-    const { app } = buildApp();
+    // the schemas do not depend on the values; serve's defaults stand in for them
+    const { app } = buildApp({ draftLength: defaultDraftLength, bodyLimit: defaultBodyLimit });
     const routes: RouteOptions[] = [];
     app.addHook("onRoute", (route) => {
         if (route.method !== "HEAD") routes.push(route);

@@ -1,19 +1,8 @@
 /**
- * Defaults and limits of `specdraft serve`, shared by the CLI, the app and the docs. Those that are the engine's own
- * (streams, context size, queue, backend) and the draft length are src/engine/engineDefaults.ts's, re-exported: serve
- * passes them on unchanged.
+ * Defaults and limits that are serve's own (address, port, body and draft-length limits, Retry-After, the embedded
+ * model), shared by the CLI, the app and the docs. The engine's defaults (streams, context size, queue, backend,
+ * lookahead) and the draft length are src/engine/engineDefaults.ts's: import them from there.
  */
-
-export {
-    defaultContextSize,
-    defaultDraftLength,
-    defaultGpu,
-    defaultLookahead,
-    defaultMaxQueue,
-    defaultStreams,
-    gpuChoices,
-    maxLookahead,
-} from "../engine/engineDefaults.js";
 
 /** Address to listen on: loopback unless asked otherwise. */
 export const defaultHost = "127.0.0.1";

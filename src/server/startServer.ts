@@ -83,6 +83,8 @@ export async function startServer(
     const ready = (async () => {
         engine = await loadEngine({
             modelPath: options.modelPath,
+            // read above, before listening: the engine takes it rather than reading the header again
+            modelFile: model,
             streams: options.streams,
             contextSize: options.contextSize,
             gpu: options.gpu,

@@ -44,7 +44,7 @@ export async function readDataVocabulary(dataFile: string): Promise<DataVocabula
 }
 
 /** The conversations a context of `contextSize` tokens cannot walk with `draftLength`-token drafts. */
-export function conversationsOverContext(
+function conversationsOverContext(
     conversations: readonly Conversation[],
     contextSize: number,
     draftLength: number,

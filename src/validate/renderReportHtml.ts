@@ -8,14 +8,6 @@
  */
 import type { WalkSummary } from "./types.js";
 
-/** The plots each server section holds, by `data-plot` id. */
-export const serverPlotIds = [
-    "acceptance-histogram",
-    "per-position-acceptance",
-    "tau-by-category",
-    "latency-distribution",
-] as const;
-
 const serverColors = ["#3b6fb6", "#d9822b", "#3a9a5b", "#b23b5a", "#7a5cc2", "#2a9d9d"];
 
 /** The whole page for one server, or for several with the comparison first. */

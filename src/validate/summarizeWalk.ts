@@ -10,7 +10,7 @@ import type { CategorySummary, PositionAcceptance, WalkResult, WalkSummary } fro
 /** Category name for conversations whose line had no "category". */
 export const uncategorized = "uncategorized";
 /** Bars in the latency distribution plot. Defaults to `20`. */
-export const latencyHistogramBins = 20;
+const latencyHistogramBins = 20;
 
 /** What summary.json records besides the walk itself. */
 export interface SummarizeOptions {

@@ -15,18 +15,20 @@
  */
 import { newConversationKey } from "../client/conversationKey.js";
 import type { DraftClient, DraftFailureKind } from "../client/types.js";
-import { defaultDraftLength } from "../engine/engineDefaults.js";
 import type { Conversation, ConversationWalk, WalkResult, WalkStep } from "./types.js";
 
 /** Conversations walked at once. Defaults to `32`. */
 export const defaultConcurrency = 32;
 
-/** How to walk: draft length, concurrency, progress. */
+/**
+ * How to walk: draft length, concurrency, progress. The values are the caller's, already resolved (validate's and
+ * selfcheck's commands apply defaultDraftLength and defaultConcurrency once, at their entry).
+ */
 export interface WalkHeldOutOptions {
-    /** Draft tokens per request (k). Defaults to `16`. */
-    draftLength?: number;
-    /** Conversations walked at once. Defaults to `32`. */
-    concurrency?: number;
+    /** Draft tokens per request (k). */
+    draftLength: number;
+    /** Conversations walked at once. */
+    concurrency: number;
     /** Called after every step with the tokens it advanced and its failure, if any (for progress bars). */
     onProgress?: (advanced: number, failure: DraftFailureKind | undefined) => void;
 }
@@ -35,10 +37,9 @@ export interface WalkHeldOutOptions {
 export async function walkHeldOut(
     conversations: readonly Conversation[],
     client: DraftClient,
-    options: WalkHeldOutOptions = {},
+    options: WalkHeldOutOptions,
 ): Promise<WalkResult> {
-    const draftLength = options.draftLength ?? defaultDraftLength;
-    const concurrency = options.concurrency ?? defaultConcurrency;
+    const { draftLength, concurrency } = options;
     if (!Number.isInteger(draftLength) || draftLength < 1)
         throw new Error(`draft length: expected an integer ≥ 1, found ${draftLength}`);
     if (!Number.isInteger(concurrency) || concurrency < 1)

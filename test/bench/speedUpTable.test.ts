@@ -7,8 +7,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { projectSpeedUp } from "../../bench/speedUpModel.js";
 import { checkEndToEnd, renderSpeedUpTables, stepCosts, tableDraftLengths } from "../../bench/speedUpTable.js";
-import { projectSpeedUp } from "../../src/generate/speedUpModel.js";
 import type { GenerateSummary } from "../../src/generate/types.js";
 
 const sizes = (keys: number[], prefix: string, value: (n: number) => unknown) =>

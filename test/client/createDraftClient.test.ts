@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createDraftClient } from "../../src/client/createDraftClient.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
-import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
+import { defaultConcurrency, walkHeldOut } from "../../src/validate/walkHeldOut.js";
 import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
 import { sendJson, startFakeServer } from "../helpers/startFakeServer.js";
 
@@ -26,7 +26,9 @@ test("llama-server /completion: prompt as ids, n_predict k, greedy sampling, tok
         const client = createDraftClient(`llama-server+${server.url}`, 5_000);
         assert.equal(client.url, `llama-server+${server.url}`);
         assert.match(client.name, /^llama-server-127\.0\.0\.1-\d+$/);
-        const summary = summarizeWalk(await walkHeldOut(conversations, client, { draftLength: 5 }));
+        const summary = summarizeWalk(
+            await walkHeldOut(conversations, client, { draftLength: 5, concurrency: defaultConcurrency }),
+        );
         // x: L = 12 → 6 steps of 2; y: L = 7 → 3 steps of 2, then pos 6 with cap 1: a = 1 → 4 steps
         assert.equal(summary.steps, 6 + 4);
         assert.equal(summary.tau, 19 / 10);
@@ -50,6 +52,7 @@ test("a llama-server answer without tokens (return_tokens ignored) is a malforme
         const summary = summarizeWalk(
             await walkHeldOut([conversation("x", 1, 2)], createDraftClient(`llama-server+${server.url}`, 5_000), {
                 draftLength: 4,
+                concurrency: defaultConcurrency,
             }),
         );
         assert.deepEqual(summary.failures, { total: 2, malformed: 2, http: 0, network: 0, timeout: 0 });

@@ -90,7 +90,7 @@ test("an unreachable server gives network failures, scored as empty drafts", asy
     const url = server.url;
     await server.close();
     const summary = summarizeWalk(
-        await walkHeldOut([conversation("c", 1, 3)], createDraftClient(url, 2_000), { draftLength: 4 }),
+        await walkHeldOut([conversation("c", 1, 3)], createDraftClient(url, 2_000), { draftLength: 4, concurrency: 1 }),
     );
     assert.equal(summary.steps, 3);
     assert.equal(summary.tau, 1);

@@ -16,7 +16,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { conversationHeader } from "../../src/client/conversationKey.js";
 import { createSpecdraftClient } from "../../src/client/createDraftClient.js";
-import { findFreePort } from "../../src/pack/selfcheck/startServeScript.js";
+import { findFreePort } from "../../src/selfcheck/startServeScript.js";
 import { startServer } from "../../src/server/startServer.js";
 import { readHeldOutFile } from "../../src/validate/readHeldOutFile.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";

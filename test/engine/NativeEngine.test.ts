@@ -10,9 +10,10 @@ import { test } from "node:test";
 import { EngineError } from "../../src/engine/errors.js";
 import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
+import { seededRandom } from "../helpers/seededRandom.js";
 import { draftConversationsAlone, nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
-import { randomPrompts, seededRandom, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
 const contextSize = 512;
 

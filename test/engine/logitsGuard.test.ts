@@ -14,9 +14,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { loadEngine } from "../../src/engine/loadEngine.js";
+import { seededRandom } from "../helpers/seededRandom.js";
 import { nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
-import { randomPrompts, seededRandom, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
+import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
 test("drafts stay exact when llama.cpp reorders the outputs of every step", async (t) => {
     const streams = 32;

@@ -25,8 +25,9 @@ import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.
 import type { DraftEngine } from "../../src/engine/types.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
 import { readHeldOutFile } from "../../src/validate/readHeldOutFile.js";
+import { seededRandom } from "../helpers/seededRandom.js";
 import { everyStepLookahead } from "./helpers/differentialEngine.js";
-import { seededRandom, testGpu, testThreads } from "./helpers/engineFixtures.js";
+import { testGpu, testThreads } from "./helpers/engineFixtures.js";
 
 const drafter = "models/specdraft-default.gguf";
 /** A logit gap this small is a near tie whatever the two paths measured (see the header). */

@@ -15,6 +15,7 @@ import type { DataManifest } from "../../src/pack/dataManifest.js";
 import type { ArchitectureFile } from "../../src/pack/drafterFolder.js";
 import { buildApp } from "../../src/server/buildApp.js";
 import { captureIo } from "../helpers/captureIo.js";
+import { serveAppDefaults } from "../server/testApp.js";
 
 const model = "test/fixtures/tiny-qwen3-q4_0.gguf";
 const manifest = {
@@ -132,7 +133,7 @@ test("architecture.json and GET /info describe the default drafter alike: Q4_0, 
         const architecture = JSON.parse(
             await readFile(path.join(out, "architecture.json"), "utf8"),
         ) as ArchitectureFile;
-        const { app, slot } = buildApp({ draftLength: 16 });
+        const { app, slot } = buildApp({ ...serveAppDefaults, draftLength: 16 });
         const engine = await loadEngine({
             modelPath: defaultDrafter,
             streams: 1,

@@ -2,8 +2,9 @@
 
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
+import { defaultDraftLength } from "../../src/engine/engineDefaults.js";
 import { errorCatalog } from "../../src/server/errors.js";
-import { defaultDraftLength, maxDraftLength } from "../../src/server/serveDefaults.js";
+import { maxDraftLength } from "../../src/server/serveDefaults.js";
 import { fakeDraft } from "./FakeEngine.js";
 import { buildTestApp } from "./testApp.js";
 

@@ -4,9 +4,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { buildApp } from "../../src/server/buildApp.js";
 import { FakeEngine } from "./FakeEngine.js";
+import { serveAppDefaults } from "./testApp.js";
 
 test("503 loading until the engine is in the slot, then 200 ok, then 503 stopping", async () => {
-    const { app, slot } = buildApp();
+    const { app, slot } = buildApp(serveAppDefaults);
     try {
         const loading = await app.inject({ method: "GET", url: "/health" });
         assert.equal(loading.statusCode, 503);
@@ -41,7 +42,7 @@ test("503 loading until the engine is in the slot, then 200 ok, then 503 stoppin
 });
 
 test("a loading server answers 503 before reading the body, even a malformed one", async () => {
-    const { app } = buildApp();
+    const { app } = buildApp(serveAppDefaults);
     try {
         const res = await app.inject({
             method: "POST",

@@ -12,6 +12,7 @@ import { type App, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
 import { sample } from "../helpers/metricSamples.js";
 import { cliPath, repoRoot, spawnServe } from "./serveProcess.js";
+import { serveAppDefaults } from "./testApp.js";
 
 const tinyModel = join(repoRoot, "test/fixtures/tiny-qwen3.gguf");
 const tinyQ4Model = join(repoRoot, "test/fixtures/tiny-qwen3-q4_0.gguf");
@@ -25,7 +26,7 @@ const threads = 1;
 /** An app with a freshly loaded real engine (no KV cache yet). */
 async function realApp(modelPath = tinyModel, options: Partial<LoadEngineOptions> = {}): Promise<App> {
     const metrics = new ServerMetrics();
-    const built = buildApp({ metrics, draftLength });
+    const built = buildApp({ ...serveAppDefaults, metrics, draftLength });
     const engine = await loadEngine({
         modelPath,
         streams,

@@ -8,6 +8,8 @@ import http from "node:http";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { test } from "node:test";
+import { readModelFileInfo } from "../../src/engine/gguf.js";
+import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import { type EngineLoader, type ServeOptions, startServer } from "../../src/server/startServer.js";
 import { FakeEngine } from "./FakeEngine.js";
 import { repoRoot } from "./serveProcess.js";
@@ -67,6 +69,21 @@ test("listens before loading: /health is 503 loading, then 200 ok after warm-up;
         await server.close();
     }
     assert.equal(loaded().closed, true, "close() closes the engine");
+});
+
+test("the engine loader is handed the header serve read before listening, so the file is read once", async () => {
+    let handed: LoadEngineOptions["modelFile"];
+    const loader: EngineLoader = async (options) => {
+        handed = options.modelFile;
+        return new FakeEngine({ observer: options.observer, contextSize: options.contextSize });
+    };
+    const server = await startServer(serveOptions(), loader, quietIo().io);
+    try {
+        await server.ready;
+        assert.deepEqual(handed, await readModelFileInfo(model));
+    } finally {
+        await server.close();
+    }
 });
 
 test("a client that disconnects mid-draft frees its work; the server keeps serving", async () => {

@@ -18,7 +18,7 @@ import {
     type ServeProcess,
     startServeScript,
     waitForHealth,
-} from "../../src/pack/selfcheck/startServeScript.js";
+} from "../../src/selfcheck/startServeScript.js";
 import type { Conversation } from "../../src/validate/types.js";
 import { captureIo } from "../helpers/captureIo.js";
 import { writeHeldOut } from "../helpers/writeHeldOut.js";

@@ -6,8 +6,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { conversationHeader } from "../../src/client/conversationKey.js";
 import { createDraftClient } from "../../src/client/createDraftClient.js";
+import { defaultDraftLength } from "../../src/engine/engineDefaults.js";
 import { summarizeWalk } from "../../src/validate/summarizeWalk.js";
-import { walkHeldOut } from "../../src/validate/walkHeldOut.js";
+import { defaultConcurrency, walkHeldOut } from "../../src/validate/walkHeldOut.js";
 import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";
 import { sendJson, startFakeServer } from "../helpers/startFakeServer.js";
 
@@ -150,7 +151,7 @@ test("each conversation's requests extend its own context in order and carry its
     }
 });
 
-test("the default draft length is 16 and a perfect drafter advances 17 tokens per step", async () => {
+test("at the default draft length (16) a perfect drafter advances 17 tokens per step", async () => {
     const long = [conversation("long", 1, 40)];
     const server = await startFakeServer((_path, body, response) => {
         const { tokens, n } = body as { tokens: number[]; n: number };
@@ -160,7 +161,12 @@ test("the default draft length is 16 and a perfect drafter advances 17 tokens pe
         });
     });
     try {
-        const summary = summarizeWalk(await walkHeldOut(long, createDraftClient(server.url)));
+        const summary = summarizeWalk(
+            await walkHeldOut(long, createDraftClient(server.url), {
+                draftLength: defaultDraftLength,
+                concurrency: defaultConcurrency,
+            }),
+        );
         // pos 0 → 17 → 34 → 40 (cap 6 at the end)
         assert.equal(summary.steps, 3);
         assert.equal(summary.tau, 40 / 3);

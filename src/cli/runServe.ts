@@ -4,9 +4,9 @@
  * gives up at once with 1).
  */
 
-import { exitCodes } from "../cli/exitCodes.js";
 import { EngineLoadError } from "../engine/errors.js";
-import { type EngineLoader, type ServeOptions, type ServerIo, startServer } from "./startServer.js";
+import { type EngineLoader, type ServeOptions, type ServerIo, startServer } from "../server/startServer.js";
+import { exitCodes } from "./exitCodes.js";
 
 const shutdownSignals = ["SIGTERM", "SIGINT"] as const;
 

@@ -14,7 +14,7 @@ import {
     projectSpeedUp,
     type StepCosts,
     withCandidates,
-} from "../../src/generate/speedUpModel.js";
+} from "../../bench/speedUpModel.js";
 
 const close = (actual: number, expected: number, tolerance: number, what: string) =>
     assert.ok(Math.abs(actual - expected) <= tolerance, `${what}: ${actual}, expected ${expected} ± ${tolerance}`);
@@ -54,6 +54,20 @@ test("costs: exact at measured sizes, linear between them, the nearest line outs
     close(interpolateCost(h200.verify, 13), 19.6, 1e-9, "between 9 and 17");
     close(interpolateCost(h200.verify, 33), 24.3 + (16 * (24.3 - 14.9)) / 8, 1e-9, "beyond 17");
     close(interpolateCost(h200.draft, 2), 5.35 + (11.8 - 5.35) / 3, 1e-9, "draft of 2");
+    // below the smallest size: the line through the two smallest, whatever order the map holds them in
+    close(
+        interpolateCost(
+            new Map([
+                [8, 30],
+                [2, 10],
+                [4, 20],
+            ]),
+            1,
+        ),
+        5,
+        1e-9,
+        "below 2",
+    );
     assert.throws(() => interpolateCost(new Map(), 3), /no measured costs/);
     assert.throws(() => interpolateCost(new Map([[1, 2]]), 3), /only size 1 measured/);
 });

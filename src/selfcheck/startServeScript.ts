@@ -5,12 +5,12 @@
  */
 import { spawn } from "node:child_process";
 import { createServer } from "node:net";
-import { withTrailingSlash } from "../../client/withTrailingSlash.js";
+import { withTrailingSlash } from "../client/withTrailingSlash.js";
 
 /** Lines of the server's output kept for error messages. Defaults to `40`. */
-export const outputTailLines = 40;
+const outputTailLines = 40;
 /** Time between /health polls. Defaults to `250` ms. */
-export const healthPollMs = 250;
+const healthPollMs = 250;
 
 /** A running serve.sh. */
 export interface ServeProcess {

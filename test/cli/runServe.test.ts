@@ -8,7 +8,7 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { cliPath, fakeServerPath, repoRoot, spawnServe } from "./serveProcess.js";
+import { cliPath, fakeServerPath, repoRoot, spawnServe } from "../server/serveProcess.js";
 
 const goodModel = join(repoRoot, "test/fixtures/tiny-qwen3.gguf");
 let scratch = "";

@@ -9,11 +9,11 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { runPack } from "../../src/cli/packCommand.js";
 import { runSelfcheckCommand } from "../../src/cli/selfcheckCommand.js";
-import type { SelfcheckOptions } from "../../src/pack/selfcheck/types.js";
+import type { SelfcheckOptions } from "../../src/selfcheck/types.js";
 import { captureIo } from "../helpers/captureIo.js";
 import { writeHeldOut } from "../helpers/writeHeldOut.js";
 
-const fakeSpecdraft = `node ${path.resolve("test/pack/helpers/fakeSpecdraft.mjs")}`;
+const fakeSpecdraft = `node ${path.resolve("test/selfcheck/helpers/fakeSpecdraft.mjs")}`;
 let dir = "";
 let data = "";
 
@@ -204,7 +204,7 @@ test("serve.sh without SPECDRAFT finds a specdraft checkout holding the folder (
         path.join(checkout, "package.json"),
         JSON.stringify({ name: "specdraft", type: "module" }, null, 2),
     );
-    await copyFile("test/pack/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
+    await copyFile("test/selfcheck/helpers/fakeSpecdraft.mjs", path.join(checkout, "dist", "cli", "main.js"));
     const out = path.join(checkout, "models", "drafter");
     const io = captureIo();
     assert.equal(await runPack({ model: "test/fixtures/tiny-qwen3.gguf", out }, io), 0);

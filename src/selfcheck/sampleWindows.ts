@@ -3,7 +3,7 @@
  * first N conversations. A window starting at s is walked as a conversation with prompt P + C[0:s] and continuation
  * C[s:s+W], so the sample sees long contexts as the full walk does, at a fraction of its tokens.
  */
-import type { Conversation } from "../../validate/types.js";
+import type { Conversation } from "../validate/types.js";
 
 /** How big the sample is. */
 export interface SampleWindowOptions {

@@ -59,19 +59,21 @@ export function expectedTokensPerStep(agreement: number, draftLength: number): n
  * or for x outside when there is only one.
  */
 export function interpolateCost(points: ReadonlyMap<number, number>, x: number): number {
-    const sizes = [...points.keys()].sort((a, b) => a - b);
-    if (sizes.length === 0) throw new RangeError("no measured costs to interpolate");
+    if (points.size === 0) throw new RangeError("no measured costs to interpolate");
     const exact = points.get(x);
     if (exact !== undefined) return exact;
-    if (sizes.length === 1) throw new RangeError(`only size ${sizes[0]} measured; cannot estimate size ${x}`);
-    let i = sizes.findIndex((size) => size > x);
-    if (i <= 0) i = i === 0 ? 1 : sizes.length - 1;
-    const x0 = sizes[i - 1];
-    const x1 = sizes[i];
-    const y0 = x0 === undefined ? undefined : points.get(x0);
-    const y1 = x1 === undefined ? undefined : points.get(x1);
-    // i is in 1 … sizes.length − 1, so both sizes exist and are keys of points
-    if (x0 === undefined || x1 === undefined || y0 === undefined || y1 === undefined) throw new Error("unreachable");
+    // the two points around x: the first pair whose upper size exceeds x, else (x beyond them all) the last pair
+    let lower: [number, number] | undefined;
+    let segment: [[number, number], [number, number]] | undefined;
+    for (const point of [...points].sort(([a], [b]) => a - b)) {
+        if (lower !== undefined) {
+            segment = [lower, point];
+            if (point[0] > x) break;
+        }
+        lower = point;
+    }
+    if (segment === undefined) throw new RangeError(`only size ${lower?.[0]} measured; cannot estimate size ${x}`);
+    const [[x0, y0], [x1, y1]] = segment;
     return y0 + ((y1 - y0) * (x - x0)) / (x1 - x0);
 }
 

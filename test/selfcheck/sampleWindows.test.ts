@@ -1,7 +1,7 @@
 /** The serving-time sample: windows spread from the opening to the end of the first N conversations. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { sampleWindows } from "../../src/pack/selfcheck/sampleWindows.js";
+import { sampleWindows } from "../../src/selfcheck/sampleWindows.js";
 import { conversation } from "../helpers/continuationOracle.js";
 
 test("windows start at 0 and end at L, evenly spread, and carry the continuation before them as prompt", () => {
