@@ -177,9 +177,10 @@ def test_distill_runs_the_chat_preset_and_says_so(trained: dict[str, Path]):
 # What the server's GGUF reader (src/engine/gguf.ts, through node) finds in a header: the vocabulary's fingerprint and
 # the base model's name. (gguf-py's GGUFReader takes ~12 s over a 151,936-token vocabulary; this, ~1.5 s.)
 GGUF_HEADER_FACTS = (
-    "import { readGgufHeader, ggufVocabulary } from './src/engine/gguf.ts';"
+    "import { readGgufHeader, readModelFileInfo } from './src/engine/gguf.ts';"
     "const header = await readGgufHeader(process.argv[1]);"
-    "console.log(JSON.stringify({ fingerprint: ggufVocabulary(header).fingerprint,"
+    "const info = await readModelFileInfo(process.argv[1]);"  # what serve reports as vocab_fingerprint
+    "console.log(JSON.stringify({ fingerprint: info.vocabFingerprint,"
     " baseModel: header.metadata.general?.base_model?.['0']?.name ?? null }));"
 )
 
