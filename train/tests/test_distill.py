@@ -341,3 +341,31 @@ def test_distill_refuses_a_drafter_with_another_tokenizer(tiny: dict[str, Path],
     write_manifest(other, "pretrain", outputs=list(manifest["outputs"]))
     with pytest.raises(ValueError, match="another tokenizer.json"):
         _distill_here(tiny, tmp_path / "out", drafter=other)
+
+
+def test_batch_probe_times_distills_order_after_a_step_on_the_widest_rows(tiny: dict[str, Path]):
+    """The GPU probe (train/scripts/gpu/probe_distill_batch.py) on the CPU: per size, its timed batches are the first
+    of the order distill takes, grouped by length or not, with that order's padding factor."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
+    from probe_distill_batch import probe
+
+    from specdraft_train.examples import row_width
+    from specdraft_train.models import load_causal_lm
+
+    examples = read_train_examples(tiny["reference"])
+    widths = [row_width(e) for e in examples]
+    model = load_causal_lm(tiny["base"], torch.device("cpu"))
+    model.train()
+    for group in (0, 2):
+        config = replace(CONFIG, group_by_length=group)
+        entries = probe(model, examples, [4, 8], 2, torch.device("cpu"), config)
+        assert [e["batch"] for e in entries] == [4, 8] and all(e["ok"] for e in entries)
+        for entry in entries:
+            size = entry["batch"]
+            order = epoch_order(widths, config.seed, 0, size, group)
+            assert entry["padding_factor"] == pytest.approx(padding_factor(widths, order, size))
+            timed = order[: 2 * size]
+            assert entry["continuation_tokens"] == sum(len(examples[i].continuation_tokens) for i in timed)
+            assert entry["tokens_per_s"] > 0
