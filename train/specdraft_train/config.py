@@ -438,8 +438,9 @@ LAB = LabPreset(
 QWEN3_CHAT = LabPreset(
     name="qwen3-chat",
     # A given line without a "split" goes by the hash of its messages: 2 % held out (5,000 of 250k, τ by category),
-    # 1 % dev (2,500: one dev evaluation is a ~1.4M-token forward of the drafter, ~10 s on an H200).
-    corpus=CorpusConfig(heldout_per_mille=20, dev_per_mille=10),
+    # 0.4 % dev (1,000): dev τ walks each conversation at ~0.10 s on an H200 (the rehearsal's evaluate), 9 times a run,
+    # so dev costs distill and QAT ~0.5 h together; at 1 % it was 1.3 h of the job (real_rehearsal_report.py).
+    corpus=CorpusConfig(heldout_per_mille=20, dev_per_mille=4),
     reference=ReferenceConfig(
         max_new_tokens=256,  # ~200 tokens a continuation on average once answers end at <|im_end|>
         train_prompts=250_000,  # the job's prompt count; given train lines past it are left out, with a warning

@@ -17,6 +17,8 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "train" / "scripts" / "gpu"))
 import real_rehearsal_report as report  # noqa: E402
 
+from specdraft_train.config import get_preset  # noqa: E402
+
 SCRIPT = REPO / "train" / "scripts" / "gpu" / "real_rehearsal.sh"
 
 
@@ -106,3 +108,29 @@ def test_a_failed_stage_fails_the_goals(rehearsed: Path):
     _stage(rehearsed, "probe", 30, rc=1)
     rows = report.stage_rows(rehearsed)
     assert report.goals(rows, None)["no stage out of memory or failed"] == "NOT met: probe"
+
+
+def test_the_projection_counts_the_held_out_walks_and_distills_dev_evaluations(rehearsed: Path, tmp_path: Path):
+    rows = report.stage_rows(rehearsed)
+    lengths = report.token_lengths(rehearsed)
+    drafters = [{"seconds": 10.0, "q4_mode": "q4_0-ptq"}, {"seconds": 38.0, "q4_mode": "q4_0-qat"}]
+    rows["evaluate"] = {"seconds": 65.0, "conversations": 49, "drafters": drafters}
+    hours = report.projection(rows, lengths, cap=16)["hours_one_h200"]
+    split = report.job_split()
+    preset = get_preset("qwen3-chat")
+    assert split["heldout"] == report.JOB_PROMPTS * preset.corpus.heldout_per_mille // 1000
+    steps = (report.JOB_PROMPTS - split["heldout"] - split["dev"]) // preset.distill.batch_size
+    assert split["dev_evaluations"] == steps // preset.distill.eval_every + 2
+    # loading once (65 − 48 s), the drafters' 48 s for 49 conversations grown to the held-out set
+    assert hours["evaluate"] == pytest.approx((17.0 + 48.0 / 49 * split["heldout"]) / 3600)
+    # KD and QAT each evaluate dev at the base drafter's rate in one mode (its 10 s held bf16 and Q4_0)
+    assert hours["dev evaluations"] == pytest.approx(2 * split["dev_evaluations"] * split["dev"] * 10.0 / 49 / 2 / 3600)
+    # the same measurements, projected again from the report a run wrote
+    first = tmp_path / "first"
+    subprocess.run([sys.executable, str(SCRIPT.with_name("real_rehearsal_report.py")), "--work", str(rehearsed),
+                    "--out", str(first)], check=True, capture_output=True)  # fmt: skip
+    again = tmp_path / "again"
+    subprocess.run([sys.executable, str(SCRIPT.with_name("real_rehearsal_report.py")), "--from-report",
+                    str(first / "rehearsal.json"), "--out", str(again)], check=True, capture_output=True)  # fmt: skip
+    a, b = (json.loads((d / "rehearsal.json").read_text()) for d in (first, again))
+    assert b["stages"] == a["stages"] and b["projection"] == a["projection"] and "projected again" in b["created"]

@@ -3,12 +3,15 @@ batch, from its stamp and its own manifest, and the whole job's cost projected f
 tables.md in OUT (the folder meant for bench/results/<date>-h200-real-rehearsal/).
 
     python train/scripts/gpu/real_rehearsal_report.py --work /tmp/real-rehearsal --out RESULTS
+    python train/scripts/gpu/real_rehearsal_report.py --from-report RESULTS/rehearsal.json --out RESULTS  # again
 
 The projection: the job's JOB_PROMPTS prompts with JOB_CONTINUATION-token answers, one epoch of KD and one of QAT,
 at the measured rates. The rehearsal's random models never stop, so every continuation runs to max_new_tokens:
 reference batches then decode to the cap as a real batch does (its longest row sets its steps), so the job's useful
 tokens/s is the measured one × JOB_CONTINUATION / cap; distillation trains on prompt + continuation, so its cost per
-continuation token is scaled by the job's (P + C) / C against the rehearsal's. 8 GPUs: reference and training
+continuation token is scaled by the job's (P + C) / C against the rehearsal's. Evaluation: the held-out walks at the
+drafters' measured seconds per conversation, and distill's and QAT's dev evaluations at the base drafter's, with the
+held-out and dev sets and the evaluation cadence of qwen3-chat. 8 GPUs: reference and training
 divided by 8 (shards and DDP ranks; the scaling is not measured here), evaluate, export and pack as on one.
 """
 
@@ -23,7 +26,6 @@ from typing import Any
 
 JOB_PROMPTS = 250_000
 JOB_CONTINUATION = 200  # tokens an answer, on average
-JOB_HELDOUT = 5_000  # qwen3-chat: 2 % of the prompts held out
 GPU_HOURS_GOAL = 6.0
 REFERENCE_GOAL = 10_000  # continuation tokens/s at the 8B shape, top-20 log-probs
 FOLDER_CAP = 1_000_000_000
@@ -125,6 +127,19 @@ def stage_rows(work: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
+def job_split() -> dict[str, int]:
+    """The job's held-out and dev prompts and the dev evaluations of one distill run, as qwen3-chat sizes them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from specdraft_train.config import get_preset
+
+    preset = get_preset("qwen3-chat")
+    heldout = JOB_PROMPTS * preset.corpus.heldout_per_mille // 1000
+    dev = JOB_PROMPTS * preset.corpus.dev_per_mille // 1000
+    steps = (JOB_PROMPTS - heldout - dev) // preset.distill.batch_size
+    evaluations = steps // preset.distill.eval_every + 2  # the starting drafter and the last weights compete too
+    return {"heldout": heldout, "dev": dev, "dev_evaluations": evaluations}
+
+
 def projection(rows: dict[str, dict[str, Any]], lengths: dict[str, float], cap: int) -> dict[str, Any] | None:
     """The whole job on 1 and on 8 H200s from the measured rates (module docstring), or None before they exist."""
     needed = [rows.get("reference", {}).get("tokens_per_s"), rows.get("distill", {}).get("tokens_per_s"),
@@ -141,9 +156,17 @@ def projection(rows: dict[str, dict[str, Any]], lengths: dict[str, float], cap: 
         "distill": tokens * train_scale / kd_tps / 3600,
         "qat": tokens * train_scale / qat_tps / 3600,
     }
+    split = job_split()
     evaluate = rows.get("evaluate", {})
     if evaluate.get("conversations"):
-        hours["evaluate"] = evaluate["seconds"] / evaluate["conversations"] * JOB_HELDOUT / 3600
+        conversations, drafters = evaluate["conversations"], evaluate.get("drafters") or []
+        drafting = sum(d["seconds"] for d in drafters) or evaluate["seconds"]
+        # the stage's loading is paid once; its drafters' walks (each in bf16 and Q4_0) grow with the held-out set
+        hours["evaluate"] = (evaluate["seconds"] - drafting + drafting / conversations * split["heldout"]) / 3600
+        if drafters:
+            # dev τ inside distill and QAT: the base drafter's rate in one mode, on the dev set, at every evaluation
+            dev_rate = drafters[0]["seconds"] / conversations / (2 if drafters[0].get("q4_mode") else 1)
+            hours["dev evaluations"] = 2 * split["dev_evaluations"] * split["dev"] * dev_rate / 3600
     for name in ("export", "pack"):
         if name in rows:
             hours[name] = rows[name]["seconds"] / 3600
@@ -154,6 +177,7 @@ def projection(rows: dict[str, dict[str, Any]], lengths: dict[str, float], cap: 
     return {
         "assumptions": {
             "prompts": JOB_PROMPTS,
+            **split,
             "continuation_tokens": JOB_CONTINUATION,
             "prompt_tokens_mean": prompt,
             "reference_useful_share": JOB_CONTINUATION / cap,
@@ -251,24 +275,34 @@ def goals(rows: dict[str, dict[str, Any]], projected: dict[str, Any] | None) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work", type=Path, required=True)
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--work", type=Path, help="the rehearsal's work folder")
+    source.add_argument("--from-report", type=Path, help="a rehearsal.json: project again from its measurements")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--mode", default="H200")
     ap.add_argument("--max-new-tokens", type=int, default=256, help="the reference stage's cap (qwen3-chat: 256)")
     args = ap.parse_args()
-    rows = stage_rows(args.work)
-    lengths = token_lengths(args.work) if (args.work / "reference" / "manifest.json").is_file() else {}
+    import time
+
+    if args.from_report is not None:  # the same measurements, projected by this script as it is now
+        measured = read_json(args.from_report)
+        if measured is None or "stages" not in measured:
+            sys.exit(f"real_rehearsal_report: {args.from_report} is not a rehearsal.json")
+        rows, lengths, created = measured["stages"], measured["lengths"], measured["created"]
+        created += f", projected again {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        args.mode = measured.get("mode", args.mode)
+    else:
+        rows, created = stage_rows(args.work), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        lengths = token_lengths(args.work) if (args.work / "reference" / "manifest.json").is_file() else {}
     if lengths and rows.get("reference", {}).get("generation_seconds"):  # the prefill's share of the work
         prompts = sum(rows["reference"]["prompts"].values())
         rows["reference"]["prompt_tokens_per_s"] = (
             lengths["prompt_tokens_mean"] * prompts / rows["reference"]["generation_seconds"]
         )
     projected = projection(rows, lengths, args.max_new_tokens) if lengths else None
-    import time
-
     report = {
         "mode": args.mode,
-        "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "created": created,
         "lengths": lengths,
         "stages": rows,
         "projection": projected,
