@@ -483,6 +483,7 @@ def run(
         manifest = distillation.write_outputs(reference_dir, start_time)
         print(distillation.finish_line(), file=sys.stderr)
         shutil.rmtree(out_dir / "resume", ignore_errors=True)
+    del distillation  # with its DDP model, before the group goes (finish_distributed says why)
     finish_distributed(ctx)
     return manifest
 

@@ -16,6 +16,7 @@ shows a tqdm progress bar and writes TensorBoard event files into ``OUT/tb/`` (w
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
@@ -106,8 +107,19 @@ def init_distributed(device_name: str, backend: str | None = None, tf32: bool = 
 
 
 def finish_distributed(ctx: DistributedContext) -> None:
-    """Wait for every rank; destroy the process group only where this context created it."""
+    """Wait for every rank; destroy the process group only where this context created it.
+
+    Call it once the stage's DDP model is gone (its last reference dropped). A DDP model's C++ Reducer holds the
+    group; if it is the last holder, freeing it destroys the gloo group with the GIL held, whose worker thread may
+    still be freeing the final barrier's tensors and waits for the GIL: a deadlock after the stage's work is done
+    (seen in CI, ~1 run in 10 on a loaded 2-core machine). Freed here first, while the group is still registered,
+    the Reducer only drops a reference, and destroy_process_group frees the group with the GIL released.
+    """
     if ctx.distributed and dist.is_initialized():
+        gc.collect()  # a dropped model still in a reference cycle (e.g. a stage object's) is freed now, not later
+        # type(), not isinstance: isinstance asks some objects for __class__, and torch's deprecated ones warn
+        if any(issubclass(type(obj), nn.parallel.DistributedDataParallel) for obj in gc.get_objects()):
+            raise RuntimeError("finish_distributed: a DDP model is still referenced; drop it first (see docstring)")
         dist.barrier()
         if ctx.owns_group:
             dist.destroy_process_group()

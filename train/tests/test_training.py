@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from specdraft_train.training import DistributedContext, NullSummaryWriter, ResumeState, open_summary_writer
+from specdraft_train.training import (
+    DistributedContext,
+    NullSummaryWriter,
+    ResumeState,
+    finish_distributed,
+    open_summary_writer,
+)
 
 MAIN = DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
 
@@ -104,3 +111,24 @@ def test_gpu_resume_check_script_runs_and_passes_on_the_cpu(
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:] + out.out[-2000:]
     assert "gpu_resume_check: PASS" in out.out
+
+
+def test_finish_distributed_refuses_while_a_ddp_model_lives_and_destroys_its_group_after():
+    """A DDP model that outlives its gloo group frees the group with the GIL held and can deadlock at exit (CI saw
+    it): finish_distributed must refuse while one is referenced, and destroy the group once it is dropped. One gloo
+    rank in this process; the context claims two so that the distributed path runs."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        ctx = DistributedContext(rank=0, world_size=2, device=torch.device("cpu"), owns_group=True)
+        model = nn.parallel.DistributedDataParallel(nn.Linear(4, 4))
+        model(torch.ones(2, 4)).sum().backward()
+        with pytest.raises(RuntimeError, match="DDP model is still referenced"):
+            finish_distributed(ctx)
+        assert dist.is_initialized()
+        del model
+        finish_distributed(ctx)
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs without PYTHONPATH too
+from specdraft_train.config import get_preset  # noqa: E402  (no torch: the config is plain dataclasses)
+
 JOB_PROMPTS = 250_000
 JOB_CONTINUATION = 200  # tokens an answer, on average
 GPU_HOURS_GOAL = 6.0
@@ -42,7 +45,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def token_lengths(work: Path) -> dict[str, float]:
     """Mean prompt and continuation tokens of what the reference stage generated (training shards and eval sets)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    # imported here, not at the top: these readers pull in torch, which --from-report (re-projecting stored
+    # figures, e.g. on a laptop) does not need
     from specdraft_train.examples import read_train_examples
     from specdraft_train.tau import read_conversations
 
@@ -129,9 +133,6 @@ def stage_rows(work: Path) -> dict[str, dict[str, Any]]:
 
 def job_split() -> dict[str, int]:
     """The job's held-out and dev prompts and the dev evaluations of one distill run, as qwen3-chat sizes them."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from specdraft_train.config import get_preset
-
     preset = get_preset("qwen3-chat")
     heldout = JOB_PROMPTS * preset.corpus.heldout_per_mille // 1000
     dev = JOB_PROMPTS * preset.corpus.dev_per_mille // 1000
