@@ -30,10 +30,7 @@ public:
             takeLoggedErrors();
             EngineState& s = engine_->state;
 
-            llama_model_params mp = llama_model_default_params();
-            mp.n_gpu_layers = options_.gpuLayers;
-            s.model = llama_model_load_from_file(options_.modelPath.c_str(), mp);
-            if (!s.model) throw std::runtime_error("llama.cpp could not load the model: " + orUnknown(takeLoggedErrors()));
+            s.loadModel(options_.modelPath, options_.gpuLayers);
 
             llama_context_params cp = llama_context_default_params();
             cp.n_seq_max = (uint32_t)options_.streams;
@@ -75,12 +72,7 @@ public:
                 cp.n_threads = options_.threads;
                 cp.n_threads_batch = options_.threads;
             }
-            s.ctx = llama_init_from_model(s.model, cp);
-            if (!s.ctx) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
-
-            s.batchCapacity = (int32_t)llama_n_batch(s.ctx);  // llama.cpp caps n_batch at n_ctx
-            s.batch = llama_batch_init(s.batchCapacity, 0, 1);
-            s.nVocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model));
+            s.createContext(cp);
             if (options_.lookahead > 0 && s.nVocab > PromptLookup::maxVocab) {
                 throw std::runtime_error("lookahead candidates need a vocabulary below " + std::to_string(PromptLookup::maxVocab) +
                                          " tokens, this one has " + std::to_string(s.nVocab));

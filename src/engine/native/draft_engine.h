@@ -70,12 +70,7 @@ struct DraftItem {
     bool stepwise = false;
 };
 
-struct EngineState {
-    llama_model* model = nullptr;
-    llama_context* ctx = nullptr;
-    llama_batch batch{};
-    int32_t batchCapacity = 0;
-    int32_t nVocab = 0;
+struct EngineState : LlamaHandles {
     int32_t streams = 0;
     int32_t argmaxThreads = 1;
     bool unguardedLogits = false;
@@ -181,16 +176,11 @@ public:
     bool loaded = false;
 
     void freeState() {
-        if (state.ctx) llama_free(state.ctx);
-        if (state.batchCapacity > 0) llama_batch_free(state.batch);
-        if (state.model) llama_model_free(state.model);
+        state.release();
         for (llama_sampler* smpl : state.samplers) llama_sampler_free(smpl);
         state.slotHistory.clear();
         state.samplers.clear();
         state.samplerConfigs.clear();
-        state.ctx = nullptr;
-        state.model = nullptr;
-        state.batchCapacity = 0;
     }
 
 private:

@@ -1,5 +1,5 @@
 // What the addon's two classes share (the draft Engine, draft_engine.h, and generate's Target, target.cpp): llama.cpp's
-// logging and backend set-up, the greedy argmax and the guarded read of many output rows, timing, and the readers of
+// logging and backend set-up, the llama.cpp objects each owns (LlamaHandles), the greedy argmax and the guarded read of many output rows, timing, and the readers of
 // an options object that load() takes (every field required: the defaults live in TypeScript).
 #pragma once
 
@@ -150,6 +150,43 @@ inline void decodeOrThrow(llama_context* ctx, const llama_batch& batch) {
     const int32_t rc = llama_decode(ctx, batch);
     if (rc != 0) throw std::runtime_error("llama_decode failed (code " + std::to_string(rc) + "): " + takeLoggedErrors());
 }
+
+// ---- the llama.cpp objects each class owns ----
+
+// A model, its context and one batch as large as the context takes in one llama_decode: the draft Engine's state and
+// generate's Target each hold one, created with their own context parameters. A failed step throws with llama.cpp's
+// logged reason; release() frees what exists (the context before its model) and may be called at any point.
+struct LlamaHandles {
+    llama_model* model = nullptr;
+    llama_context* ctx = nullptr;
+    llama_batch batch{};
+    int32_t batchCapacity = 0;
+    int32_t nVocab = 0;
+
+    void loadModel(const std::string& path, int32_t gpuLayers) {
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = gpuLayers;
+        model = llama_model_load_from_file(path.c_str(), mp);
+        if (!model) throw std::runtime_error("llama.cpp could not load the model: " + orUnknown(takeLoggedErrors()));
+        nVocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    }
+
+    void createContext(const llama_context_params& params) {
+        ctx = llama_init_from_model(model, params);
+        if (!ctx) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
+        batchCapacity = (int32_t)llama_n_batch(ctx);  // llama.cpp caps n_batch at n_ctx
+        batch = llama_batch_init(batchCapacity, 0, 1);
+    }
+
+    void release() {
+        if (ctx) llama_free(ctx);
+        if (batchCapacity > 0) llama_batch_free(batch);
+        if (model) llama_model_free(model);
+        ctx = nullptr;
+        model = nullptr;
+        batchCapacity = 0;
+    }
+};
 
 // ---- timing ----
 

@@ -55,17 +55,12 @@ struct TargetOptions {
     int32_t threads = 0;
 };
 
-class Target : public Napi::ObjectWrap<Target> {
+class Target : public Napi::ObjectWrap<Target>, public LlamaHandles {
 public:
     static void Init(Napi::Env env, Napi::Object exports);
     explicit Target(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Target>(info) {}
     ~Target() override { freeModel(); }
 
-    llama_model* model = nullptr;
-    llama_context* ctx = nullptr;
-    llama_batch batch{};
-    int32_t batchCapacity = 0;
-    int32_t nVocab = 0;
     int32_t maxOutputs = 0;
     int32_t argmaxThreads = 1;  // host argmax (without backendSampling): rows split over up to 8 threads
     int32_t length = 0;  // cells [0, length) of the KV cache hold evaluated tokens
@@ -80,14 +75,9 @@ public:
     bool loaded = false;
 
     void freeModel() {
-        if (ctx) llama_free(ctx);
-        if (batchCapacity > 0) llama_batch_free(batch);
-        if (model) llama_model_free(model);
+        release();
         if (sampler) llama_sampler_free(sampler);
-        ctx = nullptr;
-        model = nullptr;
         sampler = nullptr;
-        batchCapacity = 0;
         loaded = false;
     }
 
@@ -285,10 +275,7 @@ protected:
         try {
             initBackends(options_.binsDir);
             takeLoggedErrors();
-            llama_model_params mp = llama_model_default_params();
-            mp.n_gpu_layers = options_.gpuLayers;
-            t.model = llama_model_load_from_file(options_.modelPath.c_str(), mp);
-            if (!t.model) throw std::runtime_error("llama.cpp could not load the model: " + orUnknown(takeLoggedErrors()));
+            t.loadModel(options_.modelPath, options_.gpuLayers);
 
             llama_context_params cp = llama_context_default_params();
             cp.n_seq_max = 1;
@@ -313,12 +300,8 @@ protected:
                 cp.n_outputs_max_per_seq = (uint32_t)options_.maxOutputs;
                 t.backendSampling = true;
             }
-            t.ctx = llama_init_from_model(t.model, cp);
-            if (!t.ctx) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
-            t.batchCapacity = (int32_t)llama_n_batch(t.ctx);  // llama.cpp caps n_batch at n_ctx
-            t.batch = llama_batch_init(t.batchCapacity, 0, 1);
+            t.createContext(cp);
             const llama_vocab* vocab = llama_model_get_vocab(t.model);
-            t.nVocab = llama_vocab_n_tokens(vocab);
             t.maxOutputs = options_.maxOutputs;
             t.argmaxThreads = hostArgmaxThreads();
             t.length = 0;
