@@ -104,7 +104,7 @@ class ReferenceConfig:
     batch_size: int = 128
     shard_prompts: int = 1024  # prompts per resumable shard
     seed: int = 0
-    engine: str = "static"  # generation.py's static-cache, CUDA-graph engine; "hf" = HF generate, ≥ 10× slower on GPU
+    engine: str = "static"  # static_engine.py's static-cache, CUDA-graph engine; "hf" = HF generate, ≥ 10× slower
     # Chat prompts are rendered with the template's enable_thinking (Qwen3's default is on). Off: the drafter learns
     # the answers a non-thinking target gives, which greedy decoding suits (Qwen3's card warns that greedy decoding in
     # thinking mode repeats endlessly) and whose 256-token continuations are the answer, not the start of a long
@@ -451,11 +451,11 @@ QWEN3_CHAT = LabPreset(
         min_continuation_tokens=128,
         heldout_per_category=32,
         dev_per_category=24,
-        # Qwen3-8B in bf16 leaves ~120 GB of an H200; half of it holds ~500 rows of 600 prompt + 256 new tokens at
-        # 144 KiB of KV a token (the engine takes fewer where it must). Rows are the lever: a decode step reads the
-        # 16.4 GB of weights whatever the batch.
-        batch_size=512,
-        shard_prompts=4096,  # 8 full batches a shard; a killed run loses at most one shard (~1-2 min of an H200)
+        # Qwen3-8B in bf16 leaves ~122 GB of an H200; the engine's 0.7 of it holds ~780 rows of 500 prompt + 256 new
+        # tokens at 144 KiB of KV a token, 1,024 of shorter ones (it takes fewer where it must). Rows are the lever: a
+        # decode step reads the 16.4 GB of weights whatever the batch, and its matmuls run fuller with more rows.
+        batch_size=1024,
+        shard_prompts=4096,  # ~5 batches a shard; a killed run loses at most one shard (~2 min of an H200)
         enable_thinking=False,  # the field's why-comment says when to turn it on
     ),
     # ~250k continuations at 16 a step: ~15.6k steps an epoch. lr 1e-5 (AdamW, a 1.7B that already speaks chat: the

@@ -1,6 +1,7 @@
-"""generation: the static engine's greedy continuations and top-k log-probs equal HF generate's (CPU, fp32) — mixed
-prompt lengths in one call, several buckets, batch and prefill splits, a row stopping mid-way, every row stopping
-early, chat-style left-padded prompts of the real path — and the benchmark script runs at tiny scale.
+"""generation: the static engine's greedy continuations and top-k log-probs equal HF generate's (CPU, fp32) in every
+prefill and decode mode — mixed prompt lengths in one call, several buckets, batch and prefill splits, a row stopping
+mid-way, every row stopping early, chat-style prompts of the real path, a kept engine's cache reused across calls of
+other shapes — the varlen attention's reference has FlashAttention's semantics, and the benchmark runs at tiny scale.
 
     bash train/scripts/pytest.sh tests/test_generation.py
 """
@@ -19,17 +20,18 @@ import torch
 from test_export import tiny_config
 from transformers import Qwen3ForCausalLM
 
-from specdraft_train.generation import (
-    GreedyOutput,
-    StaticEngineConfig,
-    StaticGreedyEngine,
-    generate_continuations,
-    generate_greedy_hf,
-    stop_ids,
-)
+from specdraft_train.generation import generate_continuations, generate_greedy_hf, stop_ids
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.prompts import Prompt, render_chat
-from specdraft_train.static_cache import bucket_width, plan_batches
+from specdraft_train.static_cache import (
+    Varlen,
+    bucket_width,
+    flash_varlen_problem,
+    packed_chunks,
+    plan_batches,
+    varlen_attention_reference,
+)
+from specdraft_train.static_engine import MASKED_MATMUL, GreedyOutput, StaticEngineConfig, StaticGreedyEngine
 
 CPU = torch.device("cpu")
 TRAIN_DIR = Path(__file__).resolve().parents[1]
@@ -94,46 +96,143 @@ def test_bucket_widths_and_batches():
     assert [[LENGTHS[i] for i in b.indices] for b in batches] == [[3, 5, 8], [8, 8, 13], [16, 16], [21], [40]]
 
 
-@pytest.mark.parametrize("decode_attention", ["matmul", "sdpa"])
-def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_way_stop(
-    model: Qwen3ForCausalLM, decode_attention: str
-):
+# (prefill, decode attention): the CPU default (masked + matmul, the engine before packing), the CUDA default
+# (packed + flash: FlashAttention's varlen semantics, through the PyTorch reference here) and the other combinations
+MODES = [("masked", "matmul"), ("masked", "sdpa"), ("packed", "flash"), ("packed", "matmul"), ("masked", "flash")]
+
+
+def engine_config(prefill: str, decode_attention: str, **fields: int) -> StaticEngineConfig:
+    return StaticEngineConfig(prefill=prefill, decode_attention=decode_attention, **fields)
+
+
+@pytest.fixture(scope="module")
+def mid_way_stop(model: Qwen3ForCausalLM) -> tuple[list[list[int]], int, int, list[GreedyOutput]]:
+    """Prompts of every bucket, a stop token row 0 first produces mid-way, its position, HF generate's outputs."""
     prompts = random_prompts(LENGTHS)
     free = generate_greedy_hf(model, prompts, MAX_NEW, [0], 0, TOP_K, batch_size=4, device=CPU)
-    # A stop token that row 0 first produces mid-way: that row must end there, the stop token included.
     position = next(p for p in range(4, MAX_NEW - 4) if free[0].tokens[p] not in free[0].tokens[:p])
     stop = free[0].tokens[position]
-    peer = generate_greedy_hf(model, prompts, MAX_NEW, [stop], 0, TOP_K, batch_size=4, device=CPU)
-    # Batches of ≤ 2 rows, prefill forwards of ≤ 16 tokens: every bucket splits, width-16 rows prefill one by one.
-    engine = StaticGreedyEngine(
-        model, CPU, StaticEngineConfig(prefill_tokens=16, finish_check_every=3, decode_attention=decode_attention)
-    )
+    return prompts, stop, position, generate_greedy_hf(model, prompts, MAX_NEW, [stop], 0, TOP_K, 4, device=CPU)
+
+
+@pytest.mark.parametrize(("prefill", "decode_attention"), MODES)
+def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_way_stop(
+    model: Qwen3ForCausalLM, mid_way_stop: tuple, prefill: str, decode_attention: str
+):
+    prompts, stop, position, peer = mid_way_stop
+    # Batches of ≤ 2 rows, prefill forwards of ≤ 16 tokens: every bucket splits, width-16 rows prefill one by one
+    # (packed: whole prompts, so the 21- and 40-token ones alone).
+    config = engine_config(prefill, decode_attention, prefill_tokens=16, finish_check_every=3)
+    engine = StaticGreedyEngine(model, CPU, config)
     ours = engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2)
     assert_same(ours, peer)
     assert len(ours[0].tokens) == position + 1 and ours[0].tokens[-1] == stop
     assert any(len(o.tokens) == MAX_NEW for o in ours)  # others ran to the cap
+    assert (engine.stats.prefill, engine.stats.decode_attention) == (prefill, decode_attention)
     assert engine.stats.batches == 5 and engine.stats.padded_batches == 3
     assert engine.stats.prefill_forwards > engine.stats.batches  # row-chunked prefill
+    assert engine.stats.prompt_tokens == sum(LENGTHS)
     assert not engine.stats.used_cuda_graph
     # the split of the wall time the rehearsal reports: both parts timed, every batch
     assert engine.stats.prefill_seconds > 0 and engine.stats.decode_seconds > 0
+    log = engine.stats.batch_log
+    assert [entry["rows"] for entry in log] == [2, 2, 2, 2, 2] and sum(e["prompt_tokens"] for e in log) == sum(LENGTHS)
+    assert max(entry["steps"] for entry in log) == MAX_NEW  # a batch holding a row that ran to the cap
 
 
-def test_decoding_stops_once_every_row_has_stopped(model: Qwen3ForCausalLM):
+@pytest.mark.parametrize(("prefill", "decode_attention"), [("masked", "matmul"), ("packed", "flash")])
+def test_decoding_stops_once_every_row_has_stopped(model: Qwen3ForCausalLM, prefill: str, decode_attention: str):
     prompts = random_prompts([12] * 6, seed=2)
     free = generate_greedy_hf(model, prompts, MAX_NEW, [0], 0, TOP_K, batch_size=6, device=CPU)
     stops = sorted({o.tokens[2] for o in free})  # every row stops by its third token
-    engine = StaticGreedyEngine(model, CPU, StaticEngineConfig(finish_check_every=4))
+    engine = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention, finish_check_every=4))
     ours = engine.generate(prompts, MAX_NEW, stops, TOP_K)
     assert_same(ours, generate_greedy_hf(model, prompts, MAX_NEW, stops, 0, TOP_K, batch_size=6, device=CPU))
     assert all(len(o.tokens) <= 3 for o in ours)
     assert engine.stats.decode_steps == 4  # one round of steps, then the check saw every row stopped
     # Without top-k (held-out/dev splits) the tokens are the same.
-    plain = StaticGreedyEngine(model, CPU).generate(prompts, MAX_NEW, stops, None)
+    plain = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention))
+    plain = plain.generate(prompts, MAX_NEW, stops, None)
     assert [o.tokens for o in plain] == [o.tokens for o in ours] and plain[0].topk_ids is None
 
 
-def test_chat_prompts_left_padded_equal_hf_generate(tiny: dict[str, Path]):
+@pytest.mark.parametrize(("prefill", "decode_attention"), [("masked", "matmul"), ("packed", "flash")])
+def test_a_kept_engine_reuses_its_cache_across_calls_of_other_shapes(
+    model: Qwen3ForCausalLM, mid_way_stop: tuple, prefill: str, decode_attention: str
+):
+    """One engine serves a stage's shards: its KV store and per-shape buffers are reused, and what an earlier batch
+    left in them (slots outside a row's range, another shape's rows) never reaches a later one."""
+    prompts, stop, _, peer = mid_way_stop
+    engine = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention, prefill_tokens=16))
+    first = engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2)
+    other = random_prompts([30, 7, 7, 19, 2], seed=3)  # other widths and row counts, in the same store
+    assert_same(
+        engine.generate(other, MAX_NEW, [stop], TOP_K, max_batch_size=3),
+        generate_greedy_hf(model, other, MAX_NEW, [stop], 0, TOP_K, batch_size=3, device=CPU),
+    )
+    again = engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2)
+    assert_same(first, peer)
+    assert_same(again, peer)
+    engine.release()  # and after a release it allocates again
+    assert_same(engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2), peer)
+
+
+def test_auto_takes_the_varlen_kernel_only_where_it_runs(model: Qwen3ForCausalLM):
+    """On the CPU the engine keeps the masked prefill and matmul decode (its outputs as before packing); the varlen
+    kernel's check names why it cannot serve, and an unknown mode is refused."""
+    assert flash_varlen_problem(CPU, torch.bfloat16, 4, 2, 16) == "no FlashAttention kernel on cpu"
+    engine = StaticGreedyEngine(model, CPU)
+    engine.generate(random_prompts([5, 9]), 4, [0], None)
+    stats = engine.stats
+    assert (stats.prefill, stats.decode_attention, stats.flash_problem) == ("masked", "matmul", None)
+    assert (MASKED_MATMUL.prefill, MASKED_MATMUL.decode_attention) == ("masked", "matmul")
+    with pytest.raises(ValueError, match="prefill 'padded': expected one of auto, packed, masked"):
+        StaticGreedyEngine(model, CPU, StaticEngineConfig(prefill="padded"))
+
+
+def test_packed_chunks_hold_whole_prompts_up_to_the_token_budget():
+    assert packed_chunks([5, 8, 8, 13, 40, 3], 16) == [(0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    assert packed_chunks([5, 8, 3], 16) == [(0, 3)]
+    assert packed_chunks([40], 16) == [(0, 1)]  # a longer prompt alone
+
+
+def _naive_attention(query, key, value, rows, causal):
+    """Per row, per query head: softmax(q·kᵀ / √D) v over the row's key range [start, start + used), the query head's
+    KV head h // group, and (causal) the i-th of q queries seeing keys up to used − q + i."""
+    output = torch.zeros_like(query)
+    group = query.shape[1] // key.shape[1]
+    for (q0, q1), (start, used) in rows:
+        for head in range(query.shape[1]):
+            q = query[q0:q1, head]
+            k, v = key[start : start + used, head // group], value[start : start + used, head // group]
+            scores = q @ k.T / query.shape[-1] ** 0.5  # (q, used)
+            if causal:
+                visible = torch.arange(used)[None, :] <= torch.arange(q1 - q0)[:, None] + used - (q1 - q0)
+                scores = scores.masked_fill(~visible, float("-inf"))
+            output[q0:q1, head] = torch.softmax(scores, dim=-1) @ v
+    return output
+
+
+def test_the_varlen_reference_has_flash_attentions_semantics():
+    """Packed causal rows (prefill), and rows of one query reading a key range that starts inside a flat cache and
+    covers ``used_k`` slots (decode): what the engine asks of FlashAttention's varlen kernel on CUDA."""
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(n, h, 16, generator=generator) for n, h in ((62, 4), (62, 2), (62, 2)))
+    i32 = lambda values: torch.tensor(values, dtype=torch.int32)  # noqa: E731
+    prefill = Varlen(i32([0, 5, 22, 62]), i32([0, 5, 22, 62]), 40, 40, causal=True)
+    want = _naive_attention(query, key, value, [((0, 5), (0, 5)), ((5, 22), (5, 17)), ((22, 62), (22, 40))], True)
+    torch.testing.assert_close(varlen_attention_reference(query, key, value, prefill, 16**-0.5), want)
+    decode = Varlen(i32([0, 1, 2, 3]), i32([7, 20, 41, 62]), 1, 21, causal=False, used_k=i32([11, 21, 5]))
+    want = _naive_attention(query[:3], key, value, [((0, 1), (7, 11)), ((1, 2), (20, 21)), ((2, 3), (41, 5))], False)
+    torch.testing.assert_close(varlen_attention_reference(query[:3], key, value, decode, 16**-0.5), want)
+    # two queries of a row reading four keys, causal: the diagonal ends at the last key (FlashAttention's alignment)
+    tail = Varlen(i32([0, 2]), i32([0, 4]), 2, 4, causal=True)
+    want = _naive_attention(query[:2], key, value, [((0, 2), (0, 4))], True)
+    torch.testing.assert_close(varlen_attention_reference(query[:2], key, value, tail, 16**-0.5), want)
+
+
+@pytest.mark.parametrize(("prefill", "decode_attention"), [("masked", "matmul"), ("packed", "flash")])
+def test_chat_prompts_equal_hf_generate(tiny: dict[str, Path], prefill: str, decode_attention: str):
     """The real path: an HF checkpoint directory, chat-template prompts of varied lengths, the generation config's
     stop tokens (<|endoftext|>, <|im_end|>), through reference.generate_continuations with either engine."""
     target = load_causal_lm(tiny["target"], CPU)
@@ -154,17 +253,18 @@ def test_chat_prompts_left_padded_equal_hf_generate(tiny: dict[str, Path]):
     eos = stop_ids(target, tokenizer)
     assert len(eos) == 2
     tokens = [p.tokens for p in prompts]
-    engine = StaticGreedyEngine(target, CPU)
+    engine = StaticGreedyEngine(target, CPU, engine_config(prefill, decode_attention))
     ours = engine.generate(tokens, 16, eos, 20, max_batch_size=4)
     assert engine.stats.padded_batches >= 1
     assert_same(
         ours,
         generate_greedy_hf(target, tokens, 16, eos, tokenizer.pad_token_id or eos[0], 20, batch_size=4, device=CPU),
     )
-    static = generate_continuations(target, tokenizer, prompts, 16, 4, CPU, top_k=20)  # the default engine
+    static = generate_continuations(target, tokenizer, prompts, 16, 4, CPU, top_k=20, static=engine)  # kept engine
     hf = generate_continuations(target, tokenizer, prompts, 16, 4, CPU, top_k=20, engine="hf")
-    for a, b, o in zip(static, hf, ours):
-        assert a.tokens == b.tokens == o.tokens
+    default = generate_continuations(target, tokenizer, prompts, 16, 4, CPU, top_k=20)  # a new engine, CPU's modes
+    for a, b, c, o in zip(static, hf, default, ours):
+        assert a.tokens == b.tokens == c.tokens == o.tokens
         assert a.topk_logprobs.dtype == np.float16  # the shards' dtype, as before
         np.testing.assert_array_equal(a.topk_logprobs, o.topk_logprobs.astype(np.float16))
     with pytest.raises(ValueError, match="engine 'vllm': expected one of static, hf"):
@@ -172,57 +272,31 @@ def test_chat_prompts_left_padded_equal_hf_generate(tiny: dict[str, Path]):
 
 
 def test_bench_script_runs_at_tiny_scale(tmp_path: Path):
+    """The GPU bench's CPU dry run: two engine configurations and HF generate on the same prompts, one report."""
     out = tmp_path / "bench.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(TRAIN_DIR / "scripts" / "gpu" / "bench_reference.py"),
-            "--device",
-            "cpu",
-            "--threads",
-            "1",
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-            "--head-dim",
-            "16",
-            "--ffn",
-            "128",
-            "--vocab",
-            str(VOCAB),
-            "--context",
-            "256",
-            "--init-std",
-            "0.2",
-            "--prompts",
-            "12",
-            "--lengths",
-            "8,16,24",
-            "--new-tokens",
-            "6",
-            "--hf-prompts",
-            "6",
-            "--hf-batch-size",
-            "3",
-            "--batch-size",
-            "4",
-            "--out",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=TRAIN_DIR,
-    )
+    argv = (
+        "--device cpu --threads 1 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --ffn 128 --context 256 "
+        f"--init-std 0.2 --vocab {VOCAB} --prompts 12 --lengths 8,16,24 --new-tokens 6 "
+        "--engines packed+flash/4,masked+matmul@0.5/3 --hf-prompts 6 --hf-batch-size 3"
+    ).split()
+    bench = TRAIN_DIR / "scripts" / "gpu" / "bench_reference.py"
+    subprocess.run([sys.executable, str(bench), *argv, f"--out={out}"], check=True, capture_output=True, cwd=TRAIN_DIR)
     report = json.loads(out.read_text())
-    assert report["workload"]["prompts"] == report["static"]["prompts"] == 12
-    assert report["hf"]["prompts"] == report["agreement"]["rows"] == 6
-    assert report["agreement"]["identical_share"] == 1.0
-    assert report["agreement"]["max_abs_topk_logprob_diff"] <= LOGPROB_ATOL
-    assert report["static"]["tokens"] > 0 and report["hf"]["tokens_per_s"] > 0 and report["speedup"] > 0
-    assert report["static"]["cuda_graph"] is False and report["static"]["batches"] == 3
+    engines = report["engines"]
+    assert list(engines) == ["packed+flash/4", "masked+matmul@0.5/3"]
+    first, second = engines.values()
+    assert (first["prefill"], first["decode_attention"], first["max_rows"]) == ("packed", "flash", 4)
+    assert (second["prefill"], second["kv_cache_fraction"], second["max_rows"]) == ("masked", 0.5, 3)
+    assert report["workload"]["prompts"] == first["prompts"] == second["prompts"] == 12
+    assert first["tokens"] == second["tokens"] == 12 * 6  # random models never stop: every row to the cap
+    assert [b["rows"] for b in first["batches"]] == [4, 4, 4] and len(second["batches"]) == 4
+    assert sum(b["prompt_tokens"] for b in first["batches"]) == first["prompt_tokens"] == 4 * (8 + 16 + 24)
+    assert all(b["ms_per_step"] > 0 and b["steps"] == 6 for b in first["batches"])
+    assert first["prefill_seconds"] > 0 and first["decode_seconds"] > 0 and first["tokens_per_s"] > 0
+    assert report["speedup_over_second"]["masked+matmul@0.5/3"] == 1.0
+    assert report["speedup_over_second"]["packed+flash/4"] == first["tokens_per_s"] / second["tokens_per_s"]
+    # fp32 on the CPU: the configurations and HF generate agree exactly (log-probs to HF's own spread)
+    agreed = report["agreement_with_first"]["masked+matmul@0.5/3"]
+    assert agreed["identical_share"] == 1.0 and agreed["max_abs_topk_logprob_diff"] <= LOGPROB_ATOL
+    assert report["agreement_with_hf"]["identical_share"] == 1.0 and report["hf"]["prompts"] == 6
+    assert report["varlen_kernel"] == "no FlashAttention kernel on cpu" and first["cuda_graph"] is False
