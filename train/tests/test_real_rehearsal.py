@@ -1,10 +1,13 @@
 """The H200 dress rehearsal (train/scripts/gpu/real_rehearsal.sh), cheaply: it runs the commands docs/training.md gives
-for the real path, with their flags, and its report projects the whole job from the stages' measured rates. (The
-script itself runs end to end on the CPU with REHEARSAL_CPU=1, ~10 minutes: too long for CI.)"""
+for the real path, with their flags, and its report projects the whole job from the stages' measured rates — the full
+rehearsal's stage outputs, or the rates mode's bench and training-probe JSON (whose CPU dry run runs here end to end,
+~30 s; the full one, ~10 minutes on the CPU, is too long for CI)."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import shutil
 import subprocess
@@ -91,17 +94,18 @@ def test_the_report_projects_the_job_from_the_measured_rates(rehearsed: Path):
     parallel = hours["reference"] + hours["distill"] + hours["qat"]
     assert projected["eight_h200"]["wall_hours"] == pytest.approx(parallel / 8 + hours["export"] + hours["pack"])
     goals = report.goals(rows, projected)
-    assert goals["reference ≥ 10,000 continuation tokens/s at the 8B shape"].startswith("met")
+    assert goals["reference ≥ 9,000 continuation tokens/s at the 8B shape"].startswith("met")
     assert projected["one_h200"]["gpu_hours"] < report.GPU_HOURS_GOAL
-    assert goals["whole job ≤ 6 H200-hours"].startswith("met")
+    assert goals["whole job ≤ 5 H200-hours"].startswith("met")
     assert goals["packed folder ≤ 10^9 bytes"] == "not measured"
     for name in ("reference", "distill", "qat"):  # a tenth of the rates: over the goals
         rows[name]["tokens_per_s"] /= 10
     slow = report.projection(rows, lengths, cap=16)
     assert slow["one_h200"]["gpu_hours"] > report.GPU_HOURS_GOAL
     goals = report.goals(rows, slow)
-    assert goals["whole job ≤ 6 H200-hours"].startswith("NOT met")
-    assert goals["reference ≥ 10,000 continuation tokens/s at the 8B shape"] == "NOT met (2,000 tok/s)"
+    assert goals["whole job ≤ 5 H200-hours"].startswith("NOT met")
+    assert goals["reference ≥ 9,000 continuation tokens/s at the 8B shape"] == "NOT met (2,000 tok/s)"
+    assert goals["distill and QAT ≥ 40% MFU"] == "not measured"  # the full rehearsal's manifests have no MFU
 
 
 def test_a_failed_stage_fails_the_goals(rehearsed: Path):
@@ -134,3 +138,134 @@ def test_the_projection_counts_the_held_out_walks_and_distills_dev_evaluations(r
                     str(first / "rehearsal.json"), "--out", str(again)], check=True, capture_output=True)  # fmt: skip
     a, b = (json.loads((d / "rehearsal.json").read_text()) for d in (first, again))
     assert b["stages"] == a["stages"] and b["projection"] == a["projection"] and "projected again" in b["created"]
+
+
+def _rates_work(work: Path, probe: dict | None) -> Path:
+    """A rates-mode work folder: bench_reference.py's report (2 prompts of 400 and 600 tokens, 256 new each, 40 s,
+    an 8.19B model) and the training probe's, as the script's two stages leave them."""
+    run = {
+        "prompts": 2,
+        "tokens": 512,
+        "seconds": 40.0,
+        "tokens_per_s": 12.8,
+        "prompt_tokens": 1000,
+        "prompt_tokens_per_s": 100.0,
+        "peak_gib": 100.0,
+        "prefill": "packed",
+        "decode_attention": "flash",
+        "max_rows": 1024,
+        "kv_cache_fraction": 0.7,
+        "prefill_seconds": 10.0,
+        "decode_seconds": 30.0,
+        "graph_captures": 1,
+        "batches": [],
+    }
+    bench = {
+        "model": {"parameters": 8_190_735_360},
+        "engines": {"auto": run},
+        "workload": {"prompt_tokens_mean": 500.0, "prompt_tokens_max": 600},
+    }
+    (work / "stamps").mkdir(parents=True)
+    (work / "reference-rate.json").write_text(json.dumps(bench))
+    _stage(work, "reference-rate", 55.0, nvidia_smi_max_mib=120_000)
+    if probe is not None:
+        (work / "train-rate.json").write_text(json.dumps(probe))
+        _stage(work, "train-rate", 200.0, nvidia_smi_max_mib=80_000)
+    return work
+
+
+PROBE = {
+    "distill": {"tokens_per_s": 40_000.0, "continuation_tokens_per_s": 12_000.0, "mfu": 0.46, "peak_gib": 70.0},
+    "qat": {"tokens_per_s": 32_000.0, "continuation_tokens_per_s": 9_600.0, "mfu": 0.37, "peak_gib": 72.0},
+    "evaluate": {"conversations_per_s": 40.0, "peak_gib": 20.0},
+}
+
+
+def test_the_rates_mode_projects_the_job_from_the_bench_and_the_training_probe(tmp_path: Path):
+    work = _rates_work(tmp_path / "work", PROBE)
+    rows, lengths = report.rate_rows(work)
+    assert lengths == {"prompt_tokens_mean": 500.0, "prompt_tokens_max": 600, "continuation_tokens_mean": 256.0}
+    reference = rows["reference"]
+    assert reference["tokens_per_s"] == 12.8 and reference["all_tokens_per_s"] == pytest.approx(1512 / 40)
+    assert reference["mfu"] == pytest.approx(2 * 8_190_735_360 * 1512 / 40 / (report.PEAK_TFLOPS * 1e12))
+    assert reference["peak_gpu_bytes"] == 100 * 2**30 and reference["nvidia_smi_max_mib"] == 120_000
+    assert rows["distill"]["all_tokens_per_s"] == 40_000 and rows["qat"]["mfu"] == 0.37
+    projected = report.projection(rows, lengths, cap=256)
+    hours, split = projected["hours_one_h200"], report.job_split()
+    tokens = report.JOB_PROMPTS * report.JOB_CONTINUATION
+    assert hours["reference"] == pytest.approx(tokens / (12.8 * report.JOB_CONTINUATION / 256) / 3600)
+    # training: the job's prompt and continuation tokens, each epoch, at the all-token rate
+    job_tokens = report.JOB_PROMPTS * (500 + report.JOB_CONTINUATION)
+    assert hours["distill"] == pytest.approx(split["kd_epochs"] * job_tokens / 40_000 / 3600)
+    assert hours["qat"] == pytest.approx(split["qat_epochs"] * job_tokens / 32_000 / 3600)
+    # evaluation: four walks of each held-out conversation; dev: one walk at each of KD's and QAT's evaluations
+    assert hours["evaluate"] == pytest.approx(report.JOB_EVAL_WALKS * split["heldout"] / 40 / 3600)
+    assert hours["dev evaluations"] == pytest.approx(2 * split["dev_evaluations"] * split["dev"] / 40 / 3600)
+    three = projected["three_hours"]
+    assert three["speedup_needed"] == pytest.approx(sum(hours.values()) / 3)
+    assert three["continuation_tokens_per_s_needed"]["distill"] == pytest.approx(12_000 * three["speedup_needed"])
+    serial = hours["evaluate"] + hours["dev evaluations"]
+    parallel = hours["reference"] + hours["distill"] + hours["qat"]
+    assert three["h200s"] == math.ceil(parallel / (3 - serial)) and parallel / three["h200s"] + serial <= 3
+    goals = report.goals(rows, projected)
+    assert goals["distill and QAT ≥ 40% MFU"] == "NOT met (46% / 37%)"
+    assert goals["evaluate 5,000 held-out conversations in ≤ 10 minutes"] == "met (8 min)"  # 4 × 5,000 ÷ 40 a second
+
+
+def test_a_rates_run_takes_the_stages_it_did_not_measure_from_a_baseline(rehearsed: Path, tmp_path: Path):
+    """Without the training probe, distill, QAT, evaluate, export and pack come from an earlier full rehearsal: its
+    continuation rates turned into all-token rates at its own lengths, each row marked."""
+    full = tmp_path / "full"
+    script = str(SCRIPT.with_name("real_rehearsal_report.py"))
+    subprocess.run([sys.executable, script, "--work", str(rehearsed), "--out", str(full)], check=True)
+    work = _rates_work(tmp_path / "rates-work", None)
+    out = tmp_path / "rates"
+    subprocess.run(
+        [sys.executable, script, "--work", str(work), "--out", str(out), "--baseline", str(full / "rehearsal.json")],
+        check=True,
+        capture_output=True,
+    )
+    rates, before = (json.loads((d / "rehearsal.json").read_text()) for d in (out, full))
+    stages = rates["stages"]
+    assert stages["reference"]["source"].startswith("bench_reference.py")
+    assert {name for name, row in stages.items() if row["source"] == "baseline: full"} == {
+        "distill",
+        "qat",
+        "export",
+        "pack",
+    }
+    p, c = before["lengths"]["prompt_tokens_mean"], before["lengths"]["continuation_tokens_mean"]
+    assert stages["distill"]["all_tokens_per_s"] == pytest.approx(15_000 * (p + c) / c)
+    assert rates["lengths"]["prompt_tokens_mean"] == 500.0  # this run's prompts size the job
+    assert rates["projection"]["hours_one_h200"]["export"] == pytest.approx(90 / 3600)
+    assert "A 3-hour job on one H200 needs every stage" in (out / "tables.md").read_text()
+    # and --from-report projects the stored rows again, the same way
+    again = tmp_path / "again"
+    subprocess.run(
+        [sys.executable, script, "--from-report", str(out / "rehearsal.json"), "--out", str(again)],
+        check=True,
+        capture_output=True,
+    )
+    assert json.loads((again / "rehearsal.json").read_text())["projection"] == rates["projection"]
+
+
+def test_the_rates_mode_runs_on_the_cpu_with_a_training_probe_at_its_hook(tmp_path: Path):
+    """The script's rates mode end to end at tiny shapes: the reference bench, the probe the TRAIN_PROBE hook names
+    (here a stand-in that writes the interface's JSON to the --out it is given), and the report."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import json, sys\n"
+        f"path = sys.argv[sys.argv.index('--out') + 1]\nopen(path, 'w').write(json.dumps({PROBE!r}))\n"
+    )
+    settings = {"MODE": "rates", "CPU": "1", "DIR": str(tmp_path / "work"), "REFERENCE_PROMPTS": "6"}
+    env = {**os.environ, **{f"REHEARSAL_{k}": v for k, v in settings.items()}, "PYTHON": sys.executable}
+    env["TRAIN_PROBE"] = f"{sys.executable} {probe}"
+    out = tmp_path / "out"
+    subprocess.run(["bash", str(SCRIPT), str(out)], check=True, capture_output=True, cwd=REPO, env=env)
+    result = json.loads((out / "rehearsal.json").read_text())
+    stages = result["stages"]
+    assert stages["reference"]["prompts"] == {"train": 6} and stages["reference"]["tokens_per_s"] > 0
+    assert {stages[name]["source"] for name in ("distill", "qat", "evaluate")} == {"training probe"}
+    assert stages["export"]["source"].startswith("baseline: ") and result["projection"]["hours_one_h200"]["qat"] > 0
+    assert result["goals"]["distill and QAT ≥ 40% MFU"] == "NOT met (46% / 37%)"
+    assert (out / "reference-rate.json").is_file() and (out / "train-rate.json").is_file()

