@@ -451,7 +451,7 @@ QWEN3_CHAT = LabPreset(
         min_continuation_tokens=128,
         heldout_per_category=32,
         dev_per_category=24,
-        # Qwen3-8B in bf16 leaves ~122 GB of an H200; the engine's 0.7 of it holds ~780 rows of 500 prompt + 256 new
+        # Qwen3-8B in bf16 leaves ~122 GB of an H200; the engine's 0.7 of it holds ~770 rows of 500 prompt + 256 new
         # tokens at 144 KiB of KV a token, 1,024 of shorter ones (it takes fewer where it must). Rows are the lever: a
         # decode step reads the 16.4 GB of weights whatever the batch, and its matmuls run fuller with more rows.
         batch_size=1024,

@@ -108,6 +108,15 @@ def test_the_report_projects_the_job_from_the_measured_rates(rehearsed: Path):
     assert goals["distill and QAT ≥ 40% MFU"] == "not measured"  # the full rehearsal's manifests have no MFU
 
 
+def test_the_reference_rate_is_its_training_shards_where_the_manifest_has_them(rehearsed: Path):
+    """The job is 98 % training prompts; the rehearsal's eval sets are generated in small rounds."""
+    manifest = json.loads((rehearsed / "reference" / "manifest.json").read_text())
+    manifest["generation"]["per_rank"][0].update(train_tokens=10**6, train_seconds=40.0)
+    (rehearsed / "reference" / "manifest.json").write_text(json.dumps(manifest))
+    row = report.stage_rows(rehearsed)["reference"]
+    assert row["tokens_per_s"] == 25_000 and row["generation_tokens_per_s"] == 20_000
+
+
 def test_a_failed_stage_fails_the_goals(rehearsed: Path):
     _stage(rehearsed, "probe", 30, rc=1)
     rows = report.stage_rows(rehearsed)
