@@ -274,31 +274,51 @@ def varlen_attention_reference(
 
 
 def flash_varlen_problem(
-    device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int
+    device: torch.device,
+    dtype: torch.dtype,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    kernel: Callable[..., torch.Tensor] | None = None,
 ) -> str | None:
-    """Why the varlen kernel cannot serve the engine here, or None: it runs, and a small packed prefill and a decode
-    step with per-row key ranges (the engine's two uses) agree with the reference within bf16 rounding."""
-    if device.type != "cuda":
+    """Why the varlen kernel (``kernel``, default :func:`varlen_attention` on CUDA) cannot serve the engine here, or
+    None: it runs, and a packed prefill and two decode steps with per-row key ranges (the engine's two uses) agree
+    with the reference within bf16 rounding."""
+    if kernel is None and device.type != "cuda":
         return f"no FlashAttention kernel on {device.type}"
     if dtype not in (torch.float16, torch.bfloat16) or head_dim % 8 or head_dim > 256:
         return f"FlashAttention takes fp16/bf16 and head_dim ≤ 256 in multiples of 8, not {dtype} × {head_dim}"
     try:
-        worst = 0.0
-        for varlen, queries, keys in _flash_check_cases(device):
-            generator = torch.Generator(device).manual_seed(0)
-            q, k, v = (
-                torch.randn((n, h, head_dim), generator=generator, device=device, dtype=dtype)
-                for n, h in ((queries, heads), (keys, kv_heads), (keys, kv_heads))
-            )
-            got = varlen_attention(q, k, v, varlen, head_dim**-0.5).float()
-            want = varlen_attention_reference(q.float(), k.float(), v.float(), varlen, head_dim**-0.5)
-            worst = max(worst, float((got - want).abs().max()))
+        with torch.autocast(device.type, enabled=False):  # the reference in fp32, whatever the caller's autocast
+            shape = (dtype, heads, kv_heads, head_dim)
+            errors = [_flash_error(kernel or varlen_attention, case, *shape) for case in _flash_cases(device)]
     except Exception as error:  # noqa: BLE001 (any failure: the engine takes the PyTorch path instead)
         return f"{type(error).__name__}: {error}".splitlines()[0][:300]
-    return None if worst < 0.05 else f"differs from the PyTorch reference by {worst:.3f}"
+    return None if max(errors) < 0.05 else f"differs from the PyTorch reference by {max(errors):.3f}"
 
 
-def _flash_check_cases(device: torch.device) -> list[tuple[Varlen, int, int]]:
+def _flash_error(
+    kernel: Callable[..., torch.Tensor],
+    case: tuple[Varlen, int, int],
+    dtype: torch.dtype,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+) -> float:
+    """The largest difference between the kernel and the reference on random inputs of one case."""
+    varlen, queries, keys = case
+    device = varlen.cu_q.device
+    generator = torch.Generator(device).manual_seed(0)
+    q, k, v = (
+        torch.randn((n, h, head_dim), generator=generator, device=device, dtype=dtype)
+        for n, h in ((queries, heads), (keys, kv_heads), (keys, kv_heads))
+    )
+    got = kernel(q, k, v, varlen, head_dim**-0.5).float()
+    want = varlen_attention_reference(q.float(), k.float(), v.float(), varlen, head_dim**-0.5)
+    return float((got - want).abs().max())
+
+
+def _flash_cases(device: torch.device) -> list[tuple[Varlen, int, int]]:
     """(varlen, query tokens, key tokens): three prompts packed causally; a decode step of 3 rows in a cache of 3 × 40
     slots whose keys start 7, 0 and 22 slots into their row and number 11, 40 and 5 (few rows: FlashAttention splits
     the keys); the same for 512 rows of 64 slots (the engine's batch sizes: one pass)."""

@@ -8,6 +8,7 @@ other shapes — the varlen attention's reference has FlashAttention's semantics
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -188,6 +189,24 @@ def test_auto_takes_the_varlen_kernel_only_where_it_runs(model: Qwen3ForCausalLM
     assert (MASKED_MATMUL.prefill, MASKED_MATMUL.decode_attention) == ("masked", "matmul")
     with pytest.raises(ValueError, match="prefill 'padded': expected one of auto, packed, masked"):
         StaticGreedyEngine(model, CPU, StaticEngineConfig(prefill="padded"))
+
+
+def test_the_varlen_kernel_check_catches_a_kernel_that_reads_the_wrong_keys_or_fails():
+    """What the engine runs before trusting the CUDA kernel, here with stand-in kernels on the CPU."""
+
+    def shifted(query, key, value, varlen, scale):  # a kernel off by one key
+        return varlen_attention_reference(query, key.roll(1, 0), value, varlen, scale)
+
+    def broken(*args):
+        raise RuntimeError("FlashAttention only supports Ampere GPUs or newer.")
+
+    check = functools.partial(flash_varlen_problem, CPU, torch.bfloat16, 8, 2, 64)
+    assert check(kernel=varlen_attention_reference) is None  # bf16 inputs against the fp32 reference: within rounding
+    assert check(kernel=shifted).startswith("differs from the PyTorch reference by ")
+    assert check(kernel=broken) == "RuntimeError: FlashAttention only supports Ampere GPUs or newer."
+    assert flash_varlen_problem(CPU, torch.float32, 8, 2, 64, kernel=varlen_attention_reference).startswith(
+        "FlashAttention takes fp16/bf16"
+    )
 
 
 def test_packed_chunks_hold_whole_prompts_up_to_the_token_budget():
