@@ -44,7 +44,7 @@ limit=${2:-$([ "${REHEARSAL_CPU:-0}" = 1 ] && echo 3600 || echo 540)}
 cpu=${REHEARSAL_CPU:-0}
 rates=$([ "${REHEARSAL_MODE:-full}" = rates ] && echo 1 || echo 0)
 [ "$rates" = 1 ] || [ "${REHEARSAL_MODE:-full}" = full ] || { echo "REHEARSAL_MODE: full or rates" >&2; exit 2; }
-work=${REHEARSAL_DIR:-/tmp/real-rehearsal}
+work=${REHEARSAL_DIR:-/tmp/real-rehearsal$([ "$rates" = 1 ] && echo -rates)}
 repo=$(pwd)
 started=$(date +%s)
 mkdir -p "$results" "$work/logs" "$work/stamps"
