@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { seededRandom } from "../helpers/seededRandom.js";
+import { seededRandom, shuffle } from "../helpers/seededRandom.js";
 import { nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
@@ -35,19 +35,19 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
     let wrong = 0;
     for (let r = 0; r < rounds; r++) {
         // conversations arrive in a shuffled order, so their KV slots are out of order within the batch
-        const order = [...requests.keys()];
-        for (let i = order.length - 1; i > 0; i--) {
-            const j = random(i + 1);
-            [order[i], order[j]] = [order[j], order[i]];
+        const arrivals = shuffle(
+            requests.map((request, i) => ({ i, request })),
+            random,
+        );
+        const drafted = await Promise.all(
+            arrivals.map(async ({ i, request }) => ({ i, request, draft: await batched.draft(request, n) })),
+        );
+        drafted.sort((a, b) => a.i - b.i);
+        for (const { request, draft } of drafted) {
+            const expected = await alone.draft(request, n);
+            if (draft.join(",") !== expected.join(",")) wrong++;
         }
-        const results = await Promise.all(order.map((i) => batched.draft(requests[i], n)));
-        const drafts: number[][] = new Array(streams);
-        for (const [k, i] of order.entries()) drafts[i] = results[k];
-        for (let i = 0; i < streams; i++) {
-            const expected = await alone.draft(requests[i], n);
-            if (drafts[i].join(",") !== expected.join(",")) wrong++;
-        }
-        requests = requests.map((request, i) => nextRequest(request, drafts[i], random, 4000));
+        requests = drafted.map(({ request, draft }) => nextRequest(request, draft, random, 4000));
     }
     assert.equal(
         wrong,

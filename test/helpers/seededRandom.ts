@@ -15,3 +15,15 @@ export function seededRandom(seed: number): (max: number) => number {
         return state % max;
     };
 }
+
+/** A copy of `items` in an order drawn from `random` (Fisher–Yates: one draw per position, last to second). */
+export function shuffle<T>(items: readonly T[], random: (max: number) => number): T[] {
+    const out = [...items];
+    for (let i = out.length - 1; i > 0; i--) {
+        const j = random(i + 1);
+        const [a, b] = [out[i], out[j]];
+        if (a === undefined || b === undefined) throw new RangeError(`shuffle: no item at ${i} or ${j}`);
+        [out[i], out[j]] = [b, a];
+    }
+    return out;
+}
