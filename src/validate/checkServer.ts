@@ -112,7 +112,7 @@ export async function checkServer(
                         `${client.name}: ${over.length} of ${conversations.length} conversations need more than its context of ` +
                         `${info.contextSize} tokens (the longest, ${data.file}:${c.lineNumber} (${JSON.stringify(c.id)}): ` +
                         `${c.promptTokens.length} prompt + ${c.continuationTokens.length} continuation tokens, the last ` +
-                        `request holding ${worst.needs} with a ${draftLength}-token draft): serve with --context-size ` +
+                        `request holding ${worst.needs} with a ${draftLength}-token draft): serve with --context ` +
                         `${worst.needs} or more, or leave them out`,
                 },
                 notes,
