@@ -39,7 +39,7 @@
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
-import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
@@ -48,7 +48,8 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
-import { seededRandom } from "../test/helpers/seededRandom.js";
+import { parseIntegerListOption } from "./lib/integerListOption.js";
+import { seededRandom } from "./lib/seededRandom.js";
 import type { DraftStepMs, InProcessStepMs } from "./speedUpTable.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */

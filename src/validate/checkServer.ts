@@ -9,7 +9,7 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { ServerInfoError } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
-import { sha256File } from "./sha256File.js";
+import { sha256File } from "../pack/sha256File.js";
 import type { Conversation } from "./types.js";
 
 /** The vocabulary the data was made in: its target's fingerprint, and the file that says so. */

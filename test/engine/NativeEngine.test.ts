@@ -7,10 +7,10 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { seededRandom } from "../../bench/lib/seededRandom.js";
 import { EngineError } from "../../src/engine/errors.js";
 import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
-import { seededRandom } from "../helpers/seededRandom.js";
 import { draftConversationsAlone, nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";

@@ -13,8 +13,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { seededRandom } from "../../bench/lib/seededRandom.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { seededRandom, shuffle } from "../helpers/seededRandom.js";
 import { nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
@@ -55,3 +55,15 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
         `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`,
     );
 });
+
+/** A copy of `items` in an order drawn from `random` (Fisher–Yates: one draw per position, last to second). */
+function shuffle<T>(items: readonly T[], random: (max: number) => number): T[] {
+    const out = [...items];
+    for (let i = out.length - 1; i > 0; i--) {
+        const j = random(i + 1);
+        const [a, b] = [out[i], out[j]];
+        if (a === undefined || b === undefined) throw new RangeError(`shuffle: no item at ${i} or ${j}`);
+        [out[i], out[j]] = [b, a];
+    }
+    return out;
+}

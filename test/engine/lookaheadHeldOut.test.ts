@@ -20,12 +20,12 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { seededRandom } from "../../bench/lib/seededRandom.js";
 import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
 import { readHeldOutFile } from "../../src/validate/readHeldOutFile.js";
-import { seededRandom } from "../helpers/seededRandom.js";
 import { everyStepLookahead } from "./helpers/differentialEngine.js";
 import { testGpu, testThreads } from "./helpers/engineFixtures.js";
 

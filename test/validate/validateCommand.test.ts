@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { runValidate } from "../../src/cli/validateCommand.js";
-import { sha256File } from "../../src/validate/sha256File.js";
+import { sha256File } from "../../src/pack/sha256File.js";
 import type { WalkSummary } from "../../src/validate/types.js";
 import { captureIo } from "../helpers/captureIo.js";
 import { conversation, draftWithPlantedError, locate } from "../helpers/continuationOracle.js";

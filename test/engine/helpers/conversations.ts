@@ -1,7 +1,7 @@
 /** Multi-round conversations for the engine tests: each next request = previous context + part of its draft + 1 token. */
 
+import { seededRandom } from "../../../bench/lib/seededRandom.js";
 import type { DraftEngine } from "../../../src/engine/types.js";
-import { seededRandom } from "../../helpers/seededRandom.js";
 
 /** The request a conversation sends next, given its last request and the draft it got. */
 export function nextRequest(
