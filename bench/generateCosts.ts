@@ -39,7 +39,7 @@
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
-import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
@@ -48,7 +48,9 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
-import { seededRandom } from "../test/helpers/seededRandom.js";
+import { parseIntegerListOption } from "./lib/integerListOption.js";
+import { seededRandom } from "./lib/seededRandom.js";
+import type { DraftStepMs, InProcessStepMs } from "./speedUpTable.js";
 
 /** Verify sizes m = k + 1 for the drafts of k the speed-up table projects (k ∈ {2, 4, 6, 8, 16}), and m = 1. */
 const verifySizes = [1, 3, 5, 7, 9, 17];
@@ -96,7 +98,7 @@ async function timeAloneNative(target: NativeTarget, prompt: Prompt, repeats: nu
         if (long.tokens > short.tokens) perToken.push((long.ms - short.ms) / (long.tokens - short.tokens));
     }
     perToken.sort((a, b) => a - b);
-    return perToken.length > 0 ? perToken[Math.floor(perToken.length / 2)] : null;
+    return perToken[Math.floor(perToken.length / 2)] ?? null;
 }
 
 /**
@@ -311,8 +313,18 @@ async function timeFirstDraft(draft: DraftFn, vocab: number): Promise<Record<str
     return out;
 }
 
+interface StepCounters {
+    count: number;
+    decode: number;
+    submit: number;
+    wait: number;
+    sample: number;
+    host: number;
+    reused: number;
+}
+
 /** The server's step counters from /metrics (sums in s, count), or undefined if it has none. */
-async function readStepCounters(url: string): Promise<Record<string, number> | undefined> {
+async function readStepCounters(url: string): Promise<StepCounters | undefined> {
     const response = await fetch(new URL("metrics", url.endsWith("/") ? url : `${url}/`)).catch(() => undefined);
     if (!response?.ok) return undefined;
     const text = await response.text();
@@ -342,10 +354,10 @@ async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, re
     const before = await readStepCounters(url);
     const draftWalk = await timeWalk(draft, prompt, vocab, repeats);
     const after = await readStepCounters(url);
-    let stepMs: Record<string, number> | null = null;
+    let stepMs: DraftStepMs | null = null;
     if (before && after && after.count > before.count) {
         const steps = after.count - before.count;
-        const mean = (key: string) => round((1000 * (after[key] - before[key])) / steps);
+        const mean = (key: keyof StepCounters) => round((1000 * (after[key] - before[key])) / steps);
         stepMs = {
             decode: mean("decode"),
             submit: mean("submit"),
@@ -417,7 +429,7 @@ async function measureInProcessDrafter(
             ),
         };
         const firstDraft = await timeFirstDraft(draft, vocab);
-        const steps: Record<string, unknown> = {};
+        const steps: Record<string, InProcessStepMs> = {};
         for (const [index, row] of [...byIndex.entries()].sort((a, b) => a[0] - b[0]))
             steps[index < 4 ? `step${index}` : "step4plus"] = {
                 steps: row.n,

@@ -41,6 +41,27 @@ export const predictionTolerance = 0.1;
 
 type DrafterPath = "http" | "in-process";
 
+/** A drafter server's mean ms per decode step over the walk, from its /metrics (bench/generateCosts.ts). */
+export interface DraftStepMs {
+    decode: number;
+    submit: number;
+    wait: number;
+    sample: number;
+    host: number;
+    steps: number;
+    /** the share of steps that reused the previous step's graph */
+    graph_reused: number;
+}
+
+/** The in-process drafter's mean ms per decode step, by the step's index within a request. */
+export interface InProcessStepMs {
+    steps: number;
+    decode: number;
+    submit: number;
+    wait: number;
+    graph_reused: number;
+}
+
 /** bench/generateCosts.ts's output (the parts read here). */
 export interface CostsJson {
     target?: string | null;
@@ -54,7 +75,7 @@ export interface CostsJson {
     verify_native_host?: Record<string, { all: number; last: number } & Record<string, number>>;
     draft?: Record<string, number>;
     draft_walk?: Record<string, number>;
-    draft_step_ms?: Record<string, number> | null;
+    draft_step_ms?: DraftStepMs | null;
     draft_in_process?: Record<string, number>;
     draft_walk_in_process?: Record<string, number>;
     draft_walk_interleaved?: Record<string, number>;
@@ -62,7 +83,7 @@ export interface CostsJson {
     alone_native_fixed?: Record<string, number>;
     draft_first?: Record<string, number>;
     draft_first_in_process?: Record<string, number>;
-    steps_in_process?: Record<string, Record<string, number>>;
+    steps_in_process?: Record<string, InProcessStepMs>;
     draft_step_by_m?: StepByM;
     draft_model?: string | null;
 }
@@ -213,7 +234,7 @@ function endToEndTable(
     ];
     for (const [name, summary] of runs) {
         // `<path>@<label>` names a second run of the same pair (e.g. in-process@off: without candidates)
-        const [targetName, drafterName, pathLabel = ""] = name.split("--");
+        const [targetName = "", drafterName = "", pathLabel = ""] = name.split("--");
         const [path] = pathLabel.split("@");
         const t = targets.get(targetName);
         const d = drafters.get(drafterName);
@@ -255,12 +276,12 @@ export function readResults(dir: string) {
     const drafters = new Map<string, CostsJson>();
     const runs = new Map<string, GenerateSummary>();
     for (const file of readdirSync(dir).sort()) {
-        const match = /^(target|drafter|e2e)-(.+)\.json$/.exec(file);
-        if (!match) continue;
+        const [, kind, name] = /^(target|drafter|e2e)-(.+)\.json$/.exec(file) ?? [];
+        if (kind === undefined || name === undefined) continue;
         const json = JSON.parse(readFileSync(join(dir, file), "utf8"));
-        if (match[1] === "target") targets.set(match[2], json);
-        else if (match[1] === "drafter") drafters.set(match[2], json);
-        else runs.set(match[2], json);
+        if (kind === "target") targets.set(name, json);
+        else if (kind === "drafter") drafters.set(name, json);
+        else runs.set(name, json);
     }
     // lookahead-steps.json: the reference drafter's tokens per step (the tables'); lookahead-steps-<label>.json: another
     // drafter's, for the end-to-end runs it drafted

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# `npm test`: the TypeScript suite, the training pipeline's Python suite (which creates train/.venv on first use), then
-# the format and lint checks of both languages (Biome, ruff: scripts/lint.sh). All three always run; the exit status
-# is non-zero if any of them failed.
+# `npm test`: the type-check of every TypeScript file (tsconfig.check.json: src/, test/, bench/, scripts/), the
+# TypeScript suite, the training pipeline's Python suite (which creates train/.venv on first use), then the format and
+# lint checks of both languages (Biome, ruff: scripts/lint.sh). All four always run; the exit status is non-zero if any
+# of them failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
+echo "== TypeScript type-check =="
+# tsx runs the tests and benches with their types stripped, unchecked: tsc checks them under the same strict rules as src/
+npx --no-install tsc -p tsconfig.check.json || status=1
 echo "== TypeScript tests =="
 # Node 20's test runner takes file paths, not globs. isolateEnv clears the shell's SPECDRAFT_* settings in every test file.
 mapfile -t files < <(find test -name '*.test.ts' | sort)

@@ -1,7 +1,6 @@
 # What the GPU jobs that time random-weight GGUFs share (bench/gpu/real-shape.sh, lookahead.sh), sourced after they set
 # `results` (the results folder, made absolute here), `cpu` (1: a CPU dry run with tiny shapes, --gpu cpu) and
-# `models` (where the GGUFs are made): the log, the GPU machine's setup (node, the gguf wheel, the CUDA build of the
-# addon), the bench scripts (`js`), `specdraft serve` started and stopped, and GGUFs made in the background.
+# `models` (where the GGUFs are made): the log, the GPU machine's set-up (bench/gpu/setup.sh), the bench scripts (`js`), `specdraft serve` started and stopped, and GGUFs made in the background.
 mkdir -p "$results" "$models"
 results=$(cd "$results" && pwd)
 started=$(date +%s)
@@ -14,13 +13,12 @@ if [ "$cpu" = 1 ]; then
   python=${PYTHON:-train/.venv/bin/python}; export PYTHONPATH=$PWD/train
 else
   gpu=cuda; threads=()
-  log "unpacking node and the CUDA build"
-  source .gpu/unpack.sh
+  source bench/gpu/setup.sh
+  log "node, node_modules and the gguf package"
+  gpu_tools
   python=python3
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
   log "native engine, CUDA variant"
-  node scripts/build-native.mjs --gpu cuda 2>&1 | tail -1 | tee -a "$results/progress.log"
-  nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.max.sm --format=csv,noheader | tee "$results/gpu.txt"
+  gpu_engine "$results/gpu.txt" | tee -a "$results/progress.log"
 fi
 { df -h "$models" | tail -1; free -g | sed -n 2p; } 2>/dev/null | tee -a "$results/progress.log"
 # js SECONDS NAME ARGS: a bench script, killed after SECONDS; the bundles bench/gpu/stage.sh makes in .gpu-rs (the GPU

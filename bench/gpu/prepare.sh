@@ -6,8 +6,8 @@ set -uo pipefail
 logs=${1:-/tmp}
 mkdir -p "$logs"
 exec 9>/tmp/specdraft-prepare.lock && flock 9  # a second run waits for the first, then finds everything made
-[ -d /tmp/site/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/train
+source bench/gpu/setup.sh
+gpu_tools
 model=/tmp/qwen3-1.7b-random-q4_0.gguf
 if [ ! -f "$model" ]; then
   xz -dc .gpu-extra/qwen3-tokenizer.json.xz > /tmp/qwen3-tokenizer.json

@@ -27,12 +27,11 @@ if [ "${REPLICAS_CPU:-0}" = 1 ]; then
   export SERVE_OPTIONS=${SERVE_OPTIONS:-"--streams 4 --context 1024 --threads 1"}
   if [ -f .gpu-rs/serveBench.mjs ]; then export BENCH="node .gpu-rs/serveBench.mjs"; fi
 else
-  log "unpacking node and the CUDA build"
-  source .gpu/unpack.sh
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
+  source bench/gpu/setup.sh
+  log "node, node_modules and the gguf package"
+  gpu_tools
   log "native engine, CUDA variant"
-  node scripts/build-native.mjs --gpu cuda 2>&1 | tail -1 | tee -a "$results/progress.log"
-  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader | tee "$results/gpu.txt"
+  gpu_engine "$results/gpu.txt" | tee -a "$results/progress.log"
   model=/tmp/replicas-models/qwen3-1.7b-q4_0.gguf
   mkdir -p "$(dirname "$model")"
   if [ ! -f "$model" ]; then

@@ -5,9 +5,9 @@
 #   3. llama.cpp's own llama-server, built here from the llama.cpp source node-llama-cpp bundles.
 # The drafter is Qwen3-1.7B-shaped with random weights in Q4_0 (bench/models/make_random_drafter.py).
 #
-# From the checkout on the GPU machine, with .gpu (../shared/gpu/stage.sh), .gpu-extra (qwen3-tokenizer.json.xz and the
-# bench clients bundled by bench/gpu/stage.sh), .gpu-llama (llama-src.tar.xz; only for the llama-server peer), .whl (gguf
-# wheel), dist and build/llama-headers brought along:
+# From the checkout on the GPU machine (set up by bench/gpu/setup.sh), with what bench/gpu/stage.sh makes brought along:
+# .gpu-extra (qwen3-tokenizer.json.xz and the bench clients bundled), .gpu-llama (llama-src.tar.xz; only for the
+# llama-server peer), and on a machine without node .gpu and .whl; dist and build/llama-headers too:
 #   bash bench/gpu/serving.sh RESULTS_DIR [PEERS]      PEERS: any of "specdraft hf-seed llama-server" (default: all)
 # bench/gpu/stage.sh prints what each job brings: with .gpu-llama this one is now over the device tool's 64 MiB (the
 # committed default drafter grew the checkout), so run the llama-server peer in a job of its own or carry less.
@@ -18,20 +18,19 @@ want() { [[ " $peers " == *" $1 "* ]]; }
 steps=${STEPS:-20}; seed_steps=${SEED_STEPS:-8}  # measured steps per stream: ours and llama-server / the slow seed peer
 mkdir -p "$results"
 log() { echo "[$(date +%T)] $*"; }
-source .gpu/unpack.sh
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/train
+source bench/gpu/setup.sh
+gpu_tools
 nproc_all=$(nproc)
 
 # llama-server builds on the CPU cores while the rest runs (prepare.sh is idempotent: a job may have run it already).
 if want llama-server; then bash bench/gpu/prepare.sh "$results" > "$results/prepare.log" 2>&1 & build_pid=$!; fi
 log "native engine, CUDA variant"
-node scripts/build-native.mjs --gpu cuda 2>&1 | tail -2
+gpu_engine "$results/gpu.txt"
 model=/tmp/qwen3-1.7b-random-q4_0.gguf
 until [ -f "$model" ]; do
   if ! want llama-server; then bash bench/gpu/prepare.sh "$results" > /dev/null 2>&1 || true; break; fi
   sleep 1
 done
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 
 wait_health() { # url timeout_s → prints seconds until GET /health answered 200, or fails
   python3 - "$1" "$2" <<'PY'

@@ -59,7 +59,7 @@ fi
 du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .gpu-real .whl .prose .gpu-haproxy 2>/dev/null
 # what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
-for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" "after-lab.sh:.gpu .gpu-extra dist build/llama-headers" \
+for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" \
            "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" "lookahead.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
            "replicas.sh:.gpu .gpu-rs .whl dist build/llama-headers .gpu-haproxy" \
            "train/scripts/gpu/lab.sh:.whl .prose" \

@@ -19,12 +19,6 @@ export function parseIntegerOption(min = 1, max = Number.POSITIVE_INFINITY): (va
     };
 }
 
-/** A parser of comma-separated integers ≥ `min` (e.g. `0,1,4`), each checked as parseIntegerOption checks one. */
-export function parseIntegerListOption(min = 1): (value: string) => number[] {
-    const one = parseIntegerOption(min);
-    return (value: string): number[] => value.split(",").map((part) => one(part.trim()));
-}
-
 /** A parser accepting numbers > 0 (e.g. seconds, bytes with a fraction). */
 export function parsePositiveNumberOption(value: string): number {
     const parsed = Number(value);

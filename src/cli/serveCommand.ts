@@ -15,6 +15,7 @@ import {
     defaultStreams,
     gpuChoices,
     maxLookahead,
+    maxStreams,
 } from "../engine/engineDefaults.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice } from "../engine/types.js";
@@ -71,7 +72,7 @@ export function serveCommand(): Command {
         .option(
             "--streams <n>",
             "sequences held at once, each with its own KV cache",
-            parseIntegerOption(1, 256),
+            parseIntegerOption(1, maxStreams),
             defaultStreams,
         )
         .option(

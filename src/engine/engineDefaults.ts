@@ -10,6 +10,8 @@ import type { GpuChoice, LookaheadSettings } from "./types.js";
 export const defaultDraftLength = 16;
 /** Sequences (conversations with their own KV cache) held at once. Defaults to `32`. */
 export const defaultStreams = 32;
+/** Most sequences one engine holds (`--streams` 1–maxStreams). */
+export const maxStreams = 256;
 /** Tokens one sequence holds (prompt + draft). Defaults to `4096`. */
 export const defaultContextSize = 4096;
 /** Requests that may wait for a free stream before new ones get queue_full. Defaults to `1024`. */

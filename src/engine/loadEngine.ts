@@ -15,6 +15,7 @@ import {
     defaultStreams,
     defaultUbatchSize,
     maxLookahead,
+    maxStreams,
 } from "./engineDefaults.js";
 import { EngineLoadError } from "./errors.js";
 import { type ModelFileInfo, readModelFileInfo } from "./gguf.js";
@@ -142,8 +143,8 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
     const options: LoadEngineOptions = { ...envOptions, ...definedOnly(givenOptions) };
     const streams = options.streams ?? defaultStreams;
     const contextSize = options.contextSize ?? defaultContextSize;
-    if (!Number.isInteger(streams) || streams < 1 || streams > 256)
-        throw new RangeError(`streams must be 1–256, got ${streams}.`);
+    if (!Number.isInteger(streams) || streams < 1 || streams > maxStreams)
+        throw new RangeError(`streams must be 1–${maxStreams}, got ${streams}.`);
     if (!Number.isInteger(contextSize) || contextSize < 2)
         throw new RangeError(`contextSize must be ≥ 2, got ${contextSize}.`);
     const { lookahead, lookaheadStepTokens } = options;

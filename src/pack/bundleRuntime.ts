@@ -18,9 +18,9 @@ import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, open, readdir, readFile, realpath, rm, stat, symlink, writeFile } from "node:fs/promises";
 import path from "node:path";
 import type { NativeVariant } from "../engine/nativeAddon.js";
-import { sha256File } from "../validate/sha256File.js";
 import type { RuntimeDescription } from "./drafterFolder.js";
 import { readElfNeeded } from "./readElfNeeded.js";
+import { sha256File } from "./sha256File.js";
 
 /** Engines a bundle can carry besides the CPU one. */
 export type BundleGpu = Exclude<NativeVariant, "cpu">;

@@ -11,7 +11,6 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { defaultDraftLength } from "../engine/engineDefaults.js";
 import { describeGgufModel, type GgufHeader, type GgufModelDescription, readGgufHeader } from "../engine/gguf.js";
-import { sha256File } from "../validate/sha256File.js";
 import { BundleError, type BundleGpu, bundleRuntime, type RuntimeBundleOptions } from "./bundleRuntime.js";
 import { checkDataManifest, type DataManifest, unknownSourcesManifest } from "./dataManifest.js";
 import {
@@ -26,6 +25,7 @@ import {
 } from "./drafterFolder.js";
 import { describeLargestParts, type FolderPart, folderBytes, formatByteCount, totalBytes } from "./folderBytes.js";
 import { renderServeScript } from "./renderServeScript.js";
+import { sha256File } from "./sha256File.js";
 
 /** The specdraft checkout or package this code runs from (src/pack/ or dist/pack/ → its root). */
 export const specdraftRoot = path.resolve(fileURLToPath(new URL("../../", import.meta.url)));

@@ -4,6 +4,7 @@
  * `app.inject` and any DraftEngine in the slot.
  */
 
+import type { IncomingMessage } from "node:http";
 import Fastify, { type FastifyInstance } from "fastify";
 import "./schemas/openApiRouteFields.js";
 import { EngineSlot } from "./EngineSlot.js";
@@ -15,6 +16,7 @@ import { metricsRoutes } from "./routes/metricsRoutes.js";
 import { ServerMetrics } from "./ServerMetrics.js";
 import type { ErrorResponse } from "./schemas/errorSchemas.js";
 import { sharedSchemas } from "./schemas/sharedSchemas.js";
+import { refusedBodyLingerMs } from "./serveDefaults.js";
 import { toApiError } from "./toApiError.js";
 
 /**
@@ -66,9 +68,10 @@ export function buildApp(options: AppOptions): App {
 
     for (const schema of sharedSchemas) app.addSchema(schema);
 
-    app.setErrorHandler((error, request, reply) => {
+    app.setErrorHandler(async (error, request, reply) => {
         const apiErr = toApiError(error, request, { bodyLimit, vocabSize: slot.loaded?.info.vocabSize });
         if (apiErr.statusCode >= 500 && apiErr.code !== "queue_full") request.log.error(error);
+        if (apiErr.code === "body_too_large") await discardRestOfBody(request.raw);
         const body: ErrorResponse = { error: { code: apiErr.code, message: apiErr.message } };
         return reply.code(apiErr.statusCode).headers(apiErr.headers).send(body);
     });
@@ -99,4 +102,22 @@ export function buildApp(options: AppOptions): App {
     app.register(metricsRoutes, { metrics });
 
     return { app, slot, metrics };
+}
+
+/**
+ * Fastify refuses a body over the limit before reading it (or stops reading at the limit) and closes the connection
+ * after its 413. A socket closed with unread bytes is reset (TCP RST), and a client still sending then loses the answer
+ * it has not read yet (under CPU load, many 60 MB uploads did). So the rest of the body is read and discarded first;
+ * a client still sending after `refusedBodyLingerMs` gets the answer then (as nginx's lingering close bounds it).
+ */
+async function discardRestOfBody(raw: IncomingMessage): Promise<void> {
+    if (raw.complete) return;
+    await new Promise<void>((resolve) => {
+        const done = () => {
+            clearTimeout(linger);
+            resolve();
+        };
+        const linger = setTimeout(done, refusedBodyLingerMs);
+        raw.once("end", done).once("close", done).resume();
+    });
 }

@@ -12,6 +12,11 @@ export const defaultPort = 8000;
 export const maxDraftLength = 64;
 /** Largest request body in bytes: 1 MiB holds ~130k token ids. */
 export const defaultBodyLimit = 1024 * 1024;
+/**
+ * How long a client may go on sending a body refused with 413 before its connection is closed: the rest is read and
+ * discarded meanwhile (nginx's lingering close has the same bound, `lingering_time`, 30 s).
+ */
+export const refusedBodyLingerMs = 30_000;
 /** Seconds a client is told to wait (Retry-After) after queue_full or model_loading. */
 export const retryAfterSeconds = 1;
 /** The model served when `--model` is not given, relative to the package root. */

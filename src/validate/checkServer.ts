@@ -9,7 +9,7 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { ServerInfoError } from "../client/fetchServerInfo.js";
 import type { DraftClient } from "../client/types.js";
-import { sha256File } from "./sha256File.js";
+import { sha256File } from "../pack/sha256File.js";
 import type { Conversation } from "./types.js";
 
 /** The vocabulary the data was made in: its target's fingerprint, and the file that says so. */
@@ -112,7 +112,7 @@ export async function checkServer(
                         `${client.name}: ${over.length} of ${conversations.length} conversations need more than its context of ` +
                         `${info.contextSize} tokens (the longest, ${data.file}:${c.lineNumber} (${JSON.stringify(c.id)}): ` +
                         `${c.promptTokens.length} prompt + ${c.continuationTokens.length} continuation tokens, the last ` +
-                        `request holding ${worst.needs} with a ${draftLength}-token draft): serve with --context-size ` +
+                        `request holding ${worst.needs} with a ${draftLength}-token draft): serve with --context ` +
                         `${worst.needs} or more, or leave them out`,
                 },
                 notes,

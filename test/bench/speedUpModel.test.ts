@@ -1,6 +1,7 @@
 /**
  * The step-cost model: τ(k) for a per-token agreement, costs between measured sizes, the projection (checked against
- * the H200 figures of 2026-12-01 in ../shared/NOTES.md) and the prediction for a measured run's own counts.
+ * the H200 figures of 2026-12-01 in bench/results/2026-12-01-h200-real-shape/README.md, "The run before") and the
+ * prediction for a measured run's own counts.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -73,7 +74,7 @@ test("costs: exact at measured sizes, linear between them, the nearest line outs
 });
 
 test("the projection reproduces the H200 figures of 2026-12-01", () => {
-    // NOTES.md: at a = 0.81 the best is 0.82× (k = 4), and 0.70× at k = 16 with verification asking the last only
+    // that run's account: at a = 0.81 the best is 0.82× (k = 4), and 0.70× at k = 16 with verification asking the last only
     const k4 = projectSpeedUp(h200, 0.81, 4);
     close(k4.speedUp, 0.82, 0.005, "k = 4");
     close(k4.stepMs, 12.3 + 11.8, 1e-9, "step = verify(5) + draft(4)");

@@ -11,7 +11,7 @@ import { projectSpeedUp } from "../../bench/speedUpModel.js";
 import { checkEndToEnd, renderSpeedUpTables, stepCosts, tableDraftLengths } from "../../bench/speedUpTable.js";
 import type { GenerateSummary } from "../../src/generate/types.js";
 
-const sizes = (keys: number[], prefix: string, value: (n: number) => unknown) =>
+const sizes = <T>(keys: number[], prefix: string, value: (n: number) => T): Record<string, T> =>
     Object.fromEntries(keys.map((n) => [`${prefix}${n}`, value(n)]));
 
 const target = {
@@ -42,7 +42,7 @@ function summary(speedUp: number): GenerateSummary {
         draftSeconds: 0,
     });
     return {
-        target: { path: "/tmp/8b.gguf", vocabFingerprint: "x" },
+        target: { path: "/tmp/8b.gguf", vocabFingerprint: "x", quantization: "F16" },
         draft: { kind: "http", source: "http://127.0.0.1:1" },
         verifier: "exact",
         settings: { maxTokens: 128, draftLength: 4, runs: 1, gpu: "cuda", contextSize: 400 },

@@ -1,10 +1,13 @@
 /**
  * `specdraft serve` as a process: a missing or corrupt model file exits ≠ 0 with one line before listening, a failed
- * load exits 1, and SIGTERM lets an in-flight request finish, then exits 0.
+ * load exits 1, SIGTERM lets an in-flight request finish, then exits 0, and a body far over the limit gets its 413
+ * under CPU load, not a reset connection.
  */
 
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -21,9 +24,9 @@ async function expectOneLineFailure(args: string[], reason: RegExp) {
     const serve = spawnServe(cliPath, ["serve", "--port", "0", ...args]);
     const code = await serve.exited;
     assert.notEqual(code, 0);
-    const lines = serve.stderr().trim().split("\n");
-    assert.equal(lines.length, 1, serve.stderr());
-    assert.match(lines[0], reason);
+    const [line, ...more] = serve.stderr().trim().split("\n");
+    assert.deepEqual(more, [], serve.stderr());
+    assert.match(line ?? "", reason);
     assert.doesNotMatch(serve.stderr(), /listening/);
 }
 
@@ -77,5 +80,62 @@ test("SIGTERM finishes the in-flight draft, then exits 0", async () => {
         await assert.rejects(fetch(`${url}/health`), "the port must be closed after exit");
     } finally {
         serve.child.kill("SIGKILL");
+    }
+});
+
+/** Sends the whole request on a fresh connection and only then reads the answer, as the simplest clients do. */
+function sendThenRead(url: string, head: string, body: Buffer): Promise<{ status: string; body: string }> {
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve, reject) => {
+        const socket = connect(Number(port), hostname);
+        const chunks: Buffer[] = [];
+        socket.pause();
+        socket.on("data", (chunk: Buffer) => chunks.push(chunk));
+        socket.on("error", reject);
+        socket.on("close", () => {
+            const answer = Buffer.concat(chunks).toString("utf8");
+            const split = answer.indexOf("\r\n\r\n");
+            resolve({ status: answer.slice(0, answer.indexOf("\r\n")), body: answer.slice(split + 4) });
+        });
+        socket.write(head);
+        socket.write(body, () => socket.resume());
+    });
+}
+
+test("a 60 MB body gets its 413 JSON, not a reset connection, with two CPU burners beside the server", async (t) => {
+    const serve = spawnServe(fakeServerPath, [goodModel]);
+    t.after(() => serve.child.kill("SIGKILL"));
+    const [, url = ""] = await serve.waitForLine(/serving .* at (http:\/\/\S+)\n/);
+    const body = Buffer.from(`{"tokens": [${"1, ".repeat(20_000_000)}1]}`);
+    assert.ok(body.length > 60_000_000);
+    const refused = {
+        error: { code: "body_too_large", message: `Request body too large: expected at most ${1024 * 1024} bytes.` },
+    };
+    // busy loops in child processes, each ending by itself in 60 s should the test die before killing them
+    const burners = [0, 1].map(() =>
+        spawn(process.execPath, ["-e", "const end = Date.now() + 60_000; while (Date.now() < end);"], {
+            stdio: "ignore",
+        }),
+    );
+    t.after(() => {
+        for (const burner of burners) burner.kill("SIGKILL");
+    });
+    // the server answers before the body is in: it must read the rest, or the client's next write resets the
+    // connection and the answer is lost
+    for (const connection of ["close", "keep-alive"]) {
+        const head = `POST /draft HTTP/1.1\r\nhost: ${new URL(url).host}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: ${connection}\r\n\r\n`;
+        const answer = await sendThenRead(url, head, body);
+        assert.match(answer.status, /^HTTP\/1\.1 413 /, `connection: ${connection}`);
+        assert.deepEqual(JSON.parse(answer.body), refused);
+    }
+    // fetch reads the answer while it still sends
+    for (let attempt = 0; attempt < 3; attempt++) {
+        const res = await fetch(`${url}/draft`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body,
+        });
+        assert.equal(res.status, 413);
+        assert.deepEqual(await res.json(), refused);
     }
 });

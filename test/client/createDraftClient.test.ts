@@ -33,7 +33,9 @@ test("llama-server /completion: prompt as ids, n_predict k, greedy sampling, tok
         assert.equal(summary.steps, 6 + 4);
         assert.equal(summary.tau, 19 / 10);
         assert.equal(summary.failures.total, 0);
-        const first = server.requests[0].body as Record<string, unknown>;
+        const [request] = server.requests;
+        assert.ok(request, "the server received no request");
+        const first = request.body as Record<string, unknown>;
         assert.equal(first.n_predict, 5);
         assert.equal(first.temperature, 0);
         assert.equal(first.top_k, 1);

@@ -38,14 +38,17 @@ test("at least the last token is left to evaluate", () => {
 
 test("misses take the least recently used slot, and evict it", () => {
     const pool = new KvSlotPool(3);
-    const conversations = [range(0, 10), range(10, 20), range(20, 30)];
-    const slots = conversations.map((c) => acquire(pool, c).slot);
-    for (const [i, slot] of slots.entries()) pool.release(slot, conversations[i]);
+    const [zero, one, two] = [range(0, 10), range(10, 20), range(20, 30)].map((tokens) => ({
+        tokens,
+        slot: acquire(pool, tokens).slot,
+    }));
+    assert.ok(zero && one && two);
+    for (const { slot, tokens } of [zero, one, two]) pool.release(slot, tokens);
     // touch conversation 0 again: conversation 1 is now the least recently used
-    const again = acquire(pool, [...conversations[0], 7]);
-    pool.release(again.slot, [...conversations[0], 7]);
+    const again = acquire(pool, [...zero.tokens, 7]);
+    pool.release(again.slot, [...zero.tokens, 7]);
     const fresh = acquire(pool, range(500, 510));
-    assert.equal(fresh.slot, slots[1]);
+    assert.equal(fresh.slot, one.slot);
     assert.equal(fresh.reuse, 0);
     assert.deepEqual(pool.tokensOf(fresh.slot), []);
 });

@@ -42,7 +42,11 @@ test("the fingerprint escapes like Python's json.dumps for control characters, q
 });
 
 test("a different vocabulary has a different fingerprint; the same vocabulary quantized differently has the same", async () => {
-    const [a, b, q4] = await Promise.all([tinyModel, tinyModelVocab2, tinyModelQ4].map((p) => readModelFileInfo(p)));
+    const [a, b, q4] = await Promise.all([
+        readModelFileInfo(tinyModel),
+        readModelFileInfo(tinyModelVocab2),
+        readModelFileInfo(tinyModelQ4),
+    ]);
     assert.notEqual(a.vocabFingerprint, b.vocabFingerprint);
     assert.equal(b.vocabSize, 3003);
     assert.equal(a.vocabFingerprint, q4.vocabFingerprint);

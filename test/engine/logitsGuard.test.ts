@@ -13,8 +13,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { seededRandom } from "../../bench/lib/seededRandom.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
-import { seededRandom } from "../helpers/seededRandom.js";
 import { nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
@@ -35,19 +35,19 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
     let wrong = 0;
     for (let r = 0; r < rounds; r++) {
         // conversations arrive in a shuffled order, so their KV slots are out of order within the batch
-        const order = [...requests.keys()];
-        for (let i = order.length - 1; i > 0; i--) {
-            const j = random(i + 1);
-            [order[i], order[j]] = [order[j], order[i]];
+        const arrivals = shuffle(
+            requests.map((request, i) => ({ i, request })),
+            random,
+        );
+        const drafted = await Promise.all(
+            arrivals.map(async ({ i, request }) => ({ i, request, draft: await batched.draft(request, n) })),
+        );
+        drafted.sort((a, b) => a.i - b.i);
+        for (const { request, draft } of drafted) {
+            const expected = await alone.draft(request, n);
+            if (draft.join(",") !== expected.join(",")) wrong++;
         }
-        const results = await Promise.all(order.map((i) => batched.draft(requests[i], n)));
-        const drafts: number[][] = new Array(streams);
-        for (const [k, i] of order.entries()) drafts[i] = results[k];
-        for (let i = 0; i < streams; i++) {
-            const expected = await alone.draft(requests[i], n);
-            if (drafts[i].join(",") !== expected.join(",")) wrong++;
-        }
-        requests = requests.map((request, i) => nextRequest(request, drafts[i], random, 4000));
+        requests = drafted.map(({ request, draft }) => nextRequest(request, draft, random, 4000));
     }
     assert.equal(
         wrong,
@@ -55,3 +55,15 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
         `${wrong} of ${rounds * streams} batched drafts differ from the same requests drafted alone`,
     );
 });
+
+/** A copy of `items` in an order drawn from `random` (Fisher–Yates: one draw per position, last to second). */
+function shuffle<T>(items: readonly T[], random: (max: number) => number): T[] {
+    const out = [...items];
+    for (let i = out.length - 1; i > 0; i--) {
+        const j = random(i + 1);
+        const [a, b] = [out[i], out[j]];
+        if (a === undefined || b === undefined) throw new RangeError(`shuffle: no item at ${i} or ${j}`);
+        [out[i], out[j]] = [b, a];
+    }
+    return out;
+}

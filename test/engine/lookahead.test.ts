@@ -76,6 +76,8 @@ test("with fillers every step of a lone request carries 1 + M tokens, so llama.c
 
 test("a step's token budget is shared: a lone request gets M candidates, 32 at once fewer or none", async (t) => {
     const prompts = randomPrompts(32, 4000, 97);
+    const [first] = prompts;
+    assert.ok(first);
     for (const [stepTokens, perSequence] of [
         [64, 1],
         [32, 0],
@@ -91,7 +93,7 @@ test("a step's token budget is shared: a lone request gets M candidates, 32 at o
         assert.ok(full.length >= 3, JSON.stringify(steps.map((s) => [s.sequences, s.tokens])));
         for (const step of full) assert.equal(step.tokens, 32 * (1 + perSequence), `budget ${stepTokens}`);
         steps.length = 0;
-        await engine.draft(prompts[0], 6);
+        await engine.draft(first, 6);
         for (const step of steps.slice(1)) assert.equal(step.tokens, 1 + Math.min(4, stepTokens - 1));
     }
 });
@@ -124,6 +126,7 @@ test("end_id ends the draft right after it even where later candidates were kept
     for (const prompt of randomPrompts(4, 4000, 101)) {
         const full = await plain.engine.draft(prompt, 40);
         const endId = full[25];
+        assert.ok(endId !== undefined, `a draft of ${full.length}, not 40`);
         const stop = full.indexOf(endId);
         assert.deepEqual(await looking.engine.draft(prompt, 40, { endId }), full.slice(0, stop + 1));
         // to the last position of the context: prompt + n − 1 tokens in the cache

@@ -20,12 +20,12 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { seededRandom } from "../../bench/lib/seededRandom.js";
 import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import type { DraftEngine } from "../../src/engine/types.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
 import { readHeldOutFile } from "../../src/validate/readHeldOutFile.js";
-import { seededRandom } from "../helpers/seededRandom.js";
 import { everyStepLookahead } from "./helpers/differentialEngine.js";
 import { testGpu, testThreads } from "./helpers/engineFixtures.js";
 
@@ -60,6 +60,7 @@ test("drafts with candidates on held-out text: identical with fillers whatever M
     const random = seededRandom(24);
     const contexts = Array.from({ length: points }, () => {
         const c = conversations[random(conversations.length)];
+        assert.ok(c);
         return [...c.promptTokens, ...c.continuationTokens.slice(0, random(c.continuationTokens.length))];
     });
     const plain = await alone(await open(t, { lookahead: 0 }), contexts);
@@ -97,19 +98,17 @@ test("drafts with candidates on held-out text: identical with fillers whatever M
     let differing = 0;
     for (const drafts of [cpuDefault, filledAlone]) {
         for (const [i, draft] of drafts.entries()) {
-            const reference = plain[i];
+            const [reference, context] = [plain[i], contexts[i]];
+            assert.ok(reference && context, `point ${i}: drafted, but not in the plain run`);
             const at = reference.findIndex((token, j) => token !== draft[j]);
             if (at < 0) continue;
             differing++;
-            const { gap, disagreement } = await target.logitGap(
-                contexts[i],
-                reference.slice(0, at),
-                reference[at],
-                draft[at],
-            );
+            const [expected, got] = [reference[at], draft[at]];
+            assert.ok(expected !== undefined && got !== undefined, `point ${i}: drafts of different lengths`);
+            const { gap, disagreement } = await target.logitGap(context, reference.slice(0, at), expected, got);
             assert.ok(
                 gap <= 2 * disagreement || gap < tieGap,
-                `point ${i}, position ${at}: ${reference[at]} vs ${draft[at]} with a logit gap of ${gap} against a disagreement of ${disagreement}`,
+                `point ${i}, position ${at}: ${expected} vs ${got} with a logit gap of ${gap} against a disagreement of ${disagreement}`,
             );
         }
     }

@@ -73,6 +73,7 @@ test("selfcheck's walk gives the same τ from a folder packed with --lookahead 4
         results.push({ tau, architecture: JSON.parse(await readFile(path.join(out, "architecture.json"), "utf8")) });
     }
     const [off, on] = results;
+    assert.ok(off && on);
     assert.equal(off.architecture.lookahead, 0);
     assert.equal(on.architecture.lookahead, 4);
     // the continuations are the drafter's own: every draft token is accepted, with candidates or without

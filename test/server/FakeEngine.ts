@@ -33,7 +33,8 @@ export interface FakeEngineOptions {
 
 /** The fake's rule: the draft of `tokens` (without end id). */
 export function fakeDraft(tokens: readonly number[], n: number, vocabSize = 1000): number[] {
-    const last = tokens[tokens.length - 1];
+    const last = tokens.at(-1);
+    if (last === undefined) throw new RangeError("fakeDraft: no tokens (validateDraftRequest refuses them)");
     return Array.from({ length: n }, (_, i) => (last + i + 1) % vocabSize);
 }
 

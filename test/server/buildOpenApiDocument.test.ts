@@ -22,7 +22,7 @@ test("it documents every route and every $ref points at a component", async () =
         ["POST /draft", "GET /health", "GET /info", "GET /metrics"],
     );
     const components = (doc.components as { schemas: Record<string, unknown> }).schemas;
-    const refs = [...JSON.stringify(doc).matchAll(/"\$ref":"([^"]+)"/g)].map((m) => m[1]);
+    const refs = [...JSON.stringify(doc).matchAll(/"\$ref":"([^"]+)"/g)].map((m) => m[1] ?? "");
     assert.ok(refs.length > 0);
     for (const ref of refs) {
         assert.match(ref, /^#\/components\/schemas\//);

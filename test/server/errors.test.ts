@@ -8,7 +8,7 @@ import { apiError, errorCatalog, formatErrorMessage } from "../../src/server/err
 test("docs/api.md documents exactly the catalog's codes, statuses and message templates", async () => {
     const doc = await readFile(new URL("../../docs/api.md", import.meta.url), "utf8");
     const documented = new Map<string, { status: number; template: string }>();
-    for (const [, code, status, template] of doc.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \| `(.+)` \|$/gm)) {
+    for (const [, code = "", status, template = ""] of doc.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \| `(.+)` \|$/gm)) {
         assert.ok(!documented.has(code), `${code} is documented twice`);
         documented.set(code, { status: Number(status), template: template });
     }

@@ -63,11 +63,14 @@ async function counter(app: App, name: string): Promise<number> {
     return sample((await app.app.inject({ method: "GET", url: "/metrics" })).body, name);
 }
 
+/** Context `s` of `contexts`: 20 + 3s tokens, its first one s · 97. */
+function context(vocabSize: number, s: number): number[] {
+    return Array.from({ length: 20 + 3 * s }, (_, i) => (s * 97 + i * 31 + ((i * i) % 17)) % (vocabSize - 3));
+}
+
 /** 32 contexts of different lengths that share no first token (so no prefix is reused between them). */
 function contexts(vocabSize: number): number[][] {
-    return Array.from({ length: streams }, (_, s) =>
-        Array.from({ length: 20 + 3 * s }, (_, i) => (s * 97 + i * 31 + ((i * i) % 17)) % (vocabSize - 3)),
-    );
+    return Array.from({ length: streams }, (_, s) => context(vocabSize, s));
 }
 
 describe("real engine", () => {
@@ -97,7 +100,11 @@ describe("real engine", () => {
         assert.ok(sequencesSum / decodes > 1, `drafts were batched: ${sequencesSum} sequences over ${decodes} decodes`);
 
         // one walk step: the first 5 drafted tokens accepted + 1 corrected token
-        const grown = [...cs[0], ...aloneDrafts[0].slice(0, 5), (aloneDrafts[0][5] + 1) % (vocabSize - 3)];
+        const [first] = cs;
+        const [firstDraft] = aloneDrafts;
+        const sixth = firstDraft?.[5];
+        assert.ok(first && firstDraft && sixth !== undefined);
+        const grown = [...first, ...firstDraft.slice(0, 5), (sixth + 1) % (vocabSize - 3)];
         const evaluatedBefore = await counter(batched, "specdraft_prefix_tokens_evaluated_total");
         const reusedBefore = await counter(batched, "specdraft_prefix_tokens_reused_total");
         const reusedDraft = await draft(batched, grown);
@@ -111,27 +118,28 @@ describe("real engine", () => {
         } finally {
             await closeApp(fresh);
         }
-        assert.ok(reused >= cs[0].length, `reused ${reused} of ${grown.length}`);
+        assert.ok(reused >= first.length, `reused ${reused} of ${grown.length}`);
         assert.ok(evaluated < grown.length, `evaluated ${evaluated} of ${grown.length}`);
         assert.equal(evaluated + reused, grown.length);
     });
 
     test("TensorRT-LLM form: the same draft as draft_tokens, cut after end_id and at max_sequence_length", async () => {
-        const context = contexts(vocabSizeOf(alone))[3];
-        const full = await draft(alone, context);
+        const prefix = context(vocabSizeOf(alone), 3);
+        const full = await draft(alone, prefix);
         const trt = async (body: object) => {
             const res = await alone.app.inject({
                 method: "POST",
                 url: "/draft",
-                payload: { prefix: context, ...body },
+                payload: { prefix, ...body },
             });
             assert.equal(res.statusCode, 200, res.body);
             return res.json();
         };
         assert.deepEqual(await trt({ request_id: 11 }), { draft_tokens: full, request_id: 11 });
         const endId = full[2];
+        assert.ok(endId !== undefined, `a draft of ${full.length}`);
         assert.deepEqual(await trt({ end_id: endId }), { draft_tokens: full.slice(0, full.indexOf(endId) + 1) });
-        assert.deepEqual(await trt({ max_sequence_length: context.length + 3 }), { draft_tokens: full.slice(0, 3) });
+        assert.deepEqual(await trt({ max_sequence_length: prefix.length + 3 }), { draft_tokens: full.slice(0, 3) });
     });
 
     test("an out-of-vocabulary id names the model's vocabulary size", async () => {
@@ -155,11 +163,11 @@ test("/metrics counts the candidates each step checked and kept; /info says the 
             fill: false,
         });
         // random weights loop, so their own earlier tokens predict them: the lookup has guesses to check
-        const context = contexts(vocabSizeOf(plain))[5];
+        const tokens = context(vocabSizeOf(plain), 5);
         const n = 40;
-        const expected = await draft(plain, context, n);
+        const expected = await draft(plain, tokens, n);
         const steps = await counter(withCandidates, "specdraft_step_decode_seconds_count");
-        assert.deepEqual(await draft(withCandidates, context, n), expected);
+        assert.deepEqual(await draft(withCandidates, tokens, n), expected);
         const taken = (await counter(withCandidates, "specdraft_step_decode_seconds_count")) - steps;
         const proposed = await counter(withCandidates, "specdraft_lookahead_candidates_total");
         const accepted = await counter(withCandidates, "specdraft_lookahead_accepted_total");

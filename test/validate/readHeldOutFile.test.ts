@@ -35,8 +35,8 @@ test("every malformed line is rejected with its 1-based number and what was wron
                 ["h", 12, undefined],
             ],
         );
-        assert.deepEqual(conversations[0].promptTokens, [1, 2]);
-        assert.deepEqual(conversations[0].continuationTokens, [3, 4]);
+        assert.deepEqual(conversations[0]?.promptTokens, [1, 2]);
+        assert.deepEqual(conversations[0]?.continuationTokens, [3, 4]);
         assert.deepEqual(
             rejected.map((r) => r.lineNumber),
             [2, 3, 4, 5, 7, 8, 9, 10, 11, 13],

@@ -95,6 +95,7 @@ test("continuations that are the drafter's own greedy output are accepted in ful
     );
     assert.equal(exitCode, 0, io.text().err);
     const [summary] = summaries;
+    assert.ok(summary, "validate returned no summary");
     // every draft is right: advance k + 1 = 17 per step, 0 → 17 → 34 → 40: 3 steps per conversation
     const stepsEach = Math.ceil(continuationLength / (draftLength + 1));
     assert.equal(summary.failures.total, 0);

@@ -56,13 +56,14 @@ function drafter(bias: number): Promise<FakeServer> {
 
 before(async () => {
     dir = await mkdtemp(path.join(tmpdir(), "specdraft-report-"));
-    servers.push(await drafter(0), await drafter(3));
+    const [base, distilled] = [await drafter(0), await drafter(3)];
+    servers.push(base, distilled);
     const data = path.join(dir, "held.jsonl");
     await writeHeldOut(data, conversations);
     const io = captureIo();
     const { exitCode } = await runValidate(
         {
-            server: [`base=${servers[0].url}`, `distilled=${servers[1].url}`],
+            server: [`base=${base.url}`, `distilled=${distilled.url}`],
             data,
             draftLen: draftLength,
             report: path.join(dir, "out"),

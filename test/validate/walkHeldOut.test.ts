@@ -47,7 +47,7 @@ test("τ, τ-macro, histogram, per-position and per-category figures match the r
             [4, 4, 5, 1, 0],
         );
         assert.deepEqual(
-            result.conversations[0].steps.map((s) => [s.accepted, s.cap]),
+            result.conversations[0]?.steps.map((s) => [s.accepted, s.cap]),
             [
                 [2, 4],
                 [2, 4],
@@ -56,7 +56,7 @@ test("τ, τ-macro, histogram, per-position and per-category figures match the r
             ],
         );
         assert.deepEqual(
-            result.conversations[2].steps.map((s) => s.cap),
+            result.conversations[2]?.steps.map((s) => s.cap),
             [4, 4, 3, 2, 1],
         );
 

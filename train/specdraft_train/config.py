@@ -174,7 +174,7 @@ SIZE_CAPPED_EMBEDDING_TYPE = "Q4_0"  # the default when a file must fit a size c
 # The real job's cap on the packed drafter folder, every byte of it (src/pack/drafterFolder.ts defaultMaxFolderBytes;
 # a test checks the two agree). The Q4_0 GGUF must leave room for the bundled runtime (~26 MB).
 FOLDER_CAP_BYTES = 1_000_000_000
-# Tokens one served sequence holds, prompt + draft: `specdraft serve --context-size`'s default
+# Tokens one served sequence holds, prompt + draft: `specdraft serve --context`'s default
 # (src/engine/engineDefaults.ts defaultContextSize; a test checks the two agree). The validator's walk asks for k
 # tokens after P + C[:L-1] at its last step, so a conversation needs P + L − 1 + k of them.
 SERVING_CONTEXT_TOKENS = 4096
@@ -197,7 +197,7 @@ def serving_context_note(
     line = (
         f"{stage}: {len(over):,} of {len(items):,} {what} cannot be walked in the serving context of {context:,} "
         f"tokens with {k}-token drafts (longest: {longest[0]}, {longest[1]:,} prompt + {longest[2]:,} continuation "
-        "tokens): serve with a larger --context-size, or shorten them"
+        "tokens): serve with a larger --context, or shorten them"
     )
     print(line, file=sys.stderr)
     return line

@@ -1,7 +1,7 @@
 /** Multi-round conversations for the engine tests: each next request = previous context + part of its draft + 1 token. */
 
+import { seededRandom } from "../../../bench/lib/seededRandom.js";
 import type { DraftEngine } from "../../../src/engine/types.js";
-import { seededRandom } from "../../helpers/seededRandom.js";
 
 /** The request a conversation sends next, given its last request and the draft it got. */
 export function nextRequest(
@@ -14,6 +14,12 @@ export function nextRequest(
     return [...previous, ...draft.slice(0, accepted), random(vocabSize)];
 }
 
+/** One round of conversations: each conversation's request and the draft it got. */
+export interface ConversationRound {
+    requests: number[][];
+    drafts: number[][];
+}
+
 /**
  * Drafts for every request of `rounds` rounds of `prompts.length` conversations, each request computed alone, one after
  * another, on `engine` (which must not reuse prefixes across conversations: one stream, conversations alternating).
@@ -24,19 +30,20 @@ export async function draftConversationsAlone(
     rounds: number,
     n: number,
     seed: number,
-): Promise<{ requests: number[][][]; drafts: number[][][] }> {
+): Promise<ConversationRound[]> {
     const random = seededRandom(seed);
-    const requests: number[][][] = [prompts.map((p) => [...p])];
-    const drafts: number[][][] = [];
+    const result: ConversationRound[] = [];
+    let requests = prompts.map((p) => [...p]);
     for (let r = 0; r < rounds; r++) {
-        const roundDrafts: number[][] = [];
-        for (const request of requests[r]) roundDrafts.push(await engine.draft(request, n));
-        drafts.push(roundDrafts);
+        const drafted: { request: number[]; draft: number[] }[] = [];
+        for (const request of requests) drafted.push({ request, draft: await engine.draft(request, n) });
+        result.push({ requests, drafts: drafted.map(({ draft }) => draft) });
         if (r + 1 < rounds) {
-            requests.push(
-                requests[r].map((request, i) => nextRequest(request, roundDrafts[i], random, engine.info.vocabSize)),
-            );
+            requests = drafted.map(({ request, draft }) => nextRequest(request, draft, random, engine.info.vocabSize));
         }
     }
-    return { requests, drafts };
+    return result;
 }
+
+/** Every round's drafts, for comparing two engines' conversations. */
+export const draftsOf = (rounds: readonly ConversationRound[]): number[][][] => rounds.map((round) => round.drafts);

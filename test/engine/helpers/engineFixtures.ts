@@ -1,7 +1,7 @@
 /** Shared bits of the engine tests: the tiny GGUF fixtures and seeded random prompts. */
 
 import { fileURLToPath } from "node:url";
-import { seededRandom } from "../../helpers/seededRandom.js";
+import { seededRandom } from "../../../bench/lib/seededRandom.js";
 
 /** 4,003-token Qwen3 vocabulary, Q8_0 weights (test/fixtures/make_tiny_qwen3.py). */
 export const tinyModel = fileURLToPath(new URL("../../fixtures/tiny-qwen3.gguf", import.meta.url));

@@ -1,8 +1,7 @@
 /**
  * The deterministic generator of integers in [0, max) that tests and benches share (xorshift32; seed 0 is taken as 1,
  * which xorshift cannot leave), so every run and every peer draws the same workload, and a test and a bench given the
- * same seed draw the same one. It lives with the test helpers because only tests and bench/ use it; the benches import
- * it from here.
+ * same seed draw the same one. A bench module (tests import it from here): nothing in src/ draws random workloads.
  */
 export function seededRandom(seed: number): (max: number) => number {
     let state = seed >>> 0 || 1;
