@@ -162,6 +162,11 @@ def test_pretrain_init_trains_a_given_checkpoint_on_the_corpus_in_its_own_tokeni
     )
     assert trained.keys() == start.keys() and not torch.equal(trained["model.norm.weight"], start["model.norm.weight"])
     assert load_tokenizer(tmp_path / "base").get_vocab() == load_tokenizer(tmp_path / "init").get_vocab()
+    assert "pretrain: tokenizing" in err
+    streams = (tmp_path / "base" / "train.tokens.npy").read_bytes()
+    code, _, err = run_main("pretrain", *flags, "--preset", "micro", "--max-steps", "1", "--device", "cpu")
+    assert code == 0 and "pretrain: tokenizing" not in err, err  # a rerun reuses the streams of the same inputs
+    assert (tmp_path / "base" / "train.tokens.npy").read_bytes() == streams
     # distill's replay reads the streams from the pretrain directory, recorded with its tokenizer.json's hash
     tokens, record = load_replay_tokens(tmp_path / "base")
     assert len(tokens) == manifest["metrics"]["train_split_tokens"] and "tokenizer.json" in record["outputs"]
