@@ -79,6 +79,7 @@ def parse_layers(text: str, total: int) -> list[int]:
 def drafter_config(target: PretrainedConfig, layers: int, shape: dict[str, int]) -> PretrainedConfig:
     """The target's config with ``layers`` decoder layers and ``shape``'s fields (SHAPE_FIELDS) over its own."""
     values = {**target.to_dict(), **shape, "num_hidden_layers": layers}
+    values.pop("_model_name_or_path", None)  # the target's name (a GGUF's general.name), not the drafter's
     if isinstance(values.get("layer_types"), list):  # per-layer attention kinds (Qwen3): the kept layers' own
         values["layer_types"] = values["layer_types"][:layers]
     config = type(target).from_dict(values)
