@@ -13,9 +13,9 @@ block by block what llama.cpp computes from the file: d·q + m for Q4_1). Both o
 
 Why not serve the quantized file as it came: llama.cpp computes a quantized matmul with its activations quantized too
 (Q8_1 for Q4_1 weights), so the served Q4_1 model is another function than the fp32 model transformers runs on the same
-weights; on a 135M chat model with flat distributions their greedy answers part within ~10 tokens. Training would then
-teach a drafter a target nobody serves. With F32 weights both sides compute the same function up to float summation
-order (and llama.cpp's F16 KV cache), and their greedy tokens part only at near ties (docs/training.md has the figures).
+weights, and a small chat model's greedy answers part early; training would teach a drafter a target nobody serves.
+With F32 weights both sides compute the same function up to float summation order, flash attention and llama.cpp's
+F16 KV cache, and their greedy tokens part only at near ties (docs/training.md has the figures).
 Why not F16: Q4_1's d·q + m values are not all representable in F16, so an F16 file would be a third model.
 
 The tokenizer comes from transformers' GGUF converter, mended where it is wrong for these files: its eos is the GGUF's
