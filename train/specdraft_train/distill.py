@@ -7,9 +7,10 @@ reverse_kl or prefix (an expected-accepted-prefix weighting); losses.py defines 
 Losses are divided by the global batch's continuation tokens, so DDP ranks with unequal shares still average to the
 one-process gradient. Rows come in a seeded random order, or grouped by length (`group_by_length`). Optional replay
 (`replay_weight` > 0 and `--replay-tokens`): each step also takes `replay_batch_size` chunks of `replay_seq_len`
-tokens of the base's pretraining text (the lab tokenizer stage's ``train.tokens.npy``, a ``.npy`` token array, or a
-directory of them) and adds replay_weight · (mean next-token CE over them), so the drafter keeps what it knew about
-text the reference data does not cover (an LM loss, not a KL to a frozen base: no second 1.7B model in memory).
+tokens of the base's pretraining text (the lab tokenizer stage's ``train.tokens.npy``, or a `pretrain --init`
+directory's; a ``.npy`` token array, or a directory of them) and adds replay_weight · (mean next-token CE over them),
+so the drafter keeps what it knew about text the reference data does not cover (an LM loss, not a KL to a frozen
+base: no second 1.7B model in memory).
 
 Training examples can be restricted to categories (`categories`: prefixes such as ``code/inner``) and to a share of
 them (`data_fraction`, chosen by a hash of each example's id so that smaller fractions are subsets of larger ones).
@@ -535,7 +536,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--replay-tokens",
         type=Path,
         default=None,
-        help="replay text: a lab tokenizer directory, a .npy "
+        help="replay text: a lab tokenizer directory, a `pretrain --init` directory, a .npy "
         "token array or a directory of them (used when replay_weight > 0)",
     )
     p.add_argument("--replay-weight", type=float, default=None, help="weight of the replay LM loss (default: preset's)")

@@ -1,6 +1,7 @@
 """The text the stages hand each other before any model exists: the corpus's documents (written by `corpus`, read by
-`tokenizer` and `reference`) and the token streams made of them (written by `tokenizer`, read by `pretrain` and by
-`distill`'s replay). Each file's writer and reader live here, beside the rules that place a document in a split.
+`tokenizer` and `reference`) and the token streams made of them (written by `tokenizer`, and by `pretrain --init` in
+a given checkpoint's tokenizer; read by `pretrain` and by `distill`'s replay). Each file's writer and reader live here,
+beside the rules that place a document in a split and make a stream of the documents.
 
     documents = read_documents("runs/lab/corpus", "train")        # [Document(kind, source, path, sha256, text)]
     tokens = load_token_stream("runs/lab/tokenizer", "train")     # np.int32, each document followed by <|endoftext|>
@@ -14,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from .artifacts import AtomicFile, atomic_write_text
-from .config import CorpusConfig
+from .config import CorpusConfig, TokenizerConfig
 
 SPLITS = ("train", "dev", "heldout")
 KINDS = ("code", "prose")
+STREAM_SPLITS = ("train", "dev")  # the splits pretraining reads as token streams
+ENCODE_BATCH_DOCUMENTS = 2048
 
 
 @dataclass(frozen=True)
@@ -90,3 +94,41 @@ def save_token_stream(path: Path, tokens: np.ndarray) -> None:
 
 def load_token_stream(tokenizer_dir: str | Path, split: str) -> np.ndarray:
     return np.load(Path(tokenizer_dir) / token_file(split)).astype(np.int32)
+
+
+def encode_documents(tokenizer: Tokenizer, texts: list[str], end_id: int) -> list[np.ndarray]:
+    """Each text's token ids followed by ``end_id`` (how pretraining sees a document; the lab's <|endoftext|>)."""
+    parts = []
+    for start in range(0, len(texts), ENCODE_BATCH_DOCUMENTS):  # batches: Encoding objects are heavy (offsets etc.)
+        for encoding in tokenizer.encode_batch(texts[start : start + ENCODE_BATCH_DOCUMENTS], add_special_tokens=False):
+            parts.append(np.asarray([*encoding.ids, end_id], dtype=np.int32))
+    return parts
+
+
+def token_stream(tokenizer: Tokenizer, texts: list[str], end_id: int) -> np.ndarray:
+    """The documents as one token array, each followed by ``end_id``."""
+    parts = encode_documents(tokenizer, texts, end_id)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def stream_weight(kind: str, config: TokenizerConfig) -> int:
+    """How many times a document of this kind appears in the pretraining stream."""
+    return config.prose_repeats if kind == "prose" else 1
+
+
+def pretraining_streams(
+    tokenizer: Tokenizer, corpus_dir: str | Path, end_id: int, config: TokenizerConfig
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The corpus's train and dev splits as pretraining's token streams (each document followed by ``end_id``; in the
+    train stream every prose document `prose_repeats` times), and the train split's tokens of each kind, once."""
+    documents = read_documents(corpus_dir, "train")
+    encoded = encode_documents(tokenizer, [d.text for d in documents], end_id)
+    # Repeats follow the split once through: pretraining visits chunks in a seeded permutation, so where in the
+    # stream a repeat sits does not matter.
+    repeats = [part for doc, part in zip(documents, encoded) for _ in range(stream_weight(doc.kind, config) - 1)]
+    streams = {
+        "train": np.concatenate([*encoded, *repeats]) if encoded else np.zeros(0, dtype=np.int32),
+        "dev": token_stream(tokenizer, [d.text for d in read_documents(corpus_dir, "dev")], end_id),
+    }
+    once = {kind: sum(len(p) for d, p in zip(documents, encoded) if d.kind == kind) for kind in KINDS}
+    return streams, once

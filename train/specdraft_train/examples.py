@@ -216,16 +216,18 @@ def collate(
 
 
 def load_replay_tokens(source: Path) -> tuple[np.ndarray, dict[str, Any]]:
-    """Token ids of replay text and how to record them: a lab tokenizer stage directory (its train split), a ``.npy``
-    token array, or a directory of ``.npy`` arrays (concatenated in name order)."""
+    """Token ids of replay text and how to record them: a lab tokenizer stage directory (its train split) or a
+    `pretrain --init` directory (the train split in that checkpoint's tokenizer), a ``.npy`` token array, or a
+    directory of ``.npy`` arrays (concatenated in name order)."""
     if source.is_dir() and (source / token_file("train")).is_file() and read_manifest(source) is not None:
-        manifest = verify_stage_dir(source, "tokenizer")
-        return load_token_stream(source, "train"), {"kind": "tokenizer stage", **input_record(source, manifest)}
+        manifest = verify_stage_dir(source, ("tokenizer", "pretrain"))
+        record = {"kind": f"{manifest['stage']} stage", **input_record(source, manifest)}
+        return load_token_stream(source, "train"), record
     files = sorted(source.glob("*.npy")) if source.is_dir() else [source]
     if not files or not all(f.is_file() and f.suffix == ".npy" for f in files):
         raise ValueError(
-            f"--replay-tokens {source}: expected a tokenizer stage directory, a .npy token array, or a "
-            "directory of .npy token arrays"
+            f"--replay-tokens {source}: expected a tokenizer stage directory, a pretrain --init directory, a .npy "
+            "token array, or a directory of .npy token arrays"
         )
     arrays = [np.load(f).astype(np.int32).reshape(-1) for f in files]
     return np.concatenate(arrays), {"kind": "token arrays", "files": {str(f): sha256_file(f) for f in files}}

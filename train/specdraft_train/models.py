@@ -1,4 +1,5 @@
-"""Qwen3-architecture models: build from a preset, load from a lab checkpoint or an HF id/path, save atomically.
+"""Causal LMs: Qwen3-architecture lab models built from a preset, any model (Qwen3 and Llama: TRAINED_MODEL_TYPES)
+loaded from a checkpoint or an HF id/path, new models of a given config, atomic saving.
 
 A checkpoint directory is an ordinary HF model directory (config.json, generation_config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json) plus the stage's manifest.json, so the same loading code serves lab checkpoints
@@ -22,17 +23,32 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    PretrainedConfig,
+    PreTrainedModel,
     PreTrainedTokenizerBase,
     Qwen3Config,
-    Qwen3ForCausalLM,
 )
 
 from .artifacts import MANIFEST_NAME, read_manifest, verify_stage_dir
 from .config import ModelConfig
 from .vocabulary import END_OF_TEXT, IM_END, TOKENIZER_FILES
 
+# The model types (config.model_type) the pipeline makes drafters of: `drafter` gives a target's drafter the target's
+# own architecture, so it must be one of these (export writes both; see docs/training.md for why the same).
+TRAINED_MODEL_TYPES = ("llama", "qwen3")
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES
+# Every file an HF tokenizer may be saved as (transformers 5 writes a chat template to its own chat_template.jinja): a
+# stage's checkpoint keeps, byte for byte, each one its input checkpoint had (save_checkpoint).
+CHECKPOINT_TOKENIZER_FILES = TOKENIZER_FILES + (
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
 INIT_STD = 0.02  # GPT-2/Qwen initializer range; fine for these depths
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype's choices
 # Written by `distill --qat` inside its checkpoint: per-block clip factors, fingerprints, the embedding type. evaluate
@@ -77,9 +93,10 @@ def qwen3_config(model: ModelConfig, vocab_size: int, eos_token_id: int, pad_tok
     )
 
 
-def new_model(config: Qwen3Config, seed: int) -> Qwen3ForCausalLM:
+def new_model(config: PretrainedConfig, seed: int) -> PreTrainedModel:
+    """A randomly initialized causal LM of ``config``'s architecture (seeded), greedy, stopping at the config's eos."""
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=False
     )
@@ -198,20 +215,25 @@ def architecture_summary(model: nn.Module) -> dict[str, Any]:
     }
 
 
-def save_checkpoint(model: nn.Module, out_dir: Path, tokenizer_source: str | Path) -> list[str]:
+def save_checkpoint(
+    model: nn.Module, out_dir: Path, tokenizer_source: str | Path | PreTrainedTokenizerBase
+) -> list[str]:
     """Write an HF model directory into ``out_dir`` file by file, each file atomically (temp dir + os.replace).
 
-    Tokenizer files come from ``tokenizer_source`` (a directory holding tokenizer.json, copied byte for byte; else an
-    HF id whose tokenizer is saved) so the checkpoint is self-contained. Returns the file names written; callers
-    write the stage manifest afterwards, which is what marks the checkpoint complete.
+    Tokenizer files come from ``tokenizer_source``: a directory holding tokenizer.json (each of its
+    CHECKPOINT_TOKENIZER_FILES copied byte for byte, the chat template's file included), a tokenizer object, or an HF
+    id whose tokenizer is saved; so the checkpoint is self-contained. Returns the file names written; callers write
+    the stage manifest afterwards, which is what marks the checkpoint complete.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # the checkpoint is incomplete until a new manifest lands
     tmp = Path(tempfile.mkdtemp(prefix=".save.", dir=out_dir))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
-        if (Path(tokenizer_source) / "tokenizer.json").is_file():
-            for name in TOKENIZER_FILES:
+        if isinstance(tokenizer_source, PreTrainedTokenizerBase):
+            tokenizer_source.save_pretrained(tmp)
+        elif (Path(tokenizer_source) / "tokenizer.json").is_file():
+            for name in CHECKPOINT_TOKENIZER_FILES:
                 src = Path(tokenizer_source) / name
                 if src.is_file():
                     shutil.copyfile(src, tmp / name)

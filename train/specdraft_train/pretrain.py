@@ -1,8 +1,11 @@
-"""Stage `pretrain`: train a Qwen3-architecture model from scratch on the corpus's train split.
+"""Stage `pretrain`: train a model on the corpus's train split — a lab model from scratch, or a given checkpoint.
 
-`--role target` builds the lab target, `--role drafter` the base drafter (sizes from the preset). The train split as
-the tokenizer stage tokenized it (each document followed by <|endoftext|>) is cut into `seq_len + 1`-token chunks;
-every epoch visits
+`--role target` builds the lab target, `--role drafter` the base drafter (Qwen3, sizes from the preset), over the
+tokenizer stage's tokenizer. `--init DIR` trains the checkpoint in DIR instead (e.g. `drafter --init scratch`'s new
+drafter for a real target), with its own tokenizer: the corpus's train and dev splits are tokenized with it into
+``OUT/train.tokens.npy`` / ``dev.tokens.npy`` (each document followed by its end-of-text token, prose repeated as the
+preset's tokenizer section says; reused by a resumed run, and `distill --replay-tokens OUT` takes them). The train
+split as tokenized (each document followed by <|endoftext|>) is cut into `seq_len + 1`-token chunks; every epoch visits
 the chunks in a permutation seeded by (seed, epoch), so the data order depends only on the step — which is what lets a
 killed run resume to the same weights. Resumable state goes to ``OUT/resume/state.pt`` every `ckpt_every` steps; the
 finished model is an HF checkpoint in OUT with tokenizer files and a manifest. Progress: a tqdm bar (loss, tokens/s);
@@ -10,6 +13,7 @@ TensorBoard events (train loss, learning rate, throughput, final dev loss) in ``
 
     python -m specdraft_train pretrain --corpus runs/lab/corpus --tokenizer runs/lab/tokenizer \\
         --out runs/lab/target --role target --preset micro
+    python -m specdraft_train pretrain --corpus runs/lab/corpus --init runs/smol/drafter-init --out runs/smol/base
     torchrun --nproc_per_node 8 -m specdraft_train pretrain ... --preset lab
 """
 
@@ -21,24 +25,39 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
+from transformers import AutoConfig
 
-from .artifacts import input_record, verify_stage_dir, write_manifest
-from .config import LAB_PRESETS, ModelConfig, PretrainConfig, add_preset_argument, announce, get_preset, override
-from .documents import load_token_stream
+from .artifacts import atomic_write_json, input_record, sha256_file, verify_stage_dir, write_manifest
+from .config import (
+    LAB_PRESETS,
+    ModelConfig,
+    PretrainConfig,
+    TokenizerConfig,
+    add_preset_argument,
+    announce,
+    get_preset,
+    override,
+)
+from .documents import STREAM_SPLITS, load_token_stream, pretraining_streams, save_token_stream, token_file
 from .models import (
     architecture_summary,
     autocast_context,
+    checkpoint_info,
     lab_generation_config,
+    load_causal_lm,
     new_model,
     qwen3_config,
     save_checkpoint,
+    verify_checkpoint,
 )
 from .models import (
     load_tokenizer as load_hf_tokenizer,
@@ -62,6 +81,7 @@ from .training import (
 from .vocabulary import END_OF_TEXT
 
 LOG_EVERY_STEPS = 50
+STREAMS_KEY = "streams.json"  # in OUT under --init: what its token streams were made from (a rerun reuses them)
 
 
 def chunk_batch(
@@ -104,6 +124,45 @@ def build_model(
     model.generation_config = lab_generation_config(hf_tokenizer)
     model.train()
     return model
+
+
+def document_end_id(checkpoint: Path, tokenizer: Tokenizer) -> int:
+    """The token a given checkpoint's pretraining stream ends each document with: <|endoftext|> where the vocabulary
+    has it (Qwen's, SmolLM's: the document separator their own pretraining used), else the config's eos."""
+    end = tokenizer.token_to_id(END_OF_TEXT)
+    if end is not None:
+        return end
+    eos = AutoConfig.from_pretrained(str(checkpoint)).eos_token_id
+    if eos is None:
+        raise ValueError(f"{checkpoint}: neither {END_OF_TEXT} in its vocabulary nor an eos_token_id to end documents")
+    return int(eos[0] if isinstance(eos, list) else eos)
+
+
+def checkpoint_streams(
+    init: Path, corpus_dir: Path, corpus_manifest: dict[str, Any], out_dir: Path, config: TokenizerConfig, ctx: Any
+) -> dict[str, Any]:
+    """The corpus tokenized with ``init``'s tokenizer into OUT (rank 0, unless a rerun's files are of the same corpus,
+    tokenizer and repeats), then read by every rank; returns what made them (the key kept in OUT)."""
+    tokenizer_file = init / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise ValueError(f"--init {init}: no tokenizer.json (pretrain tokenizes the corpus with the checkpoint's own)")
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    key = {
+        "corpus": {split: corpus_manifest["outputs"][f"{split}.jsonl"]["sha256"] for split in STREAM_SPLITS},
+        "tokenizer_json": sha256_file(tokenizer_file),
+        "end_id": document_end_id(init, tokenizer),
+        "prose_repeats": config.prose_repeats,
+    }
+    if ctx.is_main:
+        key_path = out_dir / STREAMS_KEY
+        if not key_path.is_file() or json.loads(key_path.read_text()) != key:
+            print(f"pretrain: tokenizing {corpus_dir} with {tokenizer_file}", file=sys.stderr)
+            streams, _ = pretraining_streams(tokenizer, corpus_dir, key["end_id"], config)
+            for split, tokens in streams.items():
+                save_token_stream(out_dir / token_file(split), tokens)
+            atomic_write_json(key_path, key)  # last: the streams are complete once it names them
+    ctx.barrier()
+    return key
 
 
 def train_steps(
@@ -169,9 +228,60 @@ def train_steps(
     return step, extra["train_seconds"] + time.time() - segment_start
 
 
+@dataclass
+class Start:
+    """What a run trains and on what: the model (fresh or given), its token streams, and what the manifest records."""
+
+    model: nn.Module
+    train_tokens: np.ndarray
+    dev_tokens: np.ndarray
+    tokenizer_source: Path  # the directory whose tokenizer files the checkpoint copies
+    inputs: dict[str, Any]
+    model_record: dict[str, Any]
+    stream_files: list[str]  # token streams written into OUT (under --init)
+
+
+def lab_start(
+    corpus_dir: Path, tokenizer_dir: Path, model_config: ModelConfig, config: PretrainConfig, ctx: Any
+) -> Start:
+    """A fresh lab model over the tokenizer stage's tokenizer and streams (tokenized once by that stage)."""
+    tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
+    return Start(
+        build_model(tokenizer_dir, model_config, config, ctx.device),
+        load_token_stream(tokenizer_dir, "train"),
+        load_token_stream(tokenizer_dir, "dev"),
+        tokenizer_dir,
+        {"tokenizer": input_record(tokenizer_dir, tokenizer_manifest)},
+        model_config.__dict__,
+        [],
+    )
+
+
+def init_start(
+    corpus_dir: Path, corpus_manifest: dict[str, Any], init: Path, out_dir: Path, preset: str, ctx: Any
+) -> Start:
+    """The given checkpoint, and the corpus in its own tokenizer (:func:`checkpoint_streams`)."""
+    if not init.is_dir():
+        raise ValueError(f"--init {init}: expected a checkpoint directory (e.g. the drafter stage's output)")
+    init_manifest = verify_checkpoint(init)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = checkpoint_streams(init, corpus_dir, corpus_manifest, out_dir, get_preset(preset).tokenizer, ctx)
+    model = load_causal_lm(init, ctx.device)
+    model.train()
+    return Start(
+        model,
+        load_token_stream(out_dir, "train"),
+        load_token_stream(out_dir, "dev"),
+        init,
+        {"init": {**checkpoint_info(init), "verified": init_manifest is not None}, "streams": key},
+        architecture_summary(model)["config"],
+        [*(token_file(split) for split in STREAM_SPLITS), STREAMS_KEY],
+    )
+
+
 def run(
     corpus_dir: Path,
-    tokenizer_dir: Path,
+    tokenizer_dir: Path | None,
     out_dir: Path,
     role: str,
     preset_name: str,
@@ -179,17 +289,21 @@ def run(
     device_name: str = "auto",
     halt_after_steps: int | None = None,
     model_config: ModelConfig | None = None,
+    init: Path | None = None,
 ) -> dict[str, Any] | None:
-    """Train one model; ``model_config`` defaults to the preset's model for ``role``. Returns the manifest (rank 0)."""
+    """Train one model: ``init``'s checkpoint, else a fresh one of ``model_config`` (default: the preset's model for
+    ``role``) over ``tokenizer_dir``'s tokenizer. Returns the manifest (rank 0)."""
     ctx = init_distributed(device_name)
-    if model_config is None:
-        preset = get_preset(preset_name)
-        model_config = {"target": preset.target, "drafter": preset.drafter}[role]
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
-    tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
-    train_tokens = load_token_stream(tokenizer_dir, "train")  # tokenized once by the tokenizer stage
-    dev_tokens = load_token_stream(tokenizer_dir, "dev")
-    model = build_model(tokenizer_dir, model_config, config, ctx.device)
+    if init is not None:
+        start = init_start(corpus_dir, corpus_manifest, init, out_dir, preset_name, ctx)
+    elif tokenizer_dir is None:
+        raise ValueError("pretrain needs --tokenizer (a lab model) or --init (a given checkpoint)")
+    else:
+        preset = get_preset(preset_name)
+        model_config = model_config or {"target": preset.target, "drafter": preset.drafter}[role]
+        start = lab_start(corpus_dir, tokenizer_dir, model_config, config, ctx)
+    model, train_tokens = start.model, start.train_tokens
     optimizer = make_optimizer(model, config.lr, config.weight_decay, ctx.device)
     resume = ResumeState(out_dir / "resume")
     step, extra = 0, {"train_seconds": 0.0, "last_loss": None}
@@ -203,7 +317,7 @@ def run(
     )
     manifest = None
     if ctx.is_main:
-        final_dev_loss = dev_loss(model, dev_tokens, config, ctx.device)
+        final_dev_loss = dev_loss(model, start.dev_tokens, config, ctx.device)
         if final_dev_loss is not None:
             tb.add_scalar("dev/loss", final_dev_loss, step)
         tb.close()
@@ -218,22 +332,19 @@ def run(
             f"{step * tokens_per_step / max(train_seconds, 1e-9):,.0f} tok/s over {train_seconds:.1f} s",
             file=sys.stderr,
         )
-        files = save_checkpoint(model, out_dir, tokenizer_dir)
+        files = save_checkpoint(model, out_dir, start.tokenizer_source)
         manifest = write_manifest(
             out_dir,
             "pretrain",
-            outputs=files,
+            outputs=[*files, *start.stream_files],
             params={
                 "role": role,
                 "preset": preset_name,
                 "config": config.__dict__,
-                "model": model_config.__dict__,
+                "model": start.model_record,
                 "world_size": ctx.world_size,
             },
-            inputs={
-                "corpus": input_record(corpus_dir, corpus_manifest),
-                "tokenizer": input_record(tokenizer_dir, tokenizer_manifest),
-            },
+            inputs={"corpus": input_record(corpus_dir, corpus_manifest), **start.inputs},
             extra={
                 "architecture": architecture_summary(model),
                 "metrics": {
@@ -255,14 +366,25 @@ def run(
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "pretrain",
-        help="train the lab target or base drafter from scratch (DDP-ready)",
+        help="train the lab target or base drafter from scratch, or a given checkpoint (--init) (DDP-ready)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--corpus", required=True, type=Path, help="output directory of the corpus stage")
-    p.add_argument("--tokenizer", required=True, type=Path, help="output directory of the tokenizer stage")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--tokenizer", type=Path, help="output directory of the tokenizer stage (a lab model)")
+    source.add_argument(
+        "--init",
+        type=Path,
+        help="a checkpoint to train instead of a lab model, over its own tokenizer (e.g. the drafter stage's output)",
+    )
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
-    p.add_argument("--role", required=True, choices=("target", "drafter"), help="which preset model to build")
+    p.add_argument(
+        "--role",
+        choices=("target", "drafter"),
+        default=None,
+        help="which preset model to build, and whose pretraining settings (required without --init; default: drafter)",
+    )
     add_preset_argument(p, choices=LAB_PRESETS)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
@@ -278,6 +400,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.role is None and args.init is None:
+        raise ValueError("--role target|drafter: which lab model to build (only --init implies drafter)")
+    args.role = args.role or "drafter"
     preset = get_preset(args.preset)
     base = preset.pretrain_target if args.role == "target" else preset.pretrain_drafter
     config = override(
@@ -292,7 +417,15 @@ def main(args: argparse.Namespace) -> int:
         steps = {"max_steps": config.max_steps, "batch": config.batch_size, "seq_len": config.seq_len}
         announce(f"pretrain[{args.role}]", args.preset, {**steps, "time budget": budget})
     manifest = run(
-        args.corpus, args.tokenizer, args.out, args.role, args.preset, config, args.device, args.halt_after_steps
+        args.corpus,
+        args.tokenizer,
+        args.out,
+        args.role,
+        args.preset,
+        config,
+        args.device,
+        args.halt_after_steps,
+        init=args.init,
     )
     if manifest is not None:
         print(json.dumps(manifest["metrics"]))

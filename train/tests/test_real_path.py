@@ -59,6 +59,10 @@ def qwen3(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
     lines = chat_prompts(read_texts(text_files([REPO / "docs"])), 15, seed=0, heldout=4, dev=3)
     lines[0]["category"] = lines[1]["category"] = "pair"  # two held-out lines of one category, the cap set to 1
+    if len(lines[4]["messages"]) != 3:  # a multi-turn line in dev (4-6), whichever forms the docs' text drew
+        turns = [{"role": "assistant", "content": "Which part?"}, {"role": "user", "content": "All of it."}]
+        lines[4]["messages"] = [lines[4]["messages"][-1], *turns]
+        lines[4]["category"] = "multi-turn/" + lines[4]["category"].split("/")[1]
     lines.append(  # a prompt the served drafter's context cannot hold with its continuation
         {
             "id": "too-long",
