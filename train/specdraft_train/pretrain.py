@@ -30,7 +30,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .artifacts import input_record, verify_stage_dir, write_manifest
-from .config import LAB_PRESETS, ModelConfig, PretrainConfig, add_preset_argument, announce, get_preset, override
+from .config import (
+    LAB_PRESETS,
+    ModelConfig,
+    PretrainConfig,
+    add_device_argument,
+    add_preset_argument,
+    announce,
+    get_preset,
+    override,
+)
 from .documents import load_token_stream
 from .models import (
     architecture_summary,
@@ -176,15 +185,12 @@ def run(
     role: str,
     preset_name: str,
     config: PretrainConfig,
+    model_config: ModelConfig,
     device_name: str = "auto",
     halt_after_steps: int | None = None,
-    model_config: ModelConfig | None = None,
 ) -> dict[str, Any] | None:
-    """Train one model; ``model_config`` defaults to the preset's model for ``role``. Returns the manifest (rank 0)."""
+    """Train one model of ``model_config`` (``role``, ``preset_name``: recorded); returns its manifest (rank 0)."""
     ctx = init_distributed(device_name)
-    if model_config is None:
-        preset = get_preset(preset_name)
-        model_config = {"target": preset.target, "drafter": preset.drafter}[role]
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
     tokenizer_manifest = verify_stage_dir(tokenizer_dir, "tokenizer")
     train_tokens = load_token_stream(tokenizer_dir, "train")  # tokenized once by the tokenizer stage
@@ -264,7 +270,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
     p.add_argument("--role", required=True, choices=("target", "drafter"), help="which preset model to build")
     add_preset_argument(p, choices=LAB_PRESETS)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_device_argument(p)
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (default: preset's)")
     p.add_argument(
@@ -278,10 +284,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    preset = get_preset(args.preset)
-    base = preset.pretrain_target if args.role == "target" else preset.pretrain_drafter
+    model_config, pretraining = get_preset(args.preset).pretraining(args.role)
     config = override(
-        base,
+        pretraining,
         max_steps=args.max_steps,
         batch_size=args.batch_size,
         time_budget_s=args.time_budget,
@@ -292,7 +297,15 @@ def main(args: argparse.Namespace) -> int:
         steps = {"max_steps": config.max_steps, "batch": config.batch_size, "seq_len": config.seq_len}
         announce(f"pretrain[{args.role}]", args.preset, {**steps, "time budget": budget})
     manifest = run(
-        args.corpus, args.tokenizer, args.out, args.role, args.preset, config, args.device, args.halt_after_steps
+        args.corpus,
+        args.tokenizer,
+        args.out,
+        args.role,
+        args.preset,
+        config,
+        model_config,
+        args.device,
+        args.halt_after_steps,
     )
     if manifest is not None:
         print(json.dumps(manifest["metrics"]))
