@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.varlen import varlen_attn
 from transformers import AttentionInterface
 
 PACKED_ATTENTION = "specdraft_packed"
@@ -98,8 +99,6 @@ def packed_attention(
         raise ValueError(f"packed sequences come as one row, got {query.shape[0]}")
     dtype = _compute_dtype(value)
     if query.is_cuda and dtype in HALF_DTYPES:
-        from torch.nn.attention.varlen import varlen_attn
-
         max_length = kwargs["max_length_q"]  # an int, symbolic under torch.compile: int() would specialize on it
         output = varlen_attn(
             query[0].transpose(0, 1).to(dtype),  # (T, H, D)

@@ -32,6 +32,7 @@ import json
 import shutil
 import sys
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,20 @@ def measure_evaluate(args: argparse.Namespace, work: Path, device: torch.device)
 # The job
 
 
+def guarded(measure: Any, device: torch.device) -> dict[str, Any]:
+    """``measure()``, or the error it raised as the entry (its traceback on stderr): one configuration that fails on
+    the GPU — a kernel refusing a shape, memory running out — leaves the others' figures to read."""
+    try:
+        return measure()
+    except Exception as error:  # anything a configuration raises is its result
+        traceback.print_exc()
+        gc.collect()
+        torch._dynamo.reset()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"error": f"{type(error).__name__}: {error}"[:1000]}
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Training and evaluation probe ({report['device']}, {report['shape']})",
@@ -257,8 +272,8 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, e in report["configs"].items():
-        if "skipped" in e:
-            lines.append(f"| {name} | skipped: {e['skipped']} | | | | | |")
+        if "skipped" in e or "error" in e:
+            lines.append(f"| {name} | {e.get('skipped') or e['error'].splitlines()[0][:120]} | | | | | |")
             continue
         peak = f"{e['peak_gib']:.1f}" if e.get("peak_gib") is not None else "–"
         lines.append(
@@ -266,7 +281,9 @@ def markdown(report: dict[str, Any]) -> str:
             f"{e['step_tokens']:,.0f} | {e['activation_checkpointing']} |"
         )
     evaluation = report.get("evaluate")
-    if evaluation:
+    if evaluation and "error" in evaluation:
+        lines += ["", f"evaluate: {evaluation['error'].splitlines()[0][:200]}"]
+    elif evaluation:
         lines += [
             "",
             f"evaluate, {evaluation['conversations']} held-out conversations ({evaluation['tokens']:,} tokens):",
@@ -315,7 +332,7 @@ def main() -> int:
             if not args.cpu and time.time() - started + EVAL_USUAL_S > args.limit_s:
                 stopped = name
                 break
-            report["evaluate"] = measure_evaluate(args, args.work, device)
+            report["evaluate"] = guarded(lambda: measure_evaluate(args, args.work, device), device)
             atomic_write_json(state_path, report)
             continue
         _, settings, usual = CONFIGS[name]
@@ -328,7 +345,7 @@ def main() -> int:
             stopped = name
             break
         print(f"probe_training: {name} …", file=sys.stderr, flush=True)
-        report["configs"][name] = measure_config(name, args, args.work, ctx)
+        report["configs"][name] = guarded(lambda name=name: measure_config(name, args, args.work, ctx), device)
         print(f"probe_training: {name}: {json.dumps(report['configs'][name])}", file=sys.stderr, flush=True)
         atomic_write_json(state_path, report)
     atomic_write_json(args.out / "probe_training.json", report)
