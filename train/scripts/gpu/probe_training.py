@@ -300,7 +300,9 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path, help="results folder: probe_training.json and .md")
     ap.add_argument("--work", type=Path, default=Path("/tmp/probe-training"), help="scratch folder, kept for reruns")
     ap.add_argument("--limit-s", type=float, default=540, help="stop before a configuration would pass this (s)")
-    ap.add_argument("--only", action="append", default=[], help="configurations to run (repeatable; default: all)")
+    ap.add_argument(
+        "--only", action="append", default=[], help="configurations to run, or evaluate (repeatable; default: all)"
+    )
     ap.add_argument("--cpu", action="store_true", help="the CPU dry run: tiny shapes, compiled configurations skipped")
     args = ap.parse_args()
     started = time.time()
@@ -327,7 +329,7 @@ def main() -> int:
     stopped = None
     for name in [n for c in CONFIGS for n in ((c, "evaluate") if c == EVALUATE_AFTER else (c,))]:
         if name == "evaluate":
-            if "evaluate" in report or args.only:
+            if "evaluate" in report or (args.only and name not in args.only):
                 continue
             if not args.cpu and time.time() - started + EVAL_USUAL_S > args.limit_s:
                 stopped = name
