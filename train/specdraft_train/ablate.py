@@ -58,7 +58,8 @@ from .artifacts import (
     stage_complete,
     verify_stage_dir,
 )
-from .config import ExportConfig, LabPreset, apply_settings, get_preset
+from .config import ExportConfig, LabPreset, add_device_argument, apply_settings, get_preset
+from .distillation import DistillJob
 from .evaluate import drafter_tau, verify_heldout
 from .models import checkpoint_qat_state, resolve_device
 from .reports import ablation_markdown, pct
@@ -229,7 +230,7 @@ def distill_variant(
     progress.run_stage(
         "distill",
         lambda: distill.run(
-            lab / "base", lab / "reference", distilled, config, device_name=device_name, replay_tokens=replay
+            DistillJob(lab / "base", lab / "reference", distilled, config, replay_tokens=replay, device=device_name)
         ),
         lambda: stage_complete(distilled, "distill"),
     )
@@ -239,14 +240,16 @@ def distill_variant(
     progress.run_stage(
         "distill --qat",
         lambda: distill.run(
-            distilled,
-            lab / "reference",
-            qat_dir,
-            config,
-            qat=True,
-            device_name=device_name,
-            replay_tokens=replay,
-            embedding_type=embedding_type,
+            DistillJob(
+                distilled,
+                lab / "reference",
+                qat_dir,
+                config,
+                qat=True,
+                embedding_type=embedding_type,
+                replay_tokens=replay,
+                device=device_name,
+            )
         ),
         lambda: stage_complete(qat_dir, "distill"),
     )
@@ -260,14 +263,14 @@ def evaluate_variant(
     heldout_path = lab / "reference" / "heldout.jsonl"
     verify_heldout(heldout_path)
     conversations = read_conversations(heldout_path)
-    k, batch_size = preset.evaluate.k, preset.evaluate.batch_size
+    k, batch_tokens = preset.evaluate.k, preset.evaluate.batch_tokens
     evaluated: dict[str, Any] = {}
 
     def evaluate() -> None:
         q4, mode = drafter_tau(
-            final, conversations, k, device, q4=True, batch_size=batch_size, embedding_type=embedding_type
+            final, conversations, k, device, q4=True, batch_tokens=batch_tokens, embedding_type=embedding_type
         )
-        fp32, _ = drafter_tau(final, conversations, k, device, batch_size=batch_size)
+        fp32, _ = drafter_tau(final, conversations, k, device, batch_tokens=batch_tokens)
         evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
 
     progress.run_stage("evaluate", evaluate, lambda: False)
@@ -478,7 +481,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="variants run at a time on the one device, each in its own process (default: 1, one after another)",
     )
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_device_argument(p)
     # set by --jobs for the processes it starts: how many variants share the device (recorded in each result)
     p.add_argument("--device-shared-by", type=int, default=1, help=argparse.SUPPRESS)
     p.set_defaults(func=main)

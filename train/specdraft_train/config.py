@@ -115,7 +115,13 @@ class ReferenceConfig:
 @dataclass(frozen=True)
 class DistillConfig:
     epochs: int = 3
+    # Rows a step holds on average: an epoch takes rows ÷ batch_size steps, each with an equal share of the epoch's
+    # tokens (batch_tokens 0), so the learning rate and warm-up keep the meaning they had with batches of exactly
+    # batch_size rows. The loss is a mean over the step's continuation tokens either way.
     batch_size: int = 64
+    # Tokens (prompt + continuation, replay rows aside) a step holds instead: steps = the epoch's tokens ÷ this. 0: the
+    # epoch's tokens ÷ (rows ÷ batch_size), i.e. batch_size rows of mean width.
+    batch_tokens: int = 0
     lr: float = 5e-4  # starts from a trained base: lower than pretraining to keep what it knows
     min_lr_ratio: float = 0.1
     warmup_steps: int = 20
@@ -137,7 +143,7 @@ class DistillConfig:
     # LM loss on the base's own pretraining text mixed into every batch (replay), so that distilling on the target's
     # continuations does not erase what the base knew about text outside them; 0 = off (and off when no text given).
     replay_weight: float = 0.0
-    replay_seq_len: int = 256  # ≤ a typical distill row (prompt ≤ 192 + continuation ≤ 256): little extra padding
+    replay_seq_len: int = 256  # ≤ a typical distill row (prompt ≤ 192 + continuation ≤ 256)
     replay_batch_size: int = 16  # sequences per global step: ~4k text tokens beside ~19k continuation tokens (lab)
     ckpt_every: int = 100
     time_budget_s: float = 0.0
@@ -145,23 +151,35 @@ class DistillConfig:
     # Under torchrun: FSDP (weights, gradients and AdamW moments sharded over the ranks) instead of DDP (a full copy
     # per GPU). DDP is faster while the drafter's training state fits one GPU: a 1.7B drafter's ~27 GB does on an H200.
     fsdp: bool = False
+    # A step's rows packed into one sequence (positions restarting per row, attention inside each: packing.py), so no
+    # token is padding; False: right-padded rows (the reference layout, and what the GPU probe compares against).
+    packed: bool = True
     # Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers'
-    # gradient checkpointing): a 1.7B drafter's batch of 16 chat rows padded to ~3k tokens kept ~110 GB of activations
-    # and ran an H200 out of memory in the real-job rehearsal (2026-12-01); recomputing costs ~1/3 more compute.
-    activation_checkpointing: bool = False
-    # Rows are padded to their batch's longest. 0: the epoch's rows in random order. N: runs of N batches sorted by
-    # width, then the batches shuffled (transformers' group_by_length; examples.epoch_order): on the rehearsal's chat
-    # prompts with 256-token answers a random batch of 16 holds 2.16× its rows' tokens, 3.24× at 128; grouped in runs
-    # of 64, 1.04× and 1.14× (train/scripts/data/padding_factor.py). The lab keeps random order (its results used it).
+    # gradient checkpointing), at ~1/3 more compute: "auto" does where a step would not fit the GPU otherwise, from the
+    # memory a token costs, measured by two short steps at the start (distill prints the figures); "on" | "off".
+    activation_checkpointing: str = "auto"
+    # torch.compile each decoder layer (models.compile_decoder_layers), at minutes of compilation in a run's first
+    # steps: off until train/scripts/gpu/probe_training.py measures what it gains at the real shape.
+    compile: bool = False
+    # Right-padded rows only (packed rows never pad): steps of exactly batch_size rows, cut from runs of N steps' rows
+    # sorted by width and then shuffled (transformers' group_by_length; examples.epoch_order). 0: random order.
     group_by_length: int = 0
     # QAT runs as a short second distillation from the distilled drafter (`distill --qat --init <distilled>`).
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
 
-    def schedule(self, qat: bool, epochs: int | None = None, lr: float | None = None) -> tuple[int, float]:
-        """A run's epochs and peak learning rate: the ones given, else QAT's under ``qat``, else distillation's."""
-        default_epochs, default_lr = (self.qat_epochs, self.qat_lr) if qat else (self.epochs, self.lr)
-        return (default_epochs if epochs is None else epochs), (default_lr if lr is None else lr)
+    def schedule(self, qat: bool) -> tuple[int, float]:
+        """A run's epochs and peak learning rate: QAT's under ``qat``, else distillation's."""
+        return (self.qat_epochs, self.qat_lr) if qat else (self.epochs, self.lr)
+
+    def with_schedule(self, qat: bool, epochs: int | None = None, lr: float | None = None) -> DistillConfig:
+        """A copy whose schedule (:meth:`schedule`) under ``qat`` has the given epochs and learning rate (None: the
+        preset's): the fields a run's --epochs and --lr set."""
+        fields = ("qat_epochs", "qat_lr") if qat else ("epochs", "lr")
+        return override(self, **dict(zip(fields, (epochs, lr))))
+
+
+ACTIVATION_CHECKPOINTING = ("auto", "on", "off")
 
 
 # The token embedding's (and an untied output head's) type in a Q4_0 GGUF (quant.gguf_storage_type). Q4_0 halves
@@ -236,7 +254,9 @@ class ExportConfig:
 class EvalConfig:
     k: int = DRAFT_LENGTH  # the validator's draft length
     ngram_max: int = 3  # prompt-lookup peer: longest suffix n-gram tried first
-    batch_size: int = 32
+    # Tokens of conversations packed into one forward (tau.greedy_matches). Without gradients a forward holds a few
+    # layers' activations at a time: a 1.7B drafter's 16k tokens need well under 1 GB beside its weights.
+    batch_tokens: int = 16_384
 
 
 @dataclass(frozen=True)
@@ -258,6 +278,12 @@ class LabPreset:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def pretraining(self, role: str) -> tuple[ModelConfig, PretrainConfig]:
+        """The model and its pretraining for a `pretrain --role`: target or drafter (the base drafter)."""
+        if role not in ("target", "drafter"):
+            raise ValueError(f"role {role!r}: expected target or drafter")
+        return (self.target, self.pretrain_target) if role == "target" else (self.drafter, self.pretrain_drafter)
 
 
 MICRO = LabPreset(
@@ -440,28 +466,25 @@ QWEN3_CHAT = LabPreset(
     # A given line without a "split" goes by the hash of its messages: 2 % held out (5,000 of 250k, τ by category),
     # 0.4 % dev (1,000): dev τ walks each conversation at ~0.10 s on an H200 (the rehearsal's evaluate), 9 times a run,
     # so dev costs distill and QAT ~0.5 h together; at 1 % it was 1.3 h of the job (real_rehearsal_report.py).
-    corpus=CorpusConfig(heldout_per_mille=20, dev_per_mille=4),
+    corpus=CorpusConfig(dev_per_mille=4),
+    # The defaults otherwise: continuations of ≤ 256 tokens (~200 on average once answers end at <|im_end|>) with the
+    # target's top-20, thinking off (ReferenceConfig.enable_thinking says when to turn it on); corpus prompts (--corpus,
+    # the job's ~50k openings and inner windows of code and prose) in the lab's categories and counts, given lines
+    # keeping their own "category", all kept.
     reference=ReferenceConfig(
-        max_new_tokens=256,  # ~200 tokens a continuation on average once answers end at <|im_end|>
         train_prompts=250_000,  # the job's prompt count; given train lines past it are left out, with a warning
-        top_k=20,
-        # Corpus prompts (--corpus, the job's ~50k openings and inner windows of code and prose) use the lab's
-        # categories and counts; given lines keep their own "category" and are all kept.
-        prompt_lengths=(64, 192, 512),
-        min_continuation_tokens=128,
-        heldout_per_category=32,
-        dev_per_category=24,
         # Qwen3-8B in bf16 leaves ~122 GB of an H200; the engine's 0.7 of it holds ~770 rows of 500 prompt + 256 new
         # tokens at 144 KiB of KV a token, 1,024 of shorter ones (it takes fewer where it must). Rows are the lever: a
         # decode step reads the 16.4 GB of weights whatever the batch, and its matmuls run fuller with more rows.
         batch_size=1024,
         shard_prompts=4096,  # ~5 batches a shard; a killed run loses at most one shard (~2 min of an H200)
-        enable_thinking=False,  # the field's why-comment says when to turn it on
     ),
-    # ~250k continuations at 16 a step: ~15.6k steps an epoch. lr 1e-5 (AdamW, a 1.7B that already speaks chat: the
-    # SFT range; the lab's 1e-3 is for a 7M model), 100 warm-up steps (<1 %). Dev macro τ every 2,000 steps (~8 a
-    # epoch) keeps the best checkpoint; 5 evaluations without a new best (~10k steps) is a plateau. No time budget:
-    # the epoch is the budget. Replay off: the real path has no pretraining text unless --replay-tokens brings it.
+    # ~250k continuations at 16 rows' worth of tokens a step (packed: chat prompts of ~30 to ~3,000 tokens pad
+    # nothing): ~15.6k steps an epoch. lr 1e-5 (AdamW, a 1.7B that already speaks chat: the SFT range; the
+    # lab's 1e-3 is for a 7M model), 100 warm-up steps (<1 %). Dev macro τ every 2,000 steps (~8 a epoch) keeps the
+    # best checkpoint; 5 evaluations without a new best (~10k steps) is a plateau. The defaults otherwise: no time
+    # budget (the epoch is the budget), replay off (the real path has no pretraining text unless --replay-tokens brings
+    # it), one epoch of QAT, layers recomputed only where a step would not fit.
     # A resumable state (24 GB for 1.7B + AdamW) every 1,000 steps: a kill loses minutes, saves cost ~5 %.
     distill=DistillConfig(
         epochs=1,
@@ -471,18 +494,13 @@ QWEN3_CHAT = LabPreset(
         eval_every=2000,
         patience=5,
         ckpt_every=1000,
-        time_budget_s=0.0,
-        replay_weight=0.0,
-        activation_checkpointing=True,  # chat rows run to thousands of tokens: see DistillConfig
-        group_by_length=64,  # chat prompts run from ~30 to ~3,000 tokens: random batches of 16 pad to ~2×
-        qat_epochs=1,
         qat_lr=5e-6,  # QAT moves weights onto the Q4_0 grid from the distilled drafter: half the KD rate
     ),
     # All-Q4_0 (the embedding too): Qwen3-1.7B is 974,196,224 B so, 1,129,778,688 B with a Q8_0 embedding, which the
     # folder cap cannot take. QAT trains against the Q4_0 embedding (−0.16 % τ on lab v2, docs/lab.md), export writes
     # it and refuses a file over the cap.
     export=ExportConfig(embedding_type=SIZE_CAPPED_EMBEDDING_TYPE, max_bytes=FOLDER_CAP_BYTES),
-    evaluate=EvalConfig(batch_size=16),  # conversations a forward: chat prompts run to thousands of tokens
+    evaluate=EvalConfig(),
 )
 
 PRESETS: dict[str, LabPreset] = {"micro": MICRO, "lab": LAB, "qwen3-chat": QWEN3_CHAT}
@@ -504,6 +522,12 @@ def add_preset_argument(parser: argparse.ArgumentParser, default: str = "lab", c
         choices=names,
         help=f"defaults for every setting: {' | '.join(names)} (default: {default}; the real path: qwen3-chat)",
     )
+
+
+def add_device_argument(parser: argparse.ArgumentParser, default: str = "auto", help: str = "") -> None:
+    """``--device NAME`` for a command that computes: ``auto`` (CUDA when present, else the CPU), ``cpu``, ``cuda`` or
+    ``cuda:N`` (models.resolve_device)."""
+    parser.add_argument("--device", default=default, help=help or f"auto | cpu | cuda (default: {default})")
 
 
 def _budget_text(value: Any) -> str:

@@ -1,4 +1,6 @@
-"""Stage `evaluate`: τ of drafters on held-out conversations, by the validator's walk (k = 16), in PyTorch.
+"""Stage `evaluate`: τ of drafters on held-out conversations, by the validator's walk (k = 16), in PyTorch: for a greedy
+drafter one teacher-forced pass over each conversation gives every step of the walk exactly (tau.py), and the
+conversations are packed into forwards of `--batch-tokens` tokens (the preset's `evaluate.batch_tokens`).
 
 For each `--drafter` (lab checkpoint, local HF model or HF id): τ as trained (bf16 autocast on CUDA, fp32 on CPU)
 and, with `--q4`, τ with every weight as a GGUF Q4_0 file stores it (quant.prepare_qat: Q4_0 projections, the
@@ -27,10 +29,12 @@ from .artifacts import atomic_write_json, read_manifest, sha256_file, verify_sta
 from .config import (
     DEFAULT_EMBEDDING_TYPE,
     EvalConfig,
+    add_device_argument,
     add_embedding_type_argument,
     add_preset_argument,
     announce,
     get_preset,
+    override,
     resolve_embedding_type,
 )
 from .models import (
@@ -59,7 +63,7 @@ def drafter_tau(
     k: int,
     device: torch.device,
     q4: bool = False,
-    batch_size: int = 32,
+    batch_tokens: int = EvalConfig.batch_tokens,
     embedding_type: str | None = None,
     dtype: str = "float32",
 ) -> tuple[TauResult, str]:
@@ -86,7 +90,7 @@ def drafter_tau(
             mode = "q4_0-ptq"
         if qat.embedding_type != DEFAULT_EMBEDDING_TYPE:
             mode += f"-{qat.embedding_type.lower()}-embedding"  # e.g. q4_0-qat-q4_0-embedding: an all-Q4_0 file
-    return model_tau(model, conversations, k, device, batch_size), mode
+    return model_tau(model, conversations, k, device, batch_tokens), mode
 
 
 def verify_heldout(heldout: Path) -> None:
@@ -127,11 +131,17 @@ def evaluate(
     for drafter in drafters:
         start = time.time()
         entry: dict[str, Any] = {"drafter": checkpoint_info(drafter)}
-        result, _ = drafter_tau(drafter, conversations, k, device, batch_size=config.batch_size, dtype=dtype)
+        result, _ = drafter_tau(drafter, conversations, k, device, batch_tokens=config.batch_tokens, dtype=dtype)
         entry["as_trained"] = result.to_dict()
         if q4:
             result, mode = drafter_tau(
-                drafter, conversations, k, device, q4=True, batch_size=config.batch_size, embedding_type=embedding_type
+                drafter,
+                conversations,
+                k,
+                device,
+                q4=True,
+                batch_tokens=config.batch_tokens,
+                embedding_type=embedding_type,
             )
             entry["q4_0"] = {"mode": mode, **result.to_dict()}
         entry["seconds"] = time.time() - start
@@ -144,7 +154,7 @@ def evaluate(
         report["target_as_drafter"] = {
             "target": checkpoint_info(target),
             "parameters": parameter_count(model),
-            **model_tau(model, conversations, k, device, config.batch_size).to_dict(),
+            **model_tau(model, conversations, k, device, config.batch_tokens).to_dict(),
         }
     report["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return report
@@ -175,7 +185,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--ngram", action="store_true", help="also the n-gram prompt-lookup peer")
     p.add_argument("--k", type=int, default=EvalConfig.k, help=f"draft length (default: {EvalConfig.k})")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    p.add_argument(
+        "--batch-tokens", type=int, default=None, help="tokens of conversations a forward (default: preset's)"
+    )
+    add_device_argument(p)
     p.add_argument("--out", type=Path, default=None, help="JSON file to write (default: print)")
     p.set_defaults(func=main)
 
@@ -184,6 +197,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.drafter and not args.ngram and args.target is None:
         raise ValueError("nothing to evaluate: give --drafter, --ngram or --target")
     preset = get_preset(args.preset)
+    config = override(preset.evaluate, batch_tokens=args.batch_tokens)
     embedding_type = args.embedding_type or preset.export.resolved_embedding_type()
     announce(
         "evaluate",
@@ -191,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
         {
             "drafters": len(args.drafter),
             "k": args.k,
-            "batch": preset.evaluate.batch_size,
+            "batch": f"{config.batch_tokens:,} tokens",
             "dtype": args.dtype,
             "q4": f"yes (PTQ embedding {embedding_type})" if args.q4 else "no",
             "target": args.target or "none",
@@ -205,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
         args.q4,
         args.ngram,
         args.target,
-        config=preset.evaluate,
+        config=config,
         embedding_type=embedding_type,
         dtype=args.dtype,
     )

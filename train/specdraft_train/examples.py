@@ -1,21 +1,26 @@
 """What `distill` trains on: the reference stage's training shards (written by `reference`, read here by `distill`),
-the examples a run keeps, how a batch of them becomes the model's input, the replay text beside them, and the checks
-that all of it is in the drafter's vocabulary (:func:`read_inputs` reads a run's examples and dev set, verified).
+the examples a run keeps, how an epoch's rows become steps and a step's rows the model's input, the replay text beside
+them, and the checks that all of it is in the drafter's vocabulary (:func:`read_inputs` reads a run's examples and dev
+set, verified).
 
 A shard ``train-NNNNN.safetensors`` holds a run of prompts, the target's greedy continuation of each and its top-k
 token ids and log-probs (fp16) at every continuation position, flattened with offsets; its one metadata key lists the
 prompts' ids and categories. A distill run keeps the examples of its categories (prefixes) and a hash-chosen share of
-them (`DistillConfig.categories`, `data_fraction`), and batches them right-padded, with rows of replay text (the
-base's pretraining tokens) appended to the same forward:
+them (`DistillConfig.categories`, `data_fraction`). Each epoch takes every row once, in a seeded order cut into steps
+of equal tokens (`batch_tokens`, or `batch_size` rows' worth); a step's rows go to the ranks balanced by tokens and
+each rank's rows, with rows of replay text (the base's pretraining tokens) after them, are packed into one sequence
+(packing.py) or right-padded:
 
     examples = select_examples(read_train_examples("runs/lab/reference"), config)
-    batch = collate(examples[:64], pad_id, device, replay.chunks(step))   # input_ids, rows/cols of the loss, labels…
+    steps = epoch_steps(widths, epoch_order(widths, seed, epoch, config.batch_size, 0), steps_per_epoch(widths, config))
+    batch = collate([examples[i] for i in steps[0]], pad_id, device, replay.chunks(step))   # inputs, index, labels…
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,7 @@ from .artifacts import AtomicFile, input_record, read_manifest, sha256_file, ver
 from .config import DistillConfig, serving_context_note
 from .documents import load_token_stream, token_file
 from .models import checkpoint_info, verify_checkpoint
+from .packing import layout, to_device
 from .prompts import Prompt
 from .tau import Conversation, read_conversations
 from .training import ChunkSampler, DistributedContext, rank_slice
@@ -127,7 +133,7 @@ def select_examples(examples: Sequence[TrainExample], config: DistillConfig) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Batches
+# Steps and batches
 
 
 def row_width(example: TrainExample) -> int:
@@ -136,10 +142,10 @@ def row_width(example: TrainExample) -> int:
 
 
 def epoch_order(widths: Sequence[int], seed: int, epoch: int, batch_size: int, group: int) -> np.ndarray:
-    """The epoch's order of the rows: a seeded permutation; with ``group`` > 0, runs of ``group`` batches of it are
-    sorted by width (longest first) and the epoch's batches then shuffled, as transformers' ``group_by_length``: each
-    batch holds rows of like widths, so it pads little, and the batches still come in random order. The rows past the
-    epoch's last whole batch stay last (the loop drops them)."""
+    """The epoch's order of the rows: a seeded permutation; with ``group`` > 0, runs of ``group`` × ``batch_size`` rows
+    of it are sorted by width (longest first), cut into runs of ``batch_size`` and those shuffled, as transformers'
+    ``group_by_length``: padded rows of like widths pad little (packed rows never pad: grouping only matters to the
+    padded layout). The rows past the epoch's last whole run of ``batch_size`` keep their place at the end."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(widths))
     if group <= 0 or batch_size <= 0:
@@ -156,42 +162,83 @@ def epoch_order(widths: Sequence[int], seed: int, epoch: int, batch_size: int, g
     return np.concatenate(shuffled + [order[n_batches * batch_size :]])
 
 
-def padding_factor(widths: Sequence[int], order: np.ndarray, batch_size: int) -> float:
-    """Tokens the epoch's padded batches hold ÷ the tokens of their rows (1.0: no padding), whole batches only."""
+def steps_per_epoch(widths: Sequence[int], config: DistillConfig, world_size: int = 1) -> int:
+    """Optimizer steps an epoch takes: its tokens ÷ ``batch_tokens``, or with ``batch_tokens`` 0 (and for rows grouped
+    by length) its rows ÷ ``batch_size`` (a step holds ``batch_size`` rows' tokens on average); at least one row per
+    rank a step."""
+    if config.batch_tokens > 0 and config.group_by_length <= 0:
+        steps = math.ceil(int(np.sum(widths)) / config.batch_tokens)
+    else:
+        steps = len(widths) // max(config.batch_size, 1)
+    return max(1, min(steps, len(widths) // world_size))
+
+
+def epoch_steps(widths: Sequence[int], order: np.ndarray, steps: int, world_size: int = 1) -> list[np.ndarray]:
+    """The epoch's ``order`` cut into ``steps`` runs of consecutive rows holding equal shares of its tokens: each row
+    goes to the step whose share holds its middle token, and every step keeps at least ``world_size`` rows. Every row
+    trains once an epoch; steps differ in tokens by at most about one row."""
+    if len(order) < steps * world_size:
+        raise ValueError(f"{len(order)} rows cannot fill {steps} steps of {world_size} ranks")
+    by_width = np.asarray(widths, dtype=np.int64)[order]
+    through = np.cumsum(by_width)  # (n,): tokens up to and including each row
+    middle = through - by_width / 2
+    step_of = np.minimum((middle * steps / through[-1]).astype(np.int64), steps - 1)  # (n,), non-decreasing
+    bounds = np.searchsorted(step_of, np.arange(1, steps), side="left")  # each later step's first row
+    for i in range(len(bounds)):  # at least world_size rows a step, never more than leaves the later ones theirs
+        low = (bounds[i - 1] if i else 0) + world_size
+        bounds[i] = min(max(bounds[i], low), len(order) - (steps - 1 - i) * world_size)
+    return np.split(order, bounds)
+
+
+def rank_rows(rows: np.ndarray, widths: Sequence[int], world_size: int, rank: int) -> np.ndarray:
+    """This rank's share of a step's rows: the widest first, each to the rank holding the fewest tokens so far (the
+    lowest on ties), so the ranks' tokens differ by at most one row's; in the step's order. Every rank gets a row when
+    the step has ``world_size`` of them."""
+    if world_size == 1:
+        return rows
+    loads = [0] * world_size
+    owner = np.empty(len(rows), dtype=np.int64)
+    for i in sorted(range(len(rows)), key=lambda i: -widths[rows[i]]):
+        owner[i] = min(range(world_size), key=lambda r: (loads[r], r))
+        loads[owner[i]] += widths[rows[i]]
+    return rows[owner == rank]
+
+
+def padding_factor(widths: Sequence[int], steps: Sequence[np.ndarray]) -> float:
+    """Tokens the steps would hold as right-padded rows ÷ the tokens of their rows (1.0: no padding; packed: 1.0)."""
     by_width = np.asarray(widths)
-    n = len(order) // batch_size * batch_size
-    if n == 0:
-        return 1.0
-    batches = by_width[order[:n]].reshape(-1, batch_size)
-    return float((batches.max(axis=1) * batch_size).sum() / batches.sum())
+    real = sum(int(by_width[rows].sum()) for rows in steps)
+    padded = sum(int(by_width[rows].max()) * len(rows) for rows in steps if len(rows))
+    return padded / real if real else 1.0
 
 
 def collate(
-    examples: Sequence[TrainExample], pad_id: int, device: torch.device, replay_chunks: np.ndarray | None = None
-) -> dict[str, torch.Tensor]:
-    """Right-padded inputs P + C[:-1] and, for every continuation token, where its prediction sits.
+    examples: Sequence[TrainExample],
+    pad_id: int,
+    device: torch.device,
+    replay_chunks: np.ndarray | None = None,
+    packed: bool = True,
+) -> dict[str, Any]:
+    """The model inputs of rows P + C[:-1] (packed or right-padded: packing.layout) and, for every continuation
+    token, where its prediction sits: ``index`` into the batch's flat positions, its label and the target's top-k.
 
     ``replay_chunks`` (R, S + 1) of pretraining text become R more rows of the same forward (one forward per step,
     which DDP needs), predicting tokens 1…S of each chunk.
     """
     sequences = [e.prompt_tokens + e.continuation_tokens[:-1] for e in examples]  # row_width tokens each
-    replay_width = 0 if replay_chunks is None else replay_chunks.shape[1] - 1
-    width = max(max(len(s) for s in sequences), replay_width)
-    n_replay = 0 if replay_chunks is None else len(replay_chunks)
-    input_ids = torch.full((len(examples) + n_replay, width), pad_id, dtype=torch.long)  # (B + R, T)
-    attention_mask = torch.zeros((len(examples) + n_replay, width), dtype=torch.long)
-    rows, cols, positions = [], [], []
-    for b, (example, seq) in enumerate(zip(examples, sequences)):
-        input_ids[b, : len(seq)] = torch.tensor(seq)
-        attention_mask[b, : len(seq)] = 1
-        p, length = len(example.prompt_tokens), len(example.continuation_tokens)
-        rows += [b] * length
-        cols += range(p - 1, p - 1 + length)
-        positions += range(length)
-    batch = {
-        "rows": torch.tensor(rows, device=device),  # (N,) N = continuation tokens in the batch
-        "cols": torch.tensor(cols, device=device),  # (N,)
-        "positions": torch.tensor(positions, device=device),  # (N,) j: the position inside its continuation
+    if replay_chunks is not None:
+        sequences += [chunk[:-1].tolist() for chunk in replay_chunks]
+    inputs, starts = layout(sequences, packed, pad_id)
+    # The prediction for C[j] sits at position p − 1 + j of its row.
+    index = [
+        starts[b] + len(e.prompt_tokens) - 1 + np.arange(len(e.continuation_tokens)) for b, e in enumerate(examples)
+    ]
+    batch: dict[str, Any] = {
+        **to_device(inputs, device),
+        "index": torch.from_numpy(np.concatenate(index)).to(device),  # (N,) N = continuation tokens in the batch
+        "positions": torch.from_numpy(  # (N,) j: the position inside its continuation
+            np.concatenate([np.arange(len(e.continuation_tokens)) for e in examples])
+        ).to(device),
         "labels": torch.from_numpy(np.concatenate([np.asarray(e.continuation_tokens) for e in examples]))
         .long()
         .to(device),
@@ -200,14 +247,10 @@ def collate(
     }
     if replay_chunks is not None:
         chunks = torch.from_numpy(replay_chunks.astype(np.int64))  # (R, S + 1)
-        input_ids[len(examples) :, :replay_width] = chunks[:, :-1]
-        attention_mask[len(examples) :, :replay_width] = 1
-        replay_rows = torch.arange(len(examples), len(examples) + n_replay)  # (R,)
-        batch["replay_rows"] = replay_rows.repeat_interleave(replay_width).to(device)  # (M,) M = R · S
-        batch["replay_cols"] = torch.arange(replay_width).repeat(n_replay).to(device)  # (M,)
+        width = chunks.shape[1] - 1
+        replay_starts = torch.from_numpy(starts[len(examples) :])  # (R,)
+        batch["replay_index"] = (replay_starts[:, None] + torch.arange(width)).reshape(-1).to(device)  # (M,) M = R·S
         batch["replay_labels"] = chunks[:, 1:].reshape(-1).to(device)  # (M,)
-    batch["input_ids"] = input_ids.to(device)
-    batch["attention_mask"] = attention_mask.to(device)
     return batch
 
 

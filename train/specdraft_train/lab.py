@@ -48,8 +48,17 @@ from .artifacts import (
     verify_stage_dir,
     write_manifest,
 )
-from .config import LAB_PRESETS, LabPreset, add_preset_argument, apply_settings, check_preset, get_preset
+from .config import (
+    LAB_PRESETS,
+    LabPreset,
+    add_device_argument,
+    add_preset_argument,
+    apply_settings,
+    check_preset,
+    get_preset,
+)
 from .corpus import PROSE_CACHE, preset_prose
+from .distillation import DistillJob
 from .evaluate import drafter_tau, verify_heldout
 from .export import export_gguf
 from .models import QAT_STATE_FILE, architecture_summary, load_causal_lm
@@ -164,7 +173,7 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
     heldout_path = out / "reference" / "heldout.jsonl"
     verify_heldout(heldout_path)
     conversations = read_conversations(heldout_path)
-    k, batch = preset.evaluate.k, preset.evaluate.batch_size
+    k, batch_tokens = preset.evaluate.k, preset.evaluate.batch_tokens
     results: dict[str, Any] = {
         "k": k,
         "heldout": {
@@ -192,14 +201,14 @@ def evaluate_lab(out: Path, preset: LabPreset, device: torch.device) -> dict[str
             k,
             device,
             q4=q4,
-            batch_size=batch,
+            batch_tokens=batch_tokens,
             embedding_type=preset.export.resolved_embedding_type(),
         )
         tau[key] = tau_entry(result, checkpoint=directory, weights=mode)
         print(f"lab: τ {key} = {result.tau:.3f}", file=sys.stderr)
     tau["ngram"] = tau_entry(ngram_tau(conversations, k, preset.evaluate.ngram_max), n_max=preset.evaluate.ngram_max)
     target = load_causal_lm(out / "target", device)
-    tau["target_as_drafter"] = tau_entry(model_tau(target, conversations, k, device, batch), checkpoint="target")
+    tau["target_as_drafter"] = tau_entry(model_tau(target, conversations, k, device, batch_tokens), checkpoint="target")
     return results
 
 
@@ -288,16 +297,14 @@ def run_data_stages(
 
 def run_training_stages(state: LabState, d: dict[str, Path], preset: LabPreset, device_name: str) -> None:
     """The stages every rank runs: pretrain target and base drafter, reference, distill, distill --qat."""
-    for role, name, config, model in (
-        ("target", "target", preset.pretrain_target, preset.target),
-        ("drafter", "base", preset.pretrain_drafter, preset.drafter),
-    ):
+    for role, name in (("target", "target"), ("drafter", "base")):
+        model, config = preset.pretraining(role)
         run_stage(
             state,
             f"pretrain {name}",
             d[name],
             lambda role=role, name=name, config=config, model=model: pretrain.run(
-                d["corpus"], d["tokenizer"], d[name], role, preset.name, config, device_name, model_config=model
+                d["corpus"], d["tokenizer"], d[name], role, preset.name, config, model, device_name
             ),
             lambda name=name: stage_complete(d[name], "pretrain"),
             every_rank=True,
@@ -323,12 +330,14 @@ def run_training_stages(state: LabState, d: dict[str, Path], preset: LabPreset, 
         "distill",
         d["distilled"],
         lambda: distill.run(
-            d["base"],
-            d["reference"],
-            d["distilled"],
-            preset.distill,
-            device_name=device_name,
-            replay_tokens=d["tokenizer"],
+            DistillJob(
+                d["base"],
+                d["reference"],
+                d["distilled"],
+                preset.distill,
+                replay_tokens=d["tokenizer"],
+                device=device_name,
+            )
         ),
         lambda: stage_complete(d["distilled"], "distill"),
         every_rank=True,
@@ -338,14 +347,16 @@ def run_training_stages(state: LabState, d: dict[str, Path], preset: LabPreset, 
         "distill --qat",
         d["distilled-qat"],
         lambda: distill.run(
-            d["distilled"],
-            d["reference"],
-            d["distilled-qat"],
-            dataclasses.replace(preset.distill, fsdp=False),  # QAT is not wired for FSDP: DDP under torchrun
-            qat=True,
-            device_name=device_name,
-            replay_tokens=d["tokenizer"],
-            embedding_type=preset.export.resolved_embedding_type(),
+            DistillJob(
+                d["distilled"],
+                d["reference"],
+                d["distilled-qat"],
+                dataclasses.replace(preset.distill, fsdp=False),  # QAT is not wired for FSDP: DDP under torchrun
+                qat=True,
+                embedding_type=preset.export.resolved_embedding_type(),
+                replay_tokens=d["tokenizer"],
+                device=device_name,
+            )
         ),
         lambda: stage_complete(d["distilled-qat"], "distill"),
         every_rank=True,
@@ -481,7 +492,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f"{PROSE_CACHE}, made by scripts/data/fetch_prose.sh)",
     )
     p.add_argument("--stdlib", type=Path, default=None, help="stdlib directory (default: this interpreter's)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_device_argument(p)
     p.add_argument(
         "--nproc-per-node",
         type=int,

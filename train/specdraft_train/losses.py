@@ -36,6 +36,10 @@ The head's logits are computed only at the positions a loss is taken, a chunk of
 (:func:`head_terms`), so a step never holds (positions × vocabulary) logits of a whole batch.
 
     sums = loss_sums(model, collate(examples, pad_id, device), config)   # LossSums: distill, replay, parts
+
+A batch's rows may be packed into one sequence or right-padded (examples.collate, packing.py): the losses read the
+positions they score through flat indices (``index``, ``replay_index``) into the batch's hidden states, so they are the
+same sums either way (tested, for every loss, with replay rows and under QAT).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import DistillConfig
 from .models import final_hidden_states, output_weight
+from .packing import model_inputs
 
 LOSSES = ("kl", "ce", "tvd", "reverse_kl", "prefix")
 
@@ -198,11 +203,11 @@ def loss_sums(
     """The batch's loss sums. Logits are computed only at the positions a loss is taken (continuation positions and
     replay targets), through :func:`head_terms`' chunks; prompt positions only run the decoder."""
     check_loss(config)
-    hidden = final_hidden_states(model, batch["input_ids"], batch["attention_mask"])  # (B + R, T, H)
+    hidden = final_hidden_states(model, model_inputs(batch)).flatten(0, 1)  # (B · T, H): packed, B = 1
     weight = output_weight(model)  # (V, H)
     with_topk = config.loss != "ce"
     log_q_label, divergence, top1 = head_terms(
-        hidden[batch["rows"], batch["cols"]],  # (N, H)
+        hidden[batch["index"]],  # (N, H)
         weight,
         batch["labels"],
         batch["topk_ids"] if with_topk else None,
@@ -221,12 +226,9 @@ def loss_sums(
             parts["prefix_weight"] = weights.sum()
             per_position = weights * per_position
     replay = None
-    if "replay_rows" in batch:
+    if "replay_index" in batch:
         replay_log_q, _, _ = head_terms(
-            hidden[batch["replay_rows"], batch["replay_cols"]],
-            weight,
-            batch["replay_labels"],
-            chunk_logits=chunk_logits,
+            hidden[batch["replay_index"]], weight, batch["replay_labels"], chunk_logits=chunk_logits
         )  # (M,)
         replay = -replay_log_q.sum()
         parts["lm"] = replay.detach()

@@ -153,15 +153,16 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     return _loading(name_or_path, "tokenizer", lambda: AutoTokenizer.from_pretrained(str(name_or_path)))
 
 
-def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def final_hidden_states(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
     """The decoder's last hidden states (after its final norm), (B, T, H), without the (B, T, V) logits: the forward
     runs through ``model`` itself (DDP's and FSDP's hooks need that) with no position kept for its head; callers apply
-    the head where they score (distill.head_terms, tau.greedy_matches)."""
+    the head where they score (losses.head_terms, tau.greedy_matches). ``inputs``: ``input_ids`` with an
+    ``attention_mask`` (right-padded rows) or with packed sequences' ``position_ids`` and ``cu_seq_lens_*``
+    (packing.layout, for a model using packing.PACKED_ATTENTION)."""
     outputs = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
+        **inputs,
         output_hidden_states=True,
-        logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),
+        logits_to_keep=torch.zeros(0, dtype=torch.long, device=inputs["input_ids"].device),
         use_cache=False,  # one teacher-forced pass: no cache to build (and activation checkpointing refuses one)
     )
     return outputs.hidden_states[-1]
@@ -171,6 +172,20 @@ def enable_activation_checkpointing(model: nn.Module) -> None:
     """Each decoder layer's activations recomputed in the backward pass (DistillConfig.activation_checkpointing);
     non-reentrant, which DDP, FSDP and QAT's parametrized weights all take."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def compile_decoder_layers(model: nn.Module, backend: str = "inductor") -> int:
+    """torch.compile each decoder layer in place (DistillConfig.compile), with dynamic shapes, since packed steps
+    differ in tokens; returns how many. Layer by layer, as torchtitan does: every layer shares one compiled graph,
+    and the model's own Python around them (masks, embeddings, the head in chunks) stays eager. A layer is any
+    transformers GradientCheckpointingLayer (Qwen3's, Llama's decoder layers), so recomputation wraps the compiled
+    layer as it wraps an eager one."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.compile(backend=backend, dynamic=True)
+    return len(layers)
 
 
 def output_weight(model: nn.Module) -> torch.Tensor:

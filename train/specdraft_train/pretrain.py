@@ -42,6 +42,7 @@ from .config import (
     ModelConfig,
     PretrainConfig,
     TokenizerConfig,
+    add_device_argument,
     add_preset_argument,
     announce,
     get_preset,
@@ -286,13 +287,13 @@ def run(
     role: str,
     preset_name: str,
     config: PretrainConfig,
+    model_config: ModelConfig,
     device_name: str = "auto",
     halt_after_steps: int | None = None,
-    model_config: ModelConfig | None = None,
     init: Path | None = None,
 ) -> dict[str, Any] | None:
-    """Train one model: ``init``'s checkpoint, else a fresh one of ``model_config`` (default: the preset's model for
-    ``role``) over ``tokenizer_dir``'s tokenizer. Returns the manifest (rank 0)."""
+    """Train one model: ``init``'s checkpoint, else a fresh one of ``model_config`` over ``tokenizer_dir``'s tokenizer
+    (``role``, ``preset_name``: recorded). Returns the manifest (rank 0)."""
     ctx = init_distributed(device_name)
     corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
     if init is not None:
@@ -300,8 +301,6 @@ def run(
     elif tokenizer_dir is None:
         raise ValueError("pretrain needs --tokenizer (a lab model) or --init (a given checkpoint)")
     else:
-        preset = get_preset(preset_name)
-        model_config = model_config or {"target": preset.target, "drafter": preset.drafter}[role]
         start = lab_start(corpus_dir, tokenizer_dir, model_config, config, ctx)
     model, train_tokens = start.model, start.train_tokens
     optimizer = make_optimizer(model, config.lr, config.weight_decay, ctx.device)
@@ -386,7 +385,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="which preset model to build, and whose pretraining settings (required without --init; default: drafter)",
     )
     add_preset_argument(p, choices=LAB_PRESETS)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_device_argument(p)
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (default: preset's)")
     p.add_argument(
@@ -403,10 +402,9 @@ def main(args: argparse.Namespace) -> int:
     if args.role is None and args.init is None:
         raise ValueError("--role target|drafter: which lab model to build (only --init implies drafter)")
     args.role = args.role or "drafter"
-    preset = get_preset(args.preset)
-    base = preset.pretrain_target if args.role == "target" else preset.pretrain_drafter
+    model_config, pretraining = get_preset(args.preset).pretraining(args.role)
     config = override(
-        base,
+        pretraining,
         max_steps=args.max_steps,
         batch_size=args.batch_size,
         time_budget_s=args.time_budget,
@@ -423,6 +421,7 @@ def main(args: argparse.Namespace) -> int:
         args.role,
         args.preset,
         config,
+        model_config,
         args.device,
         args.halt_after_steps,
         init=args.init,

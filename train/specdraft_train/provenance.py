@@ -61,10 +61,15 @@ def model_pin(name_or_path: str | Path, manifest: dict[str, Any] | None) -> dict
     return {"revision": revision} if revision else {}
 
 
+def source(name: str, split: str, uri: str, **pin: str) -> dict[str, Any]:
+    """A data-manifest source: what it is, which split it fed, where it was read, and its pin (sha256 or revision)."""
+    return {"name": name, "split": split, "uri": uri, **pin}
+
+
 def model_source(info: dict[str, Any], split: str) -> dict[str, Any]:
     """A model input (models.checkpoint_info with its "pin") as a data-manifest source."""
-    return {"name": Path(str(info["path"])).name or str(info["path"]), "split": split, "uri": str(info["path"]),
-            **info.get("pin", {})}  # fmt: skip
+    path = str(info["path"])
+    return source(Path(path).name or path, split, path, **info.get("pin", {}))
 
 
 def reference_sources(reference: dict[str, Any], reference_manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -75,14 +80,13 @@ def reference_sources(reference: dict[str, Any], reference_manifest: dict[str, A
         sources.append(model_source(inputs["target"], "teacher"))
     if "prompts" in inputs:
         prompts = inputs["prompts"]
-        sources.append({"name": Path(prompts["path"]).name, "split": "prompts", "uri": prompts["path"],
-                        "sha256": prompts["sha256"]})  # fmt: skip
+        sources.append(source(Path(prompts["path"]).name, "prompts", prompts["path"], sha256=prompts["sha256"]))
     for rel, digest in inputs.get("corpus", {}).get("outputs", {}).items():
-        sources.append({"name": f"corpus/{rel}", "split": "prompts", "uri": inputs["corpus"]["path"], "sha256": digest})
+        sources.append(source(f"corpus/{rel}", "prompts", inputs["corpus"]["path"], sha256=digest))
     splits = {"heldout.jsonl": "held_out", "dev.jsonl": "dev"}
     for rel, info in reference_manifest.get("outputs", {}).items():
-        sources.append({"name": f"reference/{rel}", "split": splits.get(rel, "distill"), "uri": reference["path"],
-                        "sha256": info["sha256"]})  # fmt: skip
+        split = splits.get(rel, "distill")
+        sources.append(source(f"reference/{rel}", split, reference["path"], sha256=info["sha256"]))
     return sources
 
 

@@ -252,6 +252,9 @@ class FakeQuantize(nn.Module):
         self.qtype = qtype
         self.register_buffer("clip", clip, persistent=True)
 
+    # Eager under torch.compile too (distill's compiled layers): a fused multiply-add would move values across a
+    # rounding boundary (q4_0_quantize_blocks). The compiled layer runs around it, in pieces.
+    @torch.compiler.disable
     def forward(self, w: Tensor) -> Tensor:
         return fake_quant(w, self.qtype, self.clip)
 

@@ -62,6 +62,7 @@ from .config import (
     CorpusConfig,
     EvalConfig,
     ReferenceConfig,
+    add_device_argument,
     add_preset_argument,
     announce,
     get_preset,
@@ -431,7 +432,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='given prompts JSONL, {"messages": [...]} (chat template) or {"text": "..."} per line',
     )
     add_preset_argument(p)
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    add_device_argument(p)
     p.add_argument(
         "--thinking",
         choices=("on", "off"),

@@ -226,10 +226,8 @@ def lab_markdown(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # The ablation's report
 
-ABLATION_COLUMNS = (
-    "variant", "settings", "weights", "τ", "macro τ", "top-1", "× base", "gap closed", "beats base in every category",
-    "data tokens", "device s", "GGUF bytes",
-)  # fmt: skip
+ABLATION_COLUMNS = ("variant", "settings", "weights", "τ", "macro τ", "top-1", "× base", "gap closed")
+ABLATION_COLUMNS += ("beats base in every category", "data tokens", "device s", "GGUF bytes")
 
 
 def _variant_row(r: dict[str, Any]) -> str:
@@ -238,11 +236,10 @@ def _variant_row(r: dict[str, Any]) -> str:
         spec["distill_settings"] + spec.get("export_settings", []) + ([] if spec["qat"] else ["variant.qat=false"])
     )
     gguf_bytes = r.get("export", {}).get("gguf_bytes")  # results written before variants were exported lack it
-    return row(
-        r["name"], f"`{settings or 'lab defaults'}`", r["weights"], fmt(r["tau"]), fmt(r["macro_tau"]), fmt(r["top1"]),
-        fmt(r["over_base"]), pct(r["gap_closed"]), "yes" if r["beats_base_everywhere"] else "no",
-        f"{r['data_tokens']:,}", f"{r['device_seconds']:.1f}", "—" if gguf_bytes is None else f"{gguf_bytes:,}",
-    )  # fmt: skip
+    figures = [fmt(r[key]) for key in ("tau", "macro_tau", "top1", "over_base")]
+    cells = [r["name"], f"`{settings or 'lab defaults'}`", r["weights"], *figures, pct(r["gap_closed"])]
+    cells += ["yes" if r["beats_base_everywhere"] else "no", f"{r['data_tokens']:,}", f"{r['device_seconds']:.1f}"]
+    return row(*cells, "—" if gguf_bytes is None else f"{gguf_bytes:,}")
 
 
 def _ablation_categories(reference: dict[str, Any], rows: list[dict[str, Any]], categories: list[str]) -> list[str]:

@@ -32,7 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import EvalConfig
 from .models import autocast_context, final_hidden_states, output_weight
+from .packing import layout, packed_attention_within, to_device
 
 HEAD_CHUNK_ROWS = 1024  # positions through the head at once: (1,024, 151,936) bf16 logits are 311 MB
 
@@ -171,53 +173,76 @@ def summarize(per_conversation: Iterable[tuple[Conversation, int, int | None]]) 
     return TauResult(tokens / max(steps, 1), tokens, steps, count, by_category, top1)
 
 
-@torch.no_grad()
+def token_batches(widths: Sequence[int], batch_tokens: int) -> list[list[int]]:
+    """Indices of ``widths`` in batches of at most ``batch_tokens`` tokens (a wider one alone), the widest first: the
+    first batch is the one that needs the most memory, so a budget too large fails at once, not at the end."""
+    order = sorted(range(len(widths)), key=lambda i: -widths[i])
+    batches: list[list[int]] = []
+    tokens = 0
+    for i in order:
+        if not batches or tokens + widths[i] > batch_tokens:
+            batches.append([])
+            tokens = 0
+        batches[-1].append(i)
+        tokens += widths[i]
+    return batches
+
+
 @torch.no_grad()
 def greedy_matches(
-    model: nn.Module, conversations: Sequence[Conversation], device: torch.device, batch_size: int = 32
+    model: nn.Module,
+    conversations: Sequence[Conversation],
+    device: torch.device,
+    batch_tokens: int = EvalConfig.batch_tokens,
 ) -> list[np.ndarray]:
-    """For each conversation, ``matches[j] = argmax(model(P + C)[len(P) + j - 1]) == C[j]`` as a bool array (L,)."""
+    """For each conversation, ``matches[j] = argmax(model(P + C)[len(P) + j - 1]) == C[j]`` as a bool array (L,).
+
+    One teacher-forced forward per conversation, conversations packed into sequences of at most ``batch_tokens``
+    tokens (packing.py: restarting positions, attention inside each conversation): no padding, whatever the lengths.
+    """
     was_training = model.training
     model.eval()
     results: list[np.ndarray | None] = [None] * len(conversations)
-    order = sorted(
-        range(len(conversations)),
-        key=lambda i: -len(conversations[i].prompt_tokens) - len(conversations[i].continuation_tokens),
-    )  # similar lengths share a batch: less padding
-    for start in range(0, len(order), batch_size):
-        batch = [conversations[i] for i in order[start : start + batch_size]]
-        # The last continuation token is never an input (nothing after it is scored).
-        sequences = [c.prompt_tokens + c.continuation_tokens[:-1] for c in batch]
-        width = max(len(s) for s in sequences)
-        input_ids = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T), right-padded
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            input_ids[row, : len(seq)] = torch.tensor(seq)
-            attention_mask[row, : len(seq)] = 1
-        # The prediction for C[j] sits at p − 1 + j: only those positions go through the head (a long chat prompt's
-        # positions would otherwise cost (B, T, V) logits for nothing), HEAD_CHUNK_ROWS at a time.
-        rows = torch.cat([torch.full((len(c.continuation_tokens),), r) for r, c in enumerate(batch)])  # (N,)
-        cols = torch.cat([torch.arange(len(c.continuation_tokens)) + len(c.prompt_tokens) - 1 for c in batch])
-        with autocast_context(device):
-            hidden = final_hidden_states(model, input_ids.to(device), attention_mask.to(device))  # (B, T, H)
+    # The last continuation token is never an input (nothing after it is scored).
+    sequences = [c.prompt_tokens + c.continuation_tokens[:-1] for c in conversations]
+    with packed_attention_within(model), autocast_context(device):
+        for batch in token_batches([len(s) for s in sequences], batch_tokens):
+            inputs, starts = layout([sequences[i] for i in batch], packed=True)
+            # The prediction for C[j] sits at p − 1 + j: only those positions go through the head (a long chat
+            # prompt's positions would otherwise cost (T, V) logits for nothing), HEAD_CHUNK_ROWS at a time.
+            index = np.concatenate(
+                [
+                    start
+                    + len(conversations[i].prompt_tokens)
+                    - 1
+                    + np.arange(len(conversations[i].continuation_tokens))
+                    for start, i in zip(starts, batch)
+                ]
+            )  # (N,)
+            hidden = final_hidden_states(model, to_device(inputs, device)).flatten(0, 1)  # (T, H)
             weight = output_weight(model)  # (V, H)
-            scored = hidden[rows.to(device), cols.to(device)]  # (N, H)
+            scored = hidden[torch.from_numpy(index).to(device)]  # (N, H)
             predicted = torch.cat(
                 [
                     F.linear(scored[i : i + HEAD_CHUNK_ROWS], weight).argmax(dim=-1)
                     for i in range(0, len(scored), HEAD_CHUNK_ROWS)
                 ]
             ).cpu()  # (N,)
-        for row, piece in enumerate(predicted.split([len(c.continuation_tokens) for c in batch])):
-            results[order[start + row]] = piece.numpy() == np.asarray(batch[row].continuation_tokens)
+            lengths = [len(conversations[i].continuation_tokens) for i in batch]
+            for i, piece in zip(batch, predicted.split(lengths)):
+                results[i] = piece.numpy() == np.asarray(conversations[i].continuation_tokens)
     model.train(was_training)
     return results  # type: ignore[return-value]
 
 
 def model_tau(
-    model: nn.Module, conversations: Sequence[Conversation], k: int, device: torch.device, batch_size: int = 32
+    model: nn.Module,
+    conversations: Sequence[Conversation],
+    k: int,
+    device: torch.device,
+    batch_tokens: int = EvalConfig.batch_tokens,
 ) -> TauResult:
-    matches = greedy_matches(model, conversations, device, batch_size)
+    matches = greedy_matches(model, conversations, device, batch_tokens)
     return summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
 
 

@@ -272,12 +272,13 @@ def synced_clock(device: torch.device) -> float:
     return time.time()
 
 
-def warm_throughput(timed_from: list[float] | None, loop_end: list[float]) -> float | None:
+def warm_throughput(timed_from: list[float] | None, loop_end: list[float], column: int = 1) -> float | None:
     """Tokens per second between the step timing starts from (distill: UNTIMED_STEPS) and the last step
-    ([seconds, tokens] at each): what a longer run sustains. None for a run of fewer steps."""
-    if timed_from is None or loop_end[0] <= timed_from[0]:
+    ([seconds, tokens, …] at each; ``column`` picks the count): what a longer run sustains. None for a run of fewer
+    steps, or one saved before the count was kept."""
+    if timed_from is None or loop_end[0] <= timed_from[0] or len(timed_from) <= column:
         return None
-    return (loop_end[1] - timed_from[1]) / (loop_end[0] - timed_from[0])
+    return (loop_end[column] - timed_from[column]) / (loop_end[0] - timed_from[0])
 
 
 # ---------------------------------------------------------------------------------------------------------------------

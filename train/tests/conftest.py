@@ -155,6 +155,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "target",
         "micro",
         replace(MICRO.pretrain_target, max_steps=20, batch_size=8, ckpt_every=100),
+        MICRO.target,
         "cpu",
     )
     pretrain.run(
@@ -164,6 +165,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "drafter",
         "micro",
         replace(MICRO.pretrain_drafter, max_steps=8, batch_size=8, ckpt_every=100),
+        MICRO.drafter,
         "cpu",
     )
     reference.run(dirs["target"], dirs["reference"], TINY_REFERENCE, corpus_dir=dirs["corpus"], device_name="cpu")

@@ -17,13 +17,14 @@ from safetensors.torch import load_file
 from specdraft_train import distill
 from specdraft_train.artifacts import verify_stage_dir
 from specdraft_train.config import MICRO, DistillConfig
+from specdraft_train.distillation import DistillJob
 from specdraft_train.evaluate import drafter_tau
 from specdraft_train.examples import TrainExample, epoch_order, padding_factor, read_train_examples, select_examples
 from specdraft_train.models import QAT_STATE_FILE
 from specdraft_train.tau import read_conversations
 
-# Evaluations every 3 steps (6 steps an epoch: mid-epoch), replay of the tokenizer's train split and batches grouped by
-# length: what the resume and DDP tests must reproduce.
+# Evaluations every 3 steps (6 steps an epoch: mid-epoch), replay of the tokenizer's train split, packed rows: what the
+# resume and DDP tests must reproduce.
 FLAGS = (
     "--preset",
     "micro",
@@ -43,18 +44,16 @@ FLAGS = (
     "replay_seq_len=32",
     "--set",
     "replay_batch_size=4",
-    "--set",
-    "group_by_length=2",
 )
 CONFIG = replace(
     MICRO.distill,
+    epochs=2,
     batch_size=8,
     ckpt_every=2,
     eval_every=3,
     replay_weight=0.5,
     replay_seq_len=32,
     replay_batch_size=4,
-    group_by_length=2,
 )  # what FLAGS says
 
 
@@ -67,17 +66,8 @@ def _distill_here(
     **kwargs,
 ):
     """The same run in this process (CLI start-up costs seconds; one torch thread either way, so results agree)."""
-    return distill.run(
-        drafter or tiny["base"],
-        tiny["reference"],
-        out,
-        config,
-        qat=qat,
-        device_name="cpu",
-        epochs=2 if not qat else None,
-        replay_tokens=tiny["tokenizer"],
-        **kwargs,
-    )
+    job = DistillJob(drafter or tiny["base"], tiny["reference"], out, config, qat=qat, replay_tokens=tiny["tokenizer"])
+    return distill.run(replace(job, device="cpu", **kwargs))
 
 
 def _distill(
@@ -111,11 +101,12 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
     return load_file(str(directory / "model.safetensors"))
 
 
-def test_padding_factor_is_padded_over_real_tokens_of_whole_batches():
-    widths, order = [1, 3, 2, 2, 5], np.arange(5)
-    assert padding_factor(widths, order, 2) == pytest.approx((3 * 2 + 2 * 2) / 8)  # the 5th row: no whole batch
-    assert padding_factor(widths, np.array([0, 2, 1, 3, 4]), 2) == pytest.approx((2 * 2 + 3 * 2) / 8)
-    assert padding_factor(widths, order, 8) == 1.0
+def test_padding_factor_is_padded_over_real_tokens():
+    widths = [1, 3, 2, 2, 5]
+    steps = [np.array([0, 1]), np.array([2, 3]), np.array([4])]
+    assert padding_factor(widths, steps) == pytest.approx((3 * 2 + 2 * 2 + 5) / 13)
+    assert padding_factor(widths, [np.array([0, 2]), np.array([1, 3])]) == pytest.approx((2 * 2 + 3 * 2) / 8)
+    assert padding_factor(widths, [np.array([4])]) == 1.0
 
 
 def test_epoch_order_groups_rows_of_like_width_in_random_batch_order():
@@ -129,7 +120,11 @@ def test_epoch_order_groups_rows_of_like_width_in_random_batch_order():
     run_of = {int(row): i // (8 * 16) for i, row in enumerate(plain)}  # each row's run of 8 batches
     batches = grouped[:whole].reshape(-1, 16)
     assert all(len({run_of[int(r)] for r in batch}) == 1 for batch in batches)  # a batch is cut from one run
-    assert padding_factor(widths, grouped, 16) < 1.15 < 1.5 < padding_factor(widths, plain, 16)
+
+    def padded(order: np.ndarray) -> float:
+        return padding_factor(widths, [order[i : i + 16] for i in range(0, whole, 16)])
+
+    assert padded(grouped) < 1.15 < 1.5 < padded(plain)
     longest = [max(widths[r] for r in batch) for batch in batches]
     assert longest != sorted(longest, reverse=True) and longest != sorted(longest)  # batches come shuffled
     assert epoch_order(widths, 0, 1, 16, 8).tolist() == grouped.tolist()  # resumable: the same order again
@@ -233,8 +228,8 @@ def test_distill_writes_tensorboard_events(straight: Path):
 
 def test_distill_stops_at_a_plateau(tiny: dict[str, Path], tmp_path: Path):
     # lr 0: the weights never move, so dev τ never beats the start and the 2nd evaluation without a new best stops it.
-    config = replace(CONFIG, eval_every=1, patience=2, replay_weight=0.0)
-    manifest = _distill_here(tiny, tmp_path / "flat", config=config, lr=0.0)
+    config = replace(CONFIG, eval_every=1, patience=2, replay_weight=0.0, lr=0.0)
+    manifest = _distill_here(tiny, tmp_path / "flat", config=config)
     metrics = manifest["metrics"]
     assert metrics["stopped_by_plateau"] is True and metrics["steps"] == 2
     assert [h["step"] for h in metrics["history"]] == [0, 1, 2] and metrics["best_step"] == 0
@@ -309,6 +304,15 @@ def test_fsdp_distill_matches_one_process_and_a_killed_run_resumes_bit_for_bit(
     assert verify_stage_dir(killed_dir, "distill")["metrics"]["history"] == histories[1]
 
 
+def test_distill_refuses_settings_it_cannot_run(tiny: dict[str, Path], tmp_path: Path):
+    """Refused before any model is loaded: grouping by length packs nothing, recomputation has three settings."""
+    with pytest.raises(ValueError, match="group_by_length groups right-padded rows"):
+        _distill_here(tiny, tmp_path / "grouped", config=replace(CONFIG, group_by_length=2))
+    with pytest.raises(ValueError, match="activation_checkpointing 'yes': expected one of auto, on, off"):
+        _distill_here(tiny, tmp_path / "yes", config=replace(CONFIG, activation_checkpointing="yes"))
+    assert not (tmp_path / "grouped").exists() and not (tmp_path / "yes").exists()
+
+
 def test_fsdp_refuses_qat(tiny: dict[str, Path], tmp_path: Path):
     with pytest.raises(ValueError, match="--fsdp with --qat"):
         _distill_here(tiny, tmp_path / "out", qat=True, config=replace(CONFIG, fsdp=True))
@@ -365,7 +369,8 @@ def test_batch_probe_times_distills_order_after_a_step_on_the_widest_rows(tiny: 
         for entry in entries:
             size = entry["batch"]
             order = epoch_order(widths, config.seed, 0, size, group)
-            assert entry["padding_factor"] == pytest.approx(padding_factor(widths, order, size))
+            batches = [order[i : i + size] for i in range(0, len(order) // size * size, size)]
+            assert entry["padding_factor"] == pytest.approx(padding_factor(widths, batches))
             timed = order[: 2 * size]
             assert entry["continuation_tokens"] == sum(len(examples[i].continuation_tokens) for i in timed)
             assert entry["tokens_per_s"] > 0

@@ -26,6 +26,7 @@ from specdraft_train.losses import (
     reverse_kl,
     total_variation,
 )
+from specdraft_train.packing import model_inputs
 
 
 class _FixedLogits(torch.nn.Module):
@@ -53,8 +54,7 @@ def _one_position_batch(topk_probs: list[float], topk_ids: list[int], label: int
     return {
         "input_ids": torch.zeros(1, 2, dtype=torch.long),
         "attention_mask": torch.ones(1, 2, dtype=torch.long),
-        "rows": torch.tensor([0]),
-        "cols": torch.tensor([1]),
+        "index": torch.tensor([1]),  # row 0, column 1 of (1, 2)
         "positions": torch.tensor([0]),
         "labels": torch.tensor([label]),
         "topk_ids": torch.tensor([topk_ids]),
@@ -139,8 +139,7 @@ def test_prefix_loss_weights_each_position_and_keeps_the_weights_constant():
     batch = {
         "input_ids": torch.zeros(1, 3, dtype=torch.long),
         "attention_mask": torch.ones(1, 3, dtype=torch.long),
-        "rows": torch.tensor([0, 0, 0]),
-        "cols": torch.tensor([0, 1, 2]),
+        "index": torch.tensor([0, 1, 2]),
         "positions": torch.tensor([0, 1, 2]),
         "labels": labels,
         "topk_ids": topk_ids,
@@ -153,8 +152,7 @@ def test_prefix_loss_weights_each_position_and_keeps_the_weights_constant():
     for j in range(3):
         one = {
             **batch,
-            "rows": batch["rows"][j : j + 1],
-            "cols": batch["cols"][j : j + 1],
+            "index": batch["index"][j : j + 1],
             "positions": batch["positions"][j : j + 1],
             "labels": labels[j : j + 1],
             "topk_ids": topk_ids[j : j + 1],
@@ -189,7 +187,7 @@ def test_replay_rows_share_the_forward_and_score_next_token_ce():
         np.log(np.full((3, 2), 0.5, dtype=np.float32)),
     )
     chunks = np.array([[6, 5, 4, 3, 2, 1], [1, 1, 2, 2, 3, 3]])  # (R = 2, S + 1 = 6)
-    batch = collate([example], 0, torch.device("cpu"), chunks)
+    batch = collate([example], 0, torch.device("cpu"), chunks, packed=False)
     assert batch["input_ids"].shape == (3, 5)  # width: max(2 + 3 − 1, 5)
     assert batch["input_ids"][1].tolist() == [6, 5, 4, 3, 2] and batch["attention_mask"][0].tolist() == [1, 1, 1, 1, 0]
     sums = loss_sums(_ByInput(model_logits), batch, DistillConfig(loss="ce"))
@@ -203,8 +201,8 @@ def test_replay_rows_share_the_forward_and_score_next_token_ce():
 
 def _full_logits_loss_sums(model, batch: dict[str, torch.Tensor], config: DistillConfig) -> LossSums:
     """loss_sums as it was before the head moved into chunks: logits of every position of every row, (B, T, V)."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    selected = logits[batch["rows"], batch["cols"]].float()
+    logits = model(**model_inputs(batch)).logits.flatten(0, 1)  # (B · T, V)
+    selected = logits[batch["index"]].float()
     log_q = F.log_softmax(selected, dim=-1)
     log_q_label = log_q.gather(1, batch["labels"][:, None]).squeeze(1)
     ce = -log_q_label
@@ -225,7 +223,7 @@ def _full_logits_loss_sums(model, batch: dict[str, torch.Tensor], config: Distil
             weights = prefix_weights(log_q_label, batch["positions"], config.eval_k)
             parts["prefix_weight"] = weights.sum()
             per_position = weights * per_position
-    replay_logits = logits[batch["replay_rows"], batch["replay_cols"]].float()
+    replay_logits = logits[batch["replay_index"]].float()
     replay = F.cross_entropy(replay_logits, batch["replay_labels"], reduction="sum")
     parts["lm"] = replay.detach()
     return LossSums(per_position.sum(), replay, parts)
@@ -240,7 +238,7 @@ def test_the_head_in_chunks_gives_the_full_logits_losses_and_gradients(tiny: dic
     model = load_causal_lm(tiny["base"], torch.device("cpu"))
     examples = read_train_examples(tiny["reference"])[:5]
     replay_chunks = np.arange(2 * 9).reshape(2, 9) % model.config.vocab_size
-    batch = collate(examples, 0, torch.device("cpu"), replay_chunks)
+    batch = collate(examples, 0, torch.device("cpu"), replay_chunks, packed=False)
     config = DistillConfig(loss=loss, eval_k=4)
     results = []
     for compute in (
@@ -263,17 +261,17 @@ def test_the_head_in_chunks_gives_the_full_logits_losses_and_gradients(tiny: dic
 
 
 def test_activation_checkpointing_gives_the_same_losses_and_gradients(tiny: dict[str, Path]):
-    """The real preset recomputes each decoder layer in the backward pass (DistillConfig.activation_checkpointing): the
-    same loss and gradients as keeping the activations, and it is on in training mode only where it was asked for."""
-    from specdraft_train.config import get_preset
+    """Each decoder layer recomputed in the backward pass (DistillConfig.activation_checkpointing, where a step would
+    not fit otherwise), on packed rows as distill runs them: the same loss and gradients as keeping the activations,
+    and it is on in training mode only where it was asked for."""
     from specdraft_train.models import enable_activation_checkpointing, load_causal_lm
+    from specdraft_train.packing import use_packed_attention
 
-    assert get_preset("qwen3-chat").distill.activation_checkpointing
     examples = read_train_examples(tiny["reference"])[:5]
     config = DistillConfig(eval_k=4)
     results = []
     for checkpointing in (False, True):
-        model = load_causal_lm(tiny["base"], torch.device("cpu"))
+        model = use_packed_attention(load_causal_lm(tiny["base"], torch.device("cpu")))
         if checkpointing:
             enable_activation_checkpointing(model)
         model.train()

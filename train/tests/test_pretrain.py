@@ -21,7 +21,8 @@ CONFIG = replace(MICRO.pretrain_drafter, max_steps=6, batch_size=4, ckpt_every=3
 
 def _pretrain_here(tiny: dict[str, Path], out: Path, tokenizer_dir: Path | None = None):
     """The same run in this process (CLI start-up costs seconds; one torch thread either way, so results agree)."""
-    return pretrain.run(tiny["corpus"], tokenizer_dir or tiny["tokenizer"], out, "drafter", "micro", CONFIG, "cpu")
+    tokenizer = tokenizer_dir or tiny["tokenizer"]
+    return pretrain.run(tiny["corpus"], tokenizer, out, "drafter", "micro", CONFIG, MICRO.drafter, "cpu")
 
 
 def _pretrain(tiny: dict[str, Path], out: Path, *extra: str, check: bool = True, runner=None):

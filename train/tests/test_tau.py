@@ -1,9 +1,11 @@
-"""The fast τ walk against a real greedy-drafting walk; the n-gram peer against a brute-force search."""
+"""The fast τ walk (one packed forward per conversation) against a real greedy-drafting walk; the n-gram peer against
+a brute-force search."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from specdraft_train.config import ModelConfig
@@ -18,6 +20,7 @@ from specdraft_train.tau import (
     repeated_ngram_share,
     repeated_ngram_share_by_category,
     summarize,
+    token_batches,
     walk_steps,
 )
 
@@ -106,8 +109,16 @@ def _slow_agreement(model: torch.nn.Module, prompt: list[int], continuation: lis
 
 
 @torch.no_grad()
-def test_fast_tau_equals_real_greedy_drafting():
+@pytest.mark.parametrize("q4", [False, True], ids=["as-trained", "q4_0"])
+def test_fast_tau_equals_real_greedy_drafting(q4: bool):
+    """One packed teacher-forced pass per conversation, several conversations a forward (batch_tokens 80 packs two
+    or three), against drafts generated token by token — as trained, and with the weights a Q4_0 GGUF holds (QAT's fake
+    quantization, which evaluate --q4 scores through)."""
     model = _tiny_model(0)
+    if q4:
+        from specdraft_train.quant import prepare_qat
+
+        prepare_qat(model, embedding_type="Q4_0")
     rng = random.Random(0)
     conversations = []
     for i in range(6):
@@ -120,12 +131,22 @@ def test_fast_tau_equals_real_greedy_drafting():
                 next_token = (next_token + 1 + rng.randrange(46)) % 48
             tokens.append(next_token)
         conversations.append(Conversation(str(i), "c", prompt, tokens[len(prompt) :]))
-    fast = model_tau(model, conversations, k=6, device=torch.device("cpu"), batch_size=4)
+    assert len(token_batches([len(c.prompt_tokens) + 29 for c in conversations], 80)) in (2, 3)
+    fast = model_tau(model, conversations, k=6, device=torch.device("cpu"), batch_tokens=80)
     slow_steps = sum(_slow_walk_steps(model, c.prompt_tokens, c.continuation_tokens, 6) for c in conversations)
     assert fast.steps == slow_steps
     agreed = sum(_slow_agreement(model, c.prompt_tokens, c.continuation_tokens) for c in conversations)
     assert fast.top1 == agreed / fast.tokens and 0 < fast.top1 < 1
     assert 1.5 < fast.tau < 7  # both long runs and rejections happened: the comparison meant something
+
+
+def test_token_batches_hold_their_budget_widest_first():
+    widths = [5, 30, 12, 8, 40, 3]
+    batches = token_batches(widths, 40)
+    assert sorted(i for batch in batches for i in batch) == list(range(6))  # every conversation once
+    assert all(sum(widths[i] for i in batch) <= 40 for batch in batches)
+    assert batches == [[4], [1], [2, 3, 0, 5]]  # the widest first, each batch filled until the next would overflow
+    assert token_batches([50, 10], 40) == [[0], [1]]  # wider than the budget: alone
 
 
 def _brute_force_ngram_steps(prompt: list[int], continuation: list[int], k: int, n_max: int) -> int:

@@ -1,5 +1,6 @@
-"""What distill's batches pad, on a prompt file: the tokens a batch holds ÷ the tokens of its rows, for rows in random
-order and grouped by length (`DistillConfig.group_by_length`, examples.epoch_order), at several batch sizes.
+"""What right-padded batches pad, on a prompt file — what distill saves by packing its rows: the tokens a batch holds ÷
+the tokens of its rows, for rows in random order and grouped by length (`DistillConfig.group_by_length`,
+examples.epoch_order), at several batch sizes.
 
 A row is a rendered prompt plus its continuation (``--continuation`` tokens each: the rehearsal's random models ran
 every row to 256; real answers vary, which grouping absorbs too). The prompts are rendered as `reference` renders
@@ -30,7 +31,11 @@ def factors(widths: list[int], batch_sizes: list[int], groups: list[int], seed: 
     """One row per batch size: the padding factor of epoch 0's order at each grouping (0: random order)."""
     rows = []
     for b in batch_sizes:
-        by_group = {f"group_{g}": padding_factor(widths, epoch_order(widths, seed, 0, b, g), b) for g in groups}
+        by_group = {}
+        for g in groups:
+            order = epoch_order(widths, seed, 0, b, g)
+            batches = [order[i : i + b] for i in range(0, len(order) // b * b, b)]  # whole batches of b rows
+            by_group[f"group_{g}"] = padding_factor(widths, batches)
         rows.append({"batch_size": b, **by_group})
     return rows
 

@@ -36,7 +36,7 @@ def train_step(model: nn.Module, optimizer: Any, rows: list, pad_id: int, device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     started = time.time()
-    batch = collate(rows, pad_id, device)
+    batch = collate(rows, pad_id, device, packed=False)
     with autocast_context(device):
         loss = loss_sums(model, batch, config).distill / sum(len(e.continuation_tokens) for e in rows)
     optimizer.zero_grad(set_to_none=True)
@@ -58,7 +58,8 @@ def probe(model: nn.Module, examples: list, batches: list[int], timed: int, devi
         if size > len(examples):
             break
         order = epoch_order(widths, config.seed, 0, size, config.group_by_length)
-        entry: dict[str, Any] = {"batch": size, "padding_factor": padding_factor(widths, order, size)}
+        batches = [order[i : i + size] for i in range(0, len(order) // size * size, size)]
+        entry: dict[str, Any] = {"batch": size, "padding_factor": padding_factor(widths, batches)}
         try:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -104,7 +105,7 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     examples = read_train_examples(args.reference)
     model = load_causal_lm(args.drafter, device)
-    if preset.distill.activation_checkpointing:
+    if preset.distill.activation_checkpointing != "off":  # right-padded rows, recomputed: the form distill had
         enable_activation_checkpointing(model)
     model.train()
     report: dict[str, Any] = {"drafter": args.drafter, "device": str(device), "examples": len(examples)}

@@ -35,7 +35,8 @@ from safetensors.torch import load_file
 
 from specdraft_train import corpus, distill, pretrain, reference, tokenizer
 from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
+from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig, add_device_argument
+from specdraft_train.distillation import DistillJob
 
 TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000)
 # The conftest fixture's sizes, where distillation measurably helps the base on dev.
@@ -53,7 +54,14 @@ REFERENCE = replace(
     shard_prompts=64,
 )
 DISTILL = replace(
-    MICRO.distill, batch_size=8, ckpt_every=2, eval_every=3, replay_weight=0.5, replay_seq_len=32, replay_batch_size=4
+    MICRO.distill,
+    epochs=2,
+    batch_size=8,
+    ckpt_every=2,
+    eval_every=3,
+    replay_weight=0.5,
+    replay_seq_len=32,
+    replay_batch_size=4,
 )
 DISTILL_FLAGS = (
     "--epochs",
@@ -121,7 +129,7 @@ def compare_history(straight: Path, again: Path, resumed: Path, after_step: int)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda", help="device to check (default: cuda)")
+    add_device_argument(parser, default="cuda", help="device to check (default: cuda)")
     parser.add_argument("--work", type=Path, default=None, help="scratch directory (default: a new temp dir)")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -155,7 +163,7 @@ def main() -> int:
 
     phase("pretrain: straight twice, killed, resumed")
     for name in ("base", "base-again"):
-        pretrain.run(d["corpus"], d["tokenizer"], d[name], "drafter", "micro", PRETRAIN, args.device)
+        pretrain.run(d["corpus"], d["tokenizer"], d[name], "drafter", "micro", PRETRAIN, MICRO.drafter, args.device)
     pretrain_args = (
         "pretrain",
         "--corpus",
@@ -179,19 +187,21 @@ def main() -> int:
         )
         ok = False
     try:
-        pretrain.run(d["corpus"], d["tokenizer"], d["base-resumed"], "drafter", "micro", PRETRAIN, args.device)
+        pretrain.run(
+            d["corpus"], d["tokenizer"], d["base-resumed"], "drafter", "micro", PRETRAIN, MICRO.drafter, args.device
+        )
         ok = compare_weights("pretrain", d["base"], d["base-again"], d["base-resumed"]) and ok
     except Exception as error:  # the H200's rerun failed here: TypeError: RNG state must be a torch.ByteTensor
         print(f"gpu_resume_check: pretrain resume failed: {type(error).__name__}: {error}")
         ok = False
 
     phase("target, reference")
-    pretrain.run(d["corpus"], d["tokenizer"], d["target"], "target", "micro", TARGET, args.device)
+    pretrain.run(d["corpus"], d["tokenizer"], d["target"], "target", "micro", TARGET, MICRO.target, args.device)
     reference.run(d["target"], d["reference"], REFERENCE, corpus_dir=d["corpus"], device_name=args.device)
     phase("distill: straight twice, killed, resumed")
     for name in ("distilled", "distilled-again"):
         distill.run(
-            d["base"], d["reference"], d[name], DISTILL, device_name=args.device, epochs=2, replay_tokens=d["tokenizer"]
+            DistillJob(d["base"], d["reference"], d[name], DISTILL, replay_tokens=d["tokenizer"], device=args.device)
         )
     distill_args = (
         "distill",
@@ -216,14 +226,9 @@ def main() -> int:
         )
         ok = False
     try:
+        resumed = d["distilled-resumed"]
         distill.run(
-            d["base"],
-            d["reference"],
-            d["distilled-resumed"],
-            DISTILL,
-            device_name=args.device,
-            epochs=2,
-            replay_tokens=d["tokenizer"],
+            DistillJob(d["base"], d["reference"], resumed, DISTILL, replay_tokens=d["tokenizer"], device=args.device)
         )
         ok = compare_weights("distill", d["distilled"], d["distilled-again"], d["distilled-resumed"]) and ok
         ok = compare_history(d["distilled"], d["distilled-again"], d["distilled-resumed"], HALT_DISTILL) and ok

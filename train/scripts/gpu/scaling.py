@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs wit
 
 from specdraft_train import corpus, tokenizer  # noqa: E402
 from specdraft_train.artifacts import stage_complete, verify_stage_dir  # noqa: E402
-from specdraft_train.config import LAB, CorpusConfig, ModelConfig, TokenizerConfig  # noqa: E402
+from specdraft_train.config import LAB, CorpusConfig, ModelConfig, TokenizerConfig, add_device_argument  # noqa: E402
 from specdraft_train.models import (  # noqa: E402
     lab_generation_config,
     load_tokenizer,
@@ -225,7 +225,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, type=Path, help="JSON report path (logs go beside it)")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpu_scaling"), help="scratch directory")
-    p.add_argument("--device", default="cuda", help="cuda (NCCL for distill) | cpu (gloo; the tests') (default: cuda)")
+    add_device_argument(p, default="cuda", help="cuda (NCCL for distill) | cpu (gloo; the tests') (default: cuda)")
     p.add_argument("--procs", default="1,2", help="rank counts to measure, capped by the GPUs present (default: 1,2)")
     p.add_argument("--shape", default="lab-target", choices=sorted(SHAPES), help="target shape (default: lab-target)")
     p.add_argument("--drafter-shape", default=None, choices=sorted(SHAPES), help="drafter shape (default: --shape)")
