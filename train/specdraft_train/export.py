@@ -1,7 +1,11 @@
-"""Export a Hugging Face Qwen3 checkpoint to GGUF through the official ``gguf`` package, with QAT-exact Q4_0 blocks.
+"""Export a Hugging Face checkpoint (Qwen3 or Llama architecture, GPT-2-style byte-level BPE tokenizer) to GGUF through
+the official ``gguf`` package, with QAT-exact Q4_0 blocks.
 
-Metadata, tensor names and vocabulary follow llama.cpp's convert_hf_to_gguf.py for ``Qwen3ForCausalLM`` (architecture
-``qwen3``, GPT-2 style BPE vocabulary, pre-tokenizer ``qwen2``). Tensor types per file type come from
+Metadata, tensor names and layout, and vocabulary follow llama.cpp's convert_hf_to_gguf.py (gguf_layout.py:
+``Qwen3ForCausalLM`` as ``qwen3``, ``LlamaForCausalLM`` as ``llama`` with its q/k rows in llama.cpp's RoPE order; the
+pre-tokenizer chosen from the tokenizer, vocabulary.PRE_TOKENIZERS: ``qwen2``, ``llama-bpe``, ``smollm``, ``gpt-2``;
+special tokens and chat template from the tokenizer's files). A checkpoint or tokenizer it cannot write is refused in
+one line naming what is supported. Tensor types per file type come from
 :func:`specdraft_train.quant.gguf_storage_type`, the same rule QAT trains against:
 
     file type   norms   token embedding / output   other weights
@@ -40,11 +44,9 @@ from typing import Any
 import gguf
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, LlamaFileType
+from gguf import GGMLQuantizationType
 from safetensors import safe_open
-from tokenizers import Tokenizer
 
-from . import vocabulary
 from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
 from .config import (
     DEFAULT_EMBEDDING_TYPE,
@@ -53,6 +55,15 @@ from .config import (
     announce,
     get_preset,
     resolve_embedding_type,
+)
+from .gguf_layout import (
+    FILE_TYPES,
+    Architecture,
+    add_model_metadata,
+    add_vocab,
+    architecture_of,
+    pre_tokenizer_of,
+    qk_row_order,
 )
 from .models import checkpoint_qat_state
 from .provenance import data_manifest, data_manifest_path
@@ -66,14 +77,7 @@ from .quant import (
     q4_0_quantize_blocks,
     verify_fingerprint,
 )
-from .vocabulary import END_OF_TEXT, QWEN2_SPLIT_REGEX
 
-FILE_TYPES = {
-    "F32": LlamaFileType.ALL_F32,
-    "F16": LlamaFileType.MOSTLY_F16,
-    "Q8_0": LlamaFileType.MOSTLY_Q8_0,
-    "Q4_0": LlamaFileType.MOSTLY_Q4_0,
-}
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -81,15 +85,10 @@ MANIFEST_SUFFIX = ".manifest.json"
 # Checkpoint reading
 
 
-def read_config(checkpoint_dir: Path) -> dict[str, Any]:
+def read_config(checkpoint_dir: Path) -> tuple[dict[str, Any], Architecture]:
+    """The checkpoint's config.json and its architecture (refused in one line when export cannot write it)."""
     config = json.loads((checkpoint_dir / "config.json").read_text())
-    architectures = config.get("architectures") or []
-    if "Qwen3ForCausalLM" not in architectures and config.get("model_type") != "qwen3":
-        raise ValueError(
-            f"{checkpoint_dir}: expected a Qwen3ForCausalLM checkpoint, "
-            f"found {architectures or config.get('model_type')}."
-        )
-    return config
+    return config, architecture_of(config, checkpoint_dir)
 
 
 def read_tensors(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
@@ -106,106 +105,12 @@ def read_tensors(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Metadata and vocabulary, as convert_hf_to_gguf.py writes them for Qwen3
-
-
-def _rope_theta(config: dict[str, Any]) -> float | None:
-    rope = config.get("rope_parameters") or {}
-    rope = rope.get("full_attention", rope)
-    theta = rope.get("rope_theta", config.get("rope_theta"))
-    rope_type = rope.get("rope_type", "default")
-    if rope_type not in ("default", None):
-        raise ValueError(f"RoPE scaling {rope_type!r} is not exported (the lab's models use plain RoPE).")
-    return theta
-
-
 def parse_base_model(text: str) -> dict[str, str | None]:
     """``NAME[@REV]`` → {"name", "revision"} (pack's --base convention; the revision may be left out here)."""
     name, at, revision = text.rpartition("@") if "@" in text else (text, "", "")
     if not name:
         raise ValueError(f"--base-model {text!r}: expected NAME or NAME@REV, e.g. Qwen/Qwen3-1.7B@70d244cc")
     return {"name": name, "revision": revision or None}
-
-
-def add_model_metadata(
-    writer: gguf.GGUFWriter,
-    config: dict[str, Any],
-    name: str,
-    file_type: LlamaFileType,
-    n_params: int,
-    base_model: dict[str, Any] | None = None,
-) -> None:
-    writer.add_type(gguf.GGUFType.MODEL)
-    writer.add_name(name)
-    if base_model is not None:  # what src/engine/gguf.ts reads into architecture.json's base_model
-        writer.add_base_model_count(1)
-        writer.add_base_model_name(0, base_model["name"])
-        if base_model.get("revision"):
-            writer.add_base_model_version(0, base_model["revision"])
-    writer.add_size_label(gguf.size_label(n_params, 0, 0, 0))
-    writer.add_block_count(config["num_hidden_layers"])
-    writer.add_context_length(config["max_position_embeddings"])
-    writer.add_embedding_length(config["hidden_size"])
-    writer.add_feed_forward_length(config["intermediate_size"])
-    writer.add_head_count(config["num_attention_heads"])
-    writer.add_head_count_kv(config.get("num_key_value_heads", config["num_attention_heads"]))
-    if (theta := _rope_theta(config)) is not None:
-        writer.add_rope_freq_base(float(theta))
-    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_file_type(file_type)
-    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-
-
-def check_pre_tokenizer(tokenizer_json: dict[str, Any]) -> None:
-    """Refuse a tokenizer whose pre-tokenizer is not Qwen2's: llama.cpp would split text differently."""
-    pre = tokenizer_json.get("pre_tokenizer") or {}
-    steps = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-    splits = [s for s in steps if s.get("type") == "Split"]
-    byte_level = [s for s in steps if s.get("type") == "ByteLevel"]
-    pattern = splits[0].get("pattern", {}).get("Regex") if splits else None
-    if pattern != QWEN2_SPLIT_REGEX or not byte_level or byte_level[0].get("add_prefix_space"):
-        raise ValueError(
-            "tokenizer.json's pre-tokenizer is not Qwen2's (Split on the Qwen2 regex, then ByteLevel without prefix "
-            f"space); found {json.dumps(pre)[:200]}. llama.cpp's 'qwen2' pre-tokenizer would tokenize differently."
-        )
-
-
-GGUF_TOKEN_TYPES = {
-    vocabulary.NORMAL: gguf.TokenType.NORMAL,
-    vocabulary.CONTROL: gguf.TokenType.CONTROL,
-    vocabulary.USER_DEFINED: gguf.TokenType.USER_DEFINED,
-    vocabulary.UNUSED: gguf.TokenType.UNUSED,
-}
-
-
-def vocab_tokens(checkpoint_dir: Path, vocab_size: int) -> tuple[list[str], list[int]]:
-    """Token strings and GGUF token types for ids 0..vocab_size-1 (vocabulary.gguf_vocabulary's rules)."""
-    tokens, kinds = vocabulary.gguf_vocabulary(Tokenizer.from_file(str(checkpoint_dir / "tokenizer.json")), vocab_size)
-    return tokens, [GGUF_TOKEN_TYPES[kind] for kind in kinds]
-
-
-def add_vocab(writer: gguf.GGUFWriter, checkpoint_dir: Path, vocab_size: int) -> dict[str, int]:
-    """Tokenizer metadata; returns the special token ids written."""
-    tokenizer_json = json.loads((checkpoint_dir / "tokenizer.json").read_text())
-    check_pre_tokenizer(tokenizer_json)
-    tokens, types = vocab_tokens(checkpoint_dir, vocab_size)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    special = gguf.SpecialVocab(checkpoint_dir, load_merges=True, n_vocab=vocab_size)
-    # Qwen3's own GGUFs carry bos = eos = pad = <|endoftext|> where the HF files leave one unset; without it llama.cpp
-    # falls back to id 11, an ordinary token of our vocabulary.
-    if END_OF_TEXT in tokens:
-        for kind in ("bos", "eos", "pad"):
-            special.special_token_ids.setdefault(kind, tokens.index(END_OF_TEXT))
-    special.add_special_token.setdefault("bos", False)  # Qwen never prepends BOS (also llama.cpp's qwen2 default)
-    special.add_to_gguf(writer, quiet=True)
-    return dict(special.special_token_ids)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -246,12 +151,13 @@ def encode_tensor(
 
 def encode_tensors(
     tensors: dict[str, torch.Tensor],
+    arch: Architecture,
     config: dict[str, Any],
     out_type: str,
     qat: LoadedQatState | None,
     embedding_type: str = DEFAULT_EMBEDDING_TYPE,
 ) -> list[EncodedTensor]:
-    tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, config["num_hidden_layers"])
+    tensor_map = gguf.get_tensor_name_map(arch.gguf_arch, config["num_hidden_layers"])
     tied = bool(config.get("tie_word_embeddings", False))
     if qat is not None:
         if qat.out_type != out_type:
@@ -273,11 +179,13 @@ def encode_tensors(
             continue  # tied head: llama.cpp reuses token_embd, as convert_hf_to_gguf.py writes it
         gguf_name = tensor_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
-            raise ValueError(f"No GGUF name for checkpoint tensor {hf_name!r} (architecture qwen3).")
+            raise ValueError(f"No GGUF name for checkpoint tensor {hf_name!r} (architecture {arch.gguf_name}).")
         qtype = gguf_storage_type(hf_name, tuple(weight.shape), out_type, embedding_type)
         if qat is not None and hf_name in qat.types and qat.types[hf_name] != qtype.name:
             raise ValueError(f"{hf_name}: QAT trained it as {qat.types[hf_name]}, export stores {qtype.name}.")
         data = encode_tensor(hf_name, weight, qtype, qat)
+        if (order := qk_row_order(arch, hf_name, config)) is not None:
+            data = data[order]  # whole rows, so whole blocks: the values QAT checked above, in llama.cpp's order
         encoded.append(EncodedTensor(gguf_name, data, qtype, tuple(weight.shape)))
     if not tied and "lm_head.weight" not in tensors:
         raise ValueError("Untied checkpoint without lm_head.weight.")
@@ -333,6 +241,7 @@ def file_embedding_type(out_type: str, qat: LoadedQatState | None, embedding_typ
 def write_gguf(
     out_path: Path,
     checkpoint_dir: Path,
+    arch: Architecture,
     config: dict[str, Any],
     encoded: list[EncodedTensor],
     out_type: str,
@@ -344,9 +253,9 @@ def write_gguf(
     """The GGUF (metadata, vocabulary, tensors) written atomically, refused when over ``max_bytes``; returns the special
     token ids it records."""
     n_params = sum(int(np.prod(t.shape)) for t in encoded)
-    writer = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.QWEN3])
-    add_model_metadata(writer, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params, base)
-    special_ids = add_vocab(writer, checkpoint_dir, config["vocab_size"])
+    writer = gguf.GGUFWriter(path=None, arch=arch.gguf_name)
+    add_model_metadata(writer, arch, config, checkpoint_dir.resolve().name, FILE_TYPES[out_type], n_params, base)
+    special_ids = add_vocab(writer, arch, checkpoint_dir, config["vocab_size"])
     for t in encoded:
         raw_dtype = t.qtype if t.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None
         writer.add_tensor(t.gguf_name, t.data, raw_dtype=raw_dtype)
@@ -381,7 +290,7 @@ def export_gguf(
     ptq: bool = False,
     base_model: str | None = None,
 ) -> Path:
-    """Write ``checkpoint_dir`` (HF Qwen3 ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` at
+    """Write ``checkpoint_dir`` (HF Qwen3 or Llama ``save_pretrained`` + tokenizer.json) as a GGUF of ``out_type`` at
     ``out_path``.
 
     ``qat_state``: the file ``QatState.save`` wrote (default: the checkpoint's own ``qat_state.safetensors``, unless
@@ -394,6 +303,8 @@ def export_gguf(
     checkpoint_dir, out_path = Path(checkpoint_dir), Path(out_path)
     if out_type not in OUT_TYPES:
         raise ValueError(f"Unknown GGUF type {out_type!r}: expected one of {', '.join(OUT_TYPES)}.")
+    config, arch = read_config(checkpoint_dir)
+    pre_tokenizer_of(checkpoint_dir)  # a tokenizer export cannot write is refused before any tensor is encoded
     inputs, checkpoint_manifest = checkpoint_inputs(checkpoint_dir)
     base = parse_base_model(base_model) if base_model else (checkpoint_manifest or {}).get("base_model")
     qat_state = resolve_qat_state(checkpoint_dir, qat_state, ptq)
@@ -408,10 +319,9 @@ def export_gguf(
             "(--no-qat-state exports the latent weights, post-training quantized)."
         )
     embedding_type = file_embedding_type(out_type, qat, embedding_type, max_bytes)
-    config = read_config(checkpoint_dir)
-    encoded = encode_tensors(read_tensors(checkpoint_dir), config, out_type, qat, embedding_type)
+    encoded = encode_tensors(read_tensors(checkpoint_dir), arch, config, out_type, qat, embedding_type)
     special_ids = write_gguf(
-        out_path, checkpoint_dir, config, encoded, out_type, embedding_type, base, max_bytes, progress
+        out_path, checkpoint_dir, arch, config, encoded, out_type, embedding_type, base, max_bytes, progress
     )
     type_counts: dict[str, int] = {}
     for t in encoded:

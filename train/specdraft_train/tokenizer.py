@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .artifacts import atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
 from .config import LAB_PRESETS, TokenizerConfig, add_preset_argument, announce, get_preset, override
@@ -34,7 +34,15 @@ from .documents import (
     subset_rank,
     token_file,
 )
-from .vocabulary import END_OF_TEXT, IM_END, IM_START, QWEN2_SPLIT_REGEX, SPECIAL_TOKENS, THINK_TOKENS, TOKENIZER_FILES
+from .vocabulary import (
+    END_OF_TEXT,
+    IM_END,
+    IM_START,
+    SPECIAL_TOKENS,
+    THINK_TOKENS,
+    TOKENIZER_FILES,
+    hf_pre_tokenizer,
+)
 
 # Qwen3's template reduced to what the lab uses: system/user/assistant turns, generation prompt, thinking switch.
 CHAT_TEMPLATE = (
@@ -53,12 +61,7 @@ CHAT_TEMPLATE = (
 def build_untrained() -> Tokenizer:
     tokenizer = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-        ]
-    )
+    tokenizer.pre_tokenizer = hf_pre_tokenizer("qwen2")  # Qwen2's split regex, then bytes
     tokenizer.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
     # decoders.ByteLevel() takes no options but serializes defaults; write Qwen3's exact decoder entry (the options do

@@ -1,5 +1,6 @@
 """Shared fixtures for the training pipeline's tests: a tiny corpus (stdlib code + git-doc prose), tokenizer, target
-and base drafter, built once. The prose is Debian's git-doc in train/.cache/prose (scripts/pytest.sh fetches it).
+and base drafter, built once; SmolLM2's tokenizer. The prose is Debian's git-doc in train/.cache/prose, the SmolLM2
+GGUF train/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/pytest.sh fetches both).
 
 Everything runs on CPU with one torch thread (steadier than two on a shared 2-core machine, and the same thread
 count in-process and in the CLI subprocesses, so runs compare bit for bit).
@@ -15,17 +16,21 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import gguf
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 from specdraft_train import __main__ as cli
 from specdraft_train import corpus, pretrain, reference, tokenizer
 from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
 from specdraft_train.corpus import preset_prose
+from specdraft_train.vocabulary import hf_pre_tokenizer
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
 REPO = TRAIN_ROOT.parent
+SMOLLM2_GGUF = TRAIN_ROOT / ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"  # scripts/data/fetch_smollm2.sh
 TINY_CORPUS = CorpusConfig(
     max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000, max_prose_bytes=200_000
 )
@@ -104,6 +109,33 @@ def assert_same_weights_up_to_summation_order(expected: Path, actual: Path) -> N
 def micro_prose() -> Path:
     """The micro preset's prose folder (git-doc); a missing one fails with the command that fetches it."""
     return preset_prose(MICRO)[0]
+
+
+def smollm2_gguf() -> Path:
+    """The real chat model's GGUF; a missing one fails with the command that fetches it."""
+    if not SMOLLM2_GGUF.is_file():
+        raise AssertionError(f"{SMOLLM2_GGUF} is missing: `bash train/scripts/data/fetch_smollm2.sh` fetches it")
+    return SMOLLM2_GGUF
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with SmolLM2-135M-Instruct's tokenizer as an HF checkpoint holds it (tokenizer.json,
+    tokenizer_config.json, chat_template.jinja), converted by transformers from the real GGUF and put right where the
+    conversion departs from the GGUF: its end token (transformers names ``<|im_start|>``; the GGUF's eos and pad are
+    ``<|im_end|>``) and its split (transformers cuts with GPT-2's regex alone; the GGUF's pre-tokenizer ``smollm``
+    splits digits first). Copy its files into a checkpoint to give a drafter SmolLM2's vocabulary."""
+    path = smollm2_gguf()
+    out = tmp_path_factory.mktemp("smollm2-tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    fields = gguf.GGUFReader(path).fields
+    for kind, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("pad", "padding_token_id")):
+        setattr(
+            tokenizer, f"{kind}_token", tokenizer.convert_ids_to_tokens(int(fields[f"tokenizer.ggml.{key}"].contents()))
+        )
+    tokenizer.backend_tokenizer.pre_tokenizer = hf_pre_tokenizer(fields["tokenizer.ggml.pre"].contents())
+    tokenizer.save_pretrained(out)
+    return out
 
 
 def run_cli(

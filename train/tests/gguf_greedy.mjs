@@ -7,7 +7,9 @@
 // Several models answer the same request in one process, one after another (the answers as a JSON array): a node
 // start-up and llama.cpp's backend loading cost ~1.6 s, most of a small model's run.
 // request: {"prompts": [[ids], ...], "n": 16, "probabilities": true, "kvCacheType": "F32"?, "threads": 1?}
-//            → {"drafts": [[ids]], "firstProbabilities": [[[id, p], ...]]}   (KV cache type defaults to llama.cpp's F16)
+//            → {"drafts": [[ids]], "firstProbabilities": ["base64", ...]}   (KV cache type defaults to llama.cpp's F16)
+//          each prompt's first-step probabilities over the whole vocabulary: little-endian float32, the probability of
+//          token i at index i, NaN for an id node-llama-cpp gave none (compact: 49,152 [id, p] pairs are ~1 MB of JSON)
 //          {"texts": ["...", ...], "specialTokens": false}              → {"tokens": [[ids], ...]}
 // Every answer also says which CPU path ran: {"cpuBackend": ".../libggml-cpu-haswell.so", "systemInfo": "CPU : …"}
 // (ggml loads the best libggml-cpu-<variant>.so this CPU runs; scripts/ggml_cpu_variant.c can pin another).
@@ -27,7 +29,7 @@ async function readStdin() {
     return JSON.parse(Buffer.concat(chunks).toString("utf8"));
 }
 
-/** Greedy continuation of `prompt` for `n` tokens; the first step's probabilities as [id, p] pairs when asked. */
+/** Greedy continuation of `prompt` for `n` tokens; the first step's probabilities (base64 float32) when asked. */
 async function greedy(sequence, prompt, n, withProbabilities) {
     await sequence.clearHistory();
     const last = prompt.length - 1;
@@ -36,12 +38,21 @@ async function greedy(sequence, prompt, n, withProbabilities) {
     );
     const first = (await sequence.controlledEvaluate(input))[last];
     const draft = [first.next.token];
-    const probabilities = withProbabilities ? [...first.next.probabilities.entries()] : undefined;
+    const probabilities = withProbabilities ? denseProbabilities(first.next.probabilities) : undefined;
     while (draft.length < n) {
         const out = await sequence.controlledEvaluate([[draft.at(-1), { generateNext: { token: true } }]]);
         draft.push(out[0].next.token);
     }
     return { draft, probabilities };
+}
+
+/** A token → probability map as base64 of a float32 array indexed by token id (NaN where the map has no entry). */
+function denseProbabilities(map) {
+    let size = 0;
+    for (const token of map.keys()) size = Math.max(size, token + 1);
+    const dense = new Float32Array(size).fill(Number.NaN);
+    for (const [token, p] of map) dense[token] = p;
+    return Buffer.from(dense.buffer).toString("base64");
 }
 
 /** The libggml-cpu-<variant>.so mapped into this process: the CPU backend ggml chose (or was pinned to). */

