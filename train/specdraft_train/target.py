@@ -21,7 +21,7 @@ Why not F16: Q4_1's d·q + m values are not all representable in F16, so an F16 
 The tokenizer comes from transformers' GGUF converter, mended where it is wrong for these files: its eos is the GGUF's
 bos (SmolLM2's would end answers at ``<|im_start|>``), and it splits text with GPT-2's rule whatever the GGUF's
 pre-tokenizer says (SmolLM2's ``smollm`` also isolates digits): the special tokens are set from the GGUF's ids and the
-split from :data:`GGUF_PRE_TOKENIZERS`. The generation config stops at the GGUF's eos and end-of-turn tokens.
+split from :func:`vocabulary.hf_pre_tokenizer`. The generation config stops at the GGUF's eos and end-of-turn tokens.
 
     bash train/scripts/data/fetch_smollm2.sh          # prints the Q4_1 GGUF's path (pinned by sha256)
     python -m specdraft_train target --gguf train/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smol/target
@@ -46,7 +46,14 @@ from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
 from .artifacts import AtomicFile, sha256_file, write_manifest
 from .models import architecture_summary, new_model, save_checkpoint
-from .vocabulary import END_OF_TEXT, IM_END, tokenizer_fingerprint, vocab_fingerprint
+from .vocabulary import (
+    END_OF_TEXT,
+    IM_END,
+    PRE_TOKENIZER_NAMES,
+    find_pre_tokenizer,
+    tokenizer_fingerprint,
+    vocab_fingerprint,
+)
 
 SUPPORTED_ARCHITECTURES = ("llama",)  # general.architecture values this stage converts
 SERVED_GGUF = "target-f32.gguf"  # in OUT: the target as specdraft serves it
@@ -55,19 +62,6 @@ SERVED_GGUF = "target-f32.gguf"  # in OUT: the target as specdraft serves it
 END_TOKENS = (IM_END, END_OF_TEXT)
 # The GGUF's special token ids (tokenizer.ggml.<key>) by the HF tokenizer's name for them
 SPECIAL_ID_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id", "pad": "padding_token_id"}
-# llama.cpp's pre-tokenizers (a GGUF's tokenizer.ggml.pre) this stage knows, as the HF pre_tokenizer that splits text
-# the same way: smollm is llama.cpp's regexes \p{N}, then GPT-2's (SmolLM2's own tokenizer.json: digits isolated,
-# then byte level with GPT-2's split); gpt-2 is GPT-2's split alone.
-GGUF_PRE_TOKENIZERS: dict[str, dict[str, Any]] = {
-    "smollm": {
-        "type": "Sequence",
-        "pretokenizers": [
-            {"type": "Digits", "individual_digits": True},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        ],
-    },
-    "gpt-2": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -95,10 +89,10 @@ def open_gguf(path: Path) -> gguf.GGUFReader:
             f"{path}: architecture {architecture!r}: `target` converts {', '.join(SUPPORTED_ARCHITECTURES)} GGUFs"
         )
     model, pre = field_value(reader, "tokenizer.ggml.model"), field_value(reader, "tokenizer.ggml.pre")
-    if model != "gpt2" or pre not in GGUF_PRE_TOKENIZERS:
+    if model != "gpt2" or pre not in PRE_TOKENIZER_NAMES:
         raise ValueError(
             f"{path}: vocabulary {model!r} with pre-tokenizer {pre!r}: `target` converts GPT-2-style BPE vocabularies "
-            f"('gpt2') with pre-tokenizer {', '.join(repr(p) for p in GGUF_PRE_TOKENIZERS)}"
+            f"('gpt2') with pre-tokenizer {', '.join(repr(p) for p in PRE_TOKENIZER_NAMES)}"
         )
     return reader
 
@@ -137,18 +131,29 @@ def load_tokenizer(reader: gguf.GGUFReader, metadata: dict[str, Any]) -> PreTrai
     (module docstring), the chat template the GGUF carries."""
     converted, _ = convert_gguf_tokenizer(metadata["config"]["model_type"], metadata["tokenizer"])
     spec = json.loads(converted.to_str())
-    spec["pre_tokenizer"] = GGUF_PRE_TOKENIZERS[field_value(reader, "tokenizer.ggml.pre")]
     spec["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     tokens = gguf_tokens(reader)
     special = {}
     for name, key in SPECIAL_ID_KEYS.items():
         if (token_id := field_value(reader, f"tokenizer.ggml.{key}")) is not None:
             special[f"{name}_token"] = tokens[int(token_id)]
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
-        chat_template=field_value(reader, "tokenizer.chat_template"),
-        **special,
+    pre = find_pre_tokenizer(field_value(reader, "tokenizer.ggml.pre"))
+    spec["model"]["ignore_merges"] = pre.ignore_merges
+    backend = Tokenizer.from_str(json.dumps(spec))
+    backend.pre_tokenizer = pre.build()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, chat_template=field_value(reader, "tokenizer.chat_template"), **special
     )
+    # Saved into tokenizer_config.json, where export reads it back for tokenizer.ggml.add_space_prefix; set after
+    # construction, since the constructor would rebuild the split from it.
+    if (add_space_prefix := field_value(reader, "tokenizer.ggml.add_space_prefix")) is not None:
+        tokenizer.init_kwargs["add_prefix_space"] = bool(add_space_prefix)
+    return tokenizer
+
+
+def gguf_tokenizer(path: Path) -> PreTrainedTokenizerFast:
+    """The target's tokenizer alone, as the stage writes it into the checkpoint (e.g. for a drafter's vocabulary)."""
+    return load_tokenizer(open_gguf(path), read_metadata(path))
 
 
 def generation_config(reader: gguf.GGUFReader) -> GenerationConfig:

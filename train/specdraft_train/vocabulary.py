@@ -153,13 +153,21 @@ PRE_TOKENIZERS = (
 )
 
 
+PRE_TOKENIZER_NAMES = tuple(pre.name for pre in PRE_TOKENIZERS)
+
+
+def find_pre_tokenizer(name: str) -> PreTokenizer:
+    """The entry of :data:`PRE_TOKENIZERS` called ``name`` (a GGUF's ``tokenizer.ggml.pre``)."""
+    for pre in PRE_TOKENIZERS:
+        if pre.name == name:
+            return pre
+    raise ValueError(f"Unknown pre-tokenizer {name!r}: expected one of {', '.join(PRE_TOKENIZER_NAMES)}.")
+
+
 def hf_pre_tokenizer(name: str) -> pre_tokenizers.PreTokenizer:
     """The Hugging Face pre-tokenizer that cuts text as llama.cpp's ``name`` does (e.g. to give a tokenizer converted
     from a GGUF the split its ``tokenizer.ggml.pre`` names)."""
-    for pre in PRE_TOKENIZERS:
-        if pre.name == name:
-            return pre.build()
-    raise ValueError(f"Unknown pre-tokenizer {name!r}: expected one of {', '.join(p.name for p in PRE_TOKENIZERS)}.")
+    return find_pre_tokenizer(name).build()
 
 
 def _split_steps(pre_tokenizer: dict[str, Any] | None) -> tuple[tuple[Any, ...], ...]:

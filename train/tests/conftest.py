@@ -16,17 +16,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import gguf
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoTokenizer
 
 from specdraft_train import __main__ as cli
 from specdraft_train import corpus, pretrain, reference, tokenizer
 from specdraft_train.config import MICRO, CorpusConfig, TokenizerConfig
 from specdraft_train.corpus import preset_prose
-from specdraft_train.vocabulary import hf_pre_tokenizer
+from specdraft_train.target import gguf_tokenizer
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
 REPO = TRAIN_ROOT.parent
@@ -120,21 +118,11 @@ def smollm2_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with SmolLM2-135M-Instruct's tokenizer as an HF checkpoint holds it (tokenizer.json,
-    tokenizer_config.json, chat_template.jinja), converted by transformers from the real GGUF and put right where the
-    conversion departs from the GGUF: its end token (transformers names ``<|im_start|>``; the GGUF's eos and pad are
-    ``<|im_end|>``) and its split (transformers cuts with GPT-2's regex alone; the GGUF's pre-tokenizer ``smollm``
-    splits digits first). Copy its files into a checkpoint to give a drafter SmolLM2's vocabulary."""
-    path = smollm2_gguf()
+    """A folder with SmolLM2-135M-Instruct's tokenizer as the `target` stage writes it into the target's checkpoint
+    (tokenizer.json, tokenizer_config.json, chat_template.jinja). Copy its files into a checkpoint to give a drafter
+    SmolLM2's vocabulary."""
     out = tmp_path_factory.mktemp("smollm2-tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    fields = gguf.GGUFReader(path).fields
-    for kind, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("pad", "padding_token_id")):
-        setattr(
-            tokenizer, f"{kind}_token", tokenizer.convert_ids_to_tokens(int(fields[f"tokenizer.ggml.{key}"].contents()))
-        )
-    tokenizer.backend_tokenizer.pre_tokenizer = hf_pre_tokenizer(fields["tokenizer.ggml.pre"].contents())
-    tokenizer.save_pretrained(out)
+    gguf_tokenizer(smollm2_gguf()).save_pretrained(out)
     return out
 
 

@@ -219,7 +219,7 @@ def test_the_distilled_llama_drafter_exports_to_a_gguf_llama_cpp_drafts_from(dra
     "arch, pre, says",
     [
         ("gemma2", "smollm", "architecture 'gemma2': `target` converts llama GGUFs"),
-        ("llama", "llama-bpe", "pre-tokenizer 'llama-bpe': `target` converts"),
+        ("llama", "deepseek-llm", "pre-tokenizer 'deepseek-llm': `target` converts"),
     ],
 )
 def test_a_gguf_target_cannot_convert_gets_one_line(tmp_path: Path, arch: str, pre: str, says: str):
