@@ -1,5 +1,5 @@
 /**
- * The target model in specdraft's native addon (the `Target` of src/engine/native/target.cpp): one
+ * The target model in specdraft's native addon (the `Target` of src/generate/native/target.cpp): one
  * llama.cpp sequence whose KV cache this object tracks. `verify()` decodes a step's tokens and returns the greedy next
  * token after each position asked for, in one native call with one llama_decode; the argmax of every row is computed
  * inside llama.cpp's graph (on the GPU when offloaded), so no logits reach the host. `generate()` is the target alone,

@@ -1,5 +1,5 @@
 /**
- * The `Target` class of specdraft's native addon (src/engine/native/target.cpp) as seen from TypeScript: what its load()
+ * The `Target` class of specdraft's native addon (src/generate/native/target.cpp) as seen from TypeScript: what its load()
  * takes and what its calls return. src/generate/NativeTarget.ts wraps it; src/engine/nativeAddon.ts loads the addon.
  */
 

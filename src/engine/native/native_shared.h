@@ -1,6 +1,7 @@
-// What the addon's two classes share (the draft Engine, draft_engine.h, and generate's Target, target.cpp): llama.cpp's
-// logging and backend set-up, the llama.cpp objects each owns (LlamaHandles), the greedy argmax and the guarded read of many output rows, timing, and the readers of
-// an options object that load() takes (every field required: the defaults live in TypeScript).
+// What the addon's two classes share (the draft Engine, draft_engine.h, and generate's Target,
+// src/generate/native/target.cpp): llama.cpp's logging and backend set-up, the llama.cpp objects each owns
+// (LlamaHandles), the greedy argmax and the guarded read of many output rows, timing, and the readers of an options
+// object that load() takes (every field required: the defaults live in TypeScript).
 #pragma once
 
 #include <napi.h>

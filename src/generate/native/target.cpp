@@ -1,5 +1,7 @@
 // The target of `specdraft generate`: one sequence of a target model, for speculative generation
-// (src/generate/NativeTarget.ts; its typed view src/generate/nativeTargetAddon.ts).
+// (src/generate/NativeTarget.ts; its typed view src/generate/nativeTargetAddon.ts). Only generate uses it, so it lives
+// here; it is compiled into the one native addon with the draft engine (src/engine/native: the module, addon.cpp, and
+// what both classes share, native_shared.h), since llama.cpp's backends and log are set up once per process.
 //
 // Verification in one call: `evaluate(tokens, keep, outputFrom)` trims the KV cache to its first `keep` cells (what a
 // rejected draft left behind goes), decodes `tokens` at positions keep, keep+1, ... (one llama_decode when they fit the
@@ -25,7 +27,7 @@
 
 #include <atomic>
 
-#include "native_shared.h"
+#include "../../engine/native/native_shared.h"
 
 namespace specdraft {
 
