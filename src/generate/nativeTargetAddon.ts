@@ -53,16 +53,10 @@ export interface NativeTargetHandle {
         maxTokens: number,
     ): Promise<{ tokens: Int32Array; cached: number; stats: Float64Array }>;
     /**
-     * In a context of its own (this target's KV cache is left as it was): `gap`, logit[a] − logit[b] after `tokens` on
-     * the target alone's path (the first promptLength as a prompt, the rest one a decode), and `disagreement`, the
-     * largest difference over the vocabulary between those logits and the same position's from one decode of
-     * `tokens` + [b] (verification's kernels).
+     * In a context of its own (this target's KV cache is left as it was): decodes `calls` one after another, each
+     * `[keep, count, outputFrom, outputTo]` (trim the cache to `keep` tokens, decode the next `count` of `tokens` as
+     * evaluate() does, outputs for indices [outputFrom, outputTo)), and returns the logits of index `row` of the last.
      */
-    logitGap(
-        tokens: Int32Array,
-        promptLength: number,
-        a: number,
-        b: number,
-    ): Promise<{ gap: number; disagreement: number }>;
+    replay(tokens: Int32Array, calls: Int32Array, row: number): Promise<Float32Array>;
     dispose(): void;
 }

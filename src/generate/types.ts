@@ -45,6 +45,19 @@ export interface GenerationRun {
     draftSeconds: number;
 }
 
+/**
+ * One call of the target: its KV cache trimmed to its first `keep` tokens, `tokens` decoded after them (in llama_decode
+ * calls of up to the batch size), and the greedy next token (or the logits) asked after each of tokens[outputFrom ..
+ * outputTo). A speculative run records its calls so that the near-tie check can decode them again.
+ */
+export interface TargetCall {
+    keep: number;
+    tokens: readonly number[];
+    outputFrom: number;
+    /** Defaults to `tokens.length`. */
+    outputTo?: number;
+}
+
 /** Both modes on one prompt, `runs` times each. */
 export interface PromptResult {
     id: string;
