@@ -8,7 +8,7 @@
  */
 import { EngineLoadError } from "../engine/errors.js";
 import { loadNativeAddon } from "../engine/nativeAddon.js";
-import type { GpuChoice } from "../engine/types.js";
+import type { FlashAttention, GpuChoice } from "../engine/types.js";
 import { type NativeTargetHandle, nativeTargetStatFields } from "./nativeTargetAddon.js";
 import type { TargetCall } from "./types.js";
 
@@ -29,7 +29,7 @@ export interface NativeTargetOptions {
     /** CPU threads for llama.cpp; 0: its default. */
     threads: number;
     /** Flash attention; `auto` lets llama.cpp decide, as node-llama-cpp's contexts do. Defaults to `"auto"`. */
-    flashAttention?: "auto" | "on" | "off";
+    flashAttention?: FlashAttention;
     /**
      * Greedy tokens by an argmax inside llama.cpp's graph (backend sampling) rather than over host logits.
      * Defaults to `true`.

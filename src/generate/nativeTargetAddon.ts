@@ -2,6 +2,7 @@
  * The `Target` class of specdraft's native addon (src/generate/native/target.cpp) as seen from TypeScript: what its load()
  * takes and what its calls return. src/generate/NativeTarget.ts wraps it; src/engine/nativeAddon.ts loads the addon.
  */
+import type { FlashAttention } from "../engine/types.js";
 
 /** What the native Target loads: one sequence of a target model (src/generate/NativeTarget.ts). Every field is required. */
 export interface NativeTargetLoadOptions {
@@ -15,7 +16,7 @@ export interface NativeTargetLoadOptions {
     /** Layers offloaded to the GPU; -1: all, 0: none. */
     gpuLayers: number;
     /** `auto`: llama.cpp decides (node-llama-cpp's default for its contexts too). */
-    flashAttention: "auto" | "on" | "off";
+    flashAttention: FlashAttention;
     /** Greedy tokens computed by an argmax inside llama.cpp's graph (only ids copied back) instead of over host logits. */
     backendSampling: boolean;
     /** Greedy outputs one evaluate() may ask for: k + 1 to verify drafts of k. */

@@ -240,6 +240,6 @@ test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missi
     assert.throws(() => raw.load({ ...options, contextSize: 1 }), /option contextSize: expected ≥ 2, got 1/);
     assert.throws(
         () => raw.load({ ...options, flashAttention: "yes" as "on" }),
-        /flashAttention must be "auto", "on" or "off"/,
+        /option flashAttention: expected "auto", "on" or "off", got "yes"/,
     );
 });

@@ -232,6 +232,15 @@ inline int32_t getIntAtLeast(const Napi::Object& o, const char* key, int32_t min
     return value;
 }
 
+// A required flash-attention option, llama.cpp's three choices: "auto" (llama.cpp decides), "on" or "off".
+inline llama_flash_attn_type getFlashAttention(const Napi::Object& o, const char* key) {
+    const std::string value = getString(o, key);
+    if (value == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    if (value == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (value == "auto") return LLAMA_FLASH_ATTN_TYPE_AUTO;
+    throw Napi::RangeError::New(o.Env(), std::string("option ") + key + ": expected \"auto\", \"on\" or \"off\", got \"" + value + "\"");
+}
+
 inline Napi::Int32Array tokensToJs(Napi::Env env, const std::vector<llama_token>& tokens) {
     Napi::Int32Array a = Napi::Int32Array::New(env, tokens.size());
     std::copy(tokens.begin(), tokens.end(), a.Data());

@@ -387,13 +387,7 @@ Napi::Value Target::Load(const Napi::CallbackInfo& info) {
     opt.batchSize = getIntAtLeast(o, "batchSize", 1);
     opt.ubatchSize = getIntAtLeast(o, "ubatchSize", 1);
     opt.gpuLayers = getInt(o, "gpuLayers");
-    const std::string flash = getString(o, "flashAttention");
-    if (flash != "auto" && flash != "on" && flash != "off") {
-        throw Napi::RangeError::New(env, "Target.load: flashAttention must be \"auto\", \"on\" or \"off\", got \"" + flash + "\"");
-    }
-    opt.flashAttention = flash == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                         : flash == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                          : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    opt.flashAttention = getFlashAttention(o, "flashAttention");
     opt.backendSampling = getBool(o, "backendSampling");
     opt.maxOutputs = getIntAtLeast(o, "maxOutputs", 1);
     opt.threads = getIntAtLeast(o, "threads", 0);
