@@ -62,7 +62,8 @@ function generate(options: Pick<RunGenerateOptions, "draft">): Promise<GenerateS
 /** The command's exit 0: identical outputs, or differences only at near ties, each reported. */
 function assertVerdict(t: { diagnostic(message: string): void }, summary: GenerateSummary): void {
     assert.equal(summary.prompts.length, prompts.length);
-    for (const prompt of summary.prompts) assert.ok(prompt.alone[0].tokens.length > 0, `${prompt.id}: no output`);
+    for (const prompt of summary.prompts)
+        assert.ok((prompt.alone[0]?.tokens.length ?? 0) > 0, `${prompt.id}: no output`);
     const { warnings, failure } = judgeDifferences(summary);
     assert.equal(failure, undefined);
     for (const warning of warnings) t.diagnostic(warning);

@@ -74,7 +74,7 @@ test("a difference at a near tie warns, naming both runs' gaps and their disagre
     assert.equal(judged.failure, undefined, "a near tie alone does not fail the run");
     assert.equal(judged.warnings.length, 1);
     assert.match(
-        judged.warnings[0],
+        judged.warnings[0] ?? "",
         /warning: output mismatch: prompt "tie", .*at position 2 \(expected token 3, found 9; a near tie: logit\[expected\] − logit\[found\] is \+0\.00040 as the target alone computed it and -0\.00010 as the speculative run did; their logits differ by up to 0\.0020\)/,
     );
 
