@@ -20,7 +20,7 @@ import { type ChatPrompt, readChatPrompts, renderChatPrompt } from "../fixtures/
 import { cpuLlama, testThreads } from "./testModels.js";
 
 /** Enough tokens for outputs to part where the prompt's decode shape matters, few enough for CI's 2 cores. */
-const maxTokens = 48;
+const maxTokens = 32;
 
 let llama: Llama;
 let target: string;
