@@ -119,8 +119,8 @@ interface Difference {
 /**
  * Each difference's logit gap on the plain (one-token) path and the two kernel paths' disagreement there
  * (NativeTarget.logitGap with the drafter loaded as a target, the draft engine's CPU settings): a near tie when the
- * gap is within twice the disagreement, the rule `generate` applies (docs/engine.md, "Candidates and the CPU's
- * kernels"). Differences at the same context and position are classified once.
+ * gap is within twice the disagreement (docs/engine.md, "Candidates and the CPU's kernels"). Differences at the same
+ * context and position are classified once.
  */
 async function classify(differences: Difference[], flags: Flags) {
     const target = await NativeTarget.load({

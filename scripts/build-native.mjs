@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Builds specdraft's native addon (src/engine/native/*.cpp: the draft engine, generate's target, the module) against
+// Builds specdraft's native addon (src/engine/native/*.cpp: the draft engine and the module; src/generate/native/*.cpp:
+// generate's target) against
 // node-llama-cpp's llama.cpp binaries: one g++ call over its few translation units, a few seconds.
 //
 //   node scripts/build-native.mjs                 # CPU variant (node-llama-cpp's prebuilt linux-x64 binaries)
@@ -22,14 +23,16 @@ import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const nlcDir = path.join(root, "node_modules", "node-llama-cpp");
-const sourceDir = path.join(root, "src", "engine", "native");
+const sourceDirs = [path.join(root, "src", "engine", "native"), path.join(root, "src", "generate", "native")];
 // every translation unit of the addon (headers are included by them)
 const sources = () =>
-    fs
-        .readdirSync(sourceDir)
-        .filter((f) => f.endsWith(".cpp"))
-        .sort()
-        .map((f) => path.join(sourceDir, f));
+    sourceDirs.flatMap((dir) =>
+        fs
+            .readdirSync(dir)
+            .filter((f) => f.endsWith(".cpp"))
+            .sort()
+            .map((f) => path.join(dir, f)),
+    );
 const headersDir = path.join(root, "build", "llama-headers");
 
 let ifPossible = false;

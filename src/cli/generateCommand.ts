@@ -14,7 +14,6 @@ import {
     gpuChoices,
     maxLookahead,
 } from "../engine/engineDefaults.js";
-import type { GpuChoice } from "../engine/types.js";
 import type { DraftSourceSpec } from "../generate/openDraftSource.js";
 import {
     defaultMaxTokens,
@@ -22,18 +21,24 @@ import {
     defaultVerifier,
     defaultWarmup,
     type GeneratePrompt,
+    type RunGenerateOptions,
     runGenerate,
 } from "../generate/runGenerate.js";
 import { formatGenerateReport, judgeDifferences } from "../generate/summarizeGeneration.js";
-import { GenerateError, type GenerateSummary, type VerifierKind, verifierKinds } from "../generate/types.js";
+import { GenerateError, type GenerateSummary, verifierKinds } from "../generate/types.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
-/** The command's options, as commander hands them over. */
-export interface GenerateCommandOptions {
-    /** The target GGUF. */
-    target: string;
+/**
+ * The command's options, as commander hands them over: runGenerate's own under their names (commander applies the
+ * defaults `--help` shows), and the flags that say where prompts and drafts come from and where the summary goes.
+ */
+export interface GenerateCommandOptions
+    extends Pick<
+        RunGenerateOptions,
+        "target" | "maxTokens" | "runs" | "warmup" | "gpu" | "verifier" | "threads" | "timeoutMs" | "draftLookahead"
+    > {
     /** A specdraft server's root URL. */
     drafter?: string;
     /** An in-process draft GGUF. */
@@ -48,28 +53,12 @@ export interface GenerateCommandOptions {
     limit?: number;
     /** Use the valid lines of `--data` even if some are invalid. Defaults to `false` (invalid lines: exit 2). */
     skipInvalid?: boolean;
-    /** Defaults to `256`. */
-    maxTokens?: number;
-    /** Defaults to `16`. */
-    draftLen?: number;
-    /** Defaults to `1`. */
-    runs?: number;
-    /** Defaults to `1`. */
-    warmup?: number;
+    /** `--draft-len`: runGenerate's draftLength. */
+    draftLen?: RunGenerateOptions["draftLength"];
+    /** `--context`: runGenerate's contextSize. */
+    context?: RunGenerateOptions["contextSize"];
     /** JSON summary file. Defaults to none. */
     out?: string;
-    /** Defaults to `auto`. */
-    gpu?: GpuChoice;
-    /** Defaults to `exact`. */
-    verifier?: VerifierKind;
-    /** Defaults to node-llama-cpp's choice. */
-    threads?: number;
-    /** Defaults to the longest prompt + max tokens + draft length + 8. */
-    contextSize?: number;
-    /** Defaults to `5000` ms. */
-    timeoutMs?: number;
-    /** Candidates per drafter step of the in-process draft engine (`--draft-model`). Defaults to the engine's. */
-    draftLookahead?: number;
     /** Defaults to `true`. */
     progress?: boolean;
 }
@@ -131,7 +120,7 @@ export async function runGenerateCommand(
             gpu: options.gpu,
             verifier: options.verifier,
             threads: options.threads,
-            contextSize: options.contextSize,
+            contextSize: options.context,
             timeoutMs: options.timeoutMs,
             draftLookahead: options.draftLookahead,
             onWarning: (message) => {
@@ -208,8 +197,8 @@ export function generateCommand(): Command {
             parseIntegerOption(1),
         )
         .option(
-            "--context-size <n>",
-            "target context size (default: longest prompt + max tokens + draft length + 8)",
+            "--context <tokens>",
+            "tokens the target's sequence holds (default: longest prompt + max tokens + draft length + 8)",
             parseIntegerOption(2),
         )
         .option(

@@ -176,7 +176,7 @@ export async function loadEngine(givenOptions: LoadEngineOptions): Promise<Draft
                 batchSize: Math.max(options.batchSize ?? defaultBatchSize, streams),
                 ubatchSize: options.ubatchSize ?? defaultUbatchSize,
                 gpuLayers: wantsGpu ? -1 : 0,
-                flashAttention: options.flashAttention ?? onGpu,
+                flashAttention: (options.flashAttention ?? onGpu) ? "on" : "off",
                 backendSampling: options.backendSampling ?? onGpu,
                 kvUnified: options.kvUnified ?? false,
                 kvType: options.kvType ?? "",

@@ -9,7 +9,7 @@ import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { EngineLoadError } from "./errors.js";
-import type { GpuChoice } from "./types.js";
+import type { FlashAttention, GpuChoice } from "./types.js";
 
 export type NativeVariant = "cpu" | "cuda" | "vulkan";
 
@@ -27,7 +27,7 @@ export interface NativeLoadOptions {
     ubatchSize: number;
     /** Layers offloaded to the GPU; -1: all, 0: none. */
     gpuLayers: number;
-    flashAttention: boolean;
+    flashAttention: FlashAttention;
     /** One KV buffer for all sequences (true) or one per sequence (false). */
     kvUnified: boolean;
     /** Greedy sampling inside llama.cpp's graph (only token ids copied back) instead of argmax over host logits. */

@@ -42,6 +42,12 @@ export interface EngineInfo {
 }
 
 /**
+ * Flash attention in a llama.cpp context, the native addon's option for the draft engine and generate's target alike:
+ * llama.cpp's three choices (`auto`: llama.cpp enables it where the backend supports it).
+ */
+export type FlashAttention = "auto" | "on" | "off";
+
+/**
  * How the draft loop checks prompt-lookup guesses: each drafting sequence's step decodes up to `candidates` guesses of
  * its next tokens (from the request's own tokens) with its own token, and keeps those equal to the drafter's greedy
  * choice. A step of S sequences gives each min(candidates, ⌊stepTokens / S⌋ − 1); `fill` decodes that many positions

@@ -1,5 +1,5 @@
 /**
- * The target model in specdraft's native addon (the `Target` of src/engine/native/target.cpp): one
+ * The target model in specdraft's native addon (the `Target` of src/generate/native/target.cpp): one
  * llama.cpp sequence whose KV cache this object tracks. `verify()` decodes a step's tokens and returns the greedy next
  * token after each position asked for, in one native call with one llama_decode; the argmax of every row is computed
  * inside llama.cpp's graph (on the GPU when offloaded), so no logits reach the host. `generate()` is the target alone,
@@ -8,8 +8,9 @@
  */
 import { EngineLoadError } from "../engine/errors.js";
 import { loadNativeAddon } from "../engine/nativeAddon.js";
-import type { GpuChoice } from "../engine/types.js";
+import type { FlashAttention, GpuChoice } from "../engine/types.js";
 import { type NativeTargetHandle, nativeTargetStatFields } from "./nativeTargetAddon.js";
+import type { TargetCall } from "./types.js";
 
 /**
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
@@ -28,7 +29,7 @@ export interface NativeTargetOptions {
     /** CPU threads for llama.cpp; 0: its default. */
     threads: number;
     /** Flash attention; `auto` lets llama.cpp decide, as node-llama-cpp's contexts do. Defaults to `"auto"`. */
-    flashAttention?: "auto" | "on" | "off";
+    flashAttention?: FlashAttention;
     /**
      * Greedy tokens by an argmax inside llama.cpp's graph (backend sampling) rather than over host logits.
      * Defaults to `true`.
@@ -128,11 +129,36 @@ export class NativeTarget {
         return Array.from(tokens);
     }
 
+    /** Whether `token` ends the output (one of eogIds). */
+    isEog(token: number): boolean {
+        return this.eogIds.has(token);
+    }
+
+    /**
+     * The logits of token `row` of the last of `calls` (by default its last output) after decoding all of them as
+     * verify() and generate() decode, in a context of its own with this target's settings (this target's KV cache is
+     * left as it was): llama.cpp's numbers depend on how the tokens were split into decodes and which rows were outputs,
+     * so replaying a run's calls gives the logits that run computed.
+     */
+    async replayLogits(calls: readonly TargetCall[], row?: number): Promise<Float32Array> {
+        const last = calls.at(-1);
+        if (last === undefined) throw new RangeError("replayLogits: expected at least one call");
+        const tokens = calls.flatMap((call) => call.tokens);
+        const flat = calls.flatMap((call) => [
+            call.keep,
+            call.tokens.length,
+            call.outputFrom,
+            call.outputTo ?? call.tokens.length,
+        ]);
+        const at = row ?? (last.outputTo ?? last.tokens.length) - 1;
+        return this.native.replay(Int32Array.from(tokens), Int32Array.from(flat), at);
+    }
+
     /**
      * How near a tie the target alone's choice between `a` and `b` after `prompt` + `generated` was, and how much its
-     * one-token and multi-token kernels disagree there: `gap` = logit[a] − logit[b] as the target alone computes it
-     * (the prompt's prefill, then one token a decode), `disagreement` = the largest logit difference between that and
-     * one decode of the same tokens + [b], as verification computes it. Runs in a context of its own.
+     * one-token and multi-token decodes disagree there: `gap` = logit[a] − logit[b] as the target alone computes it
+     * (aloneCalls), `disagreement` = the largest logit difference between that and one decode of the same tokens + [b]
+     * with the one output there. The draft engine's tests and benches judge its candidates by it.
      */
     async logitGap(
         prompt: readonly number[],
@@ -140,7 +166,15 @@ export class NativeTarget {
         a: number,
         b: number,
     ): Promise<{ gap: number; disagreement: number }> {
-        return this.native.logitGap(Int32Array.from([...prompt, ...generated]), prompt.length, a, b);
+        for (const token of [a, b])
+            if (!Number.isInteger(token) || token < 0 || token >= this.vocabSize)
+                throw new RangeError(`logitGap: token ids out of the vocabulary (${token})`);
+        const tokens = [...prompt, ...generated];
+        const alone = await this.replayLogits(aloneCalls(prompt, generated));
+        const oneDecode = await this.replayLogits([
+            { keep: 0, tokens: [...tokens, b], outputFrom: tokens.length - 1, outputTo: tokens.length },
+        ]);
+        return { gap: (alone[a] ?? 0) - (alone[b] ?? 0), disagreement: largestDifference(alone, oneDecode) };
     }
 
     dispose(): void {
@@ -159,4 +193,23 @@ export class NativeTarget {
         this.stats.readMs += readMs;
         this.stats.graphsReused += graphsReused;
     }
+}
+
+/**
+ * The calls with which the target alone generates `generated` after `prompt` and asks for the logits after them
+ * (NativeTarget.generate's decodes, and node-llama-cpp's `sequence.evaluate()`'s): the prompt in one call with an output
+ * at its last token, then each generated token in a call of its own.
+ */
+export function aloneCalls(prompt: readonly number[], generated: readonly number[]): TargetCall[] {
+    const calls: TargetCall[] = [{ keep: 0, tokens: prompt.slice(), outputFrom: prompt.length - 1 }];
+    for (const [i, token] of generated.entries())
+        calls.push({ keep: prompt.length + i, tokens: [token], outputFrom: 0 });
+    return calls;
+}
+
+/** The largest |a[v] − b[v]| over the vocabulary. */
+export function largestDifference(a: Float32Array, b: Float32Array): number {
+    let largest = 0;
+    for (let v = 0; v < a.length; v++) largest = Math.max(largest, Math.abs((a[v] ?? 0) - (b[v] ?? 0)));
+    return largest;
 }

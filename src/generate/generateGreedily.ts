@@ -1,7 +1,8 @@
 /**
- * One greedy generation of one prompt by the target, through node-llama-cpp: alone (the baseline), with specdraft's
- * exact verifier, or through the library's own speculative path; each returns a GenerationRun. Every draft source is
- * wrapped in a TimedTokenPredictor, so all of them report the time spent waiting for drafts the same way.
+ * One greedy generation of one prompt by the target alone (the baseline: through node-llama-cpp or the native target),
+ * the node-llama-cpp sequence that generateSpeculatively's loop verifies with (exact-node-llama-cpp), and the library's
+ * own speculative path; each gives a GenerationRun. Every draft source is wrapped in a TimedTokenPredictor, so all of
+ * them report the time spent waiting for drafts the same way.
  */
 import {
     type ControlledEvaluateInputItem,
@@ -10,6 +11,8 @@ import {
     type Token,
     TokenPredictor,
 } from "node-llama-cpp";
+import type { SpeculativeTarget } from "./generateSpeculatively.js";
+import type { NativeTarget } from "./NativeTarget.js";
 import type { StateOnlyTokenPredictor } from "./StateTokenPredictor.js";
 import type { GenerationRun } from "./types.js";
 
@@ -110,124 +113,50 @@ async function evaluateGreedily(
     return { tokens, seconds: (performance.now() - started) / 1000 };
 }
 
-// Speculative generation with specdraft's own verification loop over node-llama-cpp's public API, driving any
-// TokenPredictor the way the library does (reset → predictTokens → pushTokens), but accepting whole draft prefixes:
-//
-//   one target step = controlledEvaluate([pending…, last, d1 … dk]) with greedy next-token output at last, d1 … dk
-//   → o0 … ok; accept d1 … da while d(j+1) = oj; the step yields o0 … oa (a accepted + 1 of the target's own);
-//   the KV cells of the rejected drafts d(a+1) … dk are erased.
-//
-// Greedy verification keeps exactly the tokens the target alone would produce, up to numerical differences between
-// a batched decode and one-token decodes (which is what the equality check after every run is there to catch).
+// The exact-node-llama-cpp verifier's target: a node-llama-cpp sequence driven by generateSpeculatively's loop.
 
 const greedyNext = { generateNext: { token: true, options: { temperature: 0 } } } as const;
 
 /**
- * The tokens one verify step yields, for the exact verifiers alike: the drafts while each equals the target's greedy
- * token before it (`outputAt(j)`: the target's token after the last verified token, j = 0, or after draft j − 1),
- * then the target's own token at the first disagreement or after the last draft. `missing(j)` is the error when the
- * target gave no token at position j.
+ * `sequence` (one without a token predictor of its own) as the verification loop's target: verify() erases its cache
+ * past `keep` (all of it at 0) and scores the tokens in one `controlledEvaluate`, a greedy next token asked at each of
+ * tokens[outputFrom..]. node-llama-cpp copies every asked position's logits to the host and samples each in its own
+ * call; the native target (NativeTarget) takes the argmax inside llama.cpp's graph instead.
  */
-export function acceptDrafts(
-    drafts: readonly number[],
-    outputAt: (j: number) => number | undefined,
-    missing: (j: number) => Error,
-): number[] {
-    const stepTokens: number[] = [];
-    for (let j = 0; j <= drafts.length; j++) {
-        const next = outputAt(j);
-        if (next === undefined) throw missing(j);
-        stepTokens.push(next);
-        if (j === drafts.length || drafts[j] !== next) break;
-    }
-    return stepTokens;
+export function llamaSequenceTarget(sequence: LlamaContextSequence): SpeculativeTarget {
+    const model = sequence.model;
+    return {
+        contextSize: sequence.contextSize,
+        maxOutputs: sequence.context.batchSize,
+        isEog: (token) => model.isEogToken(token as Token),
+        async verify(tokens, keep, outputFrom) {
+            const cached = sequence.nextTokenIndex;
+            if (keep > cached) throw new RangeError(`verify: keep ${keep}: expected 0 ≤ keep ≤ ${cached}`);
+            if (keep === 0) await sequence.clearHistory();
+            else if (keep < cached) await sequence.eraseContextTokenRanges([{ start: keep, end: cached }]);
+            const input: ControlledEvaluateInputItem[] = tokens.map((token, i) =>
+                i < outputFrom ? (token as Token) : [token as Token, greedyNext],
+            );
+            const outputs = await sequence.controlledEvaluate(input);
+            return tokens.slice(outputFrom).map((_, j) => {
+                const token = outputs[outputFrom + j]?.next.token;
+                if (token == null) throw new Error(`the target produced no token at position ${outputFrom + j}`);
+                return token;
+            });
+        },
+    };
 }
 
-/**
- * Appends a step's tokens to the output as sequence.evaluate() would: an end-of-generation token ends the output
- * and is not part of it, and the output stops at `maxTokens`. Returns whether the generation is over. A step that
- * appends nothing (its first token the end token) is not counted as a target step, as the target alone counts none
- * for its end token: every counted step then yields a token, and τ = tokens ÷ steps is never below 1.
- */
-export function appendStepTokens(
-    tokens: number[],
-    stepTokens: readonly number[],
-    isEog: (token: number) => boolean,
-    maxTokens: number,
-): boolean {
-    for (const token of stepTokens) {
-        if (isEog(token) || tokens.length >= maxTokens) return true;
-        tokens.push(token);
-    }
-    return tokens.length >= maxTokens;
-}
-
-/**
- * Generates up to `maxTokens` greedy tokens after `prompt` on `sequence` (a sequence without a token predictor of its
- * own), taking at most `draftLength` draft tokens per step from `predictor`.
- */
-export async function generateWithExactVerifier(
-    sequence: LlamaContextSequence,
-    predictor: TimedTokenPredictor,
+/** The target alone through the native target: the baseline of the native verifier. */
+export async function generateAloneNative(
+    target: NativeTarget,
     prompt: readonly number[],
     maxTokens: number,
-    draftLength: number,
 ): Promise<GenerationRun> {
-    await sequence.clearHistory();
-    const model = sequence.model;
-    const contextSize = sequence.contextSize;
-    const waitedBefore = predictor.waitedSeconds;
-    const tokens: number[] = [];
-    let targetSteps = 0;
-    let drafted = 0;
-    let accepted = 0;
     const started = performance.now();
-
-    predictor.updateInputTokens(prompt.slice() as Token[]);
-    await predictor.reset({
-        targetSequence: sequence,
-        stateTokens: prompt.slice() as Token[],
-        evaluateOptions: { temperature: 0 },
-    });
-    // tokens not yet in the target's KV cache; the last one is the one whose next token we need
-    let pending: Token[] = prompt.slice() as Token[];
-    try {
-        while (tokens.length < maxTokens) {
-            // room for pending + drafts within the context (the library likewise never lets drafts cause a context shift)
-            const room = contextSize - sequence.nextTokenIndex - pending.length - 1;
-            if (room < 0) break;
-            const drafts = (await predictor.predictTokens()).slice(0, Math.min(draftLength, room));
-            const input: ControlledEvaluateInputItem[] = pending.slice(0, -1);
-            for (const token of [...pending.slice(-1), ...drafts]) input.push([token, greedyNext]);
-            const outputs = await sequence.controlledEvaluate(input);
-            drafted += drafts.length;
-
-            const base = pending.length - 1;
-            const stepTokens = acceptDrafts(
-                drafts,
-                (j) => outputs[base + j]?.next.token ?? undefined,
-                (j) => new Error(`the target produced no token at draft position ${j}`),
-            ) as Token[];
-            const stepAccepted = stepTokens.length - 1;
-            accepted += stepAccepted;
-            const rejected = drafts.length - stepAccepted;
-            if (rejected > 0)
-                await sequence.eraseContextTokenRanges([
-                    { start: sequence.nextTokenIndex - rejected, end: sequence.nextTokenIndex },
-                ]);
-
-            const before = tokens.length;
-            const over = appendStepTokens(tokens, stepTokens, (token) => model.isEogToken(token as Token), maxTokens);
-            if (tokens.length > before) targetSteps++; // appendStepTokens says why a step that only ends counts not
-            if (over) break;
-            predictor.pushTokens(stepTokens);
-            pending = stepTokens.slice(-1);
-        }
-    } finally {
-        await predictor.stop();
-    }
+    const tokens = await target.generate(prompt, maxTokens);
     const seconds = (performance.now() - started) / 1000;
-    return { tokens, seconds, targetSteps, drafted, accepted, draftSeconds: predictor.waitedSeconds - waitedBefore };
+    return { tokens, seconds, targetSteps: tokens.length, drafted: 0, accepted: 0, draftSeconds: 0 };
 }
 
 // Speculative generation through node-llama-cpp's own path: `sequence.evaluate()` on a sequence created with a
@@ -235,7 +164,9 @@ export async function generateWithExactVerifier(
 //
 // Caveat (node-llama-cpp 3.21.1, also on its main branch): `_speculativeEvaluate` compares a draft token at batch
 // position i ≥ 2 with `validatedTokens.at(-1)`, an array it never fills, so only the first draft token of each step
-// can be accepted and τ ≤ 2 for any drafter. Use the `exact` verifier (generateWithExactVerifier) to measure drafters.
+// can be accepted and τ ≤ 2 for any drafter. Use the `exact` verifier (generateSpeculatively) to measure drafters.
+// Its first decode also holds the prompt together with the first drafts, so the prompt's KV is not the target alone's
+// (the library decides its decodes: generate neither changes them nor can replay them).
 
 /**
  * Generates up to `maxTokens` greedy tokens after `prompt` on `sequence`, whose token predictor is `predictor`.

@@ -1,7 +1,8 @@
 /**
- * The `Target` class of specdraft's native addon (src/engine/native/target.cpp) as seen from TypeScript: what its load()
+ * The `Target` class of specdraft's native addon (src/generate/native/target.cpp) as seen from TypeScript: what its load()
  * takes and what its calls return. src/generate/NativeTarget.ts wraps it; src/engine/nativeAddon.ts loads the addon.
  */
+import type { FlashAttention } from "../engine/types.js";
 
 /** What the native Target loads: one sequence of a target model (src/generate/NativeTarget.ts). Every field is required. */
 export interface NativeTargetLoadOptions {
@@ -15,7 +16,7 @@ export interface NativeTargetLoadOptions {
     /** Layers offloaded to the GPU; -1: all, 0: none. */
     gpuLayers: number;
     /** `auto`: llama.cpp decides (node-llama-cpp's default for its contexts too). */
-    flashAttention: "auto" | "on" | "off";
+    flashAttention: FlashAttention;
     /** Greedy tokens computed by an argmax inside llama.cpp's graph (only ids copied back) instead of over host logits. */
     backendSampling: boolean;
     /** Greedy outputs one evaluate() may ask for: k + 1 to verify drafts of k. */
@@ -53,16 +54,10 @@ export interface NativeTargetHandle {
         maxTokens: number,
     ): Promise<{ tokens: Int32Array; cached: number; stats: Float64Array }>;
     /**
-     * In a context of its own (this target's KV cache is left as it was): `gap`, logit[a] − logit[b] after `tokens` on
-     * the target alone's path (the first promptLength as a prompt, the rest one a decode), and `disagreement`, the
-     * largest difference over the vocabulary between those logits and the same position's from one decode of
-     * `tokens` + [b] (verification's kernels).
+     * In a context of its own (this target's KV cache is left as it was): decodes `calls` one after another, each
+     * `[keep, count, outputFrom, outputTo]` (trim the cache to `keep` tokens, decode the next `count` of `tokens` as
+     * evaluate() does, outputs for indices [outputFrom, outputTo)), and returns the logits of index `row` of the last.
      */
-    logitGap(
-        tokens: Int32Array,
-        promptLength: number,
-        a: number,
-        b: number,
-    ): Promise<{ gap: number; disagreement: number }>;
+    replay(tokens: Int32Array, calls: Int32Array, row: number): Promise<Float32Array>;
     dispose(): void;
 }

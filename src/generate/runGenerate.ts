@@ -14,11 +14,12 @@ import { readModelFileInfo } from "../engine/gguf.js";
 import type { GpuChoice } from "../engine/types.js";
 import {
     generateAlone,
-    generateWithExactVerifier,
+    generateAloneNative,
     generateWithLibraryVerifier,
+    llamaSequenceTarget,
     TimedTokenPredictor,
 } from "./generateGreedily.js";
-import { generateAloneNative, generateWithNativeVerifier } from "./generateWithNativeVerifier.js";
+import { generateSpeculatively, type SpeculativeRun } from "./generateSpeculatively.js";
 import { NativeTarget } from "./NativeTarget.js";
 import {
     type DraftSource,
@@ -27,12 +28,15 @@ import {
     openDraftSource,
     openStateDraftSource,
 } from "./openDraftSource.js";
+import { type LogitsReplayer, replayDifference } from "./replayDifference.js";
+import type { StateOnlyTokenPredictor } from "./StateTokenPredictor.js";
 import { comparePromptRuns, summarizeGeneration } from "./summarizeGeneration.js";
 import {
     GenerateError,
     type GenerateSummary,
     type GenerationRun,
     type PromptResult,
+    type TargetCall,
     type VerifierKind,
 } from "./types.js";
 
@@ -132,6 +136,8 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
     const contexts: LlamaContext[] = [];
     let source: DraftSource | undefined;
     let nativeTarget: NativeTarget | undefined;
+    // the near-tie check's replays of an exact-node-llama-cpp run: a native target loaded at its first difference
+    let replayTarget: NativeTarget | undefined;
     // the native verifier runs the target in specdraft's addon; node-llama-cpp then only tokenizes
     const native = verifier === "exact";
     try {
@@ -145,14 +151,8 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
         const contextSize =
             options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
 
-        if (native)
-            nativeTarget = await NativeTarget.load({
-                modelPath: options.target,
-                contextSize,
-                maxOutputs: draftLength + 1,
-                gpu,
-                threads,
-            });
+        const targetOptions = { modelPath: options.target, contextSize, maxOutputs: draftLength + 1, gpu, threads };
+        if (native) nativeTarget = await NativeTarget.load(targetOptions);
         const sourceOptions: DraftSourceCommon = {
             draftLength,
             gpu,
@@ -166,29 +166,41 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
             warn,
         };
         let modes: GenerationModes;
-        if (nativeTarget !== undefined) {
-            // the native verifier has no node-llama-cpp sequence: its source's predictor drafts from the tokens alone
+        if (verifier === "node-llama-cpp") {
+            source = await openDraftSource(options.draft, { ...sourceOptions, draftModelPredictor: "library" });
+            const predictor = new TimedTokenPredictor(source.predictor);
+            modes = await openLibraryModes(model, predictor, contexts, { contextSize, threads, maxTokens });
+        } else {
+            // the exact verifiers' loop has no sequence to give a predictor: their sources draft from the tokens alone
             const stateSource = await openStateDraftSource(options.draft, {
                 ...sourceOptions,
-                draftModelPredictor: "native",
+                draftModelPredictor: native ? "native" : "lock-step",
             });
             source = stateSource;
             const predictor = new TimedTokenPredictor(stateSource.predictor);
-            // alone and speculative through the same native target, so the speed-up compares like with like
-            const target = nativeTarget;
-            modes = {
-                alone: (tokens) => generateAloneNative(target, tokens, maxTokens),
-                speculate: (tokens) => generateWithNativeVerifier(target, predictor, tokens, maxTokens, draftLength),
-            };
-        } else {
-            const draftModelPredictor = verifier === "exact-node-llama-cpp" ? "lock-step" : "library";
-            source = await openDraftSource(options.draft, { ...sourceOptions, draftModelPredictor });
-            const predictor = new TimedTokenPredictor(source.predictor);
-            const settings = { contextSize, threads, maxTokens, draftLength };
-            modes = await openLlamaModes(model, predictor, verifier, contexts, settings);
+            if (nativeTarget !== undefined) {
+                // alone and speculative through the same native target, so the speed-up compares like with like
+                const target = nativeTarget;
+                modes = {
+                    alone: (tokens) => generateAloneNative(target, tokens, maxTokens),
+                    speculate: (tokens) => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
+                    replayer: async () => target,
+                };
+            } else {
+                const settings = { contextSize, threads, maxTokens, draftLength };
+                modes = {
+                    ...(await openLlamaExactModes(model, predictor, contexts, settings)),
+                    // node-llama-cpp keeps no logits of greedy steps: the replays run on a native target with the
+                    // same context settings, loaded at the first difference
+                    replayer: async () => {
+                        replayTarget ??= await NativeTarget.load(targetOptions);
+                        return replayTarget;
+                    },
+                };
+            }
         }
 
-        const results = await measurePrompts(prompts, modes, { runs, warmup }, nativeTarget, options.onProgress);
+        const results = await measurePrompts(prompts, modes, { runs, warmup }, options.onProgress);
 
         return summarizeGeneration(results, {
             target: {
@@ -222,59 +234,86 @@ export async function runGenerate(options: RunGenerateOptions): Promise<Generate
     } finally {
         await source?.close();
         nativeTarget?.dispose();
+        replayTarget?.dispose();
         for (const context of contexts) await context.dispose();
         await targetModel?.dispose();
         if (options.llama === undefined) await llama.dispose();
     }
 }
 
-/** The two ways one prompt is generated: the target alone and with drafts. */
+/**
+ * The two ways one prompt is generated: the target alone and with drafts; a speculative run by specdraft's loop also
+ * gives its target calls, which `replayer`'s target decodes again where the outputs part (absent: no replay).
+ */
 interface GenerationModes {
     alone: (tokens: number[]) => Promise<GenerationRun>;
-    speculate: (tokens: number[]) => Promise<GenerationRun>;
+    speculate: (tokens: number[]) => Promise<SpeculativeRun | { run: GenerationRun; calls?: undefined }>;
+    replayer?: () => Promise<LogitsReplayer>;
 }
 
 /**
- * The target alone and speculative through node-llama-cpp: one sequence per context, and never two evaluations at once
- * (node-llama-cpp's sampling of several sequences in one context can race on llama.cpp's logits buffer). The contexts
- * go onto `contexts`, which the caller disposes.
+ * One context per mode, one sequence each, and never two evaluations at once (node-llama-cpp's sampling of several
+ * sequences in one context can race on llama.cpp's logits buffer). The contexts go onto `contexts`, which the caller
+ * disposes.
  */
-async function openLlamaModes(
+async function openContexts(
     model: LlamaModel,
-    predictor: TimedTokenPredictor,
-    verifier: VerifierKind,
+    contexts: LlamaContext[],
+    settings: { contextSize: number; threads: number },
+): Promise<[LlamaContext, LlamaContext]> {
+    const { contextSize, threads } = settings;
+    const alone = await model.createContext({ contextSize, sequences: 1, threads });
+    contexts.push(alone);
+    const speculative = await model.createContext({ contextSize, sequences: 1, threads });
+    contexts.push(speculative);
+    return [alone, speculative];
+}
+
+/** The target alone and specdraft's loop over a node-llama-cpp sequence (exact-node-llama-cpp). */
+async function openLlamaExactModes(
+    model: LlamaModel,
+    predictor: TimedTokenPredictor<StateOnlyTokenPredictor>,
     contexts: LlamaContext[],
     settings: { contextSize: number; threads: number; maxTokens: number; draftLength: number },
 ): Promise<GenerationModes> {
-    const { contextSize, threads, maxTokens, draftLength } = settings;
-    const aloneContext = await model.createContext({ contextSize, sequences: 1, threads });
-    contexts.push(aloneContext);
-    const speculativeContext = await model.createContext({ contextSize, sequences: 1, threads });
-    contexts.push(speculativeContext);
+    const { maxTokens, draftLength } = settings;
+    const [aloneContext, speculativeContext] = await openContexts(model, contexts, settings);
     const aloneSequence = aloneContext.getSequence();
-    const speculativeSequence =
-        verifier === "node-llama-cpp"
-            ? speculativeContext.getSequence({ tokenPredictor: predictor })
-            : speculativeContext.getSequence();
+    const target = llamaSequenceTarget(speculativeContext.getSequence());
     return {
         alone: (tokens) => generateAlone(aloneSequence, tokens, maxTokens),
-        speculate: (tokens) =>
-            verifier === "node-llama-cpp"
-                ? generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens)
-                : generateWithExactVerifier(speculativeSequence, predictor, tokens, maxTokens, draftLength),
+        speculate: (tokens) => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
+    };
+}
+
+/** The target alone and node-llama-cpp's own speculative path (a sequence created with the token predictor). */
+async function openLibraryModes(
+    model: LlamaModel,
+    predictor: TimedTokenPredictor,
+    contexts: LlamaContext[],
+    settings: { contextSize: number; threads: number; maxTokens: number },
+): Promise<GenerationModes> {
+    const { maxTokens } = settings;
+    const [aloneContext, speculativeContext] = await openContexts(model, contexts, settings);
+    const aloneSequence = aloneContext.getSequence();
+    const speculativeSequence = speculativeContext.getSequence({ tokenPredictor: predictor });
+    return {
+        alone: (tokens) => generateAlone(aloneSequence, tokens, maxTokens),
+        speculate: async (tokens) => ({
+            run: await generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens),
+        }),
     };
 }
 
 /**
  * Generates every prompt `runs` times with the target alone and with drafts, after `warmup` untimed generations of the
- * first prompt in each mode, alternating the order so neither mode always runs warm; where the native target's two
- * outputs part, asks it whether its own logits nearly tie there.
+ * first prompt in each mode, alternating the order so neither mode always runs warm; where a speculative run parts
+ * from the target alone, replays both there (replayDifference.ts) when the modes can.
  */
 async function measurePrompts(
     prompts: readonly { id: string; category?: string; tokens: number[] }[],
     modes: GenerationModes,
     counts: { runs: number; warmup: number },
-    nativeTarget: NativeTarget | undefined,
     onProgress: ((done: number, total: number) => void) | undefined,
 ): Promise<PromptResult[]> {
     const first = prompts[0];
@@ -290,31 +329,36 @@ async function measurePrompts(
     for (const prompt of prompts) {
         const alone: GenerationRun[] = [];
         const speculative: GenerationRun[] = [];
+        const calls: (TargetCall[] | undefined)[] = [];
+        const speculate = async (): Promise<void> => {
+            const generated = await modes.speculate(prompt.tokens);
+            speculative.push(generated.run);
+            calls.push(generated.calls);
+            step();
+        };
         for (let run = 0; run < counts.runs; run++) {
             if (run % 2 === 0) {
                 alone.push(await modes.alone(prompt.tokens));
                 step();
-                speculative.push(await modes.speculate(prompt.tokens));
-                step();
+                await speculate();
             } else {
-                speculative.push(await modes.speculate(prompt.tokens));
-                step();
+                await speculate();
                 alone.push(await modes.alone(prompt.tokens));
                 step();
             }
         }
         const result = comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative);
         const d = result.firstDifference;
-        if (nativeTarget !== undefined && d !== undefined && d.expected !== null && d.actual !== null) {
-            const before = alone[d.run]?.tokens.slice(0, d.position) ?? [];
-            // on a GPU the target's multi-token decodes (verification) and one-token decodes (the target alone)
-            // run other kernels, which round differently: where the target's two tokens are closer than their
-            // disagreement, that rounding (not speculation) chose (on 2026-12-01 the lab target, Q8_0 on the H200,
-            // parted from itself so on 2 of 16 prompts)
-            const { gap, disagreement } = await nativeTarget.logitGap(prompt.tokens, before, d.expected, d.actual);
-            d.logitGap = gap;
-            d.kernelDisagreement = disagreement;
-            d.nearTie = gap <= 2 * disagreement;
+        const runCalls = d === undefined ? undefined : calls[d.run];
+        if (d !== undefined && runCalls !== undefined && modes.replayer !== undefined) {
+            const replay = await replayDifference(
+                await modes.replayer(),
+                prompt.tokens,
+                alone[d.run]?.tokens ?? [],
+                runCalls,
+                d,
+            );
+            Object.assign(d, replay);
         }
         results.push(result);
     }

@@ -28,27 +28,39 @@ export function comparePromptRuns(
     return result;
 }
 
-/** One line naming the prompt, the run and the first differing position; `undefined` when the outputs are identical. */
+/**
+ * One line naming the prompt, the run and the first differing position, and what the near-tie check found there;
+ * `undefined` when the outputs are identical.
+ */
 export function describeMismatch(prompt: PromptResult): string | undefined {
     const d = prompt.firstDifference;
     if (prompt.identical || d === undefined) return undefined;
-    const apart = `the target alone's logits for the two differ by ${d.logitGap?.toPrecision(2)}`;
-    const rounding = `its one- and multi-token kernels by up to ${d.kernelDisagreement?.toPrecision(2)}`;
-    const gap =
-        d.logitGap === undefined
-            ? ""
-            : d.nearTie
-              ? `; a near tie: ${apart}, ${rounding}`
-              : `; ${apart}, ${rounding}: not a tie`;
     return (
         `output mismatch: prompt ${JSON.stringify(prompt.id)}, run ${d.run + 1}: speculative output differs from the target alone ` +
-        `at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"}${gap})`
+        `at position ${d.position} (expected token ${d.expected ?? "end of output"}, found ${d.actual ?? "end of output"}${replayNote(d)})`
     );
 }
 
+/** What the near-tie check found at a first difference, as the tail of describeMismatch's line ("" if it did not run). */
+function replayNote(d: NonNullable<PromptResult["firstDifference"]>): string {
+    if (d.otherContext !== undefined) {
+        const { position, expected, found } = d.otherContext;
+        return `; not a near tie: the speculative run's cache held token ${found} at context position ${position} where the target alone had ${expected}`;
+    }
+    if (d.replayedTokens === undefined || d.logitGap === undefined || d.speculativeLogitGap === undefined)
+        return d.nearTie === false ? "; not a near tie: the speculative run computed no token there" : "";
+    const signed = (x: number): string => (x >= 0 ? "+" : "") + x.toPrecision(2);
+    const figures =
+        `logit[expected] − logit[found] is ${signed(d.logitGap)} as the target alone computed it and ` +
+        `${signed(-d.speculativeLogitGap)} as the speculative run did; their logits differ by up to ${d.kernelDisagreement?.toPrecision(2)}`;
+    if (d.nearTie) return `; a near tie: ${figures}`;
+    const { alone, speculative } = d.replayedTokens;
+    return `; not a near tie: decoded again in the same shapes, the target alone gives token ${alone} and the speculative run ${speculative} there (${figures})`;
+}
+
 /**
- * What a run's differences mean for its exit: a difference at a near tie of the target's logits is the rounding of its
- * kernels, not an error of speculation (a warning); any other is a failure (the first one's line).
+ * What a run's differences mean for its exit: a difference at a near tie is the decode shapes' rounding, not an error of
+ * speculation (a warning naming it); any other is a failure (the first one's line).
  */
 export function judgeDifferences(summary: GenerateSummary): { warnings: string[]; failure?: string } {
     const differing = summary.prompts.filter((p) => !p.identical);

@@ -2,9 +2,10 @@
  * Types of `specdraft generate`: a target model generating greedily, once alone and once with drafts, side by side,
  * and the error it raises before generating.
  *
- * A prompt's path: prompt tokens → generateAlone (the target by itself) and generateWithExactVerifier or
- * generateWithLibraryVerifier (the target verifying drafts from a DraftSource's TokenPredictor; generateGreedily.ts)
- * → GenerationRun each → compared token by token (summarizeGeneration.ts) → GenerateSummary.
+ * A prompt's path: prompt tokens → generateAlone or generateAloneNative (the target by itself) and
+ * generateSpeculatively or generateWithLibraryVerifier (the target verifying drafts from a DraftSource's
+ * TokenPredictor) → GenerationRun each → compared token by token (summarizeGeneration.ts), a difference replayed
+ * (replayDifference.ts) → GenerateSummary.
  */
 
 /** Where drafts come from. */
@@ -45,6 +46,19 @@ export interface GenerationRun {
     draftSeconds: number;
 }
 
+/**
+ * One call of the target: its KV cache trimmed to its first `keep` tokens, `tokens` decoded after them (in llama_decode
+ * calls of up to the batch size), and the greedy next token (or the logits) asked after each of tokens[outputFrom ..
+ * outputTo). A speculative run records its calls so that the near-tie check can decode them again.
+ */
+export interface TargetCall {
+    keep: number;
+    tokens: readonly number[];
+    outputFrom: number;
+    /** Defaults to `tokens.length`. */
+    outputTo?: number;
+}
+
 /** Both modes on one prompt, `runs` times each. */
 export interface PromptResult {
     id: string;
@@ -60,19 +74,25 @@ export interface PromptResult {
         position: number;
         expected: number | null;
         actual: number | null;
+        // The near-tie check (the exact verifiers; src/generate/replayDifference.ts, docs/generate.md): both runs'
+        // calls decoded again up to this position, in the shapes they were decoded in.
         /**
-         * logit[expected] − logit[actual] on the target alone's path at that position (the native verifier only; absent
-         * where either is the end of the output).
+         * logit[expected] − logit[actual] as the target alone computed them (an end-of-generation token stands for
+         * the end of an output: the one its replay chose).
          */
         logitGap?: number;
-        /**
-         * The largest difference over the vocabulary between the target alone's logits there and verification's (one
-         * decode of the tokens so far and the next): how much the two kernel paths disagree at that position.
-         */
+        /** logit[actual] − logit[expected] as the speculative run computed them. */
+        speculativeLogitGap?: number;
+        /** The largest difference over the vocabulary between the two runs' logits there. */
         kernelDisagreement?: number;
+        /** The greedy tokens of the two replays there. */
+        replayedTokens?: { alone: number; speculative: number };
+        /** The first context position where the speculative run's cache held another token than the target alone's. */
+        otherContext?: { position: number; expected: number; found: number };
         /**
-         * logitGap ≤ 2 · kernelDisagreement: the two tokens were closer than the paths' rounding, which (not
-         * speculation) chose between them.
+         * The replays reproduce both runs' tokens from the same context: the decode shapes, not speculation, chose
+         * between two tokens within the runs' disagreement. Absent where nothing was replayed (the node-llama-cpp
+         * verifier).
          */
         nearTie?: boolean;
     };
@@ -122,7 +142,7 @@ export interface GenerateSummary {
     draftTimeShare: number;
     /** All speculative outputs equal the target-alone outputs. */
     identical: boolean;
-    /** Prompts whose outputs part at a near tie of the target's logits (firstDifference.nearTie). */
+    /** Prompts whose outputs part at a near tie (firstDifference.nearTie). */
     nearTies: number;
     /** Warnings raised while generating (e.g. the drafter failed and generation fell back to the target alone). */
     warnings: string[];

@@ -11,11 +11,11 @@
  * - drafts with fillers (every decode two or more tokens a sequence) are identical whatever M and the batch;
  * - drafts with candidates equal the plain one-token drafts except where the two tokens were a near tie: at the first
  *   difference, the plain path's logit gap between them is within twice the two paths' largest logit difference
- *   there (NativeTarget.logitGap, the rule `generate` applies to a target), or below `tieGap`: of the 67 differences
- *   bench/lookaheadSteps.ts --classify found over 6,733 held-out drafts (2026-12-01), every gap was ≤ 0.037, and the 8
- *   outside the first rule sat where logitGap's two paths agree exactly but the walk's cache history had split the
- *   context otherwise (the plain engine re-drafting the same contexts parted there too). A real error (a kept
- *   candidate the drafter did not choose, a wrong cache) would part them with a wide gap.
+ *   there (NativeTarget.logitGap), or below `tieGap`: of the 67 differences bench/lookaheadSteps.ts --classify found
+ *   over 6,733 held-out drafts (2026-12-01), every gap was ≤ 0.037, and the 8 outside the first rule sat where
+ *   logitGap's two paths agree exactly but the walk's cache history had split the context otherwise (the plain engine
+ *   re-drafting the same contexts parted there too). A real error (a kept candidate the drafter did not choose, a wrong
+ *   cache) would part them with a wide gap.
  */
 
 import assert from "node:assert/strict";

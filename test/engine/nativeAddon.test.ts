@@ -13,7 +13,7 @@ const complete: NativeLoadOptions = {
     batchSize: 64,
     ubatchSize: 64,
     gpuLayers: 0,
-    flashAttention: false,
+    flashAttention: "off",
     kvUnified: false,
     backendSampling: false,
     kvType: "",

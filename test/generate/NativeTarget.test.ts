@@ -8,8 +8,9 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { ControlledEvaluateInputItem, Llama, Token } from "node-llama-cpp";
 import { generateAlone } from "../../src/generate/generateGreedily.js";
-import { NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
+import { aloneCalls, NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
 import type { NativeTargetHandle } from "../../src/generate/nativeTargetAddon.js";
+import type { TargetCall } from "../../src/generate/types.js";
 import { cpuLlama, targetModel, testThreads } from "./testModels.js";
 
 const contextSize = 256;
@@ -39,6 +40,13 @@ async function openTarget(
     });
     t.after(() => target.dispose());
     return target;
+}
+
+/** The first index of the largest logit. */
+function argmax(logits: Float32Array): number {
+    let best = 0;
+    for (let v = 1; v < logits.length; v++) if ((logits[v] ?? 0) > (logits[best] ?? 0)) best = v;
+    return best;
 }
 
 /** node-llama-cpp's greedy next token after each of `tokens` (from an empty sequence), one controlledEvaluate. */
@@ -155,6 +163,45 @@ test("logitGap: the target alone's logit difference of two tokens at a position,
     assert.deepEqual(await target.generate(prompt, 6), generated);
 });
 
+test("replay: decoding a run's calls again gives the logits it computed, in a context of its own", async (t) => {
+    const target = await openTarget(t, { backendSampling: true });
+    // a run's calls: the prompt alone, then steps of a token and 4 drafts, the last 2 rejected each time
+    const calls: TargetCall[] = [{ keep: 0, tokens: prompt, outputFrom: prompt.length - 1 }];
+    const outputs = [await target.verify(prompt, 0, prompt.length - 1)];
+    let keep = prompt.length;
+    for (let step = 0; step < 4; step++) {
+        const last = outputs.at(-1)?.at(-1) ?? 0;
+        const tokens = [last, 100 + step, 200 + step, 300 + step, 400 + step];
+        calls.push({ keep, tokens, outputFrom: 0 });
+        outputs.push(await target.verify(tokens, keep, 0));
+        keep += 3;
+    }
+    const cached = target.cached;
+    for (const [i, call] of calls.entries()) {
+        for (let row = call.outputFrom; row < call.tokens.length; row++) {
+            const logits = await target.replayLogits(calls.slice(0, i + 1), row);
+            assert.equal(logits.length, target.vocabSize);
+            assert.equal(argmax(logits), outputs[i]?.[row - call.outputFrom], `call ${i}, row ${row}`);
+        }
+    }
+    assert.equal(target.cached, cached, "replays leave the target's cache as it was");
+    // the target alone's calls: the logits of its next token
+    const generated = await target.generate(prompt, 5);
+    const next = await target.replayLogits(aloneCalls(prompt, generated.slice(0, 4)));
+    assert.equal(argmax(next), generated[4]);
+
+    await assert.rejects(
+        target.replayLogits([{ keep: 1, tokens: [1], outputFrom: 0 }]),
+        /call 0: keep 1: expected 0 ≤ keep ≤ 0/,
+    );
+    await assert.rejects(
+        target.replayLogits([{ keep: 0, tokens: prompt, outputFrom: 0 }]),
+        /call 0: expected outputs 0 ≤ outputFrom < outputTo ≤ count, at most 9/,
+    );
+    await assert.rejects(target.replayLogits(calls.slice(0, 1), 0), /row must be an output of the last call/);
+    await assert.rejects(target.replayLogits([]), /at least one call/);
+});
+
 test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missing option", async (t) => {
     const target = await openTarget(t);
     await target.verify(prompt, 0, prompt.length - 1);
@@ -190,8 +237,9 @@ test("bad calls: keep beyond the cache, too many outputs, bad token ids, a missi
     };
     const { maxOutputs: _left, ...missing } = options;
     assert.throws(() => raw.load(missing as typeof options), /option maxOutputs: expected a 32-bit integer/);
+    assert.throws(() => raw.load({ ...options, contextSize: 1 }), /option contextSize: expected ≥ 2, got 1/);
     assert.throws(
         () => raw.load({ ...options, flashAttention: "yes" as "on" }),
-        /flashAttention must be "auto", "on" or "off"/,
+        /option flashAttention: expected "auto", "on" or "off", got "yes"/,
     );
 });

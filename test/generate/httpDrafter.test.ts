@@ -216,15 +216,15 @@ test("the warm-up generates the first prompt untimed in both modes before the me
             return { requests: server.takeRequests(), summary };
         };
         const cold = await requestsWith(0);
-        // one draft request per target step of the measured runs, and none for the target alone
-        assert.equal(cold.requests, cold.summary.speculative.targetSteps);
+        // one draft request per target step of the measured runs but each prompt's own step, none for the target alone
+        assert.equal(cold.requests, cold.summary.speculative.targetSteps - cold.summary.prompts.length);
         const warm = await requestsWith(1);
         // the measured runs are the same; the warm-up added one speculative generation of the first prompt
         assert.deepEqual(
             warm.summary.prompts.map((p) => p.speculative[0].tokens),
             cold.summary.prompts.map((p) => p.speculative[0].tokens),
         );
-        assert.equal(warm.requests - cold.requests, cold.summary.prompts[0].speculative[0].targetSteps);
+        assert.equal(warm.requests - cold.requests, cold.summary.prompts[0].speculative[0].targetSteps - 1);
     } finally {
         await server.close();
     }

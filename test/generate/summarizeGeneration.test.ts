@@ -45,11 +45,17 @@ test("a differing second run is named with its round and first differing positio
     );
 });
 
-test("a difference at a near tie of the target's logits warns; any other fails, and names the gap", () => {
+test("a difference at a near tie warns, naming both runs' gaps and their disagreement; any other fails, and says why", () => {
     const parted = (id: string, logitGap?: number, nearTie?: boolean): PromptResult => {
         const result = comparePromptRuns(id, undefined, 3, [run([1, 2, 3])], [run([1, 2, 9])]);
         if (result.firstDifference && logitGap !== undefined)
-            Object.assign(result.firstDifference, { logitGap, kernelDisagreement: 0.002, nearTie });
+            Object.assign(result.firstDifference, {
+                logitGap,
+                speculativeLogitGap: 0.0001,
+                kernelDisagreement: 0.002,
+                replayedTokens: { alone: 3, speculative: nearTie ? 9 : 3 },
+                nearTie,
+            });
         return result;
     };
     const same = comparePromptRuns("same", undefined, 3, [run([1, 2])], [run([1, 2])]);
@@ -68,14 +74,27 @@ test("a difference at a near tie of the target's logits warns; any other fails, 
     assert.equal(judged.failure, undefined, "a near tie alone does not fail the run");
     assert.equal(judged.warnings.length, 1);
     assert.match(
-        judged.warnings[0],
-        /warning: output mismatch: prompt "tie", .*a near tie: .* differ by 0\.00040, .* kernels by up to 0\.0020\)/,
+        judged.warnings[0] ?? "",
+        /warning: output mismatch: prompt "tie", .*at position 2 \(expected token 3, found 9; a near tie: logit\[expected\] − logit\[found\] is \+0\.00040 as the target alone computed it and -0\.00010 as the speculative run did; their logits differ by up to 0\.0020\)/,
     );
 
     const real = summarizeGeneration([parted("tie", 0.0004, true), parted("bug", 3.5, false)], about);
     assert.equal(real.nearTies, 1);
-    assert.match(judgeDifferences(real).failure ?? "", /prompt "bug", .*differ by 3\.5, .*0\.0020: not a tie/);
-    // no gap measured (another verifier, or an end of output): a failure
+    assert.match(
+        judgeDifferences(real).failure ?? "",
+        /prompt "bug", .*not a near tie: decoded again in the same shapes, the target alone gives token 3 and the speculative run 3 there \(.*is \+3\.5 .*0\.0020\)\)/,
+    );
+    // the speculative run's cache held another token: a fault of speculation, named
+    const otherContext = parted("cache");
+    Object.assign(otherContext.firstDifference ?? {}, {
+        otherContext: { position: 4, expected: 1, found: 7 },
+        nearTie: false,
+    });
+    assert.match(
+        judgeDifferences(summarizeGeneration([otherContext], about)).failure ?? "",
+        /prompt "cache", .*not a near tie: the speculative run's cache held token 7 at context position 4 where the target alone had 1\)/,
+    );
+    // nothing replayed (the node-llama-cpp verifier): a failure
     assert.match(judgeDifferences(summarizeGeneration([parted("unknown")], about)).failure ?? "", /prompt "unknown"/);
     assert.deepEqual(judgeDifferences(summarizeGeneration([same], about)), { warnings: [] });
 });

@@ -1,4 +1,4 @@
-// The addon's module: the draft Engine (draft_engine.h) and generate's Target (target.cpp).
+// The addon's module: the draft Engine (draft_engine.h) and generate's Target (src/generate/native/target.cpp).
 
 #include "native_shared.h"
 

@@ -48,7 +48,7 @@ public:
                 ? std::max<int64_t>(options_.streams, std::min<int64_t>(stepTokens, (int64_t)options_.streams * (1 + maxCandidates)))
                 : options_.streams;
             cp.n_outputs_max = (uint32_t)outputsMax;
-            cp.flash_attn_type = options_.flashAttention ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+            cp.flash_attn_type = options_.flashAttention;
             cp.no_perf = true;
             if (!options_.kvType.empty()) {
                 cp.type_k = kvTypeOf(options_.kvType);
@@ -126,7 +126,7 @@ Napi::Value Engine::Load(const Napi::CallbackInfo& info) {
     opt.batchSize = getIntAtLeast(o, "batchSize", 1);
     opt.ubatchSize = getIntAtLeast(o, "ubatchSize", 1);
     opt.gpuLayers = getInt(o, "gpuLayers");
-    opt.flashAttention = getBool(o, "flashAttention");
+    opt.flashAttention = getFlashAttention(o, "flashAttention");
     opt.kvUnified = getBool(o, "kvUnified");
     opt.threads = getIntAtLeast(o, "threads", 0);
     opt.unguardedLogits = getBool(o, "unguardedLogits");

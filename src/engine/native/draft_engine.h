@@ -144,7 +144,7 @@ struct LoadOptions {
     int32_t batchSize = 0;
     int32_t ubatchSize = 0;
     int32_t gpuLayers = 0;
-    bool flashAttention = false;
+    llama_flash_attn_type flashAttention = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     bool kvUnified = false;
     int32_t threads = 0;  // 0: llama.cpp's own thread count
     bool unguardedLogits = false;

@@ -1,6 +1,7 @@
-// What the addon's two classes share (the draft Engine, draft_engine.h, and generate's Target, target.cpp): llama.cpp's
-// logging and backend set-up, the llama.cpp objects each owns (LlamaHandles), the greedy argmax and the guarded read of many output rows, timing, and the readers of
-// an options object that load() takes (every field required: the defaults live in TypeScript).
+// What the addon's two classes share (the draft Engine, draft_engine.h, and generate's Target,
+// src/generate/native/target.cpp): llama.cpp's logging and backend set-up, the llama.cpp objects each owns
+// (LlamaHandles), the greedy argmax and the guarded read of many output rows, timing, and the readers of an options
+// object that load() takes (every field required: the defaults live in TypeScript).
 #pragma once
 
 #include <napi.h>
@@ -229,6 +230,15 @@ inline int32_t getIntAtLeast(const Napi::Object& o, const char* key, int32_t min
         throw Napi::RangeError::New(o.Env(), std::string("option ") + key + ": expected ≥ " + std::to_string(min) + ", got " + std::to_string(value));
     }
     return value;
+}
+
+// A required flash-attention option, llama.cpp's three choices: "auto" (llama.cpp decides), "on" or "off".
+inline llama_flash_attn_type getFlashAttention(const Napi::Object& o, const char* key) {
+    const std::string value = getString(o, key);
+    if (value == "on") return LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    if (value == "off") return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (value == "auto") return LLAMA_FLASH_ATTN_TYPE_AUTO;
+    throw Napi::RangeError::New(o.Env(), std::string("option ") + key + ": expected \"auto\", \"on\" or \"off\", got \"" + value + "\"");
 }
 
 inline Napi::Int32Array tokensToJs(Napi::Env env, const std::vector<llama_token>& tokens) {

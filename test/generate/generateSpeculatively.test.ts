@@ -1,15 +1,16 @@
 /**
- * The native verifier on the CPU with the tiny fixtures: lossless (speculative output == the target alone) and
- * identical, step for step, to the exact verifier over node-llama-cpp fed the same drafts; one llama_decode per target
- * step; the native in-process drafter drafts what node-llama-cpp's lock-step draft model drafts.
+ * specdraft's verification loop on the CPU with the tiny fixtures: with the native target, lossless (speculative output
+ * == the target alone) and identical, step for step, to the same loop over a node-llama-cpp sequence fed the same
+ * drafts; the prompt decoded alone first, then one llama_decode per target step; the native in-process drafter drafts
+ * what node-llama-cpp's lock-step draft model drafts.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { InputLookupTokenPredictor, type Llama } from "node-llama-cpp";
 import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { GreedyDraftTokenPredictor } from "../../src/generate/GreedyDraftTokenPredictor.js";
-import { generateWithExactVerifier, TimedTokenPredictor } from "../../src/generate/generateGreedily.js";
-import { generateAloneNative, generateWithNativeVerifier } from "../../src/generate/generateWithNativeVerifier.js";
+import { generateAloneNative, llamaSequenceTarget, TimedTokenPredictor } from "../../src/generate/generateGreedily.js";
+import { generateSpeculatively, type SpeculativeTarget } from "../../src/generate/generateSpeculatively.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
 import type { GenerationRun } from "../../src/generate/types.js";
@@ -68,7 +69,7 @@ for (const [name, draftPath] of [
         t.after(() => target.dispose());
         const targetModelNlc = await llama.loadModel({ modelPath: targetModel });
         const verifierContext = await targetModelNlc.createContext({ contextSize, sequences: 1, threads: testThreads });
-        const verifierSequence = verifierContext.getSequence();
+        const verifierSequence = llamaSequenceTarget(verifierContext.getSequence());
         t.after(async () => {
             await verifierContext.dispose();
             await targetModelNlc.dispose();
@@ -82,32 +83,39 @@ for (const [name, draftPath] of [
         for (const prompt of prompts) {
             const alone = await generateAloneNative(target, prompt, maxTokens);
             assert.equal(alone.tokens.length, maxTokens);
-            const decodesBefore = target.stats.decodes;
-            const native = await generateWithNativeVerifier(
+            const before = { ...target.stats };
+            const { run: native, calls } = await generateSpeculatively(
                 target,
                 forNative.predictor,
                 prompt,
                 maxTokens,
                 draftLength,
             );
-            // one llama_decode per target step (the prompts fit one batch)
-            assert.equal(target.stats.decodes - decodesBefore, native.targetSteps);
+            // one llama_decode per target step (the prompts fit one batch), the first the prompt alone, as the target
+            // alone decodes it
+            assert.equal(target.stats.decodes - before.decodes, native.targetSteps);
+            assert.deepEqual(calls[0], { keep: 0, tokens: prompt, outputFrom: prompt.length - 1 });
+            assert.equal(
+                target.stats.tokens - before.tokens,
+                calls.map((c) => c.tokens.length).reduce((a, b) => a + b),
+            );
             assert.deepEqual(native.tokens, alone.tokens, "speculative output differs from the target alone");
-            const library = await generateWithExactVerifier(
+            const library = await generateSpeculatively(
                 verifierSequence,
                 forLibrary.predictor,
                 prompt,
                 maxTokens,
                 draftLength,
             );
-            assert.deepEqual(counts(native), counts(library));
+            assert.deepEqual(counts(native), counts(library.run));
+            assert.deepEqual(library.calls, calls);
             accepted += native.accepted;
         }
         assert.ok(accepted > 0, "some drafts were accepted");
         if (draftPath === targetModel) {
             // a perfect drafter: every step takes its whole draft but at the cut to maxTokens
             for (const prompt of prompts) {
-                const run = await generateWithNativeVerifier(
+                const { run } = await generateSpeculatively(
                     target,
                     forNative.predictor,
                     prompt,
@@ -173,15 +181,15 @@ test("a decode that only ends the output is not a step that produced tokens, as 
     const end = 9;
     let verifies = 0;
     // the target's first step yields one token, its second only the end token
-    const target = {
+    const target: SpeculativeTarget = {
         contextSize: 64,
         maxOutputs: 17,
-        eogIds: new Set([end]),
-        verify: async (tokens: readonly number[], _keep: number, outputFrom: number) =>
+        isEog: (token) => token === end,
+        verify: async (tokens, _keep, outputFrom) =>
             Array.from({ length: tokens.length - outputFrom }, () => (verifies++ === 0 ? 5 : end)),
-    } as unknown as NativeTarget;
+    };
     const predictor = new TimedTokenPredictor(new InputLookupTokenPredictor());
-    const run = await generateWithNativeVerifier(target, predictor, [1, 2, 3], 10, 4);
+    const { run } = await generateSpeculatively(target, predictor, [1, 2, 3], 10, 4);
     assert.deepEqual(run.tokens, [5]);
     assert.equal(verifies, 2, "the target ran twice");
     assert.equal(run.targetSteps, 1, "one step produced the output; the other produced only its end");

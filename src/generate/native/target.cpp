@@ -1,5 +1,7 @@
 // The target of `specdraft generate`: one sequence of a target model, for speculative generation
-// (src/generate/NativeTarget.ts; its typed view src/generate/nativeTargetAddon.ts).
+// (src/generate/NativeTarget.ts; its typed view src/generate/nativeTargetAddon.ts). Only generate uses it, so it lives
+// here; it is compiled into the one native addon with the draft engine (src/engine/native: the module, addon.cpp, and
+// what both classes share, native_shared.h), since llama.cpp's backends and log are set up once per process.
 //
 // Verification in one call: `evaluate(tokens, keep, outputFrom)` trims the KV cache to its first `keep` cells (what a
 // rejected draft left behind goes), decodes `tokens` at positions keep, keep+1, ... (one llama_decode when they fit the
@@ -17,15 +19,16 @@
 //   await target.evaluate(tokens: Int32Array, keep, outputFrom) -> { next: Int32Array, cached, stats: Float64Array }
 //   await target.generate(tokens: Int32Array, keep, maxTokens)  -> { tokens: Int32Array, cached, stats: Float64Array }
 // (`cached`: tokens now in the KV cache)
-//   await target.logitGap(tokens: Int32Array, promptLength, a, b) -> { gap: logit[a] − logit[b] after tokens on the
-//         target alone's path, disagreement: the largest logit difference of that path and a verification's there }
+//   await target.replay(tokens: Int32Array, calls: Int32Array, row) -> Float32Array: the logits of token `row` of the
+//         last call after decoding `calls` ([keep, count, outputFrom, outputTo] each, their tokens one after another in
+//         `tokens`) as evaluate() decodes them, in a context of its own
 //   target.dispose()
 // `stats` (targetStatFields numbers): llama_decode calls, tokens decoded, submit ms (the llama_decode calls), wait ms
 // (llama_synchronize after each), read ms (fetching the sampled ids or the argmax over logits), graphs llama.cpp reused.
 
 #include <atomic>
 
-#include "native_shared.h"
+#include "../../engine/native/native_shared.h"
 
 namespace specdraft {
 
@@ -54,6 +57,28 @@ struct TargetOptions {
     int32_t maxOutputs = 0;  // greedy outputs one evaluate() may ask for (k + 1 for drafts of k)
     int32_t threads = 0;
 };
+
+// One call of a replay: the cache trimmed to `keep` cells, `count` tokens decoded after them, outputs for indices
+// [outputFrom, outputTo) of those tokens.
+struct ReplayCall {
+    int32_t keep;
+    int32_t count;
+    int32_t outputFrom;
+    int32_t outputTo;
+};
+
+// Fills `batch` with tokens[0..count) of the one sequence at positions pos, pos+1, ..., outputs for indices
+// [outputFrom, outputTo).
+void fillBatch(llama_batch& batch, const llama_token* tokens, int32_t count, int32_t pos, int32_t outputFrom, int32_t outputTo) {
+    for (int32_t j = 0; j < count; ++j) {
+        batch.token[j] = tokens[j];
+        batch.pos[j] = pos + j;
+        batch.n_seq_id[j] = 1;
+        batch.seq_id[j][0] = 0;
+        batch.logits[j] = j >= outputFrom && j < outputTo ? 1 : 0;
+    }
+    batch.n_tokens = count;
+}
 
 class Target : public Napi::ObjectWrap<Target>, public LlamaHandles {
 public:
@@ -85,15 +110,7 @@ public:
     // appends their greedy next tokens to `next`.
     void decode(const llama_token* tokens, int32_t count, int32_t pos, int32_t firstOutput, std::vector<llama_token>& next,
                 TargetStats& stats) {
-        batch.n_tokens = 0;
-        for (int32_t j = 0; j < count; ++j) {
-            batch.token[j] = tokens[j];
-            batch.pos[j] = pos + j;
-            batch.n_seq_id[j] = 1;
-            batch.seq_id[j][0] = 0;
-            batch.logits[j] = j >= firstOutput ? 1 : 0;
-        }
-        batch.n_tokens = count;
+        fillBatch(batch, tokens, count, pos, firstOutput, count);
         const int32_t reusedBefore = llama_perf_context(ctx).n_reused;
         const Clock::time_point start = Clock::now();
         decodeOrThrow(ctx, batch);
@@ -132,17 +149,16 @@ public:
         return next;
     }
 
-    // How near a tie the target alone's choice between tokens a and b after `tokens` was, and how much two kernel paths
-    // disagree there. In a context of its own without samplers (so its logits reach the host): the target alone's path
-    // (the first promptLength decoded as generate() decodes a prompt, in batch-sized chunks, then one token a decode)
-    // gives logit[a] − logit[b]; then `tokens` + [b] as verification decodes them (in one decode where they fit, the
-    // output at the last of `tokens`) gives the same position's logits by the other kernels, and the largest
-    // difference of the two over the vocabulary is their disagreement. A GPU's multi-token and one-token kernels round
-    // differently; the outputs of the target alone and of speculation can part only where the gap is within twice it.
-    std::pair<double, double> logitGap(const std::vector<llama_token>& tokens, int32_t promptLength, llama_token a, llama_token b) {
+    // Decodes `calls` one after another in a context of its own, created with this target's parameters but without
+    // samplers (so logits reach the host): each call trims the cache to its first `keep` cells and decodes its `count`
+    // tokens (the next ones of `tokens`) in batch-sized chunks with outputs for indices [outputFrom, outputTo), exactly
+    // as evaluate() decodes a call with outputs from outputFrom on; returns the logits of index `row` of the last call.
+    // llama.cpp's results depend on how tokens are split into decodes and which rows are outputs, so decoding a run's
+    // calls again gives the logits that run computed.
+    std::vector<float> replay(const std::vector<llama_token>& tokens, const std::vector<ReplayCall>& calls, int32_t row) {
         llama_context* c = llama_init_from_model(model, baseParams);
         if (!c) throw std::runtime_error("llama.cpp could not create a context: " + orUnknown(takeLoggedErrors()));
-        llama_batch one = llama_batch_init(batchCapacity, 0, 1);
+        llama_batch b = llama_batch_init(batchCapacity, 0, 1);
         struct Release {
             llama_context* c;
             llama_batch* b;
@@ -150,44 +166,27 @@ public:
                 llama_batch_free(*b);
                 llama_free(c);
             }
-        } release{c, &one};
-        // decodes seq[from, from + n) at their positions, the logits of index `output` (-1: none) asked
-        auto run = [&](const std::vector<llama_token>& seq, int32_t from, int32_t n, int32_t output) {
-            one.n_tokens = n;
-            for (int32_t j = 0; j < n; ++j) {
-                one.token[j] = seq[from + j];
-                one.pos[j] = from + j;
-                one.n_seq_id[j] = 1;
-                one.seq_id[j][0] = 0;
-                one.logits[j] = from + j == output ? 1 : 0;
+        } release{c, &b};
+        std::vector<float> logits;
+        size_t next = 0;  // the call's first token in `tokens`
+        for (size_t i = 0; i < calls.size(); ++i) {
+            const ReplayCall& call = calls[i];
+            if (!llama_memory_seq_rm(llama_get_memory(c), 0, call.keep, -1)) throw std::runtime_error("could not trim the KV cache");
+            for (int32_t offset = 0; offset < call.count; offset += batchCapacity) {
+                const int32_t chunk = std::min(batchCapacity, call.count - offset);
+                const int32_t from = std::clamp(call.outputFrom - offset, 0, chunk);
+                const int32_t to = std::clamp(call.outputTo - offset, 0, chunk);
+                fillBatch(b, tokens.data() + next + offset, chunk, call.keep + offset, from, to);
+                decodeOrThrow(c, b);
+                if (i + 1 == calls.size() && row >= offset && row < offset + chunk) {
+                    const float* values = llama_get_logits_ith(c, row - offset);
+                    if (!values) throw std::runtime_error("llama.cpp returned no logits");
+                    logits.assign(values, values + nVocab);
+                }
             }
-            decodeOrThrow(c, one);
-        };
-        const int32_t count = (int32_t)tokens.size();
-        for (int32_t offset = 0; offset < promptLength; offset += batchCapacity) {
-            run(tokens, offset, std::min(batchCapacity, promptLength - offset), promptLength - 1);
+            next += call.count;
         }
-        for (int32_t i = promptLength; i < count; ++i) run(tokens, i, 1, i);
-        const float* row = llama_get_logits_ith(c, -1);
-        if (!row) throw std::runtime_error("llama.cpp returned no logits");
-        const std::vector<float> alone(row, row + nVocab);
-
-        llama_memory_clear(llama_get_memory(c), true);
-        std::vector<llama_token> verified(tokens);
-        verified.push_back(b);
-        const int32_t total = (int32_t)verified.size();
-        double disagreement = 0;
-        for (int32_t offset = 0; offset < total; offset += batchCapacity) {
-            const int32_t chunk = std::min(batchCapacity, total - offset);
-            run(verified, offset, chunk, count - 1);
-            if (count - 1 < offset || count - 1 >= offset + chunk) continue;
-            const float* other = llama_get_logits_ith(c, count - 1 - offset);
-            if (!other) throw std::runtime_error("llama.cpp returned no logits");
-            for (int32_t v = 0; v < nVocab; ++v) {
-                disagreement = std::max(disagreement, std::fabs((double)alone[v] - (double)other[v]));
-            }
-        }
-        return {(double)alone[a] - (double)alone[b], disagreement};
+        return logits;
     }
 
     // The target alone: evaluates `tokens` after `keep` cached ones, then greedy tokens one decode each until an
@@ -213,7 +212,7 @@ private:
     Napi::Value Info(const Napi::CallbackInfo& info);
     Napi::Value Evaluate(const Napi::CallbackInfo& info);
     Napi::Value Generate(const Napi::CallbackInfo& info);
-    Napi::Value LogitGap(const Napi::CallbackInfo& info);
+    Napi::Value Replay(const Napi::CallbackInfo& info);
     Napi::Value Dispose(const Napi::CallbackInfo& info);
     std::vector<llama_token> readTokens(Napi::Env env, const Napi::Value& value, const char* method);
 };
@@ -289,7 +288,7 @@ protected:
                 cp.n_threads = options_.threads;
                 cp.n_threads_batch = options_.threads;
             }
-            t.baseParams = cp;  // without samplers: logitGap() makes contexts of its own from it
+            t.baseParams = cp;  // without samplers: replay() makes contexts of its own from it
             if (options_.backendSampling) {
                 // greedy in the graph for every output of the one sequence (llama.cpp builds one argmax per output row)
                 t.sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
@@ -356,27 +355,24 @@ private:
     TargetStats stats_;
 };
 
-class TargetLogitGapWorker : public TargetWorker {
+class TargetReplayWorker : public TargetWorker {
 public:
-    TargetLogitGapWorker(Napi::Env env, Target* target, std::vector<llama_token> tokens, int32_t promptLength, llama_token a,
-                         llama_token b)
-        : TargetWorker(env, target), tokens_(std::move(tokens)), promptLength_(promptLength), a_(a), b_(b) {}
+    TargetReplayWorker(Napi::Env env, Target* target, std::vector<llama_token> tokens, std::vector<ReplayCall> calls, int32_t row)
+        : TargetWorker(env, target), tokens_(std::move(tokens)), calls_(std::move(calls)), row_(row) {}
 
 protected:
-    void work() override { gap_ = target_->logitGap(tokens_, promptLength_, a_, b_); }
+    void work() override { logits_ = target_->replay(tokens_, calls_, row_); }
     Napi::Value result(Napi::Env env) override {
-        Napi::Object o = Napi::Object::New(env);
-        o.Set("gap", gap_.first);
-        o.Set("disagreement", gap_.second);
-        return o;
+        Napi::Float32Array a = Napi::Float32Array::New(env, logits_.size());
+        std::copy(logits_.begin(), logits_.end(), a.Data());
+        return a;
     }
 
 private:
     std::vector<llama_token> tokens_;
-    int32_t promptLength_;
-    llama_token a_;
-    llama_token b_;
-    std::pair<double, double> gap_{0, 0};
+    std::vector<ReplayCall> calls_;
+    int32_t row_;
+    std::vector<float> logits_;
 };
 
 Napi::Value Target::Load(const Napi::CallbackInfo& info) {
@@ -387,25 +383,15 @@ Napi::Value Target::Load(const Napi::CallbackInfo& info) {
     TargetOptions opt;
     opt.binsDir = getString(o, "binsDir");
     opt.modelPath = getString(o, "modelPath");
-    opt.contextSize = getIntAtLeast(o, "contextSize", 1);
+    opt.contextSize = getIntAtLeast(o, "contextSize", 2);
     opt.batchSize = getIntAtLeast(o, "batchSize", 1);
     opt.ubatchSize = getIntAtLeast(o, "ubatchSize", 1);
     opt.gpuLayers = getInt(o, "gpuLayers");
-    const std::string flash = getString(o, "flashAttention");
-    if (flash != "auto" && flash != "on" && flash != "off") {
-        throw Napi::RangeError::New(env, "Target.load: flashAttention must be \"auto\", \"on\" or \"off\", got \"" + flash + "\"");
-    }
-    opt.flashAttention = flash == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                         : flash == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                          : LLAMA_FLASH_ATTN_TYPE_AUTO;
+    opt.flashAttention = getFlashAttention(o, "flashAttention");
     opt.backendSampling = getBool(o, "backendSampling");
     opt.maxOutputs = getIntAtLeast(o, "maxOutputs", 1);
     opt.threads = getIntAtLeast(o, "threads", 0);
     const bool verbose = getBool(o, "verbose");
-    if (opt.contextSize < 2 || opt.batchSize < 1 || opt.ubatchSize < 1 || opt.maxOutputs < 1 || opt.threads < 0) {
-        throw Napi::RangeError::New(env,
-                                    "Target.load: expected contextSize ≥ 2, batchSize, ubatchSize, maxOutputs ≥ 1, threads ≥ 0");
-    }
     if (opt.maxOutputs > opt.batchSize) throw Napi::RangeError::New(env, "Target.load: maxOutputs must not exceed batchSize");
     setVerbose(verbose);
     auto* worker = new TargetLoadWorker(env, this, std::move(opt));
@@ -490,23 +476,47 @@ Napi::Value Target::Generate(const Napi::CallbackInfo& info) {
     return promise;
 }
 
-Napi::Value Target::LogitGap(const Napi::CallbackInfo& info) {
+// replay(tokens, calls, row): every call is checked as evaluate() checks one, against the cache the calls before it
+// leave, so a bad call is refused before anything is decoded.
+Napi::Value Target::Replay(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    if (!loaded) throw Napi::Error::New(env, "Target.logitGap: not loaded");
-    if (info.Length() < 4 || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber()) {
-        throw Napi::TypeError::New(env, "Target.logitGap(tokens: Int32Array, promptLength: number, a: number, b: number) expected");
+    if (!loaded) throw Napi::Error::New(env, "Target.replay: not loaded");
+    if (info.Length() < 3 || !info[1].IsTypedArray() || !info[2].IsNumber() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+        throw Napi::TypeError::New(env, "Target.replay(tokens: Int32Array, calls: Int32Array, row: number) expected");
     }
-    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.logitGap");
-    const int32_t promptLength = info[1].As<Napi::Number>().Int32Value();
-    const int32_t a = info[2].As<Napi::Number>().Int32Value();
-    const int32_t b = info[3].As<Napi::Number>().Int32Value();
-    if (promptLength < 1 || promptLength > (int32_t)tokens.size()) {
-        throw Napi::RangeError::New(env, "Target.logitGap: promptLength must be 1 … the number of tokens");
+    std::vector<llama_token> tokens = readTokens(env, info[0], "Target.replay");
+    Napi::Int32Array flat = info[1].As<Napi::Int32Array>();
+    const int32_t row = info[2].As<Napi::Number>().Int32Value();
+    if (flat.ElementLength() == 0 || flat.ElementLength() % 4 != 0) {
+        throw Napi::RangeError::New(env, "Target.replay: calls must hold [keep, count, outputFrom, outputTo] for each of ≥ 1 calls");
     }
-    if (a < 0 || a >= nVocab || b < 0 || b >= nVocab) throw Napi::RangeError::New(env, "Target.logitGap: token ids out of the vocabulary");
-    if ((int64_t)tokens.size() + 1 > (int64_t)llama_n_ctx_seq(ctx)) throw Napi::RangeError::New(env, "Target.logitGap: context overflow");
-    if (busy.load()) throw Napi::Error::New(env, "Target.logitGap: a call is already in flight");
-    auto* worker = new TargetLogitGapWorker(env, this, std::move(tokens), promptLength, a, b);
+    std::vector<ReplayCall> calls;
+    int64_t length = 0;  // tokens in the cache after the calls so far
+    int64_t total = 0;
+    const int64_t nCtx = (int64_t)llama_n_ctx_seq(ctx);
+    for (size_t i = 0; i < flat.ElementLength(); i += 4) {
+        const ReplayCall call{flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
+        const std::string which = "Target.replay: call " + std::to_string(i / 4) + ": ";
+        if (call.keep < 0 || call.keep > length) {
+            throw Napi::RangeError::New(env, which + "keep " + std::to_string(call.keep) + ": expected 0 ≤ keep ≤ " + std::to_string(length));
+        }
+        if (call.count < 1 || call.keep + (int64_t)call.count > nCtx) throw Napi::RangeError::New(env, which + "expected 1 … the context's free cells of tokens");
+        if (call.outputFrom < 0 || call.outputFrom >= call.outputTo || call.outputTo > call.count || call.outputTo - call.outputFrom > maxOutputs) {
+            throw Napi::RangeError::New(env, which + "expected outputs 0 ≤ outputFrom < outputTo ≤ count, at most " + std::to_string(maxOutputs));
+        }
+        length = call.keep + call.count;
+        total += call.count;
+        calls.push_back(call);
+    }
+    if (total != (int64_t)tokens.size()) {
+        throw Napi::RangeError::New(env, "Target.replay: the calls decode " + std::to_string(total) + " tokens, tokens holds " +
+                                             std::to_string(tokens.size()));
+    }
+    const ReplayCall& last = calls.back();
+    if (row < last.outputFrom || row >= last.outputTo) throw Napi::RangeError::New(env, "Target.replay: row must be an output of the last call");
+    if (busy.load()) throw Napi::Error::New(env, "Target.replay: a call is already in flight");
+    auto* worker = new TargetReplayWorker(env, this, std::move(tokens), std::move(calls), row);
     Napi::Promise promise = worker->Promise();
     worker->Queue();
     return promise;
@@ -522,7 +532,7 @@ void Target::Init(Napi::Env env, Napi::Object exports) {
     Napi::Function cls = DefineClass(env, "Target",
                                      {InstanceMethod("load", &Target::Load), InstanceMethod("info", &Target::Info),
                                       InstanceMethod("evaluate", &Target::Evaluate), InstanceMethod("generate", &Target::Generate),
-                                      InstanceMethod("logitGap", &Target::LogitGap), InstanceMethod("dispose", &Target::Dispose)});
+                                      InstanceMethod("replay", &Target::Replay), InstanceMethod("dispose", &Target::Dispose)});
     exports.Set("Target", cls);
 }
 

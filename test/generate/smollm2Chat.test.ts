@@ -1,0 +1,90 @@
+/**
+ * `specdraft generate` with a real chat model as the target, on the CPU: SmolLM2-135M-Instruct (Q4_1, fetched once by
+ * train/scripts/data/fetch_smollm2.sh into train/.cache/models) over 25 chat prompts of nine kinds
+ * (test/fixtures/smollm2-chat-prompts.jsonl: questions, how-to, code, writing, rewriting, summarizing, math, system
+ * prompts, multi-turn), rendered by its own chat template. The verdict holds: every speculative output equals the
+ * target alone's, or parts from it only at a near tie that replaying both runs' decodes reproduces (named in the
+ * test's diagnostics) — with prompt lookup, and with the target as its own in-process drafter (every step offers 16
+ * tokens, so verification decodes 17 at a time). It needs the prompt decoded alone on both paths: decoded together
+ * with the first drafts, its KV comes out otherwise on the CPU, and outputs part where a check blind to decode shapes
+ * calls it no tie (docs/generate.md, "Lossless").
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { after, before, test } from "node:test";
+import type { Llama } from "node-llama-cpp";
+import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
+import { describeMismatch, judgeDifferences } from "../../src/generate/summarizeGeneration.js";
+import type { GenerateSummary } from "../../src/generate/types.js";
+import { type ChatPrompt, readChatPrompts, renderChatPrompt } from "../fixtures/makeSmollm2ChatPrompts.js";
+import { cpuLlama, testThreads } from "./testModels.js";
+
+/** Enough tokens for outputs to part where the prompt's decode shape matters, few enough for CI's 2 cores. */
+const maxTokens = 32;
+
+let llama: Llama;
+let target: string;
+let prompts: ChatPrompt[];
+before(async () => {
+    // the pinned GGUF, downloaded on the first run only
+    target = execFileSync("bash", ["train/scripts/data/fetch_smollm2.sh"], { encoding: "utf8" }).trim();
+    llama = await cpuLlama();
+    prompts = await readChatPrompts();
+});
+after(async () => {
+    await llama.dispose();
+});
+
+test("the fixture: ≥ 20 prompts of ≥ 8 kinds, each its messages in SmolLM2's chat template", async () => {
+    assert.ok(prompts.length >= 20, `${prompts.length} prompts`);
+    assert.ok(new Set(prompts.map((p) => p.category)).size >= 8);
+    const model = await llama.loadModel({ modelPath: target, vocabOnly: true });
+    try {
+        for (const prompt of prompts) assert.deepEqual(prompt.prompt_tokens, renderChatPrompt(model, prompt.messages));
+    } finally {
+        await model.dispose();
+    }
+});
+
+function generate(options: Pick<RunGenerateOptions, "draft">): Promise<GenerateSummary> {
+    return runGenerate({
+        target,
+        prompts: prompts.map((p) => ({ id: p.id, category: p.category, tokens: p.prompt_tokens })),
+        maxTokens,
+        warmup: 0,
+        gpu: "cpu",
+        threads: testThreads,
+        llama,
+        ...options,
+    });
+}
+
+/** The command's exit 0: identical outputs, or differences only at near ties, each reported. */
+function assertVerdict(t: { diagnostic(message: string): void }, summary: GenerateSummary): void {
+    assert.equal(summary.prompts.length, prompts.length);
+    for (const prompt of summary.prompts)
+        assert.ok((prompt.alone[0]?.tokens.length ?? 0) > 0, `${prompt.id}: no output`);
+    const { warnings, failure } = judgeDifferences(summary);
+    assert.equal(failure, undefined);
+    for (const warning of warnings) t.diagnostic(warning);
+    const differing = summary.prompts.filter((p) => !p.identical);
+    assert.equal(summary.nearTies, differing.length);
+    for (const prompt of differing) {
+        // a near tie names both tokens, both runs' gaps and their disagreement
+        const d = prompt.firstDifference;
+        assert.ok(d?.logitGap !== undefined && d.kernelDisagreement !== undefined, describeMismatch(prompt));
+    }
+    t.diagnostic(`${differing.length} of ${summary.prompts.length} outputs parted at near ties, τ ${summary.tau}`);
+}
+
+test("the exact verifier with prompt lookup: lossless on every chat prompt", async (t) => {
+    const summary = await generate({ draft: { kind: "ngram" } });
+    assertVerdict(t, summary);
+    assert.ok(summary.speculative.drafted > 0, "chat answers repeat their prompts: lookup finds drafts");
+});
+
+test("the exact verifier with the target as its own in-process drafter: lossless, long drafts accepted", async (t) => {
+    const summary = await generate({ draft: { kind: "model", path: target } });
+    assertVerdict(t, summary);
+    assert.ok(summary.tau > 4, `τ ${summary.tau}`);
+});
