@@ -11,6 +11,7 @@ import { generateAlone } from "../../src/generate/generateGreedily.js";
 import { aloneCalls, NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
 import type { NativeTargetHandle } from "../../src/generate/nativeTargetAddon.js";
 import type { TargetCall } from "../../src/generate/types.js";
+import { defined } from "../helpers/defined.js";
 import { cpuLlama, targetModel, testThreads } from "./testModels.js";
 
 const contextSize = 256;
@@ -130,7 +131,7 @@ test("logitGap: the target alone's logit difference of two tokens at a position,
     const generated = await target.generate(prompt, 6);
     const cached = target.cached;
     const before = generated.slice(0, 4);
-    const chosen = generated[4];
+    const chosen = defined(generated[4], "the fifth generated token");
     // the second most likely token there, from node-llama-cpp's probabilities (a softmax of the same logits)
     const model = await llama.loadModel({ modelPath: targetModel });
     const context = await model.createContext({ contextSize, sequences: 1, threads: testThreads });
@@ -147,11 +148,12 @@ test("logitGap: the target alone's logit difference of two tokens at a position,
         await model.dispose();
     }
     const ranked = [...probabilities.entries()].sort((a, b) => b[1] - a[1]);
-    assert.equal(ranked[0]?.[0], chosen, "the target alone's token is the most likely one");
-    const [runnerUp, pRunnerUp] = ranked[1] ?? [0, 0];
+    const [best, pBest] = defined(ranked[0], "the most likely token");
+    assert.equal(best, chosen, "the target alone's token is the most likely one");
+    const [runnerUp, pRunnerUp] = defined(ranked[1], "the runner-up");
     const { gap, disagreement } = await target.logitGap(prompt, before, chosen, runnerUp);
     assert.ok(gap > 0, `gap ${gap}`);
-    const expected = Math.log((ranked[0]?.[1] ?? 0) / pRunnerUp);
+    const expected = Math.log(pBest / pRunnerUp);
     assert.ok(Math.abs(gap - expected) < 0.05, `gap ${gap}, node-llama-cpp ${expected}`);
     // the CPU's one-token and multi-token paths nearly agree: far below the gap, so no tie
     assert.ok(disagreement >= 0 && disagreement < 0.05, `disagreement ${disagreement}`);

@@ -64,7 +64,7 @@ test("--data --skip-invalid with --out: a side-by-side table, a JSON summary wit
         summary.prompts.map((p) => p.id),
         ["a", "b"],
     );
-    assert.equal(summary.prompts[0].category, "code");
+    assert.equal(summary.prompts[0]?.category, "code");
     assert.equal(summary.identical, true);
     assert.equal(summary.draft.kind, "model");
     assert.equal(summary.verifier, "exact");

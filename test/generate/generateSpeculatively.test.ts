@@ -13,7 +13,8 @@ import { generateAloneNative, llamaSequenceTarget, TimedTokenPredictor } from ".
 import { generateSpeculatively, type SpeculativeTarget } from "../../src/generate/generateSpeculatively.js";
 import { NativeTarget } from "../../src/generate/NativeTarget.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
-import type { GenerationRun } from "../../src/generate/types.js";
+import type { GenerateSummary, GenerationRun } from "../../src/generate/types.js";
+import { defined } from "../helpers/defined.js";
 import { cpuLlama, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
 
 const contextSize = 192;
@@ -129,7 +130,7 @@ for (const [name, draftPath] of [
 }
 
 test("specdraft generate's exact verifier (native target, native drafter) == exact-node-llama-cpp, and lossless", async () => {
-    const summaries = [];
+    const summaries: GenerateSummary[] = [];
     const generate = (more: Partial<RunGenerateOptions>) =>
         runGenerate({
             target: targetModel,
@@ -150,18 +151,22 @@ test("specdraft generate's exact verifier (native target, native drafter) == exa
             summaries.push(summary);
         }
     }
-    const [nativeModel, nativeLookup, libraryModel, libraryLookup] = summaries;
+    const nativeModel = defined(summaries[0], "the native verifier's model-drafted run");
+    const nativeLookup = defined(summaries[1], "the native verifier's lookup run");
+    const libraryModel = defined(summaries[2], "the node-llama-cpp verifier's model-drafted run");
+    const libraryLookup = defined(summaries[3], "the node-llama-cpp verifier's lookup run");
+    const firstRun = (runs: readonly GenerationRun[]): GenerationRun => defined(runs[0], "the first run");
     for (const [native, library] of [
         [nativeModel, libraryModel],
         [nativeLookup, libraryLookup],
-    ]) {
+    ] as const) {
         assert.deepEqual(
-            native.prompts.map((p) => counts(p.speculative[0])),
-            library.prompts.map((p) => counts(p.speculative[0])),
+            native.prompts.map((p) => counts(firstRun(p.speculative))),
+            library.prompts.map((p) => counts(firstRun(p.speculative))),
         );
         assert.deepEqual(
-            native.prompts.map((p) => p.alone[0].tokens),
-            library.prompts.map((p) => p.alone[0].tokens),
+            native.prompts.map((p) => firstRun(p.alone).tokens),
+            library.prompts.map((p) => firstRun(p.alone).tokens),
         );
     }
     assert.ok(nativeModel.speculative.accepted > 0);
@@ -172,8 +177,8 @@ test("specdraft generate's exact verifier (native target, native drafter) == exa
     const withoutCandidates = await generate({ draftLookahead: 0 });
     assert.equal(withoutCandidates.settings.draftLookahead, 0);
     assert.deepEqual(
-        withoutCandidates.prompts.map((p) => counts(p.speculative[0])),
-        nativeModel.prompts.map((p) => counts(p.speculative[0])),
+        withoutCandidates.prompts.map((p) => counts(firstRun(p.speculative))),
+        nativeModel.prompts.map((p) => counts(firstRun(p.speculative))),
     );
 });
 

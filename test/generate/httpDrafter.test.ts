@@ -16,6 +16,8 @@ import { loadEngine } from "../../src/engine/loadEngine.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
 import { GenerateError, type GenerateSummary, type VerifierKind } from "../../src/generate/types.js";
 import { type RunningServer, startServer } from "../../src/server/startServer.js";
+import { assertLossless } from "../helpers/assertLossless.js";
+import { defined } from "../helpers/defined.js";
 import { cpuLlama, otherVocabModel, targetModel, testPrompts, testThreads } from "./testModels.js";
 
 let llama: Llama;
@@ -77,14 +79,6 @@ async function generateWith(
         ...more,
     });
     return { summary, warnings };
-}
-
-function assertLossless(summary: GenerateSummary): void {
-    for (const prompt of summary.prompts) {
-        assert.equal(prompt.identical, true, `prompt ${prompt.id}: ${JSON.stringify(prompt.firstDifference)}`);
-        assert.ok(prompt.alone[0].tokens.length > 0);
-        assert.deepEqual(prompt.speculative[0].tokens, prompt.alone[0].tokens);
-    }
 }
 
 for (const verifier of ["exact", "node-llama-cpp"] as const) {
@@ -176,7 +170,7 @@ test("a closed port: a warning, then the target alone, identical output", async 
     await closed.close();
     const { summary, warnings } = await generateWith(closed.url);
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0], /not answering .*ECONNREFUSED.*target alone/);
+    assert.match(defined(warnings[0], "the warning"), /not answering .*ECONNREFUSED.*target alone/);
     assertLossless(summary);
     assert.equal(summary.speculative.drafted, 0);
     assert.deepEqual(summary.warnings, warnings);
@@ -194,7 +188,7 @@ for (const [name, draftAnswer] of [
                 server.takeRequests();
                 const { summary, warnings } = await generateWith(server.url, verifier);
                 assert.equal(warnings.length, 1, `${verifier}: ${JSON.stringify(warnings)}`);
-                assert.match(warnings[0], /failed .*target alone/);
+                assert.match(defined(warnings[0], "the warning"), /failed .*target alone/);
                 assert.equal(server.takeRequests(), 1, "after the first failure no more drafts are asked for");
                 assertLossless(summary);
                 assert.equal(summary.speculative.accepted, 0);
@@ -221,10 +215,11 @@ test("the warm-up generates the first prompt untimed in both modes before the me
         const warm = await requestsWith(1);
         // the measured runs are the same; the warm-up added one speculative generation of the first prompt
         assert.deepEqual(
-            warm.summary.prompts.map((p) => p.speculative[0].tokens),
-            cold.summary.prompts.map((p) => p.speculative[0].tokens),
+            warm.summary.prompts.map((p) => defined(p.speculative[0], `${p.id}'s run`).tokens),
+            cold.summary.prompts.map((p) => defined(p.speculative[0], `${p.id}'s run`).tokens),
         );
-        assert.equal(warm.requests - cold.requests, cold.summary.prompts[0].speculative[0].targetSteps - 1);
+        const first = defined(defined(cold.summary.prompts[0], "the first prompt").speculative[0], "its run");
+        assert.equal(warm.requests - cold.requests, first.targetSteps - 1);
     } finally {
         await server.close();
     }

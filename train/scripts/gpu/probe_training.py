@@ -60,15 +60,15 @@ from specdraft_train.training import DistributedContext, synced_clock  # noqa: E
 PEAK_FLOPS = 790e12  # an H200's dense bf16 (SXM), the MFU denominator
 HELDOUT_GOAL = 5_000  # conversations evaluate must take in ≤ 10 minutes (the real job's held-out split)
 # name: (QAT, DistillConfig settings, usual seconds on the H200 with the model's load), in the order they run: what
-# decides the defaults first, so that a cut job has measured those. The padded form is distill's old one: rows grouped
-# by length in runs of 64 batches, every layer recomputed.
+# decides the defaults first, and the old form as their peer, so that a cut job has measured those. The padded form is
+# distill's old one: rows grouped by length in runs of 64 batches, every layer recomputed.
 PADDED = {"packed": False, "group_by_length": 64, "activation_checkpointing": "on"}
 CONFIGS: dict[str, tuple[bool, dict[str, Any], int]] = {
     "distill packed": (False, {"activation_checkpointing": "off"}, 40),
     "qat packed": (True, {"activation_checkpointing": "off"}, 40),
+    "distill padded+recompute": (False, PADDED, 50),
     "distill packed+compile": (False, {"activation_checkpointing": "off", "compile": True}, 150),
     "distill packed+recompute": (False, {"activation_checkpointing": "on"}, 30),
-    "distill padded+recompute": (False, PADDED, 50),
     "qat packed+compile": (True, {"activation_checkpointing": "off", "compile": True}, 180),
     "qat padded+recompute": (True, PADDED, 60),
 }
