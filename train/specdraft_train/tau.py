@@ -79,18 +79,38 @@ def conversation_json(c: Conversation) -> str:
     )
 
 
-def walk_steps(matches: Sequence[bool], k: int) -> int:
-    """Target steps the validator's walk takes over one continuation, given the drafter's per-position matches."""
+def walk_accepted(matches: Sequence[bool], k: int) -> list[int]:
+    """The accepted-prefix length of each step of the validator's walk over one continuation, given the drafter's
+    per-position matches (a step at the continuation's end is capped there)."""
     length = len(matches)
-    pos, steps = 0, 0
+    pos, accepted_by_step = 0, []
     while pos < length:
         cap = min(k, length - pos)
         accepted = 0
         while accepted < cap and matches[pos + accepted]:
             accepted += 1
-        steps += 1
+        accepted_by_step.append(accepted)
         pos = min(pos + accepted + 1, length)
-    return steps
+    return accepted_by_step
+
+
+def walk_steps(matches: Sequence[bool], k: int) -> int:
+    """Target steps the validator's walk takes over one continuation, given the drafter's per-position matches."""
+    return len(walk_accepted(matches, k))
+
+
+def accepted_length_histogram(
+    conversations: Sequence[Conversation], matches: Sequence[Sequence[bool]], k: int
+) -> dict[str, list[int]]:
+    """Where walks stop: the number of walk steps whose accepted prefix had length 0, 1, …, k, over all conversations
+    (``"all"``) and per category — the ``accepted_lengths`` field of a τ entry that the lab report renders."""
+    histograms: dict[str, list[int]] = {"all": [0] * (k + 1)}
+    for conversation, conversation_matches in zip(conversations, matches):
+        by_category = histograms.setdefault(conversation.category, [0] * (k + 1))
+        for accepted in walk_accepted(conversation_matches, k):
+            histograms["all"][accepted] += 1
+            by_category[accepted] += 1
+    return histograms
 
 
 @dataclass
