@@ -80,6 +80,7 @@ BUILDERS: dict[str, Builder] = {
 CATEGORIES = tuple(BUILDERS)
 SPLITS = ("train", "dev", "heldout")
 FORMS = ("single", "single", "system", "multi-turn")  # drawn uniformly: half single, a quarter each of the others
+# System prompts by category group ("": any): a prompt's is one of its group's or a generic one.
 SYSTEM_PROMPTS = {
     "": ("You are a helpful assistant.", "You are a helpful, concise assistant. Answer in as few words as needed.",
          "Answer in Markdown. Use bullet points where they help.", "You are SmolLM, a small language model. Be honest "
@@ -91,7 +92,7 @@ SYSTEM_PROMPTS = {
               "business. Keep a professional tone."),
     "text": ("You are a writing assistant. Keep the author's voice.", "You are a careful editor and translator."),
     "math": ("You are a math tutor. Show each step and check the answer.",),
-}  # by category group ("": any); a prompt's system prompt is one of its group's or a generic one  # fmt: skip
+}  # fmt: skip
 FOLLOW_UPS = {
     "ask": ("Can you give me an example?", "Can you explain that more simply?", "What are the alternatives?",
             "Thanks! Does that work the same on macOS?", "Why would I use that instead of something else?"),
