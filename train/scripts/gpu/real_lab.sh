@@ -30,7 +30,7 @@
 #   python -m specdraft_train target --gguf "$gguf" --out /tmp/smol-target          # DEPENDS(target): stage and flags
 #   mkdir -p .real && tar -C /tmp/smol-target -cJf .real/tokenizer.tar.xz tokenizer.json tokenizer_config.json \
 #       special_tokens_map.json chat_template.jinja generation_config.json config.json   # DEPENDS(target): file names
-#   xz -T0 -6 -c "$gguf" | split -b 44000000 - .real/smol.xz.part-
+#   xz -T0 -6 -c "$gguf" > /tmp/smol.gguf.xz && split -n 2 /tmp/smol.gguf.xz .real/smol.xz.part-   # 2 × 43.1 MiB
 #   grep -qxF /.real/ "$(git rev-parse --git-common-dir)/info/exclude" || echo /.real/ >> "$(git rev-parse --git-common-dir)/info/exclude"
 set -uo pipefail
 results=${1:?usage: real_lab.sh RESULTS [LIMIT_S]}
