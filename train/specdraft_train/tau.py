@@ -121,6 +121,8 @@ class TauResult:
     conversations: int
     by_category: dict[str, dict[str, float]]
     top1: float | None = None  # share of positions whose argmax is the target's token; None for the n-gram peer
+    # where walks stop: steps by accepted-prefix length 0..k, "all" and per category (accepted_length_histogram)
+    accepted_lengths: dict[str, list[int]] | None = None
 
     @property
     def macro_tau(self) -> float:
@@ -137,6 +139,7 @@ class TauResult:
             "steps": self.steps,
             "conversations": self.conversations,
             "by_category": self.by_category,
+            **({"accepted_lengths": self.accepted_lengths} if self.accepted_lengths is not None else {}),
         }
 
     def dev_entry(self) -> dict[str, Any]:
@@ -238,7 +241,9 @@ def model_tau(
     model: nn.Module, conversations: Sequence[Conversation], k: int, device: torch.device, batch_size: int = 32
 ) -> TauResult:
     matches = greedy_matches(model, conversations, device, batch_size)
-    return summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
+    result = summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
+    result.accepted_lengths = accepted_length_histogram(conversations, matches, k)
+    return result
 
 
 def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int, n_max: int = 3) -> int:
