@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,10 +234,10 @@ def _chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: Any, where: str, 
 def given_prompts(
     path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig, enable_thinking: bool = False
 ) -> dict[str, list[Prompt]]:
-    """Given prompts by split (the module docstring has the line format): a line's own "split", else the corpus rule
-    applied to the sha256 of its messages or text."""
+    """Given prompts by split (the module docstring has the line format; a file whose name ends in .xz is read
+    through xz): a line's own "split", else the corpus rule applied to the sha256 of its messages or text."""
     by_split: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
-    with open(path, encoding="utf-8") as f:
+    with lzma.open(path, "rt", encoding="utf-8") if path.suffix == ".xz" else open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -429,7 +429,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         dest="prompts",
         type=Path,
         default=None,
-        help='given prompts JSONL, {"messages": [...]} (chat template) or {"text": "..."} per line',
+        help='given prompts JSONL (or .jsonl.xz), {"messages": [...]} (chat template) or {"text": "..."} per line',
     )
     add_preset_argument(p)
     add_device_argument(p)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .report_sections import BASELINE, CEILING, extra_sections, fmt, header, pct, row
 from .tau import category_order, gap_closed
 
 # The lab's goals for the `lab` preset (docs/lab.md, Goals; reported for micro too, where CI asserts only the first).
 GOAL_QAT_OVER_BASE_PTQ = 1.5
 GOAL_QAT_OVER_DISTILLED = 0.98
-# Every τ the lab reports, in report order, with its label. Gap closed runs from BASELINE to CEILING.
+# Every τ the lab reports, in report order, with its label. Gap closed runs from BASELINE to CEILING (report_sections).
 VARIANTS = (
     ("base", "base, as trained"),
     ("base_q4_0_ptq", "base, Q4_0 PTQ"),
@@ -27,26 +28,6 @@ VARIANTS = (
     ("ngram", "n-gram prompt lookup"),
     ("target_as_drafter", "target as its own drafter"),
 )
-BASELINE = "base_q4_0_ptq"
-CEILING = "target_as_drafter"
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0%}"
-
-
-def row(*cells: Any) -> str:
-    """One markdown table row; an empty cell is ``| |``."""
-    return "|" + "".join(f" {c} |" if c != "" else " |" for c in cells)
-
-
-def header(*names: str) -> list[str]:
-    """A markdown table's header and rule."""
-    return [row(*names), "|" + "---|" * len(names)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -219,6 +200,7 @@ def lab_markdown(report: dict[str, Any]) -> str:
         + _categories_table(evaluation, keys, categories)
         + _ratios_table(versus, keys, categories)
         + _goals_section(report["goals"])
+        + extra_sections(report, dict(VARIANTS))
         + _models_and_stages(report)
     )
 

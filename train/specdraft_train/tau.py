@@ -81,18 +81,38 @@ def conversation_json(c: Conversation) -> str:
     )
 
 
-def walk_steps(matches: Sequence[bool], k: int) -> int:
-    """Target steps the validator's walk takes over one continuation, given the drafter's per-position matches."""
+def walk_accepted(matches: Sequence[bool], k: int) -> list[int]:
+    """The accepted-prefix length of each step of the validator's walk over one continuation, given the drafter's
+    per-position matches (a step at the continuation's end is capped there)."""
     length = len(matches)
-    pos, steps = 0, 0
+    pos, accepted_by_step = 0, []
     while pos < length:
         cap = min(k, length - pos)
         accepted = 0
         while accepted < cap and matches[pos + accepted]:
             accepted += 1
-        steps += 1
+        accepted_by_step.append(accepted)
         pos = min(pos + accepted + 1, length)
-    return steps
+    return accepted_by_step
+
+
+def walk_steps(matches: Sequence[bool], k: int) -> int:
+    """Target steps the validator's walk takes over one continuation, given the drafter's per-position matches."""
+    return len(walk_accepted(matches, k))
+
+
+def accepted_length_histogram(
+    conversations: Sequence[Conversation], matches: Sequence[Sequence[bool]], k: int
+) -> dict[str, list[int]]:
+    """Where walks stop: the number of walk steps whose accepted prefix had length 0, 1, …, k, over all conversations
+    (``"all"``) and per category — the ``accepted_lengths`` field of a τ entry that the lab report renders."""
+    histograms: dict[str, list[int]] = {"all": [0] * (k + 1)}
+    for conversation, conversation_matches in zip(conversations, matches):
+        by_category = histograms.setdefault(conversation.category, [0] * (k + 1))
+        for accepted in walk_accepted(conversation_matches, k):
+            histograms["all"][accepted] += 1
+            by_category[accepted] += 1
+    return histograms
 
 
 @dataclass
@@ -103,6 +123,8 @@ class TauResult:
     conversations: int
     by_category: dict[str, dict[str, float]]
     top1: float | None = None  # share of positions whose argmax is the target's token; None for the n-gram peer
+    # where walks stop: steps by accepted-prefix length 0..k, "all" and per category (accepted_length_histogram)
+    accepted_lengths: dict[str, list[int]] | None = None
 
     @property
     def macro_tau(self) -> float:
@@ -119,6 +141,7 @@ class TauResult:
             "steps": self.steps,
             "conversations": self.conversations,
             "by_category": self.by_category,
+            **({"accepted_lengths": self.accepted_lengths} if self.accepted_lengths is not None else {}),
         }
 
     def dev_entry(self) -> dict[str, Any]:
@@ -243,7 +266,9 @@ def model_tau(
     batch_tokens: int = EvalConfig.batch_tokens,
 ) -> TauResult:
     matches = greedy_matches(model, conversations, device, batch_tokens)
-    return summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
+    result = summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
+    result.accepted_lengths = accepted_length_histogram(conversations, matches, k)
+    return result
 
 
 def ngram_walk_steps(prompt: Sequence[int], continuation: Sequence[int], k: int, n_max: int = 3) -> int:

@@ -91,9 +91,10 @@ def test_micro_lab_report_has_macro_tau_gap_closed_and_repetition_by_category(la
         qat["macro_tau"], base["macro_tau"], target["macro_tau"]
     )
     markdown = (lab / "lab_report.md").read_text()
-    assert "gap closed" in markdown and "| macro |" in markdown
-    for name in names:  # a row in the per-category τ table and one in the ratio · gap-closed table
-        assert markdown.count(f"| {name} |") == 2, name
+    assert "gap closed" in markdown and "| macro |" in markdown and "## Where walks stop" in markdown
+    for name in names:  # a row in the per-category τ, ratio · gap-closed and where-walks-stop tables
+        assert markdown.count(f"| {name} |") == 3, name
+    assert sum(base["accepted_lengths"]["all"]) == base["steps"]  # every step of the base's walks, by where it stopped
 
 
 def test_micro_lab_writes_data_manifest_architecture_and_gguf(lab: Path):

@@ -135,6 +135,9 @@ def test_fast_tau_equals_real_greedy_drafting(q4: bool):
     fast = model_tau(model, conversations, k=6, device=torch.device("cpu"), batch_tokens=80)
     slow_steps = sum(_slow_walk_steps(model, c.prompt_tokens, c.continuation_tokens, 6) for c in conversations)
     assert fast.steps == slow_steps
+    histogram = fast.to_dict()["accepted_lengths"]  # where the walks stopped, as the lab report reads it
+    assert len(histogram["all"]) == 7 and sum(histogram["all"]) == slow_steps and histogram["c"] == histogram["all"]
+    assert histogram["all"][0] > 0 and sum(histogram["all"][2:]) > 0  # misses and accepted runs both counted
     agreed = sum(_slow_agreement(model, c.prompt_tokens, c.continuation_tokens) for c in conversations)
     assert fast.top1 == agreed / fast.tokens and 0 < fast.top1 < 1
     assert 1.5 < fast.tau < 7  # both long runs and rejections happened: the comparison meant something
