@@ -1,8 +1,9 @@
 """Write a Qwen3 GGUF of a real model's shape with random weights straight to disk, for timing (which does not depend on
 weight values): no PyTorch model, no checkpoint, no quantization pass. Metadata come from the training pipeline's
 exporter's layout (``specdraft_train.gguf_layout``), the tensor types from its storage rule
-(``quant.gguf_storage_type``), so the file is laid out like an exported model; the bytes are valid blocks (small
-scales, random quants; F32 norms of 1.0) cut from one random pool. A Qwen3-8B-shaped F16 file (15.3 GiB) takes about as long as the disk needs to write it.
+(``quant.gguf_storage_type``), so the file is laid out like an exported model; the bytes are valid blocks (small scales,
+random quants; F32 norms of 1.0) cut from one random pool. A Qwen3-8B-shaped F16 file (15.3 GiB) takes about as long as
+the disk needs to write it.
 
 The vocabulary is Qwen3's from ``--tokenizer`` (the exporter's), or without it a synthetic one of the same size
 (byte-level BPE: GPT-2's 256 byte symbols, 1,024 merges, Qwen's special tokens, the rest unused): token ids and the
