@@ -260,11 +260,13 @@ def test_a_rates_run_takes_the_stages_it_did_not_measure_from_a_baseline(rehears
 
 def test_the_rates_mode_runs_on_the_cpu_with_a_training_probe_at_its_hook(tmp_path: Path):
     """The script's rates mode end to end at tiny shapes: the reference bench, the probe the TRAIN_PROBE hook names
-    (here a stand-in that writes the interface's JSON to the --out it is given), and the report."""
+    (here a stand-in that writes the interface's train-rate.json into the --out folder it is given), and the report."""
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import json, sys\n"
-        f"path = sys.argv[sys.argv.index('--out') + 1]\nopen(path, 'w').write(json.dumps({PROBE!r}))\n"
+        "import pathlib\n"
+        f"folder = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\nfolder.mkdir(parents=True)\n"
+        f"(folder / 'train-rate.json').write_text(json.dumps({PROBE!r}))\n"
     )
     settings = {"MODE": "rates", "CPU": "1", "DIR": str(tmp_path / "work"), "REFERENCE_PROMPTS": "6"}
     env = {**os.environ, **{f"REHEARSAL_{k}": v for k, v in settings.items()}, "PYTHON": sys.executable}

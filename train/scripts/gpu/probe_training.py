@@ -74,6 +74,7 @@ CONFIGS: dict[str, tuple[bool, dict[str, Any], int]] = {
 }
 EVAL_USUAL_S = 60
 EVALUATE_AFTER = "qat packed"  # evaluate's rate, a goal of its own, runs after this configuration
+RATE_KEYS = ("tokens_per_s", "continuation_tokens_per_s", "mfu", "peak_gib")  # train-rate.json's, per stage
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -260,6 +261,24 @@ def guarded(measure: Any, device: torch.device) -> dict[str, Any]:
         return {"error": f"{type(error).__name__}: {error}"[:1000]}
 
 
+def stage_rates(report: dict[str, Any]) -> dict[str, Any]:
+    """What the stages run at with distill's defaults (packed; layers recomputed only where auto would), in the form
+    real_rehearsal_report.py reads as ``train-rate.json``; evaluate's rate is one drafter in one mode, the harmonic
+    mean of as trained and Q4_0 (the job walks each drafter both ways)."""
+    rates: dict[str, Any] = {}
+    for stage in ("distill", "qat"):
+        packed = report["configs"].get(f"{stage} packed") or {}
+        name = f"{stage} packed+recompute" if packed.get("auto_would_recompute") else f"{stage} packed"
+        entry = report["configs"].get(name) or {}
+        if "tokens_per_s" in entry:
+            rates[stage] = {key: entry.get(key) for key in RATE_KEYS} | {"configuration": name}
+    evaluation = report.get("evaluate") or {}
+    if "as_trained" in evaluation:
+        seconds = sum(1 / evaluation[mode]["conversations_per_s"] for mode in ("as_trained", "q4_0")) / 2
+        rates["evaluate"] = {"conversations_per_s": 1 / seconds, "peak_gib": evaluation.get("peak_gib")}
+    return rates
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Training and evaluation probe ({report['device']}, {report['shape']})",
@@ -351,6 +370,7 @@ def main() -> int:
         print(f"probe_training: {name}: {json.dumps(report['configs'][name])}", file=sys.stderr, flush=True)
         atomic_write_json(state_path, report)
     atomic_write_json(args.out / "probe_training.json", report)
+    atomic_write_json(args.out / "train-rate.json", stage_rates(report))
     (args.out / "probe_training.md").write_text(markdown(report))
     if stopped is not None:
         print(f"probe_training: stopped before {stopped} (--limit-s {args.limit_s:g}): run again to continue")

@@ -29,13 +29,13 @@
 # carries only .gpu-real/qwen3-tokenizer.tar.xz (no checkpoint written, no node):
 #   reference-rate: train/scripts/gpu/bench_reference.py --shape qwen3-8b with REHEARSAL_REFERENCE_PROMPTS (1,536)
 #     chat prompts × 256 tokens, the engine's defaults (~2 minutes of an H200);
-#   train-rate: the training probe, the hook train_probe below: the command in $TRAIN_PROBE with --out FILE appended,
-#     which writes distill's, QAT's and evaluate's rates at the 1.7B shape as real_rehearsal_report.py's docstring
-#     reads them ({"distill"|"qat": {"tokens_per_s", "continuation_tokens_per_s", "mfu", "peak_gib"}, "evaluate":
+#   train-rate: the training probe, the hook train_probe below: the command in $TRAIN_PROBE with --out FOLDER
+#     appended, which writes FOLDER/train-rate.json: distill's, QAT's and evaluate's rates at the 1.7B shape as
+#     real_rehearsal_report.py's docstring reads them ({"distill"|"qat": {"tokens_per_s", "continuation_tokens_per_s", "mfu", "peak_gib"}, "evaluate":
 #     {"conversations_per_s", "peak_gib"}}); unset, the stage says so and measures nothing;
 # then the report projects the job, the stages not measured taken from REHEARSAL_BASELINE (default: the committed
 # full rehearsal, bench/results/2026-12-01-h200-real-rehearsal/rehearsal.json; "none" for none):
-#   REHEARSAL_MODE=rates TRAIN_PROBE="python3 train/scripts/gpu/PROBE.py" \
+#   REHEARSAL_MODE=rates TRAIN_PROBE="python3 train/scripts/gpu/probe_training.py --limit-s 300" \
 #     bash train/scripts/gpu/real_rehearsal.sh RESULTS
 #   REHEARSAL_MODE=rates REHEARSAL_CPU=1 bash train/scripts/gpu/real_rehearsal.sh /tmp/rates   # ~1 minute here
 set -uo pipefail
@@ -147,14 +147,15 @@ report() { # what RESULTS holds after every call: the report from all stamps so 
 }
 
 # ---- rates: each stage's rate at the real shapes, then the projection ----
-# The training probe's hook (distill, QAT, evaluate at the 1.7B shape): $TRAIN_PROBE is its command line, --out FILE
-# is appended; the JSON it writes is described at the top. Unset: nothing is measured, and the report says so.
+# The training probe's hook (distill, QAT, evaluate at the 1.7B shape): $TRAIN_PROBE is its command line (e.g.
+# "python3 train/scripts/gpu/probe_training.py --limit-s 300"), --out FOLDER is appended and FOLDER/train-rate.json read; the JSON it writes is described at the top. Unset: nothing is measured, and the report says so.
 train_probe() {
   if [ -z "${TRAIN_PROBE:-}" ]; then
     echo "TRAIN_PROBE unset: distill, QAT and evaluate not measured (the report takes them from the baseline)"
     return 0
   fi
-  $TRAIN_PROBE --out "$work/train-rate.json"
+  # probe_training.py's folder holds its train-rate.json beside its own report
+  $TRAIN_PROBE --out "$work/train-probe" && cp "$work/train-probe/train-rate.json" "$work/train-rate.json"
 }
 if [ "$rates" = 1 ]; then
   mode="$mode, rates"
