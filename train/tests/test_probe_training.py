@@ -50,7 +50,7 @@ def test_training_probe_measures_each_form_through_the_stages_and_resumes(tmp_pa
     evaluation = report["evaluate"]
     assert evaluation["conversations"] == 6 and evaluation["heldout_5000_minutes"] > 0
     assert evaluation["as_trained"]["conversations_per_s"] > 0 and evaluation["q4_0"]["conversations_per_s"] > 0
-    # the rehearsal's train-rate.json: the default forms (packed, nothing recomputed on the CPU), evaluate's one-mode rate
+    # the rehearsal's train-rate.json: distill's default forms (packed, no recompute on a CPU), evaluate's one-mode rate
     rates = json.loads((out / "train-rate.json").read_text())
     assert rates["distill"]["configuration"] == "distill packed" and rates["qat"]["configuration"] == "qat packed"
     assert rates["distill"]["tokens_per_s"] == measured["distill packed"]["tokens_per_s"]
