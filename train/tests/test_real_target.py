@@ -4,7 +4,8 @@ checkpoint and its F32 GGUF; `reference` continues chat prompts of every kind wi
 served GGUF (llama.cpp through node-llama-cpp, its default F16 KV cache, as `generate` serves a target) gives the same
 greedy tokens except at near ties, which the test names; a Llama drafter made from the target's layers by `drafter`
 goes through `distill`, `distill --qat` and `evaluate`, and `export --type F32` writes a GGUF llama.cpp loads and
-drafts its greedy tokens from."""
+drafts its greedy tokens from; the QAT drafter exported to Q4_0 drafts for `specdraft generate` with the F32 target,
+which keeps the target's own output on every held-out prompt."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import gguf
 import pytest
 import torch
-from conftest import TRAIN_ROOT, run_main
+from conftest import REPO, TRAIN_ROOT, run_main
 from test_export import run_gguf_greedy
 
 from specdraft_train.artifacts import verify_stage_dir
@@ -213,6 +214,32 @@ def test_the_distilled_llama_drafter_exports_to_a_gguf_llama_cpp_drafts_from(dra
             for _ in range(len(draft)):
                 ours.append(int(model(input_ids=torch.tensor([ours])).logits[0, -1].argmax()))
         assert draft == ours[len(prompt) :]
+
+
+def test_the_q4_0_drafter_drafts_for_generate_with_the_f32_target_losslessly(drafted: dict[str, Any]):
+    """The real model's whole path: export Q4_0 (QAT's blocks), then `specdraft generate` on the served target with the
+    drafter in process, every held-out chat prompt identical to the target alone (exit 0), drafts offered."""
+    gguf_path = drafted["root"] / "drafter-q4_0.gguf"
+    code, _, err = run_main("export", "--checkpoint", str(drafted["qat"]), "--out", str(gguf_path), "--type", "Q4_0")
+    assert code == 0, err
+    summary_path = drafted["root"] / "generate.json"
+    heldout = drafted["reference"] / "heldout.jsonl"
+    command = [
+        "node",
+        "--import",
+        "tsx",
+        "src/cli/main.ts",
+        "generate",
+        "--target",
+        str(drafted["target"] / SERVED_GGUF),
+    ]
+    command += ["--draft-model", str(gguf_path), "--data", str(heldout), "--max-tokens", "16", "--gpu", "cpu"]
+    command += ["--threads", "1", "--no-progress", "--out", str(summary_path)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["identical"] is True and len(summary["prompts"]) == len(read_conversations(heldout))
+    assert summary["speculative"]["drafted"] > 0 and summary["tau"] >= 1
 
 
 @pytest.mark.parametrize(
