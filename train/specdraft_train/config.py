@@ -39,7 +39,7 @@ class CorpusConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    vocab_size: int = 16_384  # 16k gives 3.65 bytes/token on Python source (docs/lab.md, calibration); ≤ 32,768
+    vocab_size: int = 16_384  # 16k: 3.65 bytes/token on Python source (bench/results/2026-11-30-h200-lab); ≤ 32,768
     min_frequency: int = 2  # merges seen once are noise from one file
     # 0 = the whole train split; else a sample of this many bytes with each kind in its share of the pretraining
     # stream (BPE statistics settle long before 64 MB of text).
@@ -84,19 +84,19 @@ class ReferenceConfig:
     (a file's first tokens) | inner (a window at a seeded random start ≥ 1), and one of ``prompt_lengths``."""
 
     # Short, medium, long (half the lab's 1,024-token context): τ(base) fell from 128- to 384-token prompts in the
-    # prose + code calibration (docs/lab.md).
+    # prose + code calibration (bench/results/2026-11-30-h200-lab).
     prompt_lengths: tuple[int, ...] = (64, 192, 512)
     max_new_tokens: int = 256  # continuation cap; the longest prompt plus this must fit the pretraining seq_len
     # Held-out/dev continuations shorter than this (the target stopped at <|endoftext|>) are dropped, not forced on:
     # a 20-token continuation says little about τ at k = 16.
     min_continuation_tokens: int = 128
     top_k: int = 20  # target log-probs kept per continuation position for distillation
-    train_prompts: int = 8192  # KD continuations (calibration, docs/lab.md: 4,096 gave +16 %; more data, more gain)
+    train_prompts: int = 8192  # KD continuations (4,096 gave +16 %: bench/results/2026-11-30-h200-lab; more, more gain)
     train_prose_share: float = 0.5  # the held-out set has as many prose categories as code ones
-    # A file has one opening but many inner windows, and KD on openings alone made inner windows worse (docs/lab.md,
-    # calibration): inner windows get twice the openings' data.
+    # A file has one opening but many inner windows, and KD on openings alone made inner windows worse (the
+    # calibration, bench/results/2026-11-30-h200-lab): inner windows get twice the openings' data.
     train_open_share: float = 1 / 3
-    heldout_per_category: int = 32  # as the calibration held out (docs/lab.md); lab v2 asks for ≥ 24
+    heldout_per_category: int = 32  # as the calibration held out (bench/results/2026-11-30-h200-lab); lab v2: ≥ 24
     dev_per_category: int = 24  # dev τ picks the distillation epoch: smaller than held-out, same categories
     # Candidates generated per kept held-out/dev prompt in the first round (more rounds only for categories whose
     # continuations keep stopping early): each round costs max_new_tokens sequential decode steps.
@@ -364,13 +364,13 @@ LAB = LabPreset(
     name="lab",
     # Code: the GPU machine's stdlib plus the --extra DIRs the coordinator passes (site-packages), a hash-ordered
     # 120 MB; prose: all of linux-doc-6.1, python3.11-doc and git-doc (~42 MB), seen twice in pretraining. The
-    # calibration with 120 MB code + 28 MB kernel docs gave τ(base) 6.37 (docs/lab.md); more prose and 512-token
-    # prompts aim lower. 120 MB is ~8,000 code files and the prose ~5,900: 4 % held out (and 4 % dev) gives each of
-    # the 12 categories its first-round candidates on mostly distinct files (the calibration held out 1 in 25 prose
-    # files).
+    # calibration with 120 MB code + 28 MB kernel docs gave τ(base) 6.37 (bench/results/2026-11-30-h200-lab);
+    # more prose and 512-token prompts aim lower. 120 MB is ~8,000 code files and the prose ~5,900: 4 % held out (and
+    # 4 % dev) gives each of the 12 categories its first-round candidates on mostly distinct files (the calibration
+    # held out 1 in 25 prose files).
     corpus=CorpusConfig(heldout_per_mille=40, dev_per_mille=40, max_code_bytes=120_000_000),
     tokenizer=TokenizerConfig(vocab_size=16_384, max_train_bytes=64_000_000, prose_repeats=2),
-    # 88M parameters, the calibration's target (docs/lab.md: held-out loss 3.08 after 240 s at 248k tok/s).
+    # 88M parameters: the calibration's target, held-out loss 3.08 after 240 s (bench/results/2026-11-30-h200-lab).
     target=ModelConfig(
         hidden_size=768,
         num_hidden_layers=12,

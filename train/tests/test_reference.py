@@ -199,9 +199,9 @@ def _check_windows(
 
 
 def test_prompts_reach_every_category_at_the_lab_scale():
-    """With 22,877 train files and 8,192 prompts the old selection took only openings (docs/lab.md). A corpus shaped
-    like the lab's (tens of thousands of files) gets every category at the lab's counts (65,536 prompts), inner
-    windows included."""
+    """With 22,877 train files and 8,192 prompts the old selection took only openings (the calibration in
+    bench/results/2026-11-30-h200-lab/README.md). A corpus shaped like the lab's (tens of thousands of files) gets
+    every category at the lab's counts (65,536 prompts), inner windows included."""
     documents = _synthetic_split(22_877, 5_400, seed=0)
     categories = corpus_categories(("code", "prose"), LAB.reference.prompt_lengths)
     counts = train_category_counts(categories, LAB.reference)

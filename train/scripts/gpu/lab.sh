@@ -6,9 +6,10 @@
 # From the checkout on the GPU machine, with .whl (the gguf wheel) and .prose (prose.tar.xz) brought along, both made
 # by bench/gpu/stage.sh:
 #   bash train/scripts/gpu/lab.sh RESULTS [LIMIT [LAB ARGS...]]     e.g. ... 560 --set pretrain_target.time_budget_s=120
-# The corpus: code is the machine's own Python, its stdlib plus its site-packages (~300 MB of source, docs/lab.md's
-# calibration; the preset takes 120 MB); prose is one folder per Debian doc package in .prose/prose.tar.xz (the machine cannot install
-# packages), unpacked once per machine and passed as --prose for each package.
+# The corpus: code is the machine's own Python, its stdlib plus its site-packages (~300 MB of source, the
+# calibration's in bench/results/2026-11-30-h200-lab; the preset takes 120 MB); prose is one folder per Debian doc
+# package in .prose/prose.tar.xz (the machine cannot install packages), unpacked once per machine and passed as
+# --prose for each package.
 set -uo pipefail
 results=${1:?results dir}; limit=${2:-560}
 shift $(( $# < 2 ? $# : 2 ))  # what remains goes to the lab command (e.g. --set overrides: recorded in lab_state.json)
