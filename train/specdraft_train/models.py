@@ -34,7 +34,7 @@ from .config import ModelConfig
 from .vocabulary import END_OF_TEXT, IM_END, TOKENIZER_FILES
 
 # The model types (config.model_type) the pipeline makes drafters of: `drafter` gives a target's drafter the target's
-# own architecture, so it must be one of these (export writes both; see docs/training.md for why the same).
+# own architecture, so it must be one of these (export writes both; see docs/export.md for why the same).
 TRAINED_MODEL_TYPES = ("llama", "qwen3")
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES
