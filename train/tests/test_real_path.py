@@ -58,6 +58,8 @@ def qwen3(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         root / "drafter", qwen3_config("tiny-drafter", head_dim=32, **DRAFTER), QWEN3_TOKENIZER_DIR, seed=2
     )
     lines = chat_prompts(read_texts(text_files([REPO / "docs"])), 15, seed=0, heldout=4, dev=3)
+    for line in lines[7:]:  # the rest train, stated: by the hash of their messages some would be held out, and the
+        line["split"] = "train"  # docs' text (which changes) would decide how many
     lines[0]["category"] = lines[1]["category"] = "pair"  # two held-out lines of one category, the cap set to 1
     if len(lines[4]["messages"]) != 3:  # a multi-turn line in dev (4-6), whichever forms the docs' text drew
         turns = [{"role": "assistant", "content": "Which part?"}, {"role": "user", "content": "All of it."}]
