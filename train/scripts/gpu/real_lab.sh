@@ -31,8 +31,8 @@ results=$(cd "$results" && pwd)
 log() { echo "[$(date +%T) +$(( $(date +%s) - started ))s] $*" | tee -a "$work/logs/progress.log" >&2; }
 left() { echo $(( limit - ($(date +%s) - started) )); }
 
-# Seconds of the H200 each stage is expected to take, start-up included (estimates: docs/lab.md's lab rates scaled to
-# these models; real_lab.md's table): a stage starts only when the call's limit leaves it this much.
+# Seconds of the H200 each stage is expected to take, start-up included (estimates from the toy lab's H200 rates scaled
+# to these models, with room): a stage starts only when the call's limit leaves it this much.
 declare -A usual=([unpack]=10 [corpus]=30 [drafter]=15 [pretrain]=150 [gguf]=15 [target]=35 [drafter_layers]=15
   [reference]=150 [reference_other]=40 [distill]=125 [qat]=60 [distill_layers]=80 [qat_layers]=40 [evaluate]=45
   [evaluate_other]=30 [export]=40 [report]=15)
