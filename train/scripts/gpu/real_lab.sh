@@ -4,7 +4,7 @@
 # the target's greedy chat answers, QAT to Q4_0 and exported; beside it the same recipe from 2 of the target's own
 # layers; every drafter evaluated on the held-out template prompts and on prompts the target wrote; lab_report.json/.md.
 #
-#   bash train/scripts/gpu/real_lab.sh RESULTS [LIMIT_S]        (LIMIT_S: this call's seconds, default 560)
+#   bash train/scripts/gpu/real_lab.sh RESULTS [LIMIT_S]        (LIMIT_S: this call's seconds, default 550)
 #
 # Resumable across calls on one warm machine: everything lives in REAL_LAB_DIR (/tmp/real-lab). A call runs every stage
 # whose inputs have arrived and whose stamp (REAL_LAB_DIR/stamps/<stage>: its seconds) is missing, stops before a
@@ -17,11 +17,11 @@
 # handful of prompts, a narrow scratch drafter and a few steps each, no time limit unless given.
 # Environment: REAL_LAB_DIR, REAL_LAB_STAGED (.real), PYTHON (python3), REAL_LAB_THREADS (torch's CPU threads), the
 # training seconds REAL_LAB_PRETRAIN_S and REAL_LAB_DISTILL_S (default: the preset's), REAL_LAB_QAT_S (40),
-# REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20).
+# REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20): the first call's hold for the whole run.
 set -uo pipefail
 results=${1:?usage: real_lab.sh RESULTS [LIMIT_S]}
 cpu=${REAL_LAB_CPU:-0}
-limit=${2:-$([ "$cpu" = 1 ] && echo 100000 || echo 560)}
+limit=${2:-$([ "$cpu" = 1 ] && echo 100000 || echo 550)}
 staged=${REAL_LAB_STAGED:-.real}
 export work=${REAL_LAB_DIR:-/tmp/real-lab} python=${PYTHON:-python3} preset=smollm2-chat
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -36,25 +36,6 @@ left() { echo $(( limit - ($(date +%s) - started) )); }
 declare -A usual=([unpack]=10 [corpus]=30 [drafter]=15 [pretrain]=150 [gguf]=15 [target]=35 [drafter_layers]=15
   [reference]=150 [reference_other]=40 [distill]=125 [qat]=60 [distill_layers]=80 [qat_layers]=40 [evaluate]=45
   [evaluate_other]=30 [export]=40 [report]=15)
-qat_s=${REAL_LAB_QAT_S:-40} layers_distill_s=${REAL_LAB_LAYERS_DISTILL_S:-60} layers_qat_s=${REAL_LAB_LAYERS_QAT_S:-20}
-if [ "$cpu" = 1 ]; then
-  export device=cpu
-  # a handful of prompts; a narrow scratch drafter (the layers drafter keeps the target's width); a few steps each
-  corpus_flags=(--max-code-bytes 300000 --max-prose-bytes 300000)
-  scratch_flags=(--layers 1 --hidden-size 64 --intermediate-size 128 --heads 2 --kv-heads 1 --head-dim 32)
-  pretrain_flags=(--max-steps 2 --batch-size 2 --ckpt-every 1)
-  reference_flags=(--max-new-tokens 16 --batch-size 8 --shard-prompts 8)
-  distill_flags=(--epochs 1 --batch-size 5 --eval-every 0 --ckpt-every 1)
-  distill_flags+=(--set replay_batch_size=2 --set replay_seq_len=64)
-  budget() { echo 0; }  # steps bound the dry run, not seconds
-else
-  export device=cuda
-  corpus_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
-  scratch_flags=() reference_flags=() distill_flags=()
-  pretrain_flags=(${REAL_LAB_PRETRAIN_S:+--time-budget "$REAL_LAB_PRETRAIN_S"})
-  [ -n "${REAL_LAB_DISTILL_S:-}" ] && distill_flags=(--time-budget "$REAL_LAB_DISTILL_S")
-  budget() { echo "$1"; }
-fi
 sd() { "$python" -m specdraft_train ${REAL_LAB_THREADS:+--threads "$REAL_LAB_THREADS"} "$@"; }
 export -f sd
 
@@ -115,14 +96,39 @@ fi
 for file in "$staged"/call*/*; do
   [ -f "$file" ] && [ ! -e "$work/inbox/$(basename "$file")" ] && cp "$file" "$work/inbox/"
 done
+# The run's settings, fixed by its first call (real_lab.json; the report records them): the mode and the training
+# seconds of each budgeted stage ("preset": the preset's).
 mode=$([ "$cpu" = 1 ] && echo cpu-dry-run || echo gpu)
-if [ -f "$work/real_lab.json" ] && ! grep -q "\"mode\": \"$mode\"" "$work/real_lab.json"; then
-  log "$work holds a run of another mode than $mode: use another REAL_LAB_DIR"; finish 2
+if [ ! -f "$work/real_lab.json" ]; then
+  "$python" -c 'import json, sys
+keys = ("mode", "pretrain_s", "distill_s", "qat_s", "layers_distill_s", "layers_qat_s")
+json.dump(dict(zip(keys, sys.argv[2:])), open(sys.argv[1], "w"))' "$work/real_lab.json" "$mode" \
+    "${REAL_LAB_PRETRAIN_S:-preset}" "${REAL_LAB_DISTILL_S:-preset}" "${REAL_LAB_QAT_S:-40}" \
+    "${REAL_LAB_LAYERS_DISTILL_S:-60}" "${REAL_LAB_LAYERS_QAT_S:-20}" || finish 2
 fi
-[ -f "$work/real_lab.json" ] || printf '{"mode": "%s", "qat_s": %s, "layers_distill_s": %s, "layers_qat_s": %s, %s}\n' \
-  "$mode" "$qat_s" "$layers_distill_s" "$layers_qat_s" \
-  "\"pretrain_s\": \"${REAL_LAB_PRETRAIN_S:-preset}\", \"distill_s\": \"${REAL_LAB_DISTILL_S:-preset}\"" \
-  > "$work/real_lab.json"
+read -r recorded pretrain_s distill_s qat_s layers_distill_s layers_qat_s < <("$python" -c \
+  'import json, sys; print(*json.load(open(sys.argv[1])).values())' "$work/real_lab.json")
+if [ "$recorded" != "$mode" ]; then
+  log "$work holds a run of another mode ($recorded) than $mode: use another REAL_LAB_DIR"; finish 2
+fi
+if [ "$cpu" = 1 ]; then
+  export device=cpu
+  # a handful of prompts; a narrow scratch drafter (the layers drafter keeps the target's width); a few steps each
+  corpus_flags=(--max-code-bytes 300000 --max-prose-bytes 300000)
+  scratch_flags=(--layers 1 --hidden-size 64 --intermediate-size 128 --heads 2 --kv-heads 1 --head-dim 32)
+  pretrain_flags=(--max-steps 2 --batch-size 2 --ckpt-every 1)
+  reference_flags=(--max-new-tokens 16 --batch-size 8 --shard-prompts 8)
+  distill_flags=(--epochs 1 --batch-size 5 --eval-every 0 --ckpt-every 1)
+  distill_flags+=(--set replay_batch_size=2 --set replay_seq_len=64)
+  budget() { echo 0; }  # steps bound the dry run, not seconds
+else
+  export device=cuda
+  corpus_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
+  scratch_flags=() reference_flags=() distill_flags=() pretrain_flags=()
+  [ "$pretrain_s" = preset ] || pretrain_flags=(--time-budget "$pretrain_s")
+  [ "$distill_s" = preset ] || distill_flags=(--time-budget "$distill_s")
+  budget() { echo "$1"; }
+fi
 
 # --- call 1: general text and the target's tokenizer; the drafter from scratch and its pretraining -------------------
 if [ ! -f "$work/stamps/unpack" ]; then
