@@ -12,7 +12,8 @@ import sys
 
 from .artifacts import ArtifactError
 
-# In pipeline order (`ablate` runs after a finished lab; `target` and `drafter` make a real target and its drafter);
+# In pipeline order (`ablate` runs after a finished lab; `target` and `drafter` make a real target and its drafter;
+# `real_lab` writes the real-model lab's report, `real-lab-report`);
 # each module registers its subcommand with add_parser.
 STAGE_MODULES = (
     "corpus",
@@ -26,6 +27,7 @@ STAGE_MODULES = (
     "evaluate",
     "lab",
     "ablate",
+    "real_lab",
 )
 
 

@@ -58,10 +58,11 @@ from .artifacts import (
     stage_complete,
     verify_stage_dir,
 )
-from .config import ExportConfig, LabPreset, add_device_argument, apply_settings, get_preset
+from .config import ExportConfig, LabPreset, add_device_argument, apply_settings
 from .distillation import DistillJob
 from .evaluate import drafter_tau, verify_heldout
 from .models import checkpoint_qat_state, resolve_device
+from .presets import get_preset
 from .reports import ablation_markdown, pct
 from .tau import gap_closed, read_conversations
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import atomic_write_json, sha256_bytes, write_manifest
-from .config import LAB_PRESETS, CorpusConfig, LabPreset, add_preset_argument, announce, get_preset, override
+from .config import CorpusConfig, LabPreset, announce, override
 from .documents import KINDS, SPLITS, Document, document_file, split_of, subset_rank, write_documents
+from .presets import PRETRAIN_PRESETS, add_preset_argument, get_preset
 
 SUFFIXES = {"code": (".py",), "prose": (".rst", ".txt", ".md")}  # .txt includes Sphinx's _sources/*.rst.txt
 EXCLUDED_DIR_NAMES = frozenset({"site-packages", "dist-packages", "__pycache__"})  # third-party code, not stdlib
@@ -183,7 +184,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    add_preset_argument(p, choices=LAB_PRESETS)
+    add_preset_argument(p, choices=PRETRAIN_PRESETS)
     p.add_argument("--extra", action="append", default=[], type=Path, help="another code tree, *.py (repeatable)")
     p.add_argument(
         "--prose",

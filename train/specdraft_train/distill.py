@@ -56,19 +56,12 @@ from typing import Any
 import torch
 
 from .artifacts import input_record, write_manifest
-from .config import (
-    add_device_argument,
-    add_embedding_type_argument,
-    add_preset_argument,
-    announce,
-    apply_settings,
-    get_preset,
-    override,
-)
+from .config import add_device_argument, add_embedding_type_argument, announce, apply_settings, override
 from .distillation import Distillation, DistillJob, check_job
 from .examples import read_inputs
 from .losses import LOSSES
 from .models import QAT_STATE_FILE, architecture_summary, checkpoint_info, load_causal_lm, save_checkpoint
+from .presets import add_preset_argument, get_preset
 from .provenance import chain_provenance
 from .training import finish_distributed, init_distributed, warm_throughput
 

@@ -18,6 +18,10 @@ which target layer each drafter layer is.
     python -m specdraft_train drafter --target runs/smol/target --out runs/smol/drafter-init --init scratch --layers 2
     python -m specdraft_train pretrain --init runs/smol/drafter-init --corpus runs/smol/corpus --out runs/smol/base
     python -m specdraft_train drafter --target runs/smol/target --out runs/smol/layers --init layers --layers 2
+
+`--preset NAME` takes the shape of the preset's drafter section (`smollm2-chat`: 2 layers at SmolLM2's width) where no
+flag gives it: its layer count for either init, and for ``scratch`` its width too. A ``scratch`` drafter reads only the
+target's config and tokenizer files, so `target --no-weights`'s folder will do.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, GenerationConfig, PretrainedConfig
 
 from .artifacts import write_manifest
+from .config import announce
 from .models import (
     TRAINED_MODEL_TYPES,
     architecture_summary,
@@ -42,6 +47,7 @@ from .models import (
     save_checkpoint,
     verify_checkpoint,
 )
+from .presets import PRESETS, get_preset
 
 INITS = ("scratch", "layers")
 # --init scratch's shape flags: the config field each sets
@@ -200,12 +206,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     for field, flag in SHAPE_FIELDS.items():
         p.add_argument(flag, dest=field, type=int, default=None, help=f"--init scratch: {field} (default: target's)")
     p.add_argument("--seed", type=int, default=0, help="--init scratch: the random weights' seed (default: 0)")
+    p.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default=None,
+        help="the shape of this preset's drafter (layers; for scratch also the width) where no flag gives it "
+        "(default: none, the target's width)",
+    )
     p.set_defaults(func=main)
 
 
+def preset_shape(args: argparse.Namespace) -> tuple[int | None, dict[str, int]]:
+    """--layers and the shape flags, each from the preset's drafter section where the command line has none."""
+    given = {field: getattr(args, field) for field in SHAPE_FIELDS if getattr(args, field) is not None}
+    if args.preset is None:
+        return args.layers, given
+    drafter = get_preset(args.preset).drafter
+    layers = args.layers if args.layers is not None or args.keep_layers else drafter.num_hidden_layers
+    if args.init != "scratch":
+        return layers, given
+    return layers, {**{field: getattr(drafter, field) for field in SHAPE_FIELDS}, **given}
+
+
 def main(args: argparse.Namespace) -> int:
-    shape = {field: getattr(args, field) for field in SHAPE_FIELDS if getattr(args, field) is not None}
-    manifest = run(args.target, args.out, args.init, args.layers, args.keep_layers, shape, args.seed)
+    layers, shape = preset_shape(args)
+    if args.preset is not None:
+        announce("drafter", args.preset, {"init": args.init, "layers": args.keep_layers or layers, **shape})
+    manifest = run(args.target, args.out, args.init, layers, args.keep_layers, shape, args.seed)
     summary = manifest["architecture"]
     print(
         json.dumps(

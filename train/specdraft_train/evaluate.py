@@ -31,9 +31,7 @@ from .config import (
     EvalConfig,
     add_device_argument,
     add_embedding_type_argument,
-    add_preset_argument,
     announce,
-    get_preset,
     override,
     resolve_embedding_type,
 )
@@ -46,6 +44,7 @@ from .models import (
     resolve_device,
     verify_checkpoint,
 )
+from .presets import add_preset_argument, get_preset
 from .tau import (
     Conversation,
     TauResult,

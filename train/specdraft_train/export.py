@@ -48,14 +48,7 @@ from gguf import GGMLQuantizationType
 from safetensors import safe_open
 
 from .artifacts import MANIFEST_NAME, AtomicFile, atomic_write_json, read_manifest, sha256_file, verify_stage_dir
-from .config import (
-    DEFAULT_EMBEDDING_TYPE,
-    add_embedding_type_argument,
-    add_preset_argument,
-    announce,
-    get_preset,
-    resolve_embedding_type,
-)
+from .config import DEFAULT_EMBEDDING_TYPE, add_embedding_type_argument, announce, resolve_embedding_type
 from .gguf_layout import (
     FILE_TYPES,
     Architecture,
@@ -66,6 +59,7 @@ from .gguf_layout import (
     qk_row_order,
 )
 from .models import checkpoint_qat_state
+from .presets import add_preset_argument, get_preset
 from .provenance import data_manifest, data_manifest_path
 from .quant import (
     OUT_TYPES,

@@ -48,20 +48,13 @@ from .artifacts import (
     verify_stage_dir,
     write_manifest,
 )
-from .config import (
-    LAB_PRESETS,
-    LabPreset,
-    add_device_argument,
-    add_preset_argument,
-    apply_settings,
-    check_preset,
-    get_preset,
-)
+from .config import LabPreset, add_device_argument, apply_settings
 from .corpus import PROSE_CACHE, preset_prose
 from .distillation import DistillJob
 from .evaluate import drafter_tau, verify_heldout
 from .export import export_gguf
 from .models import QAT_STATE_FILE, architecture_summary, load_causal_lm
+from .presets import LAB_PRESETS, add_preset_argument, check_preset, get_preset
 from .quant import gguf_storage_type
 from .reports import comparison, goals, lab_markdown
 from .tau import (

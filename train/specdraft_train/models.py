@@ -231,20 +231,21 @@ def architecture_summary(model: nn.Module) -> dict[str, Any]:
 
 
 def save_checkpoint(
-    model: nn.Module, out_dir: Path, tokenizer_source: str | Path | PreTrainedTokenizerBase
+    model: nn.Module, out_dir: Path, tokenizer_source: str | Path | PreTrainedTokenizerBase, weights: bool = True
 ) -> list[str]:
     """Write an HF model directory into ``out_dir`` file by file, each file atomically (temp dir + os.replace).
 
     Tokenizer files come from ``tokenizer_source``: a directory holding tokenizer.json (each of its
     CHECKPOINT_TOKENIZER_FILES copied byte for byte, the chat template's file included), a tokenizer object, or an HF
-    id whose tokenizer is saved; so the checkpoint is self-contained. Returns the file names written; callers write
-    the stage manifest afterwards, which is what marks the checkpoint complete.
+    id whose tokenizer is saved; so the checkpoint is self-contained. ``weights=False``: every file but the weights
+    (transformers' own config and generation config files, so a model on the meta device will do). Returns the file
+    names written; callers write the stage manifest afterwards, which is what marks the checkpoint complete.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_NAME).unlink(missing_ok=True)  # the checkpoint is incomplete until a new manifest lands
     tmp = Path(tempfile.mkdtemp(prefix=".save.", dir=out_dir))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, **({} if weights else {"state_dict": {}}))
         if isinstance(tokenizer_source, PreTrainedTokenizerBase):
             tokenizer_source.save_pretrained(tmp)
         elif (Path(tokenizer_source) / "tokenizer.json").is_file():

@@ -37,17 +37,7 @@ from torch import nn
 from transformers import AutoConfig
 
 from .artifacts import atomic_write_json, input_record, sha256_file, verify_stage_dir, write_manifest
-from .config import (
-    LAB_PRESETS,
-    ModelConfig,
-    PretrainConfig,
-    TokenizerConfig,
-    add_device_argument,
-    add_preset_argument,
-    announce,
-    get_preset,
-    override,
-)
+from .config import ModelConfig, PretrainConfig, TokenizerConfig, add_device_argument, announce, override
 from .documents import STREAM_SPLITS, load_token_stream, pretraining_streams, save_token_stream, token_file
 from .models import (
     architecture_summary,
@@ -63,6 +53,7 @@ from .models import (
 from .models import (
     load_tokenizer as load_hf_tokenizer,
 )
+from .presets import LAB_PRESETS, PRETRAIN_PRESETS, add_preset_argument, get_preset
 from .training import (
     ChunkSampler,
     DistributedContext,
@@ -384,7 +375,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="which preset model to build, and whose pretraining settings (required without --init; default: drafter)",
     )
-    add_preset_argument(p, choices=LAB_PRESETS)
+    add_preset_argument(p, choices=PRETRAIN_PRESETS)
     add_device_argument(p)
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: preset's)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences (default: preset's)")
@@ -401,6 +392,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.role is None and args.init is None:
         raise ValueError("--role target|drafter: which lab model to build (only --init implies drafter)")
+    if args.init is None and args.preset not in LAB_PRESETS:
+        raise ValueError(f"--preset {args.preset} sizes no lab model: give --init DIR (the drafter stage's output)")
     args.role = args.role or "drafter"
     model_config, pretraining = get_preset(args.preset).pretraining(args.role)
     config = override(

@@ -63,9 +63,7 @@ from .config import (
     EvalConfig,
     ReferenceConfig,
     add_device_argument,
-    add_preset_argument,
     announce,
-    get_preset,
     override,
     serving_context_note,
 )
@@ -81,6 +79,7 @@ from .eval_sets import (
 from .examples import write_train_shard
 from .generation import ENGINES, engine_summary, generate_continuations
 from .models import DTYPES, checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
+from .presets import add_preset_argument, get_preset
 from .prompts import Prompt, corpus_categories, given_prompts, select_prompts, train_category_counts
 from .provenance import model_pin
 from .static_engine import EngineStats, StaticGreedyEngine

@@ -12,6 +12,12 @@ that measures more (the real-model lab) only has to store it. The fields:
   by another method than the training prompts;
 - ``llama_server``: what ``bench/llama_server_spec.py`` writes (llama.cpp's own speculative decoding with the
   drafters: acceptance, tokens/s, outputs identical to the target alone);
+- ``served``: the served drafters walked by ``specdraft validate`` (llama.cpp) beside PyTorch's τ of the same
+  weights, ``{"<held-out set>": {"<variant>": {"tau", "macro_tau", "by_category": {category: τ}, "pytorch_tau",
+  "pytorch_macro_tau", "pytorch_by_category", "conversations", "failures"}}}``;
+- ``generate``: ``specdraft generate`` runs (target + drafter, lossless check, speed-up), ``{"machine", "runs":
+  [{"drafter", "k", "prompts", "max_tokens", "tau", "speed_up", "alone_ms_per_token", "ms_per_step",
+  "draft_ms_per_step", "identical_prompts", "near_ties", "differing"}]}``;
 - ``chat_goals``: :func:`chat_goals`'s verdicts (the real-model lab's goals).
 
 Also the markdown table helpers and the variant keys every lab report shares (reports.py imports them).
@@ -222,6 +228,68 @@ def llama_server(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def served(sets: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    lines = _section(
+        "The served drafters, walked by `specdraft validate`",
+        "Each Q4_0 GGUF served by `specdraft serve` (llama.cpp, CPU) and walked over the held-out set by `specdraft "
+        "validate` (k = 16), beside PyTorch's τ of the same blocks (the tables above): the same τ within float "
+        "summation order and llama.cpp's near ties.",
+    ) + header("held-out set", "drafter", "τ served", "τ PyTorch", "difference", "macro τ served", "failed requests")
+    for name, drafters in sets.items():
+        for key, entry in drafters.items():
+            pytorch = entry.get("pytorch_tau")
+            diff = f"{entry['tau'] / pytorch - 1:+.2%}" if pytorch else "—"
+            cells = [fmt(entry["tau"]), fmt(pytorch), diff, fmt(entry["macro_tau"]), entry.get("failures", 0)]
+            lines.append(row(name, labels.get(key, key), *cells))
+    for name, drafters in sets.items():
+        keys = list(drafters)
+        categories = sorted({c for e in drafters.values() for c in e["by_category"]}, key=category_order)
+        lines += ["", f"`{name}`, τ served (PyTorch) by category:", ""]
+        lines += header("category", *(labels.get(key, key) for key in keys))
+        for category in categories:
+            cells = [
+                f"{fmt(drafters[k]['by_category'].get(category))} "
+                f"({fmt(drafters[k].get('pytorch_by_category', {}).get(category))})"
+                for k in keys
+            ]
+            lines.append(row(category, *cells))
+    return lines
+
+
+GENERATE_COLUMNS = ("drafter", "k", "prompts × tokens", "τ", "speed-up", "target alone ms/token", "ms/step")
+GENERATE_COLUMNS += ("drafting ms/step", "identical", "near ties")
+
+
+def generate(summary: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    runs = summary["runs"]
+    best = {}
+    for run in runs:
+        if run["drafter"] not in best or run["speed_up"] > best[run["drafter"]]["speed_up"]:
+            best[run["drafter"]] = run
+    lines = _section(
+        "Speculative generation with the real target (`specdraft generate`)",
+        f"The F32 target greedily alone and with each drafter's drafts of k tokens, {summary['machine']}: outputs "
+        "compared token by token (a difference is allowed only at a near tie, which `generate` names). A step's cost "
+        "is the target verifying k + 1 tokens plus the drafter drafting k: what bounds the speed-up is that cost over "
+        "the target's own per-token cost, against the τ tokens a step yields. Best k per drafter in bold.",
+    ) + header(*GENERATE_COLUMNS)
+    for run in runs:
+        mark = "**" if best[run["drafter"]] is run else ""
+        cells = [
+            run["k"],
+            f"{run['prompts']} × {run['max_tokens']}",
+            fmt(run["tau"], 2),
+            f"{mark}{run['speed_up']:.2f}×{mark}",
+            fmt(run["alone_ms_per_token"], 1),
+            fmt(run["ms_per_step"], 1),
+            fmt(run["draft_ms_per_step"], 1),
+            f"{run['identical_prompts']} of {run['prompts']}",
+            run["near_ties"],
+        ]
+        lines.append(row(labels.get(run["drafter"], run["drafter"]), *cells))
+    return lines
+
+
 def _goal_verdicts(tau: dict[str, Any]) -> dict[str, Any]:
     base, qat, ceiling = tau[BASELINE], tau[QAT], tau[CEILING]
     worse = [c for c, e in qat["by_category"].items() if e["tau"] <= base["by_category"].get(c, {}).get("tau", 0)]
@@ -245,6 +313,15 @@ def chat_goals(report: dict[str, Any]) -> dict[str, Any]:
     if "base" in servers and "distilled" in servers:
         base, distilled = servers["base"]["acceptance"], servers["distilled"]["acceptance"]
         goals["llama_server_acceptance"] = {"base": base, "distilled": distilled, "met": distilled > base}
+    if "generate" in report:
+        runs = report["generate"]["runs"]
+        differing = sorted({d for run in runs for d in run["differing"]})
+        goals["generate_lossless"] = {
+            "prompts": sum(run["prompts"] for run in runs),
+            "near_ties": sum(run["near_ties"] for run in runs),
+            "differing": differing,  # prompts whose outputs parted elsewhere than at a near tie
+            "met": not differing,
+        }
     return goals
 
 
@@ -266,12 +343,21 @@ def chat_goals_section(goals: dict[str, Any]) -> list[str]:
             f"- llama-server acceptance: distilled {a['distilled']:.3f} vs base {a['base']:.3f} "
             f"({'met' if a['met'] else 'not met'})"
         )
+    if "generate_lossless" in goals:
+        g = goals["generate_lossless"]
+        where = "" if g["met"] else " — differing: " + ", ".join(g["differing"])
+        lines.append(
+            f"- `generate` lossless on every prompt: {g['prompts']} generations, {g['near_ties']} parted at a named "
+            f"near tie ({'met' if g['met'] else 'not met'}{where})"
+        )
     return lines
 
 
 def extra_sections(report: dict[str, Any], labels: dict[str, str]) -> list[str]:
-    """Every section whose field the report holds, in report order."""
+    """Every section whose field the report holds, in report order; ``labels`` with the report's own
+    ``drafter_labels`` (drafters its variants do not name) over them."""
     evaluation, lines = report["evaluation"], []
+    labels = {**labels, **report.get("drafter_labels", {})}
     lines += walk_stops(evaluation, labels)
     if "lookahead" in report:
         lines += lookahead(report["lookahead"])
@@ -279,6 +365,10 @@ def extra_sections(report: dict[str, Any], labels: dict[str, str]) -> list[str]:
         lines += drafter_origins(report["drafter_origins"], evaluation["tau"][CEILING])
     if "other_prompts" in report:
         lines += other_prompts(report["other_prompts"], labels)
+    if "served" in report:
+        lines += served(report["served"], labels)
+    if "generate" in report:
+        lines += generate(report["generate"], labels)
     if "llama_server" in report:
         lines += llama_server(report["llama_server"])
     if "chat_goals" in report:

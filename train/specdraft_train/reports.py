@@ -94,6 +94,7 @@ def _drafters_table(report: dict[str, Any]) -> list[str]:
     lines = [
         f"# specdraft lab report — preset `{report['preset']}`",
         "",
+        *([f"Target: {report['target']['label']}.", ""] if "target" in report else []),
         f"{report['date']} on {report['machine']} (device {report['device']}). Held-out: "
         f"{evaluation['heldout']['conversations']} conversations in {len(tau[BASELINE]['by_category'])} categories, "
         f"{evaluation['heldout']['continuation_tokens']} continuation tokens; k = {evaluation['k']}; "

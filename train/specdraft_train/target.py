@@ -22,9 +22,12 @@ The tokenizer comes from transformers' GGUF converter, mended where it is wrong 
 bos (SmolLM2's would end answers at ``<|im_start|>``), and it splits text with GPT-2's rule whatever the GGUF's
 pre-tokenizer says (SmolLM2's ``smollm`` also isolates digits): the special tokens are set from the GGUF's ids and the
 split from :func:`vocabulary.hf_pre_tokenizer`. The generation config stops at the GGUF's eos and end-of-turn tokens.
+``--no-weights`` writes the checkpoint without its weights and the served GGUF: where the weights cannot go yet (a GPU
+machine that receives the GGUF in parts), a drafter from scratch can already be made and pretrained with its tokenizer.
 
     bash train/scripts/data/fetch_smollm2.sh          # prints the Q4_1 GGUF's path (pinned by sha256)
     python -m specdraft_train target --gguf train/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smol/target
+    python -m specdraft_train target --gguf ... --out runs/smol/target-meta --no-weights   # tokenizer and config alone
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
-from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerFast
+from transformers import AutoConfig, GenerationConfig, PretrainedConfig, PreTrainedTokenizerFast
 from transformers.integrations.ggml import convert_gguf_tokenizer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
@@ -110,11 +113,17 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return load_gguf_checkpoint(str(path), return_tensors=False)
 
 
-def load_model(path: Path, metadata: dict[str, Any]) -> torch.nn.Module:
-    """The fp32 HF model of the GGUF's dequantized weights (transformers' own mapping of names and Q/K layout)."""
+def model_config(metadata: dict[str, Any]) -> PretrainedConfig:
+    """The HF config of the GGUF's model."""
     config = AutoConfig.for_model(**metadata["config"])
     # float32's 1e-5 read back as 9.999999747378752e-06: the shortest decimal of the same float32 is what HF writes
     config.rms_norm_eps = float(str(np.float32(config.rms_norm_eps)))
+    return config
+
+
+def load_model(path: Path, metadata: dict[str, Any]) -> torch.nn.Module:
+    """The fp32 HF model of the GGUF's dequantized weights (transformers' own mapping of names and Q/K layout)."""
+    config = model_config(metadata)
     model = new_model(config, seed=0)
     tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     missing, unexpected = model.load_state_dict(tensors, strict=False)
@@ -208,27 +217,35 @@ def write_served_gguf(reader: gguf.GGUFReader, out_path: Path, progress: bool = 
 # The stage
 
 
-def run(gguf_path: Path, out_dir: Path, progress: bool = True) -> dict[str, Any]:
-    """Convert ``gguf_path`` into ``out_dir`` (module docstring); returns the manifest."""
+def run(gguf_path: Path, out_dir: Path, progress: bool = True, weights: bool = True) -> dict[str, Any]:
+    """Convert ``gguf_path`` into ``out_dir`` (module docstring); returns the manifest. ``weights=False``: the
+    checkpoint's other files alone (config, tokenizer, chat template, generation config: all that `drafter --init
+    scratch` reads), the same bytes as in the full checkpoint, and no served GGUF."""
     start = time.time()
     reader = open_gguf(gguf_path)
     metadata = read_metadata(gguf_path)
     tokenizer = load_tokenizer(reader, metadata)
-    model = load_model(gguf_path, metadata)
+    if weights:
+        model = load_model(gguf_path, metadata)
+    else:
+        with torch.device("meta"):  # the architecture and its parameter count, no memory
+            model = new_model(model_config(metadata), seed=0)
     model.generation_config = generation_config(reader)
     vocab_size = model.config.vocab_size
     if len(gguf_tokens(reader)) != vocab_size:
         raise ValueError(f"{gguf_path}: {len(gguf_tokens(reader))} tokens, but the model's vocab_size is {vocab_size}")
-    outputs = save_checkpoint(model, out_dir, tokenizer)
-    write_served_gguf(reader, out_dir / SERVED_GGUF, progress)
+    outputs = save_checkpoint(model, out_dir, tokenizer, weights=weights)
+    if weights:
+        write_served_gguf(reader, out_dir / SERVED_GGUF, progress)
+        outputs.append(SERVED_GGUF)
     types: dict[str, int] = {}
     for tensor in reader.tensors:
         types[tensor.tensor_type.name] = types.get(tensor.tensor_type.name, 0) + 1
     return write_manifest(
         out_dir,
         "target",
-        outputs=[*outputs, SERVED_GGUF],
-        params={"served": {"file": SERVED_GGUF, "type": "F32"}},
+        outputs=outputs,
+        params={"served": {"file": SERVED_GGUF, "type": "F32"} if weights else None, "weights": weights},
         inputs={"gguf": {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "tensor_types": types}},
         extra={
             "architecture": architecture_summary(model),
@@ -260,17 +277,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--gguf", required=True, type=Path, help="the target as distributed (any type gguf-py dequantizes)")
     p.add_argument("--out", required=True, type=Path, help=f"checkpoint directory to write (with {SERVED_GGUF})")
+    p.add_argument(
+        "--no-weights",
+        dest="weights",
+        action="store_false",
+        help="only the config, tokenizer, chat template and generation config (a few MB; all `drafter --init "
+        "scratch` needs): no weights, no served GGUF",
+    )
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    manifest = run(args.gguf, args.out)
+    manifest = run(args.gguf, args.out, weights=args.weights)
     summary = manifest["architecture"]
     print(
         json.dumps(
             {
                 "checkpoint": str(args.out),
-                "served": str(args.out / SERVED_GGUF),
+                "served": str(args.out / SERVED_GGUF) if args.weights else None,
                 "architecture": summary["architecture"],
                 "parameters": summary["parameters"],
                 "special_ids": manifest["special_ids"],

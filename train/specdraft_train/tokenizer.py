@@ -23,7 +23,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .artifacts import atomic_write_json, atomic_write_text, input_record, verify_stage_dir, write_manifest
-from .config import LAB_PRESETS, TokenizerConfig, add_preset_argument, announce, get_preset, override
+from .config import TokenizerConfig, announce, override
 from .documents import (
     KINDS,
     Document,
@@ -34,6 +34,7 @@ from .documents import (
     subset_rank,
     token_file,
 )
+from .presets import LAB_PRESETS, add_preset_argument, get_preset
 from .vocabulary import (
     END_OF_TEXT,
     IM_END,

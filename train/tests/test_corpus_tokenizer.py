@@ -183,7 +183,8 @@ def test_tokenizer_vocab_cap(tmp_path: Path, tiny: dict[str, Path]):
 
 
 def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
-    from specdraft_train.config import MICRO, apply_settings
+    from specdraft_train.config import apply_settings
+    from specdraft_train.presets import MICRO
 
     preset = apply_settings(
         MICRO,
@@ -199,7 +200,7 @@ def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
     assert MICRO.reference.train_prompts == 384  # the preset itself is untouched
     # A float field the preset wrote as an int (the lab's `time_budget_s=150`) still takes a float, as `ablate
     # --time-budget 40` passes it; an int field refuses one.
-    from specdraft_train.config import LAB
+    from specdraft_train.presets import LAB
 
     assert type(LAB.distill.time_budget_s) is int
     assert apply_settings(LAB, ["distill.time_budget_s=40.5"]).distill.time_budget_s == 40.5
@@ -215,7 +216,8 @@ def test_lab_settings_override_preset_values_and_refuse_unknown_ones():
 
 
 def test_presets_fit_their_longest_prompt_and_continuation_into_the_pretraining_window():
-    from specdraft_train.config import LAB, MICRO, apply_settings, check_preset
+    from specdraft_train.config import apply_settings
+    from specdraft_train.presets import LAB, MICRO, check_preset
 
     for preset in (MICRO, LAB):
         check_preset(preset)

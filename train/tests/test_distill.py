@@ -16,11 +16,12 @@ from safetensors.torch import load_file
 
 from specdraft_train import distill
 from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.config import MICRO, DistillConfig
+from specdraft_train.config import DistillConfig
 from specdraft_train.distillation import DistillJob
 from specdraft_train.evaluate import drafter_tau
 from specdraft_train.examples import TrainExample, epoch_order, padding_factor, read_train_examples, select_examples
 from specdraft_train.models import QAT_STATE_FILE
+from specdraft_train.presets import MICRO
 from specdraft_train.tau import read_conversations
 
 # Evaluations every 3 steps (6 steps an epoch: mid-epoch), replay of the tokenizer's train split, packed rows: what the

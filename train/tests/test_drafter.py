@@ -177,3 +177,10 @@ def test_pretrain_needs_a_role_or_an_init(tiny: dict[str, Path], tmp_path: Path)
         "pretrain", "--corpus", str(tiny["corpus"]), "--tokenizer", str(tiny["tokenizer"]), "--out", str(tmp_path)
     )
     assert code == 2 and "--role target|drafter" in err, err
+
+
+def test_pretrain_under_a_preset_without_lab_models_needs_an_init(tiny: dict[str, Path], tmp_path: Path):
+    flags = ("--corpus", str(tiny["corpus"]), "--tokenizer", str(tiny["tokenizer"]), "--out", str(tmp_path / "p"))
+    code, _, err = run_main("pretrain", *flags, "--role", "drafter", "--preset", "smollm2-chat")
+    assert code == 2 and "--preset smollm2-chat sizes no lab model: give --init DIR" in err, err
+    assert not (tmp_path / "p").exists()

@@ -12,8 +12,8 @@ import pytest
 from conftest import run_cli, run_main
 
 from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.config import MICRO
 from specdraft_train.lab import run_lab
+from specdraft_train.presets import MICRO
 from specdraft_train.prompts import corpus_categories
 from specdraft_train.tau import gap_closed, read_conversations
 
@@ -132,8 +132,8 @@ def test_micro_lab_rerun_skips_finished_stages(lab: Path, capsys: pytest.Capture
 
 
 def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
-    from specdraft_train.config import MICRO
     from specdraft_train.lab import LabState, run_stage
+    from specdraft_train.presets import MICRO
 
     state = LabState(tmp_path, MICRO, [], [])
 

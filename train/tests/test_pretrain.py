@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from specdraft_train import pretrain
 from specdraft_train.artifacts import ArtifactError, verify_stage_dir
-from specdraft_train.config import MICRO
+from specdraft_train.presets import MICRO
 
 STEPS = ["--max-steps", "6", "--batch-size", "4", "--ckpt-every", "3"]
 CONFIG = replace(MICRO.pretrain_drafter, max_steps=6, batch_size=4, ckpt_every=3)  # what STEPS says

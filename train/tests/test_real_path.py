@@ -23,7 +23,6 @@ from specdraft_train.artifacts import read_manifest, verify_stage_dir
 from specdraft_train.config import (
     DRAFT_LENGTH,
     FOLDER_CAP_BYTES,
-    MICRO,
     SERVING_CONTEXT_TOKENS,
     CorpusConfig,
     DistillConfig,
@@ -31,6 +30,7 @@ from specdraft_train.config import (
 )
 from specdraft_train.generation import stop_ids
 from specdraft_train.models import load_causal_lm, load_tokenizer
+from specdraft_train.presets import MICRO
 from specdraft_train.prompts import given_prompts
 from specdraft_train.tau import read_conversations
 
@@ -336,7 +336,8 @@ def test_text_prompts_make_an_evaluation_only_set(tiny: dict[str, Path], tmp_pat
 def test_the_committed_unseen_texts_are_valid_given_prompts(tiny: dict[str, Path]):
     """data/unseen-texts.jsonl (the check on prompts the lab did not make) reads as given prompts: every line held out,
     16 per kind of the eight, each its text's first prompt_tokens tokens (one of the lab's prompt lengths)."""
-    from specdraft_train.config import LAB, CorpusConfig
+    from specdraft_train.config import CorpusConfig
+    from specdraft_train.presets import LAB
 
     path = Path(__file__).resolve().parents[2] / "data" / "unseen-texts.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

@@ -20,7 +20,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "train" / "scripts" / "gpu"))
 import real_rehearsal_report as report  # noqa: E402
 
-from specdraft_train.config import get_preset  # noqa: E402
+from specdraft_train.presets import get_preset  # noqa: E402
 
 SCRIPT = REPO / "train" / "scripts" / "gpu" / "real_rehearsal.sh"
 

@@ -264,3 +264,49 @@ def test_a_gguf_target_cannot_convert_gets_one_line(tmp_path: Path, arch: str, p
     code, _, err = run_main("target", "--gguf", str(tmp_path / "text.gguf"), "--out", str(tmp_path / "out"))
     assert code == 2 and "not a readable GGUF" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_without_weights_the_target_is_the_same_files_and_a_scratch_drafter_needs_no_more(
+    real: dict[str, Path], tmp_path: Path
+):
+    meta = tmp_path / "target-meta"
+    code, out, err = run_main("target", "--gguf", str(real["gguf"]), "--out", str(meta), "--no-weights")
+    assert code == 0, err
+    assert json.loads(out)["served"] is None
+    manifest = verify_stage_dir(meta, "target")
+    assert manifest["params"]["weights"] is False and manifest["architecture"]["parameters"] == 134_515_008
+    files = sorted(manifest["outputs"])
+    assert files == sorted(
+        ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
+    )
+    for name in files:  # byte for byte the full checkpoint's: a drafter made from either is the same drafter
+        assert (meta / name).read_bytes() == (real["target"] / name).read_bytes(), name
+    # the smollm2-chat preset's drafter: 2 layers at the target's width, the shared embedding; a flag overrides it
+    code, out, err = run_main(
+        "drafter", "--target", str(meta), "--out", str(tmp_path / "d"), "--init", "scratch", "--preset", "smollm2-chat"
+    )
+    assert code == 0, err
+    assert "drafter: preset smollm2-chat: init scratch, layers 2, hidden_size 576" in err
+    assert json.loads(out)["parameters"] == 35_392_320
+    assert (tmp_path / "d" / "chat_template.jinja").read_bytes() == (meta / "chat_template.jinja").read_bytes()
+    code, out, err = run_main(
+        "drafter",
+        "--target",
+        str(meta),
+        "--out",
+        str(tmp_path / "d1"),
+        "--init",
+        "scratch",
+        "--preset",
+        "smollm2-chat",
+        "--layers",
+        "1",
+        "--intermediate-size",
+        "768",
+    )
+    assert code == 0, err
+    assert json.loads(out)["config"]["num_hidden_layers"] == 1 and json.loads(out)["config"]["intermediate_size"] == 768
+    # the target's layers need its weights: one line saying where they were looked for
+    flags = ("--init", "layers", "--preset", "smollm2-chat")
+    code, _, err = run_main("drafter", "--target", str(meta), "--out", str(tmp_path / "l"), *flags)
+    assert code == 2 and "no model.safetensors" in err and len(err.strip().splitlines()) == 2, err  # announce + error

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdraft_train.config import get_preset
 from specdraft_train.examples import collate, epoch_order, padding_factor, read_train_examples, row_width
 from specdraft_train.losses import loss_sums
 from specdraft_train.models import autocast_context, enable_activation_checkpointing, load_causal_lm, resolve_device
+from specdraft_train.presets import get_preset
 from specdraft_train.training import make_optimizer
 
 

@@ -46,12 +46,12 @@ sys.path.insert(0, str(REPO / "bench" / "models"))  # the random checkpoints' sh
 from make_random_checkpoint import qwen3_config  # noqa: E402
 
 from specdraft_train.artifacts import atomic_write_json, write_manifest  # noqa: E402
-from specdraft_train.config import get_preset  # noqa: E402
 from specdraft_train.distillation import Distillation, DistillJob  # noqa: E402
 from specdraft_train.examples import Continuation, collate, read_inputs, write_train_shard  # noqa: E402
 from specdraft_train.losses import loss_sums  # noqa: E402
 from specdraft_train.models import autocast_context, load_causal_lm, parameter_count  # noqa: E402
 from specdraft_train.packing import use_packed_attention  # noqa: E402
+from specdraft_train.presets import get_preset  # noqa: E402
 from specdraft_train.prompts import Prompt  # noqa: E402
 from specdraft_train.step_memory import GIB, measure_step_memory  # noqa: E402
 from specdraft_train.tau import Conversation, conversation_json, model_tau, read_conversations  # noqa: E402

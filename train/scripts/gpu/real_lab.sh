@@ -1,149 +1,229 @@
 #!/usr/bin/env bash
-# SKETCH — not runnable yet. The real-model lab on one H200 (issue 30): SmolLM2-135M-Instruct as the target, a
-# ~30M-parameter Llama drafter with its tokenizer, distilled on the target's greedy chat continuations, QAT to Q4_0,
-# exported; beside it the same recipe from a drafter made of the target's own layers. Lines marked DEPENDS(<helper>)
-# use a stage or flag that another branch adds (target: the `target` and `drafter` stages and pretraining with a given
-# tokenizer; export: Llama drafters with SmolLM2's tokenizer; fast: packed training, one-pass evaluation; lead: the
-# smollm2-chat preset) and must be checked against their --help once merged; the rest is checked against this
-# branch's --help. No CPU dry run yet (it needs those stages): add one before the first GPU call.
+# The real-model lab on one H200 (docs/lab.md, "The real-model lab"): SmolLM2-135M-Instruct as the target; a 35M-
+# parameter Llama drafter with its tokenizer made from scratch and pretrained on general text (the base), distilled on
+# the target's greedy chat answers, QAT to Q4_0 and exported; beside it the same recipe from 2 of the target's own
+# layers; every drafter evaluated on the held-out template prompts and on prompts the target wrote; lab_report.json/.md.
 #
-# What travels (≤ 64 MiB a call, the checkout included: ~19 MiB today), made here by the staging lines below:
-#   .real/tokenizer.tar.xz   SmolLM2's HF tokenizer files (from the `target` stage run here)        ~1 MiB
-#   .real/smol.xz.part-aa/ab the Q4_1 GGUF, xz -6 (86.3 MiB) split in two: 43.1 MiB each — raw halves
-#                            (46.9 MiB) plus the checkout would exceed 64 MiB; past ~20.8 MiB of checkout,
-#                            split in three (`split -n 3`)
-#   .prose/prose.tar.xz      general text for the base's pretraining (bench/gpu/stage.sh)              ~10 MiB
-#   .whl                     the gguf wheel (bench/gpu/stage.sh)                                       <1 MiB
-# Calls, back to back on one warm machine (the work folder lives in /tmp), each `bash train/scripts/gpu/real_lab.sh
-# RESULTS [LIMIT_S]`: it runs every stage whose inputs are there and whose stamp is not, stops before a stage the
-# limit leaves too little time for, and says what the next call must carry:
-#   1. carry .whl .prose .real/tokenizer.tar.xz      → drafter (scratch), pretrain base                ~3.5 min
-#   2. carry .real/smol.xz.part-aa                   → (stashed)                                         ~0.3 min
-#   3. carry .real/smol.xz.part-ab .whl              → target, drafter (layers), reference ×2, distill  ~6 min
-#   4. carry .whl                                    → QAT, distill + QAT (layers), evaluate, export     ~4.5 min
-# A cut (the call's limit, or the machine lost) resumes at the stage it stopped in: every stage is resumable (pretrain
-# and distill from their resume/ checkpoints, reference per shard) and leaves a stamp when done; a lost machine means
-# starting again from call 1 (nothing is kept outside /tmp but RESULTS, which comes back with each call).
+#   bash train/scripts/gpu/real_lab.sh RESULTS [LIMIT_S]        (LIMIT_S: this call's seconds, default 550)
 #
-# Staging, here (after npm ci and bash bench/gpu/stage.sh for .whl and .prose):
-#   gguf=$(bash train/scripts/data/fetch_smollm2.sh)
-#   python -m specdraft_train target --gguf "$gguf" --out /tmp/smol-target          # DEPENDS(target): stage and flags
-#   mkdir -p .real && tar -C /tmp/smol-target -cJf .real/tokenizer.tar.xz tokenizer.json tokenizer_config.json \
-#       special_tokens_map.json chat_template.jinja generation_config.json config.json   # DEPENDS(target): file names
-#   xz -T0 -6 -c "$gguf" > /tmp/smol.gguf.xz && split -n 2 /tmp/smol.gguf.xz .real/smol.xz.part-   # 2 × 43.1 MiB
-#   grep -qxF /.real/ "$(git rev-parse --git-common-dir)/info/exclude" || echo /.real/ >> "$(git rev-parse --git-common-dir)/info/exclude"
+# Resumable across calls on one warm machine: everything lives in REAL_LAB_DIR (/tmp/real-lab). A call runs every stage
+# whose inputs have arrived and whose stamp (REAL_LAB_DIR/stamps/<stage>: its seconds) is missing, stops before a
+# stage its limit leaves too little time for (the `usual` seconds below) or whose inputs have not arrived yet, and
+# packs what exists into RESULTS, ending with what to run next and which files to bring back. A stage cut by the
+# limit resumes in the next call (pretrain and distill from their resume/ states, reference at its next shard). The
+# calls, what each carries and how to stage it: train/scripts/gpu/real_lab.md (made by real_lab_stage.sh).
+#
+# REAL_LAB_CPU=1 is the CPU dry run (tests/test_real_lab.py): the real GGUF and the same stages and folders, with a
+# handful of prompts, a narrow scratch drafter and a few steps each, no time limit unless given.
+# Environment: REAL_LAB_DIR, REAL_LAB_STAGED (.real), PYTHON (python3), REAL_LAB_THREADS (torch's CPU threads), the
+# training seconds REAL_LAB_PRETRAIN_S and REAL_LAB_DISTILL_S (default: the preset's), REAL_LAB_QAT_S (40),
+# REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20): the first call's hold for the whole run.
 set -uo pipefail
 results=${1:?usage: real_lab.sh RESULTS [LIMIT_S]}
-limit=${2:-560}
-work=${REAL_LAB_DIR:-/tmp/real-lab}
+cpu=${REAL_LAB_CPU:-0}
+limit=${2:-$([ "$cpu" = 1 ] && echo 100000 || echo 550)}
+staged=${REAL_LAB_STAGED:-.real}
+export work=${REAL_LAB_DIR:-/tmp/real-lab} python=${PYTHON:-python3} preset=smollm2-chat
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 started=$(date +%s)
-mkdir -p "$results" "$work/logs" "$work/stamps"
+mkdir -p "$results" "$work/logs" "$work/stamps" "$work/inbox" || exit 2
 results=$(cd "$results" && pwd)
 log() { echo "[$(date +%T) +$(( $(date +%s) - started ))s] $*" | tee -a "$work/logs/progress.log" >&2; }
 left() { echo $(( limit - ($(date +%s) - started) )); }
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-[ -d /tmp/site/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/train
-py=(python3 -m specdraft_train)
-preset=smollm2-chat  # DEPENDS(lead): the preset; until then each stage's flags below carry the settings
-# Seconds of the H200 each stage is expected to take (estimates from the lab's rates, docs/lab.md; the plan's table):
-# a stage starts only when the call's limit leaves it this much.
-declare -A usual=([unpack]=20 [drafter]=15 [pretrain]=130 [gguf]=20 [target]=40 [drafter_layers]=15 [reference]=150
-  [reference_other]=30 [distill]=160 [qat]=70 [distill_layers]=130 [qat_layers]=50 [evaluate]=60 [export]=20)
 
-# stage NAME COMMAND...: skipped once its stamp exists; started only if the limit leaves its usual time; stamped with
-# its seconds when it succeeds (train/scripts/gpu/real_rehearsal.sh's rule, without its GPU sampling).
+# Seconds of the H200 each stage is expected to take, start-up included (estimates from the toy lab's H200 rates scaled
+# to these models, with room): a stage starts only when the call's limit leaves it this much.
+declare -A usual=([unpack]=10 [corpus]=30 [drafter]=15 [pretrain]=150 [gguf]=15 [target]=35 [drafter_layers]=15
+  [reference]=150 [reference_other]=40 [distill]=125 [qat]=60 [distill_layers]=80 [qat_layers]=40 [evaluate]=45
+  [evaluate_other]=30 [export]=40 [report]=15)
+sd() { "$python" -m specdraft_train ${REAL_LAB_THREADS:+--threads "$REAL_LAB_THREADS"} "$@"; }
+export -f sd
+
+# What RESULTS holds after every call (at most 8 files of ≤ 16 MiB: the device tool's limits), then the exit.
+pack() {
+  rm -f "$results"/real-lab-* "$results/lab_report.md" "$results/progress.log"
+  (cd "$work" && tar -cf - --ignore-failed-read logs stamps real_lab.json lab_report.json lab_report.md \
+    eval-templates.json eval-other.json $(ls -d -- */manifest.json */tb reference*/heldout.jsonl reference*/dev.jsonl \
+    export/*.json 2>/dev/null) 2>/dev/null) | xz -T0 -6 > "$results/real-lab-results.tar.xz"
+  if [ -f "$work/stamps/export" ]; then  # the three drafter GGUFs, xz (Q4_0 barely compresses) cut in 15 MiB parts
+    (cd "$work/export" && tar -cf - *.gguf) | xz -T0 -1 | split -b 15M -d -a 1 - "$results/real-lab-ggufs.tar.xz.part-"
+  fi
+  [ -f "$work/lab_report.md" ] && cp "$work/lab_report.md" "$results/"
+  cp "$work/logs/progress.log" "$results/"
+}
+finish() {
+  pack
+  log "bring back (files under $results, each ≤ 16 MiB):"
+  (cd "$results" && for f in *; do echo "  $f $(stat -c %s "$f") bytes"; done) | tee -a "$work/logs/progress.log" >&2
+  [ -f "$work/lab_report.md" ] && [ "$1" = 0 ] && head -60 "$work/lab_report.md" >&2
+  exit "$1"
+}
+
+# stage NAME COMMAND...: skipped once stamped; started only if the limit leaves its usual time; stamped with its
+# seconds when it succeeds; its output in logs/NAME.log.
 stage() {
   local name=$1; shift
   [ -f "$work/stamps/$name" ] && return 0
   if [ "$(left)" -lt "${usual[$name]}" ]; then
-    log "NOT FINISHED: $(left) s left, $name usually takes ${usual[$name]} s: run the same command again"; finish 0
+    log "NOT FINISHED: $(left) s left in this call, $name usually takes ${usual[$name]} s: run the same command again"
+    finish 0
   fi
-  log "$name: $*"
-  local t0=$(date +%s)
-  timeout --signal=INT "$(left)" "$@" > "$work/logs/$name.log" 2>&1
+  log "$name"
+  local t0; t0=$(date +%s)
+  timeout --signal=INT --kill-after=30 "$(left)" bash -c '"$@"' _ "$@" > "$work/logs/$name.log" 2>&1
   local rc=$?
-  [ "$rc" -eq 124 ] && { log "NOT FINISHED: $name ran into the call's limit: run the same command again"; finish 0; }
-  [ "$rc" -ne 0 ] && { log "FAILED: $name (exit $rc; logs/$name.log)"; finish 1; }
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    log "NOT FINISHED: $name ran into this call's limit (it resumes): run the same command again"; finish 0
+  elif [ "$rc" -ne 0 ]; then
+    tail -20 "$work/logs/$name.log" >&2; log "FAILED: $name (exit $rc; logs/$name.log)"; finish 1
+  fi
   echo "$(( $(date +%s) - t0 ))" > "$work/stamps/$name"
   log "$name: $(cat "$work/stamps/$name") s"
 }
-finish() {
-  cp "$work/logs/progress.log" "$results/" 2>/dev/null
-  for f in eval-templates.json eval-target-written.json lab_report.json lab_report.md drafter-q4_0.gguf \
-      drafter-layers-q4_0.gguf reference/heldout.jsonl reference-other/heldout.jsonl; do
-    [ -f "$work/$f" ] && cp "$work/$f" "$results/$(echo "$f" | tr / -)"
-  done
-  tar -C "$work" -cJf "$results/logs.tar.xz" logs stamps 2>/dev/null
-  exit "$1"
-}
-need() { # need FILE WHAT: stop, saying what the next call must carry
-  [ -e "$1" ] || { log "NEXT CALL: carry $2"; finish 0; }
-}
 
-# --- call 1: the tokenizer and general text; the from-scratch drafter and its pretraining ---------------------------
-[ -f "$work/stamps/unpack" ] || need .real/tokenizer.tar.xz ".whl .prose .real/tokenizer.tar.xz"
-unpack() {
-  mkdir -p "$work/tokenizer" "$work/prose" && tar -C "$work/tokenizer" -xJf .real/tokenizer.tar.xz &&
-  tar -C "$work/prose" -xJf .prose/prose.tar.xz
-}
-stage unpack unpack
-# DEPENDS(target): `drafter` — a Llama drafter with the target's tokenizer, from scratch, at the preset's shape
-stage drafter "${py[@]}" drafter --tokenizer "$work/tokenizer" --from scratch --preset "$preset" --out "$work/drafter"
-# DEPENDS(target): pretraining on general text with a given tokenizer (today pretrain takes the lab's corpus and
-# tokenizer stages); the text: the prose packages + the machine's Python, not the target's output
-stage pretrain "${py[@]}" pretrain --role drafter --init "$work/drafter" --tokenizer "$work/tokenizer" \
-  --prose "$work/prose" --out "$work/base" --preset "$preset" --time-budget 120 --device cuda
-
-# --- calls 2 and 3: the target ---------------------------------------------------------------------------------------
-if [ ! -f "$work/stamps/gguf" ]; then  # each part stays in /tmp until the other has come
-  for part in aa ab; do [ -f .real/smol.xz.part-$part ] && cp .real/smol.xz.part-$part "$work/"; done
-  need "$work/smol.xz.part-aa" ".real/smol.xz.part-aa"
-  need "$work/smol.xz.part-ab" ".real/smol.xz.part-ab .whl"
+# --- every call: gguf importable, what this call carried into the inbox -----------------------------------------------
+if ! "$python" -c "import gguf" 2>/dev/null; then
+  if [ ! -d /tmp/site/gguf ]; then
+    if ! ls .whl/*.whl >/dev/null 2>&1; then
+      log "FRESH MACHINE: start again with call 1 (carry .whl $staged/call1)"; finish 2
+    fi
+    "$python" -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || finish 2
+  fi
+  export PYTHONPATH=/tmp/site:$PWD/train
+else
+  export PYTHONPATH=$PWD/train${PYTHONPATH:+:$PYTHONPATH}
 fi
-gguf_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # fetch_smollm2.sh's pin
-reassemble() {
-  cat "$work"/smol.xz.part-* | xz -dc > "$work/smol.gguf" &&
-  [ "$(sha256sum "$work/smol.gguf" | cut -c1-64)" = "$gguf_sha256" ] && rm "$work"/smol.xz.part-*
-}
-stage gguf reassemble
-# DEPENDS(target): `target` — the HF checkpoint (weights, tokenizer with <|im_end|> as eos, chat template,
-# generation config) from the GGUF
-stage target "${py[@]}" target --gguf "$work/smol.gguf" --out "$work/target" --no-served-gguf
-# DEPENDS(target): the drafter from the target's own layers (a subset, the embedding shared)
-stage drafter_layers "${py[@]}" drafter --target "$work/target" --from layers --preset "$preset" --out "$work/drafter-layers"
-stage reference "${py[@]}" reference --target "$work/target" --prompts data/chat-prompts-templates.jsonl.xz \
-  --out "$work/reference" --preset "$preset" --dtype bfloat16 --max-new-tokens 256 --train-prompts 15600
-# the other method's prompts: their held-out and dev sets only, continued by the same target
-stage reference_other "${py[@]}" reference --target "$work/target" --prompts data/chat-prompts-target.jsonl.xz \
-  --out "$work/reference-other" --preset "$preset" --dtype bfloat16 --max-new-tokens 256 --train-prompts 0
-# DEPENDS(fast): packed rows, if distill grows a flag for it rather than a preset field
-stage distill "${py[@]}" distill --drafter "$work/base" --reference "$work/reference" --out "$work/distilled" \
-  --preset "$preset" --time-budget 150
+for file in "$staged"/call*/*; do
+  [ -f "$file" ] && [ ! -e "$work/inbox/$(basename "$file")" ] && cp "$file" "$work/inbox/"
+done
+# The run's settings, fixed by its first call (real_lab.json; the report records them): the mode and the training
+# seconds of each budgeted stage ("preset": the preset's).
+mode=$([ "$cpu" = 1 ] && echo cpu-dry-run || echo gpu)
+if [ ! -f "$work/real_lab.json" ]; then
+  "$python" -c 'import json, sys
+keys = ("mode", "pretrain_s", "distill_s", "qat_s", "layers_distill_s", "layers_qat_s")
+json.dump(dict(zip(keys, sys.argv[2:])), open(sys.argv[1], "w"))' "$work/real_lab.json" "$mode" \
+    "${REAL_LAB_PRETRAIN_S:-preset}" "${REAL_LAB_DISTILL_S:-preset}" "${REAL_LAB_QAT_S:-40}" \
+    "${REAL_LAB_LAYERS_DISTILL_S:-60}" "${REAL_LAB_LAYERS_QAT_S:-20}" || finish 2
+fi
+read -r recorded pretrain_s distill_s qat_s layers_distill_s layers_qat_s < <("$python" -c \
+  'import json, sys; print(*json.load(open(sys.argv[1])).values())' "$work/real_lab.json")
+if [ "$recorded" != "$mode" ]; then
+  log "$work holds a run of another mode ($recorded) than $mode: use another REAL_LAB_DIR"; finish 2
+fi
+if [ "$cpu" = 1 ]; then
+  export device=cpu
+  # a handful of prompts; a narrow scratch drafter (the layers drafter keeps the target's width); a few steps each
+  corpus_flags=(--max-code-bytes 300000 --max-prose-bytes 300000)
+  scratch_flags=(--layers 1 --hidden-size 64 --intermediate-size 128 --heads 2 --kv-heads 1 --head-dim 32)
+  pretrain_flags=(--max-steps 2 --batch-size 2 --ckpt-every 1)
+  reference_flags=(--max-new-tokens 16 --batch-size 8 --shard-prompts 8)
+  distill_flags=(--epochs 1 --batch-size 5 --eval-every 0 --ckpt-every 1)
+  distill_flags+=(--set replay_batch_size=2 --set replay_seq_len=64)
+  budget() { echo 0; }  # steps bound the dry run, not seconds
+else
+  export device=cuda
+  corpus_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
+  scratch_flags=() reference_flags=() distill_flags=() pretrain_flags=()
+  [ "$pretrain_s" = preset ] || pretrain_flags=(--time-budget "$pretrain_s")
+  [ "$distill_s" = preset ] || distill_flags=(--time-budget "$distill_s")
+  budget() { echo "$1"; }
+fi
 
-# --- call 4: QAT, the from-layers drafter, evaluation, export ---------------------------------------------------------
-stage qat "${py[@]}" distill --drafter "$work/distilled" --reference "$work/reference" --out "$work/distilled-qat" \
-  --preset "$preset" --qat --time-budget 60
-stage distill_layers "${py[@]}" distill --drafter "$work/drafter-layers" --reference "$work/reference" \
-  --out "$work/distilled-layers" --preset "$preset" --time-budget 120
-stage qat_layers "${py[@]}" distill --drafter "$work/distilled-layers" --reference "$work/reference" \
-  --out "$work/distilled-layers-qat" --preset "$preset" --qat --time-budget 40
-evaluate_all() {  # DEPENDS(fast): one pass for every drafter, if evaluate changes shape; fields for report_sections
-  for set in templates:reference target-written:reference-other; do
-    "${py[@]}" evaluate --heldout "$work/${set#*:}/heldout.jsonl" --drafter "$work/base" \
-      --drafter "$work/distilled" --drafter "$work/distilled-qat" --drafter "$work/drafter-layers" \
-      --drafter "$work/distilled-layers-qat" --q4 --ngram --target "$work/target" --preset "$preset" \
-      --out "$work/eval-${set%%:*}.json" || return 1
+# --- call 1: general text and the target's tokenizer; the drafter from scratch and its pretraining -------------------
+if [ ! -f "$work/stamps/unpack" ]; then
+  for need in target-meta.tar.xz prose.tar.xz smol.gguf.sha256; do
+    [ -f "$work/inbox/$need" ] || { log "NEXT CALL: carry .whl $staged/call1 (call 1)"; finish 0; }
   done
+fi
+unpack() {
+  rm -rf "$work/prose" && mkdir -p "$work/prose" && tar -C "$work/prose" -xJf "$work/inbox/prose.tar.xz" &&
+  tar -C "$work" -xJf "$work/inbox/target-meta.tar.xz"
 }
-stage evaluate evaluate_all
-export_both() {  # DEPENDS(export): Llama drafters with SmolLM2's tokenizer
-  "${py[@]}" export --checkpoint "$work/distilled-qat" --out "$work/drafter-q4_0.gguf" --type Q4_0 --preset "$preset" &&
-  "${py[@]}" export --checkpoint "$work/distilled-layers-qat" --out "$work/drafter-layers-q4_0.gguf" --type Q4_0 \
-    --preset "$preset"
+export -f unpack
+stage unpack unpack
+prose_flags=()
+for dir in "$work"/prose/*/; do prose_flags+=(--prose "${dir%/}"); done
+# The prompts: the committed files; in the dry run the first lines of each split of 3 categories.
+prompts=data/chat-prompts-templates.jsonl.xz other=data/chat-prompts-target.jsonl.xz
+if [ "$cpu" = 1 ]; then
+  subset() {  # subset SRC DEST TRAIN DEV HELDOUT: that many lines of each split, in each of the first 3 categories
+    "$python" - "$@" <<'PY'
+import json, lzma, sys
+src, dest, *counts = sys.argv[1:]
+want, kept, seen = dict(zip(("train", "dev", "heldout"), map(int, counts))), [], {}
+for line in lzma.open(src, "rt"):
+    row = json.loads(line)
+    categories = seen.setdefault("categories", [])
+    if row["category"] not in categories and len(categories) < 3:
+        categories.append(row["category"])
+    key = (row["category"], row["split"])
+    if row["category"] in categories and seen.get(key, 0) < want[row["split"]]:
+        seen[key] = seen.get(key, 0) + 1
+        kept.append(line)
+open(dest, "w").writelines(kept)
+PY
+  }
+  subset "$prompts" "$work/prompts-templates.jsonl" 3 1 2 || finish 2
+  subset "$other" "$work/prompts-other.jsonl" 0 1 1 || finish 2
+  prompts=$work/prompts-templates.jsonl other=$work/prompts-other.jsonl
+fi
+stage corpus sd corpus --preset "$preset" --out "$work/corpus" "${corpus_flags[@]}" "${prose_flags[@]}"
+stage drafter sd drafter --target "$work/target-meta" --init scratch --preset "$preset" --out "$work/drafter" \
+  "${scratch_flags[@]}"
+stage pretrain sd pretrain --init "$work/drafter" --corpus "$work/corpus" --out "$work/base" --preset "$preset" \
+  --device "$device" "${pretrain_flags[@]}"
+
+# --- call 2: the rest of the GGUF; the target, the drafter from its layers, reference data, distillation -------------
+if [ ! -f "$work/stamps/gguf" ]; then
+  for part in $(cut -c67- "$work/inbox/smol.gguf.sha256" | grep part-); do
+    [ -f "$work/inbox/$part" ] || { log "NEXT CALL: carry $staged/call2 (call 2), the same command"; finish 0; }
+  done
+fi
+export gguf_name=$(grep -v part- "$work/inbox/smol.gguf.sha256" | cut -c67-)  # the GGUF's own file name
+reassemble() {  # the GGUF from its xz parts, every part and the whole checked against the staged sums
+  cd "$work/inbox" && grep part- smol.gguf.sha256 | sha256sum -c --quiet &&
+  cat $(cut -c67- smol.gguf.sha256 | grep part- | sort) | xz -dc > "$work/$gguf_name" &&
+  cd "$work" && grep -v part- inbox/smol.gguf.sha256 | sha256sum -c --quiet
 }
-stage export export_both
-# DEPENDS(lead): lab_report.json/.md from the two evaluations (report_sections.py's fields: other_prompts,
-# drafter_origins, accepted_lengths; lookahead and llama_server come from CPU runs here afterwards)
-log "done: results in $results"
+export -f reassemble
+stage gguf reassemble
+stage target sd target --gguf "$work/$gguf_name" --out "$work/target"
+stage drafter_layers sd drafter --target "$work/target" --init layers --preset "$preset" --out "$work/drafter-layers"
+stage reference sd reference --target "$work/target" --prompts "$prompts" --out "$work/reference" --preset "$preset" \
+  --device "$device" "${reference_flags[@]}"
+stage reference_other sd reference --target "$work/target" --prompts "$other" --out "$work/reference-other" \
+  --preset "$preset" --device "$device" --train-prompts 0 "${reference_flags[@]}"
+distill_from() {  # distill_from FROM OUT SECONDS [FLAGS]: on the template prompts' reference, the base's text replayed
+  local from=$1 out=$2 seconds=$3; shift 3
+  sd distill --drafter "$work/$from" --reference "$work/reference" --out "$work/$out" --preset "$preset" \
+    --device "$device" --replay-tokens "$work/base" ${seconds:+--time-budget "$seconds"} "$@"
+}
+export -f distill_from
+distill_flags_text="${distill_flags[*]}"
+# The drafter from scratch: distill (the preset's budget unless REAL_LAB_DISTILL_S), then QAT; the layers drafter the
+# same, shorter. No separate healing of the layers drafter on general text: its distillation replays that text.
+stage distill distill_from base distilled "" $distill_flags_text
+stage qat distill_from distilled distilled-qat "$(budget "$qat_s")" --qat $distill_flags_text
+
+# --- call 3 (or 2, where time allows): the layers drafter, evaluation, export, the report ----------------------------
+stage distill_layers distill_from drafter-layers distilled-layers "$(budget "$layers_distill_s")" $distill_flags_text
+stage qat_layers distill_from distilled-layers distilled-layers-qat "$(budget "$layers_qat_s")" --qat \
+  $distill_flags_text
+drafters="--drafter $work/base --drafter $work/distilled --drafter $work/distilled-qat --drafter $work/drafter-layers"
+drafters="$drafters --drafter $work/distilled-layers-qat"
+stage evaluate sd evaluate --heldout "$work/reference/heldout.jsonl" $drafters --q4 --ngram --target "$work/target" \
+  --preset "$preset" --device "$device" --out "$work/eval-templates.json"
+stage evaluate_other sd evaluate --heldout "$work/reference-other/heldout.jsonl" $drafters --q4 --ngram \
+  --target "$work/target" --preset "$preset" --device "$device" --out "$work/eval-other.json"
+export_all() {  # the three GGUFs the CPU serves afterwards (real_lab.py's SERVED_DRAFTERS)
+  mkdir -p "$work/export" &&
+  sd export --checkpoint "$work/base" --out "$work/export/base-q4_0.gguf" --preset "$preset" &&
+  sd export --checkpoint "$work/distilled-qat" --out "$work/export/drafter-q4_0.gguf" --preset "$preset" &&
+  sd export --checkpoint "$work/distilled-layers-qat" --out "$work/export/layers-q4_0.gguf" --preset "$preset"
+}
+export -f export_all
+stage export export_all
+stage report sd real-lab-report --work "$work"
+log "DONE: the whole lab; lab_report.md below"
 finish 0

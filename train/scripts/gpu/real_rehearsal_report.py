@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs without PYTHONPATH too
-from specdraft_train.config import get_preset  # noqa: E402  (no torch: the config is plain dataclasses)
+from specdraft_train.presets import get_preset  # noqa: E402  (no torch: the presets are plain dataclasses)
 
 JOB_PROMPTS = 250_000
 JOB_CONTINUATION = 200  # tokens an answer, on average

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs wit
 
 from specdraft_train import corpus, tokenizer  # noqa: E402
 from specdraft_train.artifacts import stage_complete, verify_stage_dir  # noqa: E402
-from specdraft_train.config import LAB, CorpusConfig, ModelConfig, TokenizerConfig, add_device_argument  # noqa: E402
+from specdraft_train.config import CorpusConfig, ModelConfig, TokenizerConfig, add_device_argument  # noqa: E402
 from specdraft_train.models import (  # noqa: E402
     lab_generation_config,
     load_tokenizer,
@@ -53,6 +53,7 @@ from specdraft_train.models import (  # noqa: E402
     qwen3_config,
     save_checkpoint,
 )
+from specdraft_train.presets import LAB  # noqa: E402
 from specdraft_train.vocabulary import END_OF_TEXT  # noqa: E402
 
 GOAL_SPEEDUP = 1.8  # the issue's, for 2 ranks against 1

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The real-model lab's CPU part (docs/lab.md, "The real-model lab"), after train/scripts/gpu/real_lab.sh has run on
+# the GPU: from what that run brought back (RETURNED: real-lab-results.tar.xz and real-lab-ggufs.tar.xz.part-*), on
+# this CPU machine,
+#   1. the target as served: `target` on the pinned SmolLM2 GGUF here (its F32 GGUF; checked to be the GPU run's);
+#   2. `specdraft serve` of each drafter GGUF (base Q4_0 PTQ, distilled Q4_0 QAT, from the target's layers Q4_0 QAT) and
+#      `specdraft validate` over both held-out sets (per category; beside PyTorch's τ of the same blocks);
+#   3. `specdraft generate --target <F32 target> --draft-model <drafter>`: lossless on every prompt, the speed-up over
+#      the target alone for each k of GEN_KS with the distilled drafter, then the base at the distilled one's best k;
+#   4. bench/lookaheadSteps.ts with the distilled drafter on both held-out sets (tokens per drafter step);
+#   5. bench/llama_server_spec.py: llama.cpp's own speculative decoding with the base and the distilled drafters
+#      (llama-server from bench/peers/build_llama_server.sh), into bench/results/<date>-cpu-real-lab-llama-server/;
+#   6. `real-lab-report --report`: the GPU run's lab_report.json/.md with those sections added, in OUT/report.
+# Each step is skipped when its output exists, so a rerun resumes. Run from the repository root after `npm ci`,
+# `npm run build` and `bash bench/peers/build_llama_server.sh`:
+#   bash bench/realLabCpu.sh RETURNED [OUT]            (OUT default: runs/real-lab)
+# Environment: GEN_KS ("2 4 8"), GEN_PER_CATEGORY (2 prompts of each category), GEN_TOKENS (128), LLAMA_PER_CATEGORY
+# (2), LLAMA_TOKENS (128), LLAMA_OUT (llama_server_spec.py's folder), LOOKAHEAD_LIMIT (64 conversations of each set),
+# VALIDATE_LIMIT (all), THREADS (1: on a shared machine one llama.cpp thread beats two), PYTHON
+# (train/.venv/bin/python).
+set -euo pipefail
+returned=${1:?usage: realLabCpu.sh RETURNED [OUT]}
+out=${2:-runs/real-lab}
+python=${PYTHON:-train/.venv/bin/python}
+threads=${THREADS:-1}
+gen_ks=${GEN_KS:-2 4 8}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+gpu=$out/gpu
+log() { echo "[$(date +%T)] realLabCpu: $*" >&2; }
+sd() { PYTHONPATH=train "$python" -m specdraft_train "$@"; }
+
+# --- what the GPU run returned; the target as served ------------------------------------------------------------------
+if [ ! -f "$gpu/lab_report.json" ]; then
+  mkdir -p "$gpu/export"
+  tar -C "$gpu" -xJf "$returned/real-lab-results.tar.xz"
+  cat "$returned"/real-lab-ggufs.tar.xz.part-* | xz -dc | tar -C "$gpu/export" -xf -
+fi
+[ -f "$gpu/lab_report.json" ] || { log "$returned holds no finished lab (no lab_report.json)"; exit 2; }
+gguf=$(bash train/scripts/data/fetch_smollm2.sh)
+if [ ! -f "$out/target/manifest.json" ]; then log "target"; sd target --gguf "$gguf" --out "$out/target" >/dev/null; fi
+expected=$("$python" -c "import json, sys; print(json.load(open(sys.argv[1]))['target']['gguf_sha256'])" \
+  "$gpu/lab_report.json")
+[ "$(sha256sum "$gguf" | cut -c1-64)" = "$expected" ] || { log "$gguf is not the GPU run's target"; exit 2; }
+target=$out/target/target-f32.gguf
+declare -A ggufs=([base_q4_0_ptq]=base-q4_0.gguf [distilled_q4_0_qat]=drafter-q4_0.gguf
+  [layers_q4_0_qat]=layers-q4_0.gguf)  # real_lab.py's SERVED_DRAFTERS
+declare -A sets=([templates]=reference [other]=reference-other)
+
+# prompts of every category: the first N of each in a validator JSONL
+per_category() {  # per_category SRC DEST N
+  "$python" - "$@" <<'PY'
+import json, sys
+src, dest, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seen, kept = {}, []
+for line in open(src):
+    category = json.loads(line).get("category", "all")
+    if seen.get(category, 0) < n:
+        seen[category] = seen.get(category, 0) + 1
+        kept.append(line)
+open(dest, "w").writelines(kept)
+PY
+}
+[ -f "$out/generate-prompts.jsonl" ] || per_category "$gpu/reference/heldout.jsonl" "$out/generate-prompts.jsonl" \
+  "${GEN_PER_CATEGORY:-2}"
+[ -f "$out/llama-prompts.jsonl" ] || per_category "$gpu/reference/heldout.jsonl" "$out/llama-prompts.jsonl" \
+  "${LLAMA_PER_CATEGORY:-2}"
+
+# --- serve + validate -------------------------------------------------------------------------------------------------
+report_args=()
+for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
+  pending=0
+  for set in templates other; do [ -f "$out/validate/$set-$drafter/summary.json" ] || pending=1; done
+  if [ "$pending" = 1 ]; then
+    port=$("$python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    node dist/cli/main.js serve --model "$gpu/export/${ggufs[$drafter]}" --port "$port" --gpu cpu \
+      --threads "$threads" > "$out/serve-$drafter.log" 2>&1 &
+    server=$!
+    trap 'kill $server 2>/dev/null' EXIT
+    until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+      kill -0 "$server" 2>/dev/null || { log "serve $drafter exited (see $out/serve-$drafter.log)"; exit 1; }
+      sleep 1
+    done
+    for set in templates other; do
+      [ -f "$out/validate/$set-$drafter/summary.json" ] && continue
+      log "validate $set with $drafter"
+      node dist/cli/main.js validate --server "$drafter=http://127.0.0.1:$port" \
+        --data "$gpu/${sets[$set]}/heldout.jsonl" ${VALIDATE_LIMIT:+--limit "$VALIDATE_LIMIT"} --no-progress \
+        --report "$out/validate/$set-$drafter" > "$out/validate-$set-$drafter.log"
+    done
+    kill "$server"; wait "$server" 2>/dev/null || true
+    trap - EXIT
+  fi
+  for set in templates other; do
+    report_args+=(--validate "$set:$drafter=$out/validate/$set-$drafter/summary.json")
+  done
+done
+
+# --- generate: the distilled drafter at each k, the base at the best of them ------------------------------------------
+generate() {  # generate DRAFTER K
+  local file=$out/generate/$1-k$2.json
+  if [ ! -f "$file" ]; then
+    log "generate with $1, k = $2"
+    mkdir -p "$out/generate"
+    node dist/cli/main.js generate --target "$target" --draft-model "$gpu/export/${ggufs[$1]}" \
+      --data "$out/generate-prompts.jsonl" --max-tokens "${GEN_TOKENS:-128}" --draft-len "$2" --gpu cpu \
+      --threads "$threads" --no-progress --out "$file.tmp" > "$out/generate/$1-k$2.log" 2>&1 \
+      || { log "generate $1 k=$2 failed (see $out/generate/$1-k$2.log)"; exit 1; }
+    mv "$file.tmp" "$file"
+  fi
+  report_args+=(--generate "$1=$file")
+}
+for k in $gen_ks; do generate distilled_q4_0_qat "$k"; done
+best=$("$python" - "$out/generate" $gen_ks <<'PY'
+import json, sys
+runs = {k: json.load(open(f"{sys.argv[1]}/distilled_q4_0_qat-k{k}.json"))["speedUp"] for k in sys.argv[2:]}
+print(max(runs, key=runs.get))
+PY
+)
+generate base_q4_0_ptq "$best"
+
+# --- lookahead: tokens per drafter step -------------------------------------------------------------------------------
+if [ ! -f "$out/lookahead.json" ]; then
+  log "lookahead steps"
+  node --import tsx bench/lookaheadSteps.ts --model "$gpu/export/${ggufs[distilled_q4_0_qat]}" \
+    --data "$gpu/reference/heldout.jsonl" "$gpu/reference-other/heldout.jsonl" --limit "${LOOKAHEAD_LIMIT:-64}" \
+    --gpu cpu --threads "$threads" --no-progress > "$out/lookahead.json.tmp"
+  mv "$out/lookahead.json.tmp" "$out/lookahead.json"
+fi
+
+# --- llama.cpp's own speculative decoding -----------------------------------------------------------------------------
+llama_out=bench/results/$(date +%F)-cpu-real-lab-llama-server
+[ -f "$out/llama-server.path" ] && llama_out=$(cat "$out/llama-server.path")  # a rerun on another day: the same folder
+llama_out=${LLAMA_OUT:-$llama_out}
+if [ ! -f "$llama_out/summary.json" ]; then
+  log "llama-server"
+  echo "$llama_out" > "$out/llama-server.path"
+  "$python" bench/llama_server_spec.py --target "$target" --drafter "base=$gpu/export/${ggufs[base_q4_0_ptq]}" \
+    --drafter "distilled=$gpu/export/${ggufs[distilled_q4_0_qat]}" --prompts "$out/llama-prompts.jsonl" \
+    --n-predict "${LLAMA_TOKENS:-128}" --threads "$threads" --out "$llama_out"
+fi
+
+sd real-lab-report --report "$gpu/lab_report.json" --out "$out/report" "${report_args[@]}" \
+  --lookahead "$out/lookahead.json" --llama-server "$llama_out/summary.json"
+log "done: $out/report/lab_report.md"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Stages what real_lab.sh's calls carry to the GPU machine (train/scripts/gpu/real_lab.md), here on a CPU machine:
+#   .whl/                 the gguf wheel (the pin of train/requirements-cpu.txt; the GPU machine has no gguf)
+#   .real/call1/          target-meta.tar.xz (`target --no-weights`: SmolLM2's config, tokenizer, chat template and
+#                         generation config, for the drafter from scratch), prose.tar.xz (the smollm2-chat preset's
+#                         prose packages), smol.gguf.sha256 (the GGUF's and each part's sums) and the first part of the
+#                         GGUF as xz, as large as the call's 64 MiB leave beside the checkout
+#   .real/call2/          the rest of the GGUF as xz
+# and checks that each call fits (the checkout — tracked and untracked-not-ignored files — travels with every call).
+# Run from the repository root:  bash train/scripts/gpu/real_lab_stage.sh
+# Environment: REAL_LAB_STAGED (default .real), REAL_LAB_WHL (default .whl), REAL_LAB_PROSE (default: the preset's
+# packages), REAL_LAB_XZ_LEVEL (default 6), REAL_LAB_CALL_MIB (default 64), REAL_LAB_MARGIN_KIB (default 512: room
+# for the checkout to grow before the calls), PYTHON (default train/.venv/bin/python).
+set -euo pipefail
+staged=${REAL_LAB_STAGED:-.real}
+whl=${REAL_LAB_WHL:-.whl}
+python=${PYTHON:-train/.venv/bin/python}
+xz_level=${REAL_LAB_XZ_LEVEL:-6}
+call_bytes=$(( ${REAL_LAB_CALL_MIB:-64} * 1048576 - ${REAL_LAB_MARGIN_KIB:-512} * 1024 ))
+prose=${REAL_LAB_PROSE:-$(PYTHONPATH=train "$python" -c \
+  "from specdraft_train.presets import SMOLLM2_CHAT; print(' '.join(SMOLLM2_CHAT.prose_packages))")}
+gguf=$(bash train/scripts/data/fetch_smollm2.sh)
+rm -rf "$staged" && mkdir -p "$staged/call1" "$staged/call2"
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+
+if ! ls "$whl"/gguf-*.whl >/dev/null 2>&1; then
+  pin=$(grep -E '^gguf==' train/requirements-cpu.txt)
+  "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 -d "$whl" "$pin"
+fi
+PYTHONPATH=train "$python" -m specdraft_train target --gguf "$gguf" --out "$tmp/target-meta" --no-weights >/dev/null
+tar -C "$tmp" -cf - target-meta | xz -T0 -9 > "$staged/call1/target-meta.tar.xz"
+bash train/scripts/data/fetch_prose.sh train/.cache/prose $prose >/dev/null
+tar -C train/.cache/prose -cf - $prose | xz -T0 -9 > "$staged/call1/prose.tar.xz"
+
+# The GGUF as xz, cut where call 1 is full: call 1 holds the checkout, .whl and everything else in call1/.
+xz -T0 "-$xz_level" -c "$gguf" > "$tmp/smol.gguf.xz"
+checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 |
+  cut -f1)
+sums_bytes=512  # smol.gguf.sha256, written below (~270 bytes)
+used=$(( checkout + $(du -cb "$whl" "$staged/call1" | tail -1 | cut -f1) + sums_bytes ))
+first=$(( call_bytes - used ))
+total=$(stat -c %s "$tmp/smol.gguf.xz")
+[ "$first" -gt 0 ] || { echo "real_lab_stage: call 1 is full before the GGUF ($used bytes)" >&2; exit 1; }
+head -c "$first" "$tmp/smol.gguf.xz" > "$staged/call1/smol.gguf.xz.part-aa"
+tail -c +"$(( first + 1 ))" "$tmp/smol.gguf.xz" > "$staged/call2/smol.gguf.xz.part-ab"
+{ sha256sum "$gguf" | sed "s|  .*|  $(basename "$gguf")|"  # the GGUF's own name first, then the parts'
+  (cd "$staged/call1" && sha256sum smol.gguf.xz.part-aa); (cd "$staged/call2" && sha256sum smol.gguf.xz.part-ab)
+} > "$staged/call1/smol.gguf.sha256"
+second=$(( checkout + $(stat -c %s "$staged/call2/smol.gguf.xz.part-ab") ))
+[ "$second" -le "$call_bytes" ] || {
+  echo "real_lab_stage: call 2 would carry $(( second / 1048576 )) MiB (GGUF as xz: $total bytes): carry less" >&2
+  exit 1
+}
+mib() { echo "$(( $1 / 1048576 )).$(( $1 % 1048576 * 10 / 1048576 ))"; }
+echo "real_lab_stage: staged in $staged; the checkout ($(mib "$checkout") MiB) travels with every call"
+for call in 1 2 3; do
+  carries="$whl $staged/call1"; [ $call = 2 ] && carries="$staged/call2"; [ $call = 3 ] && carries=""
+  bytes=$(( checkout + $( [ -n "$carries" ] && du -cb $carries | tail -1 | cut -f1 || echo 0) ))
+  echo "call $call: carry [${carries// /, }]: $(mib "$bytes") MiB of 64"
+done
+du -sm "$whl" "$staged"/call1/* "$staged"/call2/*
