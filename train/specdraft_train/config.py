@@ -155,9 +155,10 @@ class DistillConfig:
     # gradient checkpointing), at ~1/3 more compute: "auto" does where a step would not fit the GPU otherwise, from the
     # memory a token costs, measured by two short steps at the start (distill prints the figures); "on" | "off".
     activation_checkpointing: str = "auto"
-    # torch.compile each decoder layer (models.compile_decoder_layers), at minutes of compilation in a run's first
-    # steps: off until train/scripts/gpu/probe_training.py measures what it gains at the real shape.
-    compile: bool = False
+    # torch.compile each decoder layer (models.compile_decoder_layers): "auto" on a GPU, where
+    # train/scripts/gpu/probe_training.py measured it faster at the 1.7B shape (packed distill 1.61×, QAT 1.15×, less
+    # memory: bench/results/2026-12-03-h200-training-probe), off on the CPU (tests trace it there); "on" | "off".
+    compile: str = "auto"
     # Right-padded rows only (packed rows never pad): steps of exactly batch_size rows, cut from runs of N steps' rows
     # sorted by width and then shuffled (transformers' group_by_length; examples.epoch_order). 0: random order.
     group_by_length: int = 0
@@ -176,7 +177,8 @@ class DistillConfig:
         return override(self, **dict(zip(fields, (epochs, lr))))
 
 
-ACTIVATION_CHECKPOINTING = ("auto", "on", "off")
+ACTIVATION_CHECKPOINTING = ("auto", "on", "off")  # DistillConfig.activation_checkpointing's choices
+COMPILE = ("auto", "on", "off")  # DistillConfig.compile's choices
 
 
 # The token embedding's (and an untied output head's) type in a Q4_0 GGUF (quant.gguf_storage_type). Q4_0 halves

@@ -247,7 +247,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="FIELD=VALUE",
         help="any DistillConfig field, e.g. --set ce_weight=1 --set 'categories=[\"code/inner\"]' "
-        "--set activation_checkpointing=on --set compile=true (repeatable; JSON values)",
+        "--set activation_checkpointing=on --set compile=off (repeatable; JSON values)",
     )
     p.add_argument("--halt-after-steps", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)

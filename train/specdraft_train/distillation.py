@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import ACTIVATION_CHECKPOINTING, DistillConfig, ExportConfig
+from .config import ACTIVATION_CHECKPOINTING, COMPILE, DistillConfig, ExportConfig
 from .examples import (
     DistillInputs,
     ReplayText,
@@ -80,6 +80,11 @@ class DistillJob:
     halt_after_steps: int | None = None  # tests: SIGKILL this process after that many steps (a crash to resume from)
 
 
+def compiles(config: DistillConfig, device: torch.device) -> bool:
+    """Whether the decoder layers are compiled: "on", or "auto" on a GPU."""
+    return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
+
+
 def check_job(job: DistillJob) -> None:
     """Refuse a job that cannot run, before any model is loaded."""
     config = job.config
@@ -87,6 +92,8 @@ def check_job(job: DistillJob) -> None:
     if config.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
         choices = ", ".join(ACTIVATION_CHECKPOINTING)
         raise ValueError(f"activation_checkpointing {config.activation_checkpointing!r}: expected one of {choices}")
+    if config.compile not in COMPILE:
+        raise ValueError(f"compile {config.compile!r}: expected one of {', '.join(COMPILE)}")
     if config.group_by_length > 0 and (config.packed or config.batch_tokens > 0):
         raise ValueError("group_by_length groups right-padded rows of batch_size: set packed=false and batch_tokens=0")
     if config.fsdp and job.qat:
@@ -180,7 +187,8 @@ class Distillation:
         )
         if self.recompute:
             enable_activation_checkpointing(self.model)
-        if config.compile:
+        self.compiled = compiles(config, ctx.device)
+        if self.compiled:
             compile_decoder_layers(self.model)
         # before the optimizer: FSDP replaces the parameters
         self.ddp_model = wrap_model(self.model, ctx, fsdp=config.fsdp)
@@ -230,7 +238,7 @@ class Distillation:
         return (
             f"{self.name}: {self.steps_per_epoch:,} steps an epoch of ~{tokens:,.0f} tokens "
             f"({len(self.widths) / len(plan):.1f} rows on average), {layout}; activation checkpointing "
-            f"{self.recompute_why}; compiled layers: {'yes' if self.config.compile else 'no'}"
+            f"{self.recompute_why}; compiled layers: {'yes' if self.compiled else 'no'}"
         )
 
     def train_step(self) -> None:
