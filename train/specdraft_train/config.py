@@ -157,7 +157,7 @@ class DistillConfig:
     activation_checkpointing: str = "auto"
     # torch.compile each decoder layer (models.compile_decoder_layers): "auto" on a GPU, where
     # train/scripts/gpu/probe_training.py measured it faster at the 1.7B shape (packed distill 1.61×, QAT 1.15×, less
-    # memory: bench/results/2026-12-03-h200-training-probe), off on the CPU (tests trace it there); "on" | "off".
+    # memory: bench/results/2026-12-03-h200-real-rehearsal), off on the CPU (tests trace it there); "on" | "off".
     compile: str = "auto"
     # Right-padded rows only (packed rows never pad): steps of exactly batch_size rows, cut from runs of N steps' rows
     # sorted by width and then shuffled (transformers' group_by_length; examples.epoch_order). 0: random order.
