@@ -37,6 +37,13 @@ const replicaHeader = "x-specdraft-replica";
 const draftLength = 16;
 /** Conversations walked at once: half of a replica's streams, so neither replica evicts a conversation's KV cache. */
 const concurrency = 8;
+/**
+ * The walks compared token for token go one request at a time: a replica batches the requests waiting at once into one
+ * decode, which ones depends on timing, and llama.cpp's greedy tokens depend on how tokens are split into decodes. Alone,
+ * every decode holds one request on both paths. (No two of these prompts share the slot pool's minimum reused prefix,
+ * so which conversation a replica served before does not change how the next one is split either.)
+ */
+const exactConcurrency = 1;
 
 /** A replica in the proxy's topology: `rN` is SPECDRAFT_REPLICA_N. */
 interface Member {
@@ -247,15 +254,17 @@ async function startReplica(name: string, port: number): Promise<Replica> {
 }
 
 /**
- * Walks the conversations against `url` and reads what `replicasBehind` did meanwhile: tokens evaluated per /draft
- * request over all of them, and each one's requests.
+ * Walks the conversations one at a time against `url` and reads what `replicasBehind` did meanwhile: tokens evaluated
+ * per /draft request over all of them, and each one's requests.
  */
 async function measureWalk(url: string, replicasBehind: Replica[]) {
     const { conversations } = started();
     const counters = () => Promise.all(replicasBehind.map(readCounters));
     const before = await counters();
     const client = createSpecdraftClient(url, { name: "walk", timeoutMs: 30_000 });
-    const summary = summarizeWalk(await walkHeldOut(conversations, client, { draftLength, concurrency }));
+    const summary = summarizeWalk(
+        await walkHeldOut(conversations, client, { draftLength, concurrency: exactConcurrency }),
+    );
     const delta = (await counters()).map((now, i) => ({
         requests: now.requests - (before[i]?.requests ?? Number.NaN),
         evaluated: now.evaluated - (before[i]?.evaluated ?? Number.NaN),
