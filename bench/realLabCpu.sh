@@ -16,8 +16,8 @@
 #   bash bench/realLabCpu.sh RETURNED [OUT]            (OUT default: runs/real-lab)
 # Environment: GEN_KS ("2 4 8"), GEN_PER_CATEGORY (2 prompts of each category), GEN_TOKENS (128), LLAMA_PER_CATEGORY
 # (2), LLAMA_TOKENS (128), LLAMA_OUT (llama_server_spec.py's folder), LOOKAHEAD_LIMIT (64 conversations of each set),
-# VALIDATE_LIMIT (all), THREADS (1: on a shared machine one llama.cpp thread beats two), PYTHON
-# (train/.venv/bin/python).
+# VALIDATE_RUNS ("templates:distilled_q4_0_qat": SET:DRAFTER pairs walked in full), VALIDATE_LIMIT (all),
+# THREADS (1: on a shared machine one llama.cpp thread beats two), PYTHON (train/.venv/bin/python).
 set -euo pipefail
 returned=${1:?usage: realLabCpu.sh RETURNED [OUT]}
 out=${2:-runs/real-lab}
@@ -68,9 +68,16 @@ PY
 
 # --- serve + validate -------------------------------------------------------------------------------------------------
 report_args=()
+# Which served drafter walks which held-out set in full (SET:DRAFTER …): a walk is ~50k draft requests of the
+# distilled drafter (~9 minutes on 2 cores), so by default the one whose τ the report leads with; the others' τ is
+# PyTorch's of the same Q4_0 blocks.
+validate_runs=" ${VALIDATE_RUNS:-templates:distilled_q4_0_qat} "
 for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
   pending=0
-  for set in templates other; do [ -f "$out/validate/$set-$drafter/summary.json" ] || pending=1; done
+  for set in templates other; do
+    [[ "$validate_runs" == *" $set:$drafter "* ]] || continue
+    [ -f "$out/validate/$set-$drafter/summary.json" ] || pending=1
+  done
   if [ "$pending" = 1 ]; then
     port=$("$python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
     node dist/cli/main.js serve --model "$gpu/export/${ggufs[$drafter]}" --port "$port" --gpu cpu \
@@ -82,6 +89,7 @@ for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
       sleep 1
     done
     for set in templates other; do
+      [[ "$validate_runs" == *" $set:$drafter "* ]] || continue
       [ -f "$out/validate/$set-$drafter/summary.json" ] && continue
       log "validate $set with $drafter"
       node dist/cli/main.js validate --server "$drafter=http://127.0.0.1:$port" \
@@ -92,6 +100,7 @@ for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
     trap - EXIT
   fi
   for set in templates other; do
+    [ -f "$out/validate/$set-$drafter/summary.json" ] || continue
     report_args+=(--validate "$set:$drafter=$out/validate/$set-$drafter/summary.json")
   done
 done

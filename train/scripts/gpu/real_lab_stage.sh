@@ -35,10 +35,13 @@ tar -C train/.cache/prose -cf - $prose | xz -T0 -9 > "$staged/call1/prose.tar.xz
 
 # The GGUF as xz, cut where call 1 is full: call 1 holds the checkout, .whl and everything else in call1/.
 xz -T0 "-$xz_level" -c "$gguf" > "$tmp/smol.gguf.xz"
-checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 |
-  cut -f1)
+# Sizes as the disk holds them (du's blocks, not bytes): the device tool refused a call of 63.4 MiB in bytes whose
+# files took 65.1 MiB of blocks, and took one of 63.3 MiB of blocks.
+size() { du -ck "$@" | tail -1 | awk '{ print $1 * 1024 }'; }
+checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -ck --files0-from=- | tail -1 |
+  awk '{ print $1 * 1024 }')
 sums_bytes=512  # smol.gguf.sha256, written below (~270 bytes)
-used=$(( checkout + $(du -cb "$whl" "$staged/call1" | tail -1 | cut -f1) + sums_bytes ))
+used=$(( checkout + $(size "$whl" "$staged/call1") + sums_bytes + 4096 ))  # + the part's own last block
 first=$(( call_bytes - used ))
 total=$(stat -c %s "$tmp/smol.gguf.xz")
 [ "$first" -gt 0 ] || { echo "real_lab_stage: call 1 is full before the GGUF ($used bytes)" >&2; exit 1; }
@@ -47,7 +50,7 @@ tail -c +"$(( first + 1 ))" "$tmp/smol.gguf.xz" > "$staged/call2/smol.gguf.xz.pa
 { sha256sum "$gguf" | sed "s|  .*|  $(basename "$gguf")|"  # the GGUF's own name first, then the parts'
   (cd "$staged/call1" && sha256sum smol.gguf.xz.part-aa); (cd "$staged/call2" && sha256sum smol.gguf.xz.part-ab)
 } > "$staged/call1/smol.gguf.sha256"
-second=$(( checkout + $(stat -c %s "$staged/call2/smol.gguf.xz.part-ab") ))
+second=$(( checkout + $(size "$staged/call2") ))
 [ "$second" -le "$call_bytes" ] || {
   echo "real_lab_stage: call 2 would carry $(( second / 1048576 )) MiB (GGUF as xz: $total bytes): carry less" >&2
   exit 1
@@ -56,7 +59,7 @@ mib() { echo "$(( $1 / 1048576 )).$(( $1 % 1048576 * 10 / 1048576 ))"; }
 echo "real_lab_stage: staged in $staged; the checkout ($(mib "$checkout") MiB) travels with every call"
 for call in 1 2 3; do
   carries="$whl $staged/call1"; [ $call = 2 ] && carries="$staged/call2"; [ $call = 3 ] && carries=""
-  bytes=$(( checkout + $( [ -n "$carries" ] && du -cb $carries | tail -1 | cut -f1 || echo 0) ))
+  bytes=$(( checkout + $( [ -n "$carries" ] && size $carries || echo 0) ))
   echo "call $call: carry [${carries// /, }]: $(mib "$bytes") MiB of 64"
 done
 du -sm "$whl" "$staged"/call1/* "$staged"/call2/*
