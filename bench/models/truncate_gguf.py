@@ -23,6 +23,7 @@ def truncate(model: Path, layers: int, out: Path) -> int:
     count_key = f"{arch}.block_count"
     if layers < 1 or layers >= reader.fields[count_key].contents():
         raise ValueError(f"--layers {layers}: the model has {reader.fields[count_key].contents()} blocks")
+    out.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(out, arch)
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":

@@ -1,11 +1,14 @@
 """The real-model lab's GPU job on the CPU (train/scripts/gpu/real_lab.sh with REAL_LAB_CPU=1, its dry run): staged
-by real_lab_stage.sh from the real SmolLM2 GGUF, run in calls as on the GPU machine — call 1 with only call 1's files
+by real_lab_stage.sh from the real SmolLM2 GGUF cut to its first 4 of 30 layers (bench/models/truncate_gguf.py: the
+real file's tokenizer, template and tensors, a fraction of its compute; tests/test_real_target.py converts the whole
+model), run in calls as on the GPU machine — call 1 with only call 1's files
 (it pretrains the scratch drafter from the target's tokenizer alone and asks for call 2), a call cut by its limit, a
 call that finishes — every stage stamped and skipped once done, the results within the device tool's limits, and the
 report assembled from them: on the GPU side from the lab's folder, then with the CPU's measurements added."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import lzma
@@ -18,7 +21,7 @@ from typing import Any
 
 import gguf
 import pytest
-from conftest import REPO, run_main
+from conftest import REPO, run_main, smollm2_gguf
 
 SCRIPTS = REPO / "train" / "scripts" / "gpu"
 STAGES = (
@@ -40,7 +43,12 @@ STAGES = (
     "export",
     "report",
 )
-CALL_LIMIT = 64 * 1048576  # bytes a device call carries, the checkout included
+# MiB a call carries here, the checkout included: the checkout (~20 MB) and ~28 MB of the cut GGUF as xz (38 MB at
+# xz -0), so that the GGUF is split over two calls as the whole one is under the device tool's 64 MiB.
+CALL_MIB = 48
+TARGET_LAYERS = 4  # of SmolLM2's 30
+# SmolLM2-135M-Instruct's parameters: the 49,152 × 576 embedding (tied) and final norm, 3,540,096 a layer
+TARGET_PARAMETERS = 49_152 * 576 + 576 + TARGET_LAYERS * 3_540_096
 RESULT_LIMIT = 16 * 1048576  # bytes of one file that comes back
 
 
@@ -61,7 +69,28 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     whl = root / "whl"
     whl.mkdir()
     (whl / "gguf-0.19.0-py3-none-any.whl").write_bytes(b"")  # present: the stage script downloads none
-    env = {"REAL_LAB_STAGED": str(root / "staged"), "REAL_LAB_WHL": str(whl), "REAL_LAB_XZ_LEVEL": "0"}
+    cut = root / "models" / smollm2_gguf().name
+    subprocess.run(
+        [
+            str(REPO / "train/.venv/bin/python"),
+            str(REPO / "bench/models/truncate_gguf.py"),
+            "--model",
+            str(smollm2_gguf()),
+            "--layers",
+            str(TARGET_LAYERS),
+            "--out",
+            str(cut),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = {
+        "REAL_LAB_GGUF": str(cut),
+        "REAL_LAB_STAGED": str(root / "staged"),
+        "REAL_LAB_WHL": str(whl),
+        "REAL_LAB_XZ_LEVEL": "0",
+        "REAL_LAB_CALL_MIB": str(CALL_MIB),
+    }
     staging = run("real_lab_stage.sh", {**env, "REAL_LAB_PROSE": "git-doc"})
     assert staging.returncode == 0, staging.stderr
     only_call1 = root / "only-call1"
@@ -75,7 +104,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     stamped_after = [sorted(p.name for p in (root / "work" / "stamps").iterdir())]
     calls.append(run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(root / "staged")}, str(root / "results3")))
     calls.append(run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(root / "staged")}, str(root / "results4")))
-    return {"root": root, "staging": staging.stdout, "calls": calls, "stamped_after_call2": stamped_after[0]}
+    return {
+        "root": root,
+        "staging": staging.stdout,
+        "calls": calls,
+        "stamped_after_call2": stamped_after[0],
+        "target_sha256": hashlib.sha256(cut.read_bytes()).hexdigest(),
+    }
 
 
 def test_staging_fills_call_1_and_every_call_fits(lab: dict[str, Any]):
@@ -95,7 +130,7 @@ def test_staging_fills_call_1_and_every_call_fits(lab: dict[str, Any]):
     assert not any(name.endswith((".safetensors", ".gguf")) for name in names)
     for line in (line for line in lab["staging"].splitlines() if line.startswith("call ")):
         mib = float(line.split(": ")[-1].split(" MiB")[0])
-        assert mib <= 64, line
+        assert mib <= CALL_MIB, line
 
 
 def test_call_1_pretrains_from_the_tokenizer_alone_and_asks_for_call_2(lab: dict[str, Any]):
@@ -142,7 +177,7 @@ def test_the_report_names_the_target_and_compares_every_drafter(lab: dict[str, A
     report = json.loads((work / "lab_report.json").read_text())
     assert report["preset"] == "smollm2-chat" and report["settings"]["mode"] == "cpu-dry-run"
     assert report["target"]["gguf"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert report["target"]["parameters"] == 134_515_008
+    assert report["target"]["parameters"] == TARGET_PARAMETERS
     tau = report["evaluation"]["tau"]
     assert set(tau) == {
         "base",
@@ -160,12 +195,13 @@ def test_the_report_names_the_target_and_compares_every_drafter(lab: dict[str, A
     assert report["evaluation"]["heldout"]["conversations"] == 6  # 3 categories × 2 held-out lines
     assert report["other_prompts"]["evaluation"]["heldout"]["conversations"] == 3
     origins = report["drafter_origins"]
-    assert origins["layers"]["label"] == "from the target's own layers (0, 29)"
+    assert origins["layers"]["label"] == f"from the target's own layers (0, {TARGET_LAYERS - 1})"
     assert origins["layers"]["parameters"] == 35_392_320
     assert set(report["chat_goals"]) == {"heldout", "other_prompts"}
     assert list(report["stage_seconds"]) == list(STAGES[:-1])  # the report stage stamps after writing it
     markdown = (work / "lab_report.md").read_text()
-    assert "Target: SmolLM2-135M-Instruct.Q4_1.gguf (sha256 b179c9523d0e6a0f…) dequantized to fp32" in markdown
+    sha = lab["target_sha256"][:16]
+    assert f"Target: SmolLM2-135M-Instruct.Q4_1.gguf (sha256 {sha}…) dequantized to fp32" in markdown
     for title in ("## Where walks stop", "## Drafters made another way", "## Prompts made by another method"):
         assert title in markdown
 

@@ -10,7 +10,8 @@
 # Run from the repository root:  bash train/scripts/gpu/real_lab_stage.sh
 # Environment: REAL_LAB_STAGED (default .real), REAL_LAB_WHL (default .whl), REAL_LAB_PROSE (default: the preset's
 # packages), REAL_LAB_XZ_LEVEL (default 6), REAL_LAB_CALL_MIB (default 64), REAL_LAB_MARGIN_KIB (default 512: room
-# for the checkout to grow before the calls), PYTHON (default train/.venv/bin/python).
+# for the checkout to grow before the calls), REAL_LAB_GGUF (default: the pinned SmolLM2 GGUF; the dry run's test
+# stages a cut of it), PYTHON (default train/.venv/bin/python).
 set -euo pipefail
 staged=${REAL_LAB_STAGED:-.real}
 whl=${REAL_LAB_WHL:-.whl}
@@ -19,7 +20,7 @@ xz_level=${REAL_LAB_XZ_LEVEL:-6}
 call_bytes=$(( ${REAL_LAB_CALL_MIB:-64} * 1048576 - ${REAL_LAB_MARGIN_KIB:-512} * 1024 ))
 prose=${REAL_LAB_PROSE:-$(PYTHONPATH=train "$python" -c \
   "from specdraft_train.presets import SMOLLM2_CHAT; print(' '.join(SMOLLM2_CHAT.prose_packages))")}
-gguf=$(bash train/scripts/data/fetch_smollm2.sh)
+gguf=${REAL_LAB_GGUF:-$(bash train/scripts/data/fetch_smollm2.sh)}
 rm -rf "$staged" && mkdir -p "$staged/call1" "$staged/call2"
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 
@@ -60,6 +61,6 @@ echo "real_lab_stage: staged in $staged; the checkout ($(mib "$checkout") MiB) t
 for call in 1 2 3; do
   carries="$whl $staged/call1"; [ $call = 2 ] && carries="$staged/call2"; [ $call = 3 ] && carries=""
   bytes=$(( checkout + $( [ -n "$carries" ] && size $carries || echo 0) ))
-  echo "call $call: carry [${carries// /, }]: $(mib "$bytes") MiB of 64"
+  echo "call $call: carry [${carries// /, }]: $(mib "$bytes") MiB of ${REAL_LAB_CALL_MIB:-64}"
 done
 du -sm "$whl" "$staged"/call1/* "$staged"/call2/*
