@@ -126,7 +126,6 @@ else
   corpus_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
   scratch_flags=() reference_flags=() distill_flags=() pretrain_flags=()
   [ "$pretrain_s" = preset ] || pretrain_flags=(--time-budget "$pretrain_s")
-  [ "$distill_s" = preset ] || distill_flags=(--time-budget "$distill_s")
   budget() { echo "$1"; }
 fi
 
@@ -203,7 +202,9 @@ export -f distill_from
 distill_flags_text="${distill_flags[*]}"
 # The drafter from scratch: distill (the preset's budget unless REAL_LAB_DISTILL_S), then QAT; the layers drafter the
 # same, shorter. No separate healing of the layers drafter on general text: its distillation replays that text.
-stage distill distill_from base distilled "" $distill_flags_text
+# Each distill stage's budget is its own argument, never in distill_flags: a --time-budget among the shared flags
+# would come after it and override it.
+stage distill distill_from base distilled "$([ "$distill_s" = preset ] || budget "$distill_s")" $distill_flags_text
 stage qat distill_from distilled distilled-qat "$(budget "$qat_s")" --qat $distill_flags_text
 
 # --- call 3 (or 2, where time allows): the layers drafter, evaluation, export, the report ----------------------------
