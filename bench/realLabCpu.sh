@@ -6,7 +6,8 @@
 #   2. `specdraft serve` of each drafter GGUF (base Q4_0 PTQ, distilled Q4_0 QAT, from the target's layers Q4_0 QAT) and
 #      `specdraft validate` over both held-out sets (per category; beside PyTorch's τ of the same blocks);
 #   3. `specdraft generate --target <F32 target> --draft-model <drafter>`: lossless on every prompt, the speed-up over
-#      the target alone for each k of GEN_KS with the distilled drafter, then the base at the distilled one's best k;
+#      the target alone for each k of GEN_KS with the distilled drafter, then the base at the distilled one's best k,
+#      and the distilled drafter's drafts over HTTP from `specdraft serve` (`--drafter URL`) at that k;
 #   4. bench/lookaheadSteps.ts with the distilled drafter on both held-out sets (tokens per drafter step);
 #   5. bench/llama_server_spec.py: llama.cpp's own speculative decoding with the base and the distilled drafters
 #      (llama-server from bench/peers/build_llama_server.sh), into bench/results/<date>-cpu-real-lab-llama-server/;
@@ -15,7 +16,8 @@
 # `npm run build` and `bash bench/peers/build_llama_server.sh`:
 #   bash bench/realLabCpu.sh RETURNED [OUT]            (OUT default: runs/real-lab)
 # Environment: GEN_KS ("2 4 8"), GEN_PER_CATEGORY (2 prompts of each category), GEN_TOKENS (128), LLAMA_PER_CATEGORY
-# (2), LLAMA_TOKENS (128), LLAMA_OUT (llama_server_spec.py's folder), LOOKAHEAD_LIMIT (64 conversations of each set),
+# (2), LLAMA_TOKENS (128), LLAMA_OUT (llama_server_spec.py's folder), LOOKAHEAD_PER_CATEGORY (2 conversations of
+# each category of each set), LOOKAHEAD_CANDIDATES ("1,3,8"),
 # VALIDATE_RUNS ("templates:distilled_q4_0_qat": SET:DRAFTER pairs walked in full), VALIDATE_LIMIT (all),
 # THREADS (1: on a shared machine one llama.cpp thread beats two), PYTHON (train/.venv/bin/python).
 set -euo pipefail
@@ -66,6 +68,20 @@ PY
 [ -f "$out/llama-prompts.jsonl" ] || per_category "$gpu/reference/heldout.jsonl" "$out/llama-prompts.jsonl" \
   "${LLAMA_PER_CATEGORY:-2}"
 
+# `specdraft serve` of one drafter GGUF on a free port ($port; $server its pid), stopped on exit or by stop_server
+start_server() {  # start_server DRAFTER
+  port=$("$python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  node dist/cli/main.js serve --model "$gpu/export/${ggufs[$1]}" --port "$port" --gpu cpu \
+    --threads "$threads" > "$out/serve-$1.log" 2>&1 &
+  server=$!
+  trap 'kill $server 2>/dev/null' EXIT
+  until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+    kill -0 "$server" 2>/dev/null || { log "serve $1 exited (see $out/serve-$1.log)"; exit 1; }
+    sleep 1
+  done
+}
+stop_server() { kill "$server"; wait "$server" 2>/dev/null || true; trap - EXIT; }
+
 # --- serve + validate -------------------------------------------------------------------------------------------------
 report_args=()
 # Which served drafter walks which held-out set in full (SET:DRAFTER …): a walk is ~50k draft requests of the
@@ -79,15 +95,7 @@ for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
     [ -f "$out/validate/$set-$drafter/summary.json" ] || pending=1
   done
   if [ "$pending" = 1 ]; then
-    port=$("$python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-    node dist/cli/main.js serve --model "$gpu/export/${ggufs[$drafter]}" --port "$port" --gpu cpu \
-      --threads "$threads" > "$out/serve-$drafter.log" 2>&1 &
-    server=$!
-    trap 'kill $server 2>/dev/null' EXIT
-    until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
-      kill -0 "$server" 2>/dev/null || { log "serve $drafter exited (see $out/serve-$drafter.log)"; exit 1; }
-      sleep 1
-    done
+    start_server "$drafter"
     for set in templates other; do
       [[ "$validate_runs" == *" $set:$drafter "* ]] || continue
       [ -f "$out/validate/$set-$drafter/summary.json" ] && continue
@@ -96,8 +104,7 @@ for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
         --data "$gpu/${sets[$set]}/heldout.jsonl" ${VALIDATE_LIMIT:+--limit "$VALIDATE_LIMIT"} --no-progress \
         --report "$out/validate/$set-$drafter" > "$out/validate-$set-$drafter.log"
     done
-    kill "$server"; wait "$server" 2>/dev/null || true
-    trap - EXIT
+    stop_server
   fi
   for set in templates other; do
     [ -f "$out/validate/$set-$drafter/summary.json" ] || continue
@@ -105,35 +112,47 @@ for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
   done
 done
 
-# --- generate: the distilled drafter at each k, the base at the best of them ------------------------------------------
-generate() {  # generate DRAFTER K
-  local file=$out/generate/$1-k$2.json
+# --- generate: the distilled drafter at each k, the base and the served distilled drafter at the best of them --------
+generate() {  # generate NAME K DRAFT-SOURCE-FLAGS...: the run NAME (the report's drafter key) at k = K
+  local name=$1 k=$2 file=$out/generate/$1-k$2.json
+  shift 2
   if [ ! -f "$file" ]; then
-    log "generate with $1, k = $2"
+    log "generate with $name, k = $k"
     mkdir -p "$out/generate"
-    node dist/cli/main.js generate --target "$target" --draft-model "$gpu/export/${ggufs[$1]}" \
-      --data "$out/generate-prompts.jsonl" --max-tokens "${GEN_TOKENS:-128}" --draft-len "$2" --gpu cpu \
-      --threads "$threads" --no-progress --out "$file.tmp" > "$out/generate/$1-k$2.log" 2>&1 \
-      || { log "generate $1 k=$2 failed (see $out/generate/$1-k$2.log)"; exit 1; }
+    node dist/cli/main.js generate --target "$target" "$@" \
+      --data "$out/generate-prompts.jsonl" --max-tokens "${GEN_TOKENS:-128}" --draft-len "$k" --gpu cpu \
+      --threads "$threads" --no-progress --out "$file.tmp" > "$out/generate/$name-k$k.log" 2>&1 \
+      || { log "generate $name k=$k failed (see $out/generate/$name-k$k.log)"; exit 1; }
     mv "$file.tmp" "$file"
   fi
-  report_args+=(--generate "$1=$file")
+  report_args+=(--generate "$name=$file")
 }
-for k in $gen_ks; do generate distilled_q4_0_qat "$k"; done
+for k in $gen_ks; do generate distilled_q4_0_qat "$k" --draft-model "$gpu/export/${ggufs[distilled_q4_0_qat]}"; done
 best=$("$python" - "$out/generate" $gen_ks <<'PY'
 import json, sys
 runs = {k: json.load(open(f"{sys.argv[1]}/distilled_q4_0_qat-k{k}.json"))["speedUp"] for k in sys.argv[2:]}
 print(max(runs, key=runs.get))
 PY
 )
-generate base_q4_0_ptq "$best"
+generate base_q4_0_ptq "$best" --draft-model "$gpu/export/${ggufs[base_q4_0_ptq]}"
+# the distilled drafter's drafts over HTTP from `specdraft serve`, as a deployment gets them
+if [ ! -f "$out/generate/distilled_q4_0_qat_http-k$best.json" ]; then
+  start_server distilled_q4_0_qat
+  generate distilled_q4_0_qat_http "$best" --drafter "http://127.0.0.1:$port"
+  stop_server
+else
+  generate distilled_q4_0_qat_http "$best"
+fi
 
 # --- lookahead: tokens per drafter step -------------------------------------------------------------------------------
 if [ ! -f "$out/lookahead.json" ]; then
   log "lookahead steps"
+  for set in templates other; do  # the held-out files are in category order: N of each category, not the first N
+    per_category "$gpu/${sets[$set]}/heldout.jsonl" "$out/lookahead-$set.jsonl" "${LOOKAHEAD_PER_CATEGORY:-2}"
+  done
   node --import tsx bench/lookaheadSteps.ts --model "$gpu/export/${ggufs[distilled_q4_0_qat]}" \
-    --data "$gpu/reference/heldout.jsonl" "$gpu/reference-other/heldout.jsonl" --limit "${LOOKAHEAD_LIMIT:-64}" \
-    --gpu cpu --threads "$threads" --no-progress > "$out/lookahead.json.tmp"
+    --data "$out/lookahead-templates.jsonl" "$out/lookahead-other.jsonl" \
+    --candidates "${LOOKAHEAD_CANDIDATES:-1,3,8}" --gpu cpu --threads "$threads" --no-progress > "$out/lookahead.json.tmp"
   mv "$out/lookahead.json.tmp" "$out/lookahead.json"
 fi
 

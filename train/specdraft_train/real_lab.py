@@ -62,7 +62,10 @@ SERVED_DRAFTERS = {
     "layers_q4_0_qat": "layers-q4_0.gguf",
 }
 # Labels of drafters the lab's variants do not name (report_sections.extra_sections reads them from the report)
-DRAFTER_LABELS = {"layers_q4_0_qat": "from the target's layers, Q4_0 QAT"}
+DRAFTER_LABELS = {
+    "layers_q4_0_qat": "from the target's layers, Q4_0 QAT",
+    "distilled_q4_0_qat_http": "distilled, Q4_0 QAT, drafts over HTTP (serve)",
+}
 DISTILL_FOLDERS = ("distilled", "distilled-qat", "distilled-layers", "distilled-layers-qat")
 
 
@@ -243,6 +246,7 @@ def pairs(values: list[str], flag: str) -> list[tuple[str, Path]]:
 
 def add_cpu_sections(report: dict[str, Any], args: argparse.Namespace) -> None:
     """What the CPU measured after the GPU run (module docstring), into ``report``."""
+    report["drafter_labels"] = {**report.get("drafter_labels", {}), **DRAFTER_LABELS}  # a report from an older run
     for key, path in pairs(args.validate, "--validate"):
         where, _, drafter = key.partition(":")
         if where not in SETS or drafter not in SERVED_DRAFTERS:
