@@ -29,4 +29,7 @@ fi
 # check.
 bash "$here/scripts/data/fetch_smollm2.sh" "$here/.cache/models" >/dev/null
 cd "$here"
-exec "$venv/bin/python" -m pytest -q "$@"
+# One worker per CPU (pytest-xdist): the tests run torch and llama.cpp on one thread each, so a single process leaves
+# the other cores idle. Each test file stays on one worker (its module fixtures built once); conftest.py starts the
+# longest files first. `-n 0` runs everything in this process.
+exec "$venv/bin/python" -m pytest -q -n auto --dist loadfile "$@"

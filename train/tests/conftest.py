@@ -68,6 +68,16 @@ REFERENCE_FLAGS = (
 
 torch.set_num_threads(1)
 
+# The longest test files (minutes each on two cores: a real 135M model, the lab's GPU jobs as CPU dry runs, llama.cpp on
+# every CPU variant), run first: pytest-xdist hands files to workers in this order (scripts/pytest.sh), and one of
+# them left for last would run alone while the other workers idle.
+LONGEST_FIRST = ("test_real_lab.py", "test_real_target.py", "test_parity.py", "test_lab_micro.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: the rest keep their order
+
 
 def torchrun(nproc: int = 2) -> tuple[str, ...]:
     """A ``run_cli`` runner: ``nproc`` ranks of ``python -m specdraft_train --threads 1`` under torch.distributed.run
