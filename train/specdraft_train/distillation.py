@@ -11,6 +11,7 @@ epoch's steps, one optimizer step, dev τ keeping the best checkpoint, the logs 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def check_job(job: DistillJob) -> None:
     if config.group_by_length > 0 and (config.packed or config.batch_tokens > 0):
         raise ValueError("group_by_length groups right-padded rows of batch_size: set packed=false and batch_tokens=0")
     if config.fsdp and job.qat:
-        raise ValueError("distill --fsdp with --qat: QAT's parametrized weights are not wired for FSDP; run QAT on DDP")
+        raise ValueError("distill --fsdp with --qat: QAT's quantized weights are not wired for FSDP; run QAT on DDP")
 
 
 def new_history() -> dict[str, Any]:
@@ -183,7 +184,7 @@ class Distillation:
             self.qat_state = prepare_qat(self.model, clip_search=job.clip_search, embedding_type=embedding_type)
         self.model.train()
         self.recompute, self.recompute_why = choose_activation_checkpointing(
-            config, ctx, self.model, self.largest_step_tokens(), self.sharded
+            config, ctx, self.model, self.largest_step_tokens(), self.sharded, self.weights_for_step
         )
         if self.recompute:
             enable_activation_checkpointing(self.model)
@@ -241,6 +242,11 @@ class Distillation:
             f"{self.recompute_why}; compiled layers: {'yes' if self.compiled else 'no'}"
         )
 
+    def weights_for_step(self) -> contextlib.AbstractContextManager[None]:
+        """What a step's forward and backward run inside: under QAT the weights quantized once for the step
+        (quant.QatState.held), so compiled layers hold no eager quantization."""
+        return self.qat_state.held() if self.qat_state is not None else contextlib.nullcontext()
+
     def train_step(self) -> None:
         """One optimizer step on this rank's share of the step's rows (and its replay rows)."""
         ctx, config, examples, extra = self.ctx, self.config, self.inputs.examples, self.extra
@@ -258,15 +264,16 @@ class Distillation:
             packed=config.packed,
         )
         set_lr(self.optimizer, lr_at(self.step, self.max_steps, config.warmup_steps, self.peak_lr, config.min_lr_ratio))
-        with autocast_context(ctx.device):
-            sums = loss_sums(self.ddp_model, batch, config)
-        loss = sums.distill / n_global
-        if self.replay is not None and sums.replay is not None:
-            loss = loss + config.replay_weight * sums.replay / self.replay.tokens_per_step
-        # DDP averages gradients over ranks; scaling by world size makes that the mean over all ranks' tokens.
-        loss = loss * ctx.world_size
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        with self.weights_for_step():
+            with autocast_context(ctx.device):
+                sums = loss_sums(self.ddp_model, batch, config)
+            loss = sums.distill / n_global
+            if self.replay is not None and sums.replay is not None:
+                loss = loss + config.replay_weight * sums.replay / self.replay.tokens_per_step
+            # DDP averages gradients over ranks; scaling by world size makes that the mean over all ranks' tokens.
+            loss = loss * ctx.world_size
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
         nn.utils.clip_grad_norm_(self.ddp_model.parameters(), config.grad_clip)
         self.optimizer.step()
         self.step += 1

@@ -170,7 +170,7 @@ def final_hidden_states(model: nn.Module, inputs: dict[str, Any]) -> torch.Tenso
 
 def enable_activation_checkpointing(model: nn.Module) -> None:
     """Each decoder layer's activations recomputed in the backward pass (DistillConfig.activation_checkpointing);
-    non-reentrant, which DDP, FSDP and QAT's parametrized weights all take."""
+    non-reentrant, which DDP, FSDP and QAT's quantized weights all take."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 

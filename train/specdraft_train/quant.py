@@ -23,8 +23,11 @@ under QAT computes with exactly the weights the GGUF holds.
 
     from specdraft_train.quant import prepare_qat
     qat = prepare_qat(model, clip_search=True)       # forward now uses the GGUF's weights
-    ...train...
-    with qat.unwrapped():                            # latent fp32 weights under their HF names
+    for batch in batches:
+        with qat.held():                             # each weight quantized once for the step
+            loss_of(model, batch).backward()
+        optimizer.step()                             # the optimizer holds the latent weights (model.parameters())
+    with qat.unwrapped():                            # plain modules, latent fp32 weights under their HF names
         model.save_pretrained(ckpt_dir)
     qat.save(ckpt_dir / "qat_state.safetensors")     # per-block clip factors + fingerprints for export
     # python -m specdraft_train export --checkpoint ckpt_dir --out d.gguf --type Q4_0 \
@@ -36,13 +39,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.utils.parametrize as parametrize
 from gguf import GGMLQuantizationType
 from torch import Tensor, nn
 
@@ -51,6 +53,7 @@ from .config import DEFAULT_EMBEDDING_TYPE, resolve_embedding_type
 QK = 32  # block size of both Q4_0 and Q8_0 (QK4_0 == QK8_0 == 32 in ggml)
 OUT_TYPES = ("F32", "F16", "Q8_0", "Q4_0")
 QAT_STATE_FORMAT = "specdraft-qat/1"
+QUANTIZERS_MODULE = "specdraft_qat"  # where a model under QAT holds its quantizers (clip factors in its state_dict)
 # Clip factors tried per block by the clipping search, largest first so that ties keep the plain (max-derived) scale.
 # Below ~0.6 the clamped outliers cost more than the finer grid gains on every weight shape we tried.
 CLIP_CANDIDATES = tuple(1.0 - 0.025 * k for k in range(17))  # 1.000 … 0.600
@@ -128,10 +131,10 @@ def q8_0_quantize_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
     """Q8_0 blocks of ``w`` as ggml computes them: ``(d, q)``, d fp32 ``(n_blocks, 1)``, q int8 ``(n_blocks, 32)``."""
     # ggml's reference quantizer, the one gguf-py reproduces: the "reference" rule of the activation rounding below.
     scaled, d = q8_0_activation_terms(_blocks(w), "reference")
-    return d, _roundf(scaled).to(torch.int8)
+    return d, roundf(scaled).to(torch.int8)
 
 
-def _roundf(x: Tensor) -> Tensor:
+def roundf(x: Tensor) -> Tensor:
     """C's ``roundf`` (half away from zero) exactly as gguf-py's ``np_roundf`` writes it: no ``x + 0.5`` rounding."""
     a = x.abs()
     floored = torch.floor(a)
@@ -174,44 +177,38 @@ class _StraightThrough(torch.autograd.Function):
         return grad, None, None
 
 
-def fake_quant_q4_0(w: Tensor, clip: Tensor | None = None) -> Tensor:
-    """``w`` rounded exactly as GGUF Q4_0 stores it (blocks of 32 along the last dim), same shape and dtype fp32.
+def quantized_values(
+    w: Tensor, qtype: GGMLQuantizationType, clip: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """``w`` as a GGUF tensor of ``qtype`` holds it (same shape and dtype; F32: ``w`` itself), and where the
+    straight-through gradient passes: ``None`` (everywhere) or a bool mask of ``w``'s shape. No autograd.
 
-    Gradient: identity for weights inside the block's range ``|x| ≤ 8·|d|`` (all of them without ``clip``), zero for
-    weights a clip factor < 1 cuts off.
+    Q4_0: blocks of 32 along the last dim; with ``clip``, weights a factor < 1 cuts off (``|x| > 8·|d|``) get no
+    gradient. Q8_0 scales by the absmax and F16 only rounds: nothing clips.
     """
-    d, q = q4_0_quantize_blocks(w, clip)
-    fq = q4_0_dequantize_blocks(d, q).reshape(w.shape).to(w.dtype)
-    in_range = None
-    if clip is not None:
+    if qtype == GGMLQuantizationType.Q4_0:
+        d, q = q4_0_quantize_blocks(w, clip)
+        fq = q4_0_dequantize_blocks(d, q).reshape(w.shape).to(w.dtype)
+        if clip is None:
+            return fq, None
         blocks = w.detach().to(torch.float32).reshape(-1, QK)  # (n_blocks, 32)
-        in_range = (blocks.abs() <= 8 * d.abs()).reshape(w.shape)
-    return _StraightThrough.apply(w, fq, in_range)
-
-
-def fake_quant_q8_0(w: Tensor) -> Tensor:
-    """``w`` rounded exactly as GGUF Q8_0 stores it; identity gradient (Q8_0 scales by the absmax: nothing clips)."""
-    d, q = q8_0_quantize_blocks(w)
-    fq = q8_0_dequantize_blocks(d, q).reshape(w.shape).to(w.dtype)
-    return _StraightThrough.apply(w, fq, None)
-
-
-def fake_quant_f16(w: Tensor) -> Tensor:
-    """``w`` rounded to fp16 as an F16 GGUF stores it; identity gradient."""
-    return _StraightThrough.apply(w, w.detach().to(torch.float16).to(w.dtype), None)
+        return fq, (blocks.abs() <= 8 * d.abs()).reshape(w.shape)
+    if qtype == GGMLQuantizationType.Q8_0:
+        d, q = q8_0_quantize_blocks(w)
+        return q8_0_dequantize_blocks(d, q).reshape(w.shape).to(w.dtype), None
+    if qtype == GGMLQuantizationType.F16:
+        return w.detach().to(torch.float16).to(w.dtype), None
+    if qtype == GGMLQuantizationType.F32:
+        return w.detach(), None
+    raise ValueError(f"No fake quantization for {qtype.name}.")
 
 
 def fake_quant(w: Tensor, qtype: GGMLQuantizationType, clip: Tensor | None = None) -> Tensor:
-    """``w`` as a GGUF tensor of ``qtype`` holds it (F32: unchanged)."""
-    if qtype == GGMLQuantizationType.Q4_0:
-        return fake_quant_q4_0(w, clip)
-    if qtype == GGMLQuantizationType.Q8_0:
-        return fake_quant_q8_0(w)
-    if qtype == GGMLQuantizationType.F16:
-        return fake_quant_f16(w)
+    """``w`` as a GGUF tensor of ``qtype`` holds it, with the straight-through gradient of :func:`quantized_values`
+    (F32: ``w`` unchanged)."""
     if qtype == GGMLQuantizationType.F32:
         return w
-    raise ValueError(f"No fake quantization for {qtype.name}.")
+    return _StraightThrough.apply(w, *quantized_values(w, qtype, clip))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -242,21 +239,102 @@ def search_clip(w: Tensor, candidates: tuple[float, ...] = CLIP_CANDIDATES) -> T
 
 
 class FakeQuantize(nn.Module):
-    """A parametrization: the module's weight reads as the GGUF's stored weight of ``qtype``.
+    """What a module's weight reads as under QAT: the GGUF's stored weight of ``qtype``.
 
-    ``clip`` (Q4_0 with clipping search only) holds each block's factor on d, ``(n_blocks,)``.
+    ``clip`` (Q4_0 with clipping search only) holds each block's factor on d, ``(n_blocks,)``. Outside
+    :meth:`QatState.held` every read of the weight quantizes it; inside, a read returns what :meth:`hold` quantized on
+    entering, so a step's forward runs no quantization of its own (nor, under torch.compile, a graph break).
     """
 
     def __init__(self, qtype: GGMLQuantizationType, clip: Tensor | None = None):
         super().__init__()
         self.qtype = qtype
         self.register_buffer("clip", clip, persistent=True)
+        # Plain attributes, not buffers: DDP broadcasts buffers every forward, and these are as large as the weight.
+        # Allocated once and rewritten in place, so a compiled layer sees the same tensors every step.
+        self.holding = False
+        self.held: Tensor | None = None  # the weight as the GGUF stores it
+        self.held_in_range: Tensor | None = None  # where its straight-through gradient passes (None: everywhere)
+
+    def forward(self, w: Tensor) -> Tensor:
+        if self.holding:
+            return _StraightThrough.apply(w, self.held, self.held_in_range)
+        return self._quantize(w)
 
     # Eager under torch.compile too (distill's compiled layers): a fused multiply-add would move values across a
-    # rounding boundary (q4_0_quantize_blocks). The compiled layer runs around it, in pieces.
+    # rounding boundary (q4_0_quantize_blocks). A compiled layer runs around it, in pieces; QatState.held avoids that.
     @torch.compiler.disable
-    def forward(self, w: Tensor) -> Tensor:
+    def _quantize(self, w: Tensor) -> Tensor:
         return fake_quant(w, self.qtype, self.clip)
+
+    @torch.no_grad()
+    def hold(self, w: Tensor) -> None:
+        """Quantize ``w`` now (eagerly, exactly) for the reads until :meth:`release`."""
+        fq, in_range = quantized_values(w, self.qtype, self.clip)
+        if self.held is None or self.held.shape != fq.shape or self.held.device != fq.device:
+            self.held, self.held_in_range = fq, in_range
+        else:
+            self.held.copy_(fq)
+            if in_range is not None and self.held_in_range is not None:
+                self.held_in_range.copy_(in_range)
+            else:
+                self.held_in_range = in_range
+        self.holding = True
+
+    def release(self) -> None:
+        self.holding = False
+
+
+# A module under QAT gets a subclass of its class whose ``weight`` reads through its FakeQuantize; the trainable
+# latent weight stays the module's registered Parameter under its own name (state_dict, the optimizer, DDP see it).
+# One subclass per class, shared by every module of it: torch's parametrize makes a class per module, and dynamo
+# guards a compiled layer on its submodules' classes, so each decoder layer compiled a graph of its own (past
+# dynamo's recompile limit, the layers then ran eager).
+_QUANTIZER_ATTRIBUTE = "_specdraft_quantizer"
+_QUANTIZED_CLASSES: dict[type, type] = {}
+
+
+def _read_quantized(module: nn.Module) -> Tensor:
+    return getattr(module, _QUANTIZER_ATTRIBUTE)(module._parameters["weight"])
+
+
+def _write_latent(module: nn.Module, value: Tensor) -> None:
+    if not isinstance(value, nn.Parameter):
+        raise TypeError(f"{type(module).__name__}.weight under QAT takes a Parameter (the latent weight)")
+    module._parameters["weight"] = value
+
+
+def _quantized_class(base: type) -> type:
+    if base not in _QUANTIZED_CLASSES:
+        _QUANTIZED_CLASSES[base] = type(
+            f"Quantized{base.__name__}", (base,), {"weight": property(_read_quantized, _write_latent)}
+        )
+    return _QUANTIZED_CLASSES[base]
+
+
+@contextlib.contextmanager
+def held_weights(model: nn.Module) -> Iterator[None]:
+    """Within the block every weight of ``model`` under QAT (:func:`prepare_qat`) is quantized once, on entering,
+    eagerly and exactly, and every read returns those values; gradients reach the latent weights as without.
+
+    Outside it each read quantizes (a tied embedding twice, a recomputed layer once more), and under torch.compile
+    each read breaks the compiled layer into pieces around the eager quantization: inside, a compiled layer under
+    QAT is one graph, as in plain distillation. Training runs each step (forward and backward) inside it; a check
+    that runs many forwards on the same weights can too. Costs one weight-sized copy (and, with clipping, a mask)
+    kept between blocks. Weights changed inside the block (an optimizer step) are not seen by reads inside it.
+    """
+    quantizers: dict[int, tuple[FakeQuantize, Tensor]] = {}
+    for module in model.modules():
+        quantizer = getattr(module, _QUANTIZER_ATTRIBUTE, None)
+        if quantizer is not None:  # tied modules: one quantizer, one latent weight
+            quantizers[id(quantizer)] = (quantizer, module._parameters["weight"])
+    for quantizer, latent in quantizers.values():
+        quantizer.hold(latent)
+    try:
+        yield
+    finally:
+        for quantizer, _ in quantizers.values():
+            quantizer.release()
 
 
 @dataclass
@@ -266,7 +344,7 @@ class QatTarget:
     hf_name: str
     modules: list[nn.Module]
     qtype: GGMLQuantizationType
-    parametrization: FakeQuantize
+    quantizer: FakeQuantize
 
 
 @dataclass
@@ -282,16 +360,18 @@ class QatState:
 
     def latent_weight(self, hf_name: str) -> Tensor:
         """The trainable fp32 weight behind ``hf_name`` (what the checkpoint stores)."""
-        module = self.targets[hf_name].modules[0]
-        if self._attached:
-            return module.parametrizations.weight.original
-        return module.weight
+        return self.targets[hf_name].modules[0]._parameters["weight"]
 
     def quantized_weight(self, hf_name: str) -> Tensor:
         """The weight as the GGUF will hold it, dequantized to fp32."""
         target = self.targets[hf_name]
         with torch.no_grad():
-            return fake_quant(self.latent_weight(hf_name), target.qtype, target.parametrization.clip)
+            return fake_quant(self.latent_weight(hf_name), target.qtype, target.quantizer.clip)
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """One training step (forward and backward) inside the block: every weight quantized once, on entering
+        (:func:`held_weights`)."""
+        return held_weights(self.model)
 
     def refresh_clip(self) -> None:
         """Re-run the clipping search on the current weights (call now and then while training with clip_search)."""
@@ -300,19 +380,26 @@ class QatState:
         with torch.no_grad():
             for name, target in self.targets.items():
                 if target.qtype == GGMLQuantizationType.Q4_0:
-                    target.parametrization.clip.copy_(search_clip(self.latent_weight(name)))
+                    target.quantizer.clip.copy_(search_clip(self.latent_weight(name)))
 
     def _detach(self) -> None:
         for target in self.targets.values():
             for module in target.modules:
-                parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
+                module.__class__ = module.__class__.__bases__[0]
+                delattr(module, _QUANTIZER_ATTRIBUTE)
+        del self.model._modules[QUANTIZERS_MODULE]
         self._attached = False
 
     def _attach(self) -> None:
         for target in self.targets.values():
             for module in target.modules:
-                # Tied modules share one Parameter, so both parametrizations wrap the same trainable original.
-                parametrize.register_parametrization(module, "weight", target.parametrization)
+                # Tied modules share one Parameter and one quantizer: one quantized tensor, as in the GGUF.
+                module.__class__ = _quantized_class(type(module))
+                object.__setattr__(module, _QUANTIZER_ATTRIBUTE, target.quantizer)  # not a submodule of its module
+        # The quantizers' clip factors go into the model's state_dict (a resumed run keeps them), under one name that
+        # unwrapped() removes, so a saved checkpoint has the HF names alone.
+        quantizers = {name.replace(".", "/"): target.quantizer for name, target in self.targets.items()}
+        self.model.add_module(QUANTIZERS_MODULE, nn.ModuleDict(quantizers))
         self._attached = True
 
     def remove(self) -> None:
@@ -343,9 +430,9 @@ class QatState:
         from .artifacts import AtomicFile
 
         tensors = {
-            f"{name}.clip": target.parametrization.clip.detach().to("cpu", torch.float32).contiguous()
+            f"{name}.clip": target.quantizer.clip.detach().to("cpu", torch.float32).contiguous()
             for name, target in self.targets.items()
-            if target.parametrization.clip is not None
+            if target.quantizer.clip is not None
         }
         metadata = {
             "format": QAT_STATE_FORMAT,
@@ -405,19 +492,9 @@ def prepare_qat(
     return state
 
 
-# How ggml's CPU backend quantizes a matmul's activations to Q8_0 against a Q4_0/Q8_0 weight. Every x86 build with AVX
-# (node-llama-cpp's prebuilt variants sandybridge … sapphirerapids, zen4) uses the SIMD ``quantize_row_q8_0`` of
-# ggml-cpu/arch/x86/quants.c, and the repacked Q4_0 (``ggml_quantize_mat_q8_0_4x8``) and AMX paths call the same rule:
-# ``id = 127 / amax``, round half to even (``_mm256_round_ps``), scale ``fp16(amax / 127)``. The variants without AVX
-# (x64, sse42) fall back to ``quantize_row_q8_0_ref``: ``id = 1 / d`` and ``roundf`` (half away from zero). The two
-# rules differ only for values within an ulp or so of a rounding boundary.
+# The two rules by which ggml rounds values to Q8_0: its SIMD quantizer's and its reference quantizer's (the one
+# gguf-py reproduces, the weights' rule). ggml_activations.py says which CPU build rounds a matmul's input by which.
 ACTIVATION_RULES = ("simd", "reference")
-GGML_CPU_VARIANTS_WITHOUT_AVX = frozenset({"x64", "sse42"})
-
-
-def ggml_activation_rule(cpu_variant: str) -> str:
-    """The activation rounding rule of one of ggml's x86 CPU backend variants (``libggml-cpu-<variant>.so``)."""
-    return "reference" if cpu_variant in GGML_CPU_VARIANTS_WITHOUT_AVX else "simd"
 
 
 def q8_0_activation_terms(x: Tensor, rule: str = "simd") -> tuple[Tensor, Tensor]:
@@ -438,40 +515,6 @@ def q8_0_activation_terms(x: Tensor, rule: str = "simd") -> tuple[Tensor, Tensor
     else:
         inv_d = torch.where(d == 0, torch.zeros_like(d), 1.0 / d)
     return blocks * inv_d, d
-
-
-def round_activations_q8_0(x: Tensor, rule: str = "simd") -> Tensor:
-    """``x`` as ggml's CPU matmul sees it against a Q4_0/Q8_0 weight: rows quantized to Q8_0 by ``rule``
-    (:data:`ACTIVATION_RULES`; ``simd`` on every x86 build with AVX), then dequantized."""
-    scaled, d = q8_0_activation_terms(x, rule)
-    q = torch.round(scaled) if rule == "simd" else _roundf(scaled)  # torch.round is half to even
-    return (q * d.to(torch.float16).to(torch.float32)).reshape(x.shape).to(x.dtype)
-
-
-@contextlib.contextmanager
-def ggml_activation_rounding(
-    state: QatState, rounding: Callable[[Tensor], Tensor] = round_activations_q8_0
-) -> Iterator[None]:
-    """Within the block, every ``nn.Linear`` whose weight the GGUF quantizes rounds its input as ggml's CPU backend
-    does, so a QAT model's logits match llama.cpp's to float32 summation order (a check and an eval aid; training
-    without it is the usual QAT, since the GPU backends round activations differently or not at all).
-
-    ``rounding`` replaces the rule, e.g. ``functools.partial(round_activations_q8_0, rule="reference")``. Each
-    module's input goes through it once per call, so modules that share an input (q/k/v, gate/up) see the same
-    tensor object in a row: a stateful ``rounding`` can recognise that, as ggml quantizes each matmul's input alike.
-    """
-    handles = []
-    for target in state.targets.values():
-        if target.qtype not in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q8_0):
-            continue
-        for module in target.modules:
-            if isinstance(module, nn.Linear):
-                handles.append(module.register_forward_pre_hook(lambda _m, args: (rounding(args[0]),)))
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @dataclass
@@ -510,7 +553,7 @@ def load_qat_state_into(qat: QatState, path: str | Path) -> None:
     saved = load_qat_state(path)
     with torch.no_grad():
         for name, clip in saved.clips.items():
-            qat.targets[name].parametrization.clip.copy_(clip)
+            qat.targets[name].quantizer.clip.copy_(clip)
     if qat.fingerprints() != saved.fingerprints:
         raise ValueError(f"{path}: the model's quantized weights do not match the QAT state's fingerprints")
 

@@ -13,6 +13,8 @@ the largest step of the run would not fit.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +33,8 @@ GIB, MIB = 2**30, 2**20
 MEMORY_HEADROOM = 0.9
 PROBE_TOKENS = (2048, 4096)  # the two measured steps: large enough that activations dominate, small enough to fit
 PROBE_ROW = 512  # tokens of each made-up row, the last 128 of them scored as a continuation with a top-k
+# What a training step's forward and backward run inside (Distillation.weights_for_step: QAT's weights held for it)
+StepContext = Callable[[], contextlib.AbstractContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -62,29 +66,39 @@ def probe_rows(tokens: int, vocab_size: int, top_k: int = 20, seed: int = 0) -> 
     return rows
 
 
-def _peak_step_bytes(model: nn.Module, rows: list[TrainExample], config: DistillConfig, device: torch.device) -> int:
+def _peak_step_bytes(
+    model: nn.Module, rows: list[TrainExample], config: DistillConfig, device: torch.device, step: StepContext
+) -> int:
     """Peak bytes allocated during a forward and backward of ``rows`` (all of one width: packed or right-padded, no
-    padding), above what was allocated before."""
+    padding) inside ``step()``, above what was allocated once inside it (under QAT: the weights quantized for the
+    step, which the fixed part then counts)."""
     model.zero_grad(set_to_none=True)
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    batch = collate(rows, 0, device, packed=config.packed)
-    with autocast_context(device):
-        sums = loss_sums(model, batch, config)
-    sums.distill.backward()
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) - before
+    with step():
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        batch = collate(rows, 0, device, packed=config.packed)
+        with autocast_context(device):
+            sums = loss_sums(model, batch, config)
+        sums.distill.backward()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
     model.zero_grad(set_to_none=True)
     return peak
 
 
-def measure_step_memory(model: nn.Module, config: DistillConfig, device: torch.device, replicas: bool) -> StepMemory:
-    """Two packed steps of ``PROBE_TOKENS`` on ``model`` (on a GPU, in training mode, not wrapped for DDP). The fixed
-    part adds what the measured steps do not hold: AdamW's two moments and, with ``replicas`` (DDP), its gradient
-    buckets, a copy of the gradients."""
+def measure_step_memory(
+    model: nn.Module,
+    config: DistillConfig,
+    device: torch.device,
+    replicas: bool,
+    step: StepContext = contextlib.nullcontext,
+) -> StepMemory:
+    """Two packed steps of ``PROBE_TOKENS`` on ``model`` (on a GPU, in training mode, not wrapped for DDP), each
+    inside ``step()`` as training runs it. The fixed part adds what the measured steps do not hold: AdamW's two
+    moments and, with ``replicas`` (DDP), its gradient buckets, a copy of the gradients."""
     vocab_size = model.get_input_embeddings().weight.shape[0]
-    peaks = [_peak_step_bytes(model, probe_rows(n, vocab_size), config, device) for n in PROBE_TOKENS]
+    peaks = [_peak_step_bytes(model, probe_rows(n, vocab_size), config, device, step) for n in PROBE_TOKENS]
     sizes = [(n // PROBE_ROW) * PROBE_ROW for n in PROBE_TOKENS]
     per_token = max(0.0, (peaks[1] - peaks[0]) / (sizes[1] - sizes[0]))
     parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
@@ -94,7 +108,12 @@ def measure_step_memory(model: nn.Module, config: DistillConfig, device: torch.d
 
 
 def choose_activation_checkpointing(
-    config: DistillConfig, ctx: DistributedContext, model: nn.Module, step_tokens: int, sharded: bool = False
+    config: DistillConfig,
+    ctx: DistributedContext,
+    model: nn.Module,
+    step_tokens: int,
+    sharded: bool = False,
+    step: StepContext = contextlib.nullcontext,
 ) -> tuple[bool, str]:
     """Whether to recompute each layer in the backward pass, and why (the line a run prints): as set, or under
     "auto" whether a step of ``step_tokens`` would not fit without (every rank measures; any that would not fit
@@ -107,7 +126,7 @@ def choose_activation_checkpointing(
     if sharded:
         return True, "on (auto: FSDP shards are not measured)"
     try:
-        memory = measure_step_memory(model, config, ctx.device, replicas=ctx.distributed)
+        memory = measure_step_memory(model, config, ctx.device, replicas=ctx.distributed, step=step)
         fits, how = memory.fits(step_tokens), ""
         how = (
             f"a step of ≤ {step_tokens:,} tokens needs ~{memory.need(step_tokens) / GIB:.1f} GiB at "

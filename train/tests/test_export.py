@@ -275,7 +275,7 @@ def test_qat_export_writes_the_learned_blocks(embedding_type: str, tokenizer: To
         t = tensors[name_map.get_name(hf_name, try_suffixes=(".weight",))]
         stored = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(target.modules[0].weight.shape)
         assert torch.equal(torch.from_numpy(stored), qat.quantized_weight(hf_name)), hf_name
-        if target.parametrization.clip is not None and (target.parametrization.clip < 1).any():
+        if target.quantizer.clip is not None and (target.quantizer.clip < 1).any():
             clipped.add(hf_name)
             assert not np.array_equal(np.asarray(t.data), np.asarray(plain_tensors[t.name].data))
     assert "model.layers.0.mlp.up_proj.weight" in clipped

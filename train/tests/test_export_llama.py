@@ -141,7 +141,7 @@ def test_the_q_k_row_order_moves_whole_q4_0_blocks(smollm2_tokenizer: Path, tmp_
     matrices = {name for name, w in model.named_parameters() if w.dim() == 2}  # the tied head is the embedding
     qat = prepare_qat(model, clip_search=True)
     assert set(qat.targets) == matrices and len(matrices) == 1 + 2 * 7  # q/k/v/o, gate/up/down a layer: all covered
-    assert (qat.targets["model.layers.0.self_attn.q_proj.weight"].parametrization.clip < 1).any()
+    assert (qat.targets["model.layers.0.self_attn.q_proj.weight"].quantizer.clip < 1).any()
     with qat.unwrapped():
         checkpoint = save_checkpoint(model, smollm2_tokenizer, tmp_path / "ckpt")
     out = export_gguf(checkpoint, tmp_path / "q.gguf", "Q4_0", qat_state=qat.save(checkpoint / "qat_state.safetensors"))

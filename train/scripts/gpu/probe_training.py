@@ -169,7 +169,7 @@ def measure_config(name: str, args: argparse.Namespace, work: Path, ctx: Distrib
     if config.packed and config.compile == "off":
         entry["packed_vs_padded_loss"] = packed_against_padded(run)
         if cuda:
-            memory = measure_step_memory(run.model, config, ctx.device, replicas=False)
+            memory = measure_step_memory(run.model, config, ctx.device, replicas=False, step=run.weights_for_step)
             entry["memory_per_token_mib"] = memory.per_token_bytes / 2**20
             entry["memory_fixed_gib"] = memory.fixed_bytes / GIB
     if cuda:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import sys
 
 import torch
+from gguf import GGMLQuantizationType as T
 from test_quant import hard_weights
 
-from specdraft_train.quant import fake_quant_q4_0, fake_quant_q8_0, search_clip
+from specdraft_train.quant import fake_quant, search_clip
 
 
 def main() -> int:
@@ -24,9 +25,9 @@ def main() -> int:
     clip = search_clip(w)
     checks = {
         "clip search": torch.equal(search_clip(w.cuda()).cpu(), clip),
-        "Q4_0": torch.equal(fake_quant_q4_0(w.cuda()).cpu(), fake_quant_q4_0(w)),
-        "Q8_0": torch.equal(fake_quant_q8_0(w.cuda()).cpu(), fake_quant_q8_0(w)),
-        "Q4_0 clipped": torch.equal(fake_quant_q4_0(w.cuda(), clip.cuda()).cpu(), fake_quant_q4_0(w, clip)),
+        "Q4_0": torch.equal(fake_quant(w.cuda(), T.Q4_0).cpu(), fake_quant(w, T.Q4_0)),
+        "Q8_0": torch.equal(fake_quant(w.cuda(), T.Q8_0).cpu(), fake_quant(w, T.Q8_0)),
+        "Q4_0 clipped": torch.equal(fake_quant(w.cuda(), T.Q4_0, clip.cuda()).cpu(), fake_quant(w, T.Q4_0, clip)),
     }
     for name, ok in checks.items():
         print(f"gpu_quant_check: {name}: {'bit-identical' if ok else 'DIFFERS'}")
