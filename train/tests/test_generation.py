@@ -319,3 +319,18 @@ def test_bench_script_runs_at_tiny_scale(tmp_path: Path):
     assert agreed["identical_share"] == 1.0 and agreed["max_abs_topk_logprob_diff"] <= LOGPROB_ATOL
     assert report["agreement_with_hf"]["identical_share"] == 1.0 and report["hf"]["prompts"] == 6
     assert report["varlen_kernel"] == "no FlashAttention kernel on cpu" and first["cuda_graph"] is False
+
+
+def test_decode_profile_script_runs_at_tiny_scale(tmp_path: Path):
+    """The GPU decode profile's CPU dry run: a decode step's operators by kind, the prefill's subtracted, per batch."""
+    out = tmp_path / "profile.json"
+    profile = TRAIN_DIR / "scripts" / "gpu" / "profile_decode.py"
+    argv = ["--device", "cpu", "--layers", "2", "--batch", "3x16", "--batch", "2x24", "--steps", "2", f"--out={out}"]
+    subprocess.run([sys.executable, str(profile), *argv], check=True, capture_output=True, cwd=TRAIN_DIR)
+    report = json.loads(out.read_text())
+    assert [(b["rows"], b["width"]) for b in report["batches"]] == [(3, 16), (2, 24)]
+    for batch in report["batches"]:
+        # two layers' projections and the head, each a matmul: a step has at least 2 × 7 + 1 of them
+        assert batch["kernels_per_step"]["matmul"] >= 15 and batch["kernel_ms_per_step"]["matmul"] > 0
+        assert batch["kernel_ms_per_step_total"] == pytest.approx(sum(batch["kernel_ms_per_step"].values()), abs=0.01)
+        assert "graph_ms_per_step" not in batch  # no CUDA graph on the CPU
