@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,29 @@ def compile_decoder_layers(model: nn.Module, backend: str = "inductor") -> int:
     for layer in layers:
         layer.compile(backend=backend, dynamic=True)
     return len(layers)
+
+
+# The modules the reference engine compiles (StaticEngineConfig.compile), by class name, as transformers names them in
+# every decoder it has (Qwen3RMSNorm, LlamaMLP, ...).
+POINTWISE_MODULE_SUFFIXES = ("RMSNorm", "MLP")
+
+
+def compile_pointwise_modules(model: nn.Module, backend: str = "inductor") -> Callable[[], None]:
+    """torch.compile the forward of each RMSNorm and MLP of a decoder, with dynamic shapes; returns what undoes it.
+    transformers' RMSNorm is about eight kernels (casts to fp32 and back, square, mean, rsqrt, two products) and the
+    MLP's SiLU × up two, each a pass over the activations: a decode step of an 8B target ran ~1,800 such kernels
+    (bench/results/2026-12-03-h200-decode-profile). Compiled, each module's pointwise work is one or two kernels.
+    Attention and the KV cache stay eager: a cache write indexes its layer, which would give every layer a graph of
+    its own. Modules of one class share their graphs (one code object; dynamo guards on the class)."""
+    modules = [m for m in model.modules() if type(m).__name__.endswith(POINTWISE_MODULE_SUFFIXES)]
+    for module in modules:
+        module.forward = torch.compile(module.forward, backend=backend, dynamic=True)  # an instance attribute
+
+    def undo() -> None:
+        for module in modules:
+            del module.forward  # the class's own forward again
+
+    return undo
 
 
 def output_weight(model: nn.Module) -> torch.Tensor:

@@ -39,7 +39,10 @@ How it works, and why (only the KV cache and the attention are its own; static_c
 - **CUDA graph**: the decode step is captured once per batch shape (warm-up on a side stream, autocast's cast cache
   off as CUDA graphs require) and replayed; graphs stay for the engine's life (the ``graph_cache`` most recent shapes)
   in one shared memory pool, so a shape that recurs — the next shard's full batches — replays without another capture.
-  If capture fails the engine logs one line and decodes eagerly: same buffers, same results. No ``torch.compile``.
+  If capture fails the engine logs one line and decodes eagerly: same buffers, same results.
+- **Compiled pointwise work** (``compile``, off by default until it measures faster on the GPU): the model's norms
+  and MLPs through torch.compile (:func:`models.compile_pointwise_modules`), attention and the cache eager; the
+  compiled kernels are captured in the decode graph like any other.
 
 Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``: rows do not interact. ``auto`` (the
 default of both modes) takes packed + flash where :func:`static_cache.flash_varlen_problem` finds the kernel working
@@ -60,7 +63,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .models import autocast_context
+from .models import autocast_context, compile_pointwise_modules
 from .static_cache import (
     ATTENTION_NAMES,
     Batch,
@@ -106,6 +109,7 @@ class StaticEngineConfig:
     decode_attention: str = "auto"  # flash | matmul | sdpa | auto
     min_pad_multiple: int = 8  # bucket widths are multiples of at least this (and of 1/8 of their power of two)
     graph_cache: int = 8  # batch shapes whose decode graph (and buffers) the engine keeps
+    compile: bool = False  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in place
 
 
 # The engine before packed prefill and flash decode (the 2026-12-01 rehearsal's): the benchmark's peer.
@@ -211,6 +215,9 @@ class StaticGreedyEngine:
             )
         self.model, self.device, self.config = model, device, config
         self.stats = EngineStats()
+        self._uncompile: Callable[[], None] | None = None
+        if config.compile:
+            self._uncompile = compile_pointwise_modules(model)
         self._store: KVStore | None = None
         self._buffers: OrderedDict[tuple, _BatchBuffers] = OrderedDict()  # by shape, least recently used first
         self._graph_pool: Any = None
@@ -261,6 +268,13 @@ class StaticGreedyEngine:
     def release(self) -> None:
         """Free the KV cache, the per-shape buffers and their graphs (a later generate allocates them again)."""
         self._release()
+
+    def close(self) -> None:
+        """Release, and give the model back as it came (its norms and MLPs no longer compiled)."""
+        self._release()
+        if self._uncompile is not None:
+            self._uncompile()
+            self._uncompile = None
 
     def _release(self) -> None:
         self._buffers.clear()

@@ -102,7 +102,7 @@ def test_bucket_widths_and_batches():
 MODES = [("masked", "matmul"), ("masked", "sdpa"), ("packed", "flash"), ("packed", "matmul"), ("masked", "flash")]
 
 
-def engine_config(prefill: str, decode_attention: str, **fields: int) -> StaticEngineConfig:
+def engine_config(prefill: str, decode_attention: str, **fields: int | bool) -> StaticEngineConfig:
     return StaticEngineConfig(prefill=prefill, decode_attention=decode_attention, **fields)
 
 
@@ -139,6 +139,36 @@ def test_static_engine_equals_hf_generate_with_mixed_lengths_splits_and_a_mid_wa
     log = engine.stats.batch_log
     assert [entry["rows"] for entry in log] == [2, 2, 2, 2, 2] and sum(e["prompt_tokens"] for e in log) == sum(LENGTHS)
     assert max(entry["steps"] for entry in log) == MAX_NEW  # a batch holding a row that ran to the cap
+
+
+@pytest.mark.parametrize(("prefill", "decode_attention"), [("masked", "matmul"), ("packed", "flash")])
+def test_compiled_norms_and_mlps_decode_what_the_eager_modules_do_and_close_undoes_them(
+    model: Qwen3ForCausalLM, monkeypatch: pytest.MonkeyPatch, prefill: str, decode_attention: str
+):
+    """StaticEngineConfig.compile: every RMSNorm and MLP through torch.compile (the aot_eager backend here: dynamo
+    traces them as on a GPU without building kernels), the same tokens and log-probs; the modules of a class share
+    their graphs; close() gives the model back uncompiled."""
+    import specdraft_train.static_engine as static_engine
+    from torch._dynamo.utils import counters
+
+    from specdraft_train.models import compile_pointwise_modules
+
+    prompts = random_prompts(LENGTHS)
+    expected = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention)).generate(
+        prompts, MAX_NEW, [0], TOP_K, max_batch_size=4
+    )
+    aot_eager = functools.partial(compile_pointwise_modules, backend="aot_eager")
+    monkeypatch.setattr(static_engine, "compile_pointwise_modules", aot_eager)
+    torch._dynamo.reset()
+    counters.clear()
+    engine = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention, compile=True))
+    compiled = [m for m in model.modules() if "forward" in vars(m)]
+    # per layer its two norms, q_norm, k_norm and the MLP; and the final norm
+    assert len(compiled) == 5 * model.config.num_hidden_layers + 1
+    assert_same(engine.generate(prompts, MAX_NEW, [0], TOP_K, max_batch_size=4), expected)
+    assert 0 < counters["stats"]["unique_graphs"] < len(compiled)  # shared, not one per module
+    engine.close()
+    assert not any("forward" in vars(m) for m in model.modules())
 
 
 @pytest.mark.parametrize(("prefill", "decode_attention"), [("masked", "matmul"), ("packed", "flash")])

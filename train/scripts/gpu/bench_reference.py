@@ -11,6 +11,7 @@ greedily for ``--new-tokens`` with the top-20 log-probs, under the reference sta
 longest row.
 
 ``--engines`` lists the configurations, the first being the one reported (``PREFILL+DECODE[@KV_FRACTION][/ROWS]``,
+each optionally marked ``+compiled`` (the norms and MLPs compiled, StaticEngineConfig.compile),
 or ``auto`` = the engine's defaults with ``--batch-size`` rows at most, ``today`` = ``masked+matmul@0.5/512``, the
 engine and batch cap of the 2026-12-01 rehearsal). Per configuration: continuation tokens/s, prompt tokens, prefill
 and decode seconds, ms per decode step of each batch (rows × width: graph capture excluded), graph captures, peak
@@ -65,26 +66,37 @@ from specdraft_train.models import (  # noqa: E402
 )
 from specdraft_train.prompts import render_chat  # noqa: E402
 from specdraft_train.static_cache import flash_varlen_problem, kv_cache_dtype, kv_shape  # noqa: E402
-from specdraft_train.static_engine import GreedyOutput, StaticEngineConfig, StaticGreedyEngine  # noqa: E402
+from specdraft_train.static_engine import (  # noqa: E402
+    EngineStats,
+    GreedyOutput,
+    StaticEngineConfig,
+    StaticGreedyEngine,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOP_K = 20  # the reference stage's
 WARMUP_PROMPTS = 6
 WARMUP_NEW_TOKENS = 4
 ALIASES = {"today": "masked+matmul@0.5/512"}  # the 2026-12-01 rehearsal's engine and its preset's batch cap
+COMPILED = "+compiled"  # an engine spec's mark for StaticEngineConfig.compile
 
 
 def parse_engine(spec: str, batch_size: int) -> tuple[StaticEngineConfig, int]:
-    """``auto``, ``today`` or ``PREFILL+DECODE[@KV_FRACTION][/ROWS]`` → (engine config, rows cap)."""
+    """``auto``, ``today`` or ``PREFILL+DECODE[@KV_FRACTION][/ROWS]``, each optionally with ``+compiled`` (the norms
+    and MLPs compiled: StaticEngineConfig.compile) → (engine config, rows cap)."""
+    compiled = COMPILED in spec
+    spec = spec.replace(COMPILED, "")
     if spec == "auto":
-        return StaticEngineConfig(), batch_size
+        return StaticEngineConfig(compile=compiled), batch_size
     text = ALIASES.get(spec, spec)
     text, _, rows = text.partition("/")
     text, _, fraction = text.partition("@")
     prefill, _, decode = text.partition("+")
     if not decode:
-        raise SystemExit(f"bench_reference: engine {spec!r}: expected auto, today or PREFILL+DECODE[@FRACTION][/ROWS]")
-    config = StaticEngineConfig(prefill=prefill, decode_attention=decode)
+        raise SystemExit(
+            f"bench_reference: engine {spec!r}: expected auto, today or PREFILL+DECODE[+compiled][@FRACTION][/ROWS]"
+        )
+    config = StaticEngineConfig(prefill=prefill, decode_attention=decode, compile=compiled)
     if fraction:
         config = dataclasses.replace(config, kv_cache_fraction=float(fraction))
     return config, int(rows) if rows else batch_size
@@ -196,9 +208,17 @@ def run_engine(
 ) -> tuple[list[GreedyOutput], dict[str, Any]]:
     config, rows = parse_engine(spec, args.batch_size)
     engine = StaticGreedyEngine(model, device, config)
+    compile_seconds = 0.0
+    if config.compile:  # compiled outside the timed run, as a long reference stage pays it once
+        start = time.perf_counter()
+        engine.generate(prompts[:WARMUP_PROMPTS], WARMUP_NEW_TOKENS, stop, TOP_K)
+        compile_seconds = time.perf_counter() - start
+        kept = ("prefill", "decode_attention", "flash_problem", "cuda_graph_failure")  # what the engine resolved once
+        engine.stats = EngineStats(**{name: getattr(engine.stats, name) for name in kept})  # the run's own figures
     outputs, run = measure(engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=rows, device=device)
+    run["compiled"], run["compile_warmup_seconds"] = config.compile, compile_seconds
     stats = engine.stats
-    engine.release()
+    engine.close()  # the next configuration gets the model uncompiled
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the next configuration's budget sees what this one held
     batches = [
