@@ -360,7 +360,8 @@ def test_decode_profile_script_runs_at_tiny_scale(tmp_path: Path):
     report = json.loads(out.read_text())
     assert [(b["rows"], b["width"]) for b in report["batches"]] == [(3, 16), (2, 24)]
     for batch in report["batches"]:
-        # two layers' projections and the head, each a matmul: a step has at least 2 × 7 + 1 of them
-        assert batch["kernels_per_step"]["matmul"] >= 15 and batch["kernel_ms_per_step"]["matmul"] > 0
+        # two layers' projections and the head, each a matmul: a step has at least 2 × 7 + 1 of them (counts, not
+        # times: a CPU operator's time differs between the two profiled runs, so their difference can be either sign)
+        assert batch["kernels_per_step"]["matmul"] >= 15 and "matmul" in batch["kernel_ms_per_step"]
         assert batch["kernel_ms_per_step_total"] == pytest.approx(sum(batch["kernel_ms_per_step"].values()), abs=0.01)
         assert "graph_ms_per_step" not in batch  # no CUDA graph on the CPU
