@@ -298,17 +298,10 @@ def _read_quantized(module: nn.Module) -> Tensor:
     return getattr(module, _QUANTIZER_ATTRIBUTE)(module._parameters["weight"])
 
 
-def _write_latent(module: nn.Module, value: Tensor) -> None:
-    if not isinstance(value, nn.Parameter):
-        raise TypeError(f"{type(module).__name__}.weight under QAT takes a Parameter (the latent weight)")
-    module._parameters["weight"] = value
-
-
 def _quantized_class(base: type) -> type:
     if base not in _QUANTIZED_CLASSES:
-        _QUANTIZED_CLASSES[base] = type(
-            f"Quantized{base.__name__}", (base,), {"weight": property(_read_quantized, _write_latent)}
-        )
+        # No setter: nn.Module.__setattr__ handles ``module.weight = Parameter`` (a new latent weight) itself.
+        _QUANTIZED_CLASSES[base] = type(f"Quantized{base.__name__}", (base,), {"weight": property(_read_quantized)})
     return _QUANTIZED_CLASSES[base]
 
 

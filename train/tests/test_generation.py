@@ -148,9 +148,9 @@ def test_compiled_norms_and_mlps_decode_what_the_eager_modules_do_and_close_undo
     """StaticEngineConfig.compile: every RMSNorm and MLP through torch.compile (the aot_eager backend here: dynamo
     traces them as on a GPU without building kernels), the same tokens and log-probs; the modules of a class share
     their graphs; close() gives the model back uncompiled."""
-    import specdraft_train.static_engine as static_engine
     from torch._dynamo.utils import counters
 
+    import specdraft_train.static_engine as static_engine
     from specdraft_train.models import compile_pointwise_modules
 
     prompts = random_prompts(LENGTHS)
