@@ -184,7 +184,7 @@ class Distillation:
             self.qat_state = prepare_qat(self.model, clip_search=job.clip_search, embedding_type=embedding_type)
         self.model.train()
         self.recompute, self.recompute_why = choose_activation_checkpointing(
-            config, ctx, self.model, self.largest_step_tokens(), self.sharded, self.weights_for_step
+            config, ctx, self.model, self.largest_step_tokens(), self.sharded, self.weights_quantized_once
         )
         if self.recompute:
             enable_activation_checkpointing(self.model)
@@ -242,9 +242,10 @@ class Distillation:
             f"{self.recompute_why}; compiled layers: {'yes' if self.compiled else 'no'}"
         )
 
-    def weights_for_step(self) -> contextlib.AbstractContextManager[None]:
-        """What a step's forward and backward run inside: under QAT the weights quantized once for the step
-        (quant.QatState.held), so compiled layers hold no eager quantization."""
+    def weights_quantized_once(self) -> contextlib.AbstractContextManager[None]:
+        """What a training step (forward and backward) or a dev evaluation runs inside: under QAT every weight
+        quantized once for it (quant.QatState.held), so compiled layers hold no eager quantization and the dev
+        forwards do not quantize again each."""
         return self.qat_state.held() if self.qat_state is not None else contextlib.nullcontext()
 
     def train_step(self) -> None:
@@ -264,7 +265,7 @@ class Distillation:
             packed=config.packed,
         )
         set_lr(self.optimizer, lr_at(self.step, self.max_steps, config.warmup_steps, self.peak_lr, config.min_lr_ratio))
-        with self.weights_for_step():
+        with self.weights_quantized_once():
             with autocast_context(ctx.device):
                 sums = loss_sums(self.ddp_model, batch, config)
             loss = sums.distill / n_global
@@ -334,7 +335,7 @@ class Distillation:
         extra["last_eval_step"] = step
         tau = None
         if ctx.is_main or self.sharded:
-            with torch.compiler.set_stance("force_eager"):
+            with torch.compiler.set_stance("force_eager"), self.weights_quantized_once():
                 tau = model_tau(unwrap(self.ddp_model), self.inputs.dev, self.config.eval_k, ctx.device)
         new_best = False
         if ctx.is_main:

@@ -89,6 +89,8 @@ def drafter_tau(
             mode = "q4_0-ptq"
         if qat.embedding_type != DEFAULT_EMBEDDING_TYPE:
             mode += f"-{qat.embedding_type.lower()}-embedding"  # e.g. q4_0-qat-q4_0-embedding: an all-Q4_0 file
+        with qat.held():  # every weight quantized once for all the forwards, not at each
+            return model_tau(model, conversations, k, device, batch_tokens), mode
     return model_tau(model, conversations, k, device, batch_tokens), mode
 
 

@@ -359,7 +359,7 @@ class QatState:
         """The weight as the GGUF will hold it, dequantized to fp32."""
         target = self.targets[hf_name]
         with torch.no_grad():
-            return fake_quant(self.latent_weight(hf_name), target.qtype, target.quantizer.clip)
+            return quantized_values(self.latent_weight(hf_name), target.qtype, target.quantizer.clip)[0]
 
     def held(self) -> contextlib.AbstractContextManager[None]:
         """One training step (forward and backward) inside the block: every weight quantized once, on entering

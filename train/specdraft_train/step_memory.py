@@ -33,7 +33,7 @@ GIB, MIB = 2**30, 2**20
 MEMORY_HEADROOM = 0.9
 PROBE_TOKENS = (2048, 4096)  # the two measured steps: large enough that activations dominate, small enough to fit
 PROBE_ROW = 512  # tokens of each made-up row, the last 128 of them scored as a continuation with a top-k
-# What a training step's forward and backward run inside (Distillation.weights_for_step: QAT's weights held for it)
+# What a training step's forward and backward run inside (Distillation.weights_quantized_once under QAT)
 StepContext = Callable[[], contextlib.AbstractContextManager[None]]
 
 

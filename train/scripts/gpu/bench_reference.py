@@ -213,8 +213,7 @@ def run_engine(
         start = time.perf_counter()
         engine.generate(prompts[:WARMUP_PROMPTS], WARMUP_NEW_TOKENS, stop, TOP_K)
         compile_seconds = time.perf_counter() - start
-        kept = ("prefill", "decode_attention", "flash_problem", "cuda_graph_failure")  # what the engine resolved once
-        engine.stats = EngineStats(**{name: getattr(engine.stats, name) for name in kept})  # the run's own figures
+        engine.stats = EngineStats()  # the run's own figures (the engine resolves its modes again)
     outputs, run = measure(engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=rows, device=device)
     run["compiled"], run["compile_warmup_seconds"] = config.compile, compile_seconds
     stats = engine.stats

@@ -27,6 +27,7 @@ steps a configuration, the compiled ones skipped (tests/test_packing.py traces c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import shutil
@@ -169,7 +170,7 @@ def measure_config(name: str, args: argparse.Namespace, work: Path, ctx: Distrib
     if config.packed and config.compile == "off":
         entry["packed_vs_padded_loss"] = packed_against_padded(run)
         if cuda:
-            memory = measure_step_memory(run.model, config, ctx.device, replicas=False, step=run.weights_for_step)
+            memory = measure_step_memory(run.model, config, ctx.device, replicas=False, step=run.weights_quantized_once)
             entry["memory_per_token_mib"] = memory.per_token_bytes / 2**20
             entry["memory_fixed_gib"] = memory.fixed_bytes / GIB
     if cuda:
@@ -226,12 +227,14 @@ def measure_evaluate(args: argparse.Namespace, work: Path, device: torch.device)
     tokens = sum(len(c.prompt_tokens) + len(c.continuation_tokens) - 1 for c in conversations)
     entry: dict[str, Any] = {"conversations": len(conversations), "tokens": tokens}
     model = load_causal_lm(work / "drafter", device)
+    qat = None
     for mode in ("as_trained", "q4_0"):
         if mode == "q4_0":
-            prepare_qat(model, embedding_type=preset.export.resolved_embedding_type())
+            qat = prepare_qat(model, embedding_type=preset.export.resolved_embedding_type())
         model_tau(model, conversations[:4], 16, device, preset.evaluate.batch_tokens)  # warm-up
         clock = synced_clock(device)
-        model_tau(model, conversations, 16, device, preset.evaluate.batch_tokens)
+        with qat.held() if qat is not None else contextlib.nullcontext():  # as evaluate --q4 runs it
+            model_tau(model, conversations, 16, device, preset.evaluate.batch_tokens)
         seconds = synced_clock(device) - clock
         entry[mode] = {"seconds": seconds, "conversations_per_s": len(conversations) / seconds}
         entry[mode]["tokens_per_s"] = tokens / seconds
