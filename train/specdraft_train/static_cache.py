@@ -19,6 +19,7 @@ grouped-query matmuls over the whole static length (or SDPA on the same grouped 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from .decode_kernel import split_kv_decode
 
 STATIC_ATTENTION = "specdraft_static_cache"  # the name the engine's attention is registered under
 LAYOUTS = ("heads", "tokens")  # a cache's (rows, KV heads, slots, head_dim) or (rows, slots, KV heads, head_dim)
@@ -224,14 +227,17 @@ class Varlen:
     max_k: int
     causal: bool
     used_k: torch.Tensor | None = None  # (B,) int32
+    split_kv: bool = False  # one query a row on CUDA: decode_kernel.split_kv_decode instead of FlashAttention's kernel
 
 
 def varlen_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, varlen: Varlen, scale: float | None
 ) -> torch.Tensor:
     """Attention of packed rows: query (Tq, H, D), key/value (Tk, KVH, D) → (Tq, H, D). FlashAttention-2's varlen
-    kernel on CUDA (bf16/fp16; query heads sharing a KV head read it once), :func:`varlen_attention_reference`
-    elsewhere."""
+    kernel on CUDA (bf16/fp16; query heads sharing a KV head read it once), or with ``varlen.split_kv`` the engine's
+    own decode kernel (:func:`decode_kernel.split_kv_decode`); :func:`varlen_attention_reference` elsewhere."""
+    if query.is_cuda and varlen.split_kv:
+        return split_kv_decode(query, key, value, varlen.cu_k, varlen.used_k, varlen.max_k, scale)
     if query.is_cuda:
         return torch.ops.aten._flash_attention_forward(
             query,
@@ -288,10 +294,36 @@ def flash_varlen_problem(
         return f"no FlashAttention kernel on {device.type}"
     if dtype not in (torch.float16, torch.bfloat16) or head_dim % 8 or head_dim > 256:
         return f"FlashAttention takes fp16/bf16 and head_dim ≤ 256 in multiples of 8, not {dtype} × {head_dim}"
+    return _kernel_problem(kernel or varlen_attention, _flash_cases(device), dtype, heads, kv_heads, head_dim)
+
+
+def split_kv_problem(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> str | None:
+    """Why the engine's split-kv decode kernel (decode_kernel.py) cannot serve here, or None: it runs, and decode
+    steps with per-row key ranges — many rows in one split, and few long rows over several splits — agree with the
+    reference within bf16 rounding."""
+    if device.type != "cuda":
+        return f"no Triton kernel on {device.type}"
+    if dtype not in (torch.float16, torch.bfloat16) or head_dim & (head_dim - 1) or heads % kv_heads:
+        return f"split-kv decode takes fp16/bf16 and a power-of-two head_dim, not {dtype} × {head_dim}"
+    i32 = functools.partial(torch.tensor, dtype=torch.int32, device=device)
+    long = Varlen(i32([0, 1, 2]), i32([5, 3000, 6000]), 1, 3000, causal=False, used_k=i32([2990, 700]))
+    cases = [(dataclasses.replace(case[0], split_kv=True), *case[1:]) for case in _flash_cases(device)[1:]]
+    cases.append((dataclasses.replace(long, split_kv=True), 2, 6000))
+    return _kernel_problem(varlen_attention, cases, dtype, heads, kv_heads, head_dim)
+
+
+def _kernel_problem(
+    kernel: Callable[..., torch.Tensor],
+    cases: list[tuple[Varlen, int, int]],
+    dtype: torch.dtype,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+) -> str | None:
+    """The largest error of the kernel against the reference over the cases, as a reason when it is too large."""
     try:
-        with torch.autocast(device.type, enabled=False):  # the reference in fp32, whatever the caller's autocast
-            shape = (dtype, heads, kv_heads, head_dim)
-            errors = [_flash_error(kernel or varlen_attention, case, *shape) for case in _flash_cases(device)]
+        with torch.autocast(cases[0][0].cu_q.device.type, enabled=False):  # the reference in fp32, whatever the
+            errors = [_flash_error(kernel, case, dtype, heads, kv_heads, head_dim) for case in cases]  # autocast
     except Exception as error:  # noqa: BLE001 (any failure: the engine takes the PyTorch path instead)
         return f"{type(error).__name__}: {error}".splitlines()[0][:300]
     return None if max(errors) < 0.05 else f"differs from the PyTorch reference by {max(errors):.3f}"
@@ -380,9 +412,14 @@ def _static_cache_attention(
     return output, None
 
 
-# The decode kernels by name (StaticEngineConfig.decode_attention) and the registration each runs under: flash decodes
-# through the varlen branch (the engine passes Varlen), so it shares the matmul registration.
-ATTENTION_NAMES = {"flash": STATIC_ATTENTION, "matmul": STATIC_ATTENTION, "sdpa": STATIC_ATTENTION + "_sdpa"}
+# The decode kernels by name (StaticEngineConfig.decode_attention) and the registration each runs under: flash and
+# split-kv decode through the varlen branch (the engine passes Varlen), so they share the matmul registration.
+ATTENTION_NAMES = {
+    "flash": STATIC_ATTENTION,
+    "split-kv": STATIC_ATTENTION,
+    "matmul": STATIC_ATTENTION,
+    "sdpa": STATIC_ATTENTION + "_sdpa",
+}
 AttentionInterface.register(STATIC_ATTENTION, functools.partial(_static_cache_attention, fused=False))
 AttentionInterface.register(ATTENTION_NAMES["sdpa"], functools.partial(_static_cache_attention, fused=True))
 

@@ -28,11 +28,13 @@ How it works, and why (only the KV cache and the attention are its own; static_c
   causal within each prompt (the varlen kernel) and the logits are computed at each prompt's last token only.
   ``masked`` (elsewhere, and the engine's earlier form): rows left-padded to the width with HF's mask and position ids
   (``cumsum(mask) - 1``); a batch of one length runs unpadded and causal.
-- **Decode attention**, ``flash`` (CUDA): the cache is token-major, which the varlen kernel reads as packed rows: row
-  b's keys start at its first prompt slot and ``seqused_k`` says how many it has, so a step reads exactly each row's
-  keys, once per KV head (the kernel lays the query heads sharing it out as its rows). ``matmul`` (elsewhere): the
-  query heads sharing a KV head attend as that head's rows with two matmuls and an fp32 softmax over the whole static
-  length, unwritten slots masked; ``sdpa``: the same rows through torch's SDPA.
+- **Decode attention**, ``split-kv`` (CUDA): the cache is token-major and a step reads exactly each row's keys —
+  row b's start at its first prompt slot (``cu_k``) and ``used_k`` says how many it has — through the engine's Triton
+  kernel (:mod:`decode_kernel`: the query heads sharing a KV head read it together, the keys split over thread
+  blocks), checked against the reference before first use; ``flash``: the same ranges through FlashAttention-2's
+  varlen kernel (``seqused_k``), which reaches about half the memory bandwidth that split-kv does. ``matmul``
+  (elsewhere): the query heads sharing a KV head attend as that head's rows with two matmuls and an fp32 softmax
+  over the whole static length, unwritten slots masked; ``sdpa``: the same rows through torch's SDPA.
 - **A decode step stays on the device**: fp32 argmax (HF's greedy choice), fp32 log_softmax top-k, stop-token tracking,
   and the next step's inputs are written into static buffers; the host checks "all rows finished" once every
   ``finish_check_every`` steps and copies a batch's results once, after its last step.
@@ -40,14 +42,15 @@ How it works, and why (only the KV cache and the attention are its own; static_c
   off as CUDA graphs require) and replayed; graphs stay for the engine's life (the ``graph_cache`` most recent shapes)
   in one shared memory pool, so a shape that recurs — the next shard's full batches — replays without another capture.
   If capture fails the engine logs one line and decodes eagerly: same buffers, same results.
-- **Compiled pointwise work** (``compile``, off by default until it measures faster on the GPU): the model's norms
-  and MLPs through torch.compile (:func:`models.compile_pointwise_modules`), attention and the cache eager; the
-  compiled kernels are captured in the decode graph like any other.
+- **Compiled pointwise work** (``compile``, on by default on CUDA): the model's norms and MLPs through torch.compile
+  (:func:`models.compile_pointwise_modules`), attention and the cache eager; the compiled kernels are captured in the
+  decode graph like any other. The first batches pay the compile (~10 s at the 8B shape).
 
 Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``: rows do not interact. ``auto`` (the
-default of both modes) takes packed + flash where :func:`static_cache.flash_varlen_problem` finds the kernel working
-and masked + matmul otherwise (the reason is in ``stats.flash_problem``); ``MASKED_MATMUL`` is the engine as it was
-before packed prefill and flash decode, the benchmark's peer.
+default of both modes) takes packed + split-kv where :func:`static_cache.flash_varlen_problem` and
+:func:`static_cache.split_kv_problem` find the kernels working, packed + flash where only the first does, and masked
++ matmul otherwise (the reasons are in ``stats.flash_problem`` and ``stats.split_kv_problem``); ``MASKED_MATMUL`` is
+the engine as it was before packed prefill and flash decode, the benchmark's peer.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ from .static_cache import (
     kv_shape,
     packed_chunks,
     plan_batches,
+    split_kv_problem,
     static_attention,
 )
 from .training import synced_clock
@@ -84,7 +88,8 @@ from .training import synced_clock
 PAD_TOKEN_ID = 0  # what left-padded slots hold: any valid id works, the mask hides them
 CAPTURE_WARMUP_STEPS = 2  # eager steps on a side stream before capture: cuBLAS handles, workspaces, allocator state
 PREFILLS = ("auto", "packed", "masked")
-DECODE_ATTENTIONS = ("auto", "flash", "matmul", "sdpa")
+DECODE_ATTENTIONS = ("auto", "flash", "split-kv", "matmul", "sdpa")
+RANGED = ("flash", "split-kv")  # decode attentions reading a token-major cache through per-row key ranges (Varlen)
 
 
 @dataclass(frozen=True)
@@ -106,23 +111,25 @@ class StaticEngineConfig:
     # and at most this many steps are wasted after the last row finishes
     cuda_graphs: bool = True  # capture the decode step on CUDA (ignored on CPU)
     prefill: str = "auto"  # packed | masked | auto (the module docstring says each)
-    decode_attention: str = "auto"  # flash | matmul | sdpa | auto
+    decode_attention: str = "auto"  # flash | split-kv | matmul | sdpa | auto
     min_pad_multiple: int = 8  # bucket widths are multiples of at least this (and of 1/8 of their power of two)
     graph_cache: int = 8  # batch shapes whose decode graph (and buffers) the engine keeps
-    compile: bool = False  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in place
+    compile: bool | None = None  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in
+    # place; None: on CUDA
 
 
 # The engine before packed prefill and flash decode (the 2026-12-01 rehearsal's): the benchmark's peer.
-MASKED_MATMUL = StaticEngineConfig(kv_cache_fraction=0.5, prefill="masked", decode_attention="matmul")
+MASKED_MATMUL = StaticEngineConfig(kv_cache_fraction=0.5, prefill="masked", decode_attention="matmul", compile=False)
 
 
 @dataclass
 class EngineStats:
     """What the engine did, for benchmarks and tests."""
 
-    prefill: str = ""  # the modes it resolved to (packed | masked, flash | matmul | sdpa)
+    prefill: str = ""  # the modes it resolved to (packed | masked, flash | split-kv | matmul | sdpa)
     decode_attention: str = ""
     flash_problem: str | None = None  # why auto did not take the varlen kernel (None: it did, or it was not asked)
+    split_kv_problem: str | None = None  # why split-kv decode fell back to flash (None: it did not, or not asked)
     batches: int = 0
     padded_batches: int = 0  # batches of mixed prompt lengths (masked prefill pads them)
     prompt_tokens: int = 0
@@ -157,7 +164,7 @@ class _BatchBuffers:
         steps: int,
         top_k: int | None,
         stop_ids: torch.Tensor,
-        flash: bool,
+        decode_attention: str,
         device: torch.device,
     ):
         rows, length = cache.rows, cache.length
@@ -171,13 +178,16 @@ class _BatchBuffers:
         self.tokens = torch.zeros((rows, steps), dtype=torch.long, device=device)
         self.topk_ids = torch.zeros((rows, steps, top_k), dtype=torch.int32, device=device) if top_k else None
         self.topk_logprobs = torch.zeros((rows, steps, top_k), dtype=torch.float32, device=device) if top_k else None
-        self.visible = None if flash else torch.zeros((rows, length), dtype=torch.bool, device=device)  # readable slots
+        ranged = decode_attention in RANGED
+        self.visible = None if ranged else torch.zeros((rows, length), dtype=torch.bool, device=device)  # readable
         self.varlen: Varlen | None = None
-        if flash:  # row b's keys: cu_k[b] (its first prompt slot, flat) and used_k[b] of them
+        if ranged:  # row b's keys: cu_k[b] (its first prompt slot, flat) and used_k[b] of them
             i32 = {"dtype": torch.int32, "device": device}
             cu_k = torch.full((rows + 1,), rows * length, **i32)
             used = torch.zeros(rows, **i32)
-            self.varlen = Varlen(torch.arange(rows + 1, **i32), cu_k, 1, length, causal=False, used_k=used)
+            cu_q = torch.arange(rows + 1, **i32)
+            split_kv = decode_attention == "split-kv"
+            self.varlen = Varlen(cu_q, cu_k, 1, length, causal=False, used_k=used, split_kv=split_kv)
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def start_decode(self, width: int, lengths: torch.Tensor) -> None:
@@ -216,7 +226,8 @@ class StaticGreedyEngine:
         self.model, self.device, self.config = model, device, config
         self.stats = EngineStats()
         self._uncompile: Callable[[], None] | None = None
-        if config.compile:
+        self.compiled = config.compile if config.compile is not None else device.type == "cuda"
+        if self.compiled:
             self._uncompile = compile_pointwise_modules(model)
         self._store: KVStore | None = None
         self._buffers: OrderedDict[tuple, _BatchBuffers] = OrderedDict()  # by shape, least recently used first
@@ -284,7 +295,8 @@ class StaticGreedyEngine:
     # -- planning --------------------------------------------------------------------------------------------------
 
     def _resolve_modes(self, cache_dtype: torch.dtype) -> None:
-        """``auto`` → packed + flash where the varlen kernel works here (checked once), masked + matmul elsewhere."""
+        """``auto`` → packed + split-kv where the varlen and split-kv kernels work here (each checked once), packed +
+        flash where only the varlen kernel does, masked + matmul elsewhere."""
         if self.stats.prefill:
             return
         prefill, decode = self.config.prefill, self.config.decode_attention
@@ -299,8 +311,16 @@ class StaticGreedyEngine:
                 print(f"generation: not the varlen kernel ({problem}); masked prefill, matmul decode", file=sys.stderr)
         varlen = problem is None
         self.stats.prefill = prefill if prefill != "auto" else ("packed" if varlen else "masked")
-        self.stats.decode_attention = decode if decode != "auto" else ("flash" if varlen else "matmul")
+        self.stats.decode_attention = decode if decode != "auto" else ("split-kv" if varlen else "matmul")
         self.stats.flash_problem = problem if self.device.type == "cuda" else None
+        if self.stats.decode_attention == "split-kv" and self.device.type == "cuda":
+            _, kv_heads, head_dim = kv_shape(self.model)
+            heads = self.model.config.num_attention_heads
+            self.stats.split_kv_problem = split_kv_problem(self.device, cache_dtype, heads, kv_heads, head_dim)
+            if self.stats.split_kv_problem is not None:
+                reason = self.stats.split_kv_problem
+                print(f"generation: not the split-kv kernel ({reason}); flash decode", file=sys.stderr)
+                self.stats.decode_attention = "flash"
 
     def _rows_for(
         self, max_new_tokens: int, cache_dtype: torch.dtype, max_batch_size: int | None
@@ -332,9 +352,9 @@ class StaticGreedyEngine:
             return self._buffers[key]
         while len(self._buffers) >= max(1, self.config.graph_cache):
             self._buffers.popitem(last=False)
-        flash = self.stats.decode_attention == "flash"
-        cache = StaticKVCache(self._store, rows, length, "tokens" if flash else "heads")
-        buffers = self._buffers[key] = _BatchBuffers(cache, steps, top_k, stop, flash, self.device)
+        decode = self.stats.decode_attention
+        cache = StaticKVCache(self._store, rows, length, "tokens" if decode in RANGED else "heads")
+        buffers = self._buffers[key] = _BatchBuffers(cache, steps, top_k, stop, decode, self.device)
         return buffers
 
     def _run_batch(

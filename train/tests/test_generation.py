@@ -21,6 +21,7 @@ import torch
 from test_export import tiny_config
 from transformers import Qwen3ForCausalLM
 
+from specdraft_train.decode_kernel import splits_for
 from specdraft_train.generation import generate_continuations, generate_greedy_hf, stop_ids
 from specdraft_train.models import load_causal_lm, load_tokenizer
 from specdraft_train.prompts import Prompt, render_chat
@@ -30,6 +31,7 @@ from specdraft_train.static_cache import (
     flash_varlen_problem,
     packed_chunks,
     plan_batches,
+    split_kv_problem,
     varlen_attention_reference,
 )
 from specdraft_train.static_engine import MASKED_MATMUL, GreedyOutput, StaticEngineConfig, StaticGreedyEngine
@@ -98,8 +100,16 @@ def test_bucket_widths_and_batches():
 
 
 # (prefill, decode attention): the CPU default (masked + matmul, the engine before packing), the CUDA default
-# (packed + flash: FlashAttention's varlen semantics, through the PyTorch reference here) and the other combinations
-MODES = [("masked", "matmul"), ("masked", "sdpa"), ("packed", "flash"), ("packed", "matmul"), ("masked", "flash")]
+# (packed + split-kv: the engine's Triton kernel on CUDA, FlashAttention's varlen semantics through the PyTorch
+# reference here, as for flash) and the other combinations
+MODES = [
+    ("masked", "matmul"),
+    ("masked", "sdpa"),
+    ("packed", "split-kv"),
+    ("packed", "flash"),
+    ("packed", "matmul"),
+    ("masked", "flash"),
+]
 
 
 def engine_config(prefill: str, decode_attention: str, **fields: int | bool) -> StaticEngineConfig:
@@ -212,6 +222,7 @@ def test_auto_takes_the_varlen_kernel_only_where_it_runs(model: Qwen3ForCausalLM
     """On the CPU the engine keeps the masked prefill and matmul decode (its outputs as before packing); the varlen
     kernel's check names why it cannot serve, and an unknown mode is refused."""
     assert flash_varlen_problem(CPU, torch.bfloat16, 4, 2, 16) == "no FlashAttention kernel on cpu"
+    assert split_kv_problem(CPU, torch.bfloat16, 4, 2, 16) == "no Triton kernel on cpu"
     engine = StaticGreedyEngine(model, CPU)
     engine.generate(random_prompts([5, 9]), 4, [0], None)
     stats = engine.stats
@@ -237,6 +248,15 @@ def test_the_varlen_kernel_check_catches_a_kernel_that_reads_the_wrong_keys_or_f
     assert flash_varlen_problem(CPU, torch.float32, 8, 2, 64, kernel=varlen_attention_reference).startswith(
         "FlashAttention takes fp16/bf16"
     )
+
+
+def test_split_kv_decode_splits_keys_only_when_rows_leave_the_gpu_idle():
+    """Programs are (row, KV head, split): a full batch (895 rows × 8 KV heads on 132 multiprocessors) takes one split;
+    a few long rows split their keys, never into pieces under four 64-key blocks; always a power of two."""
+    assert splits_for(895, 8, 704, CPU, units=132) == 1
+    assert splits_for(16, 8, 4352, CPU, units=132) == 8  # 528 programs wanted: 5 splits, rounded up
+    assert splits_for(2, 8, 3000, CPU, units=132) == 16  # 11 blocks' worth allowed, rounded up
+    assert splits_for(2, 8, 200, CPU, units=132) == 1  # too short to split
 
 
 def test_packed_chunks_hold_whole_prompts_up_to_the_token_budget():
@@ -365,3 +385,19 @@ def test_decode_profile_script_runs_at_tiny_scale(tmp_path: Path):
         assert batch["kernels_per_step"]["matmul"] >= 15 and "matmul" in batch["kernel_ms_per_step"]
         assert batch["kernel_ms_per_step_total"] == pytest.approx(sum(batch["kernel_ms_per_step"].values()), abs=0.01)
         assert "graph_ms_per_step" not in batch  # no CUDA graph on the CPU
+
+
+def test_decode_attention_script_runs_at_tiny_scale(tmp_path: Path):
+    """The GPU decode-attention benchmark's CPU dry run: both kernels' entries per batch, the split-kv check's reason,
+    and the two agreeing (on the CPU both are the PyTorch reference: a check of the script's arguments and layout)."""
+    out = tmp_path / "attention.json"
+    script = TRAIN_DIR / "scripts" / "gpu" / "bench_decode_attention.py"
+    sizes = ["--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--new-tokens", "8", "--step", "4"]
+    argv = ["--device", "cpu", "--batch", "3x40", "--batch", "2x24", *sizes, "--iterations", "2", f"--out={out}"]
+    subprocess.run([sys.executable, str(script), *argv], check=True, capture_output=True, cwd=TRAIN_DIR)
+    report = json.loads(out.read_text())
+    assert report["split_kv_problem"] == "no Triton kernel on cpu"
+    assert [(b["rows"], b["width"], b["slots"]) for b in report["batches"]] == [(3, 40, 48), (2, 24, 32)]
+    for batch in report["batches"]:
+        assert batch["split-kv"]["max_abs_diff_from_flash"] == 0.0
+        assert batch["flash"]["us"] > 0 and batch["kv_bytes"] > 0

@@ -11,8 +11,9 @@ greedily for ``--new-tokens`` with the top-20 log-probs, under the reference sta
 longest row.
 
 ``--engines`` lists the configurations, the first being the one reported (``PREFILL+DECODE[@KV_FRACTION][/ROWS]``,
-each optionally marked ``+compiled`` (the norms and MLPs compiled, StaticEngineConfig.compile),
-or ``auto`` = the engine's defaults with ``--batch-size`` rows at most, ``today`` = ``masked+matmul@0.5/512``, the
+each optionally marked ``+compiled`` or ``+eager`` (the norms and MLPs compiled or not: StaticEngineConfig.compile;
+unmarked, the engine's default: compiled on CUDA), or ``auto`` = the engine's defaults with ``--batch-size`` rows at
+most, ``today`` = ``masked+matmul+eager@0.5/512``, the
 engine and batch cap of the 2026-12-01 rehearsal). Per configuration: continuation tokens/s, prompt tokens, prefill
 and decode seconds, ms per decode step of each batch (rows × width: graph capture excluded), graph captures, peak
 GPU memory (allocated and reserved); then each configuration's speed-up over the second one (its peer in the same
@@ -24,7 +25,7 @@ saw the same context). On CUDA the varlen kernel's check (static_cache.flash_var
     # the real job's target on one H200 (~2.5 minutes; carry .gpu-real/qwen3-tokenizer.tar.xz, bench/gpu/stage.sh)
     mkdir -p /tmp/qwen3-tok && tar -C /tmp/qwen3-tok -xJf .gpu-real/qwen3-tokenizer.tar.xz
     python3 train/scripts/gpu/bench_reference.py --shape qwen3-8b --tokenizer /tmp/qwen3-tok --chat-prompts 1536 \\
-        --new-tokens 256 --engines auto,today --out /tmp/bench-reference-8b.json
+        --new-tokens 256 --engines auto,packed+flash+eager --out /tmp/bench-reference-8b.json
     python3 train/scripts/gpu/bench_reference.py --out /tmp/bench-reference.json --hf-prompts 768   # lab target, + HF
     cd train && .venv/bin/python scripts/gpu/bench_reference.py --device cpu --threads 1 --hidden 128 --layers 4 \\
         --heads 4 --kv-heads 2 --head-dim 32 --ffn 384 --vocab 1024 --context 512 --prompts 48 --lengths 32,48,64 \\
@@ -77,24 +78,26 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOP_K = 20  # the reference stage's
 WARMUP_PROMPTS = 6
 WARMUP_NEW_TOKENS = 4
-ALIASES = {"today": "masked+matmul@0.5/512"}  # the 2026-12-01 rehearsal's engine and its preset's batch cap
-COMPILED = "+compiled"  # an engine spec's mark for StaticEngineConfig.compile
+ALIASES = {"today": "masked+matmul+eager@0.5/512"}  # the 2026-12-01 rehearsal's engine and its preset's batch cap
+COMPILE_MARKS = {"+compiled": True, "+eager": False}  # an engine spec's marks for StaticEngineConfig.compile
 
 
 def parse_engine(spec: str, batch_size: int) -> tuple[StaticEngineConfig, int]:
-    """``auto``, ``today`` or ``PREFILL+DECODE[@KV_FRACTION][/ROWS]``, each optionally with ``+compiled`` (the norms
-    and MLPs compiled: StaticEngineConfig.compile) → (engine config, rows cap)."""
-    compiled = COMPILED in spec
-    spec = spec.replace(COMPILED, "")
-    if spec == "auto":
+    """``auto``, ``today`` or ``PREFILL+DECODE[@KV_FRACTION][/ROWS]``, each optionally with ``+compiled`` or
+    ``+eager`` (the norms and MLPs compiled or not: StaticEngineConfig.compile) → (engine config, rows cap)."""
+    text, compiled = ALIASES.get(spec, spec), None
+    for mark, value in COMPILE_MARKS.items():
+        if mark in text:
+            compiled, text = value, text.replace(mark, "")
+    if text == "auto":
         return StaticEngineConfig(compile=compiled), batch_size
-    text = ALIASES.get(spec, spec)
     text, _, rows = text.partition("/")
     text, _, fraction = text.partition("@")
     prefill, _, decode = text.partition("+")
     if not decode:
         raise SystemExit(
-            f"bench_reference: engine {spec!r}: expected auto, today or PREFILL+DECODE[+compiled][@FRACTION][/ROWS]"
+            f"bench_reference: engine {spec!r}: expected auto, today or "
+            "PREFILL+DECODE[+compiled|+eager][@FRACTION][/ROWS]"
         )
     config = StaticEngineConfig(prefill=prefill, decode_attention=decode, compile=compiled)
     if fraction:
@@ -208,14 +211,14 @@ def run_engine(
 ) -> tuple[list[GreedyOutput], dict[str, Any]]:
     config, rows = parse_engine(spec, args.batch_size)
     engine = StaticGreedyEngine(model, device, config)
-    compile_seconds = 0.0
-    if config.compile:  # compiled outside the timed run, as a long reference stage pays it once
-        start = time.perf_counter()
-        engine.generate(prompts[:WARMUP_PROMPTS], WARMUP_NEW_TOKENS, stop, TOP_K)
-        compile_seconds = time.perf_counter() - start
-        engine.stats = EngineStats()  # the run's own figures (the engine resolves its modes again)
+    # Compiled modules and kernels (torch.compile, split-kv's Triton kernel) warm up outside the timed run, as a long
+    # reference stage pays them once; each prompt twice: batches of two rows or more, the shapes a run has.
+    start = time.perf_counter()
+    engine.generate(prompts[:WARMUP_PROMPTS] * 2, WARMUP_NEW_TOKENS, stop, TOP_K)
+    compile_seconds = time.perf_counter() - start
+    engine.stats = EngineStats()  # the run's own figures (the engine resolves its modes again)
     outputs, run = measure(engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=rows, device=device)
-    run["compiled"], run["compile_warmup_seconds"] = config.compile, compile_seconds
+    run["compiled"], run["compile_warmup_seconds"] = engine.compiled, compile_seconds
     stats = engine.stats
     engine.close()  # the next configuration gets the model uncompiled
     if device.type == "cuda":
@@ -234,6 +237,7 @@ def run_engine(
         kv_cache_fraction=config.kv_cache_fraction,
         max_rows=rows,
         flash_problem=stats.flash_problem,
+        split_kv_problem=stats.split_kv_problem,
         cuda_graph=stats.used_cuda_graph,
         cuda_graph_failure=stats.cuda_graph_failure,
         graph_captures=stats.graph_captures,
