@@ -35,7 +35,7 @@ def _kernels() -> tuple[Any, Any]:
     import triton.language as tl
 
     @triton.jit
-    def split_kernel(
+    def decode_attention_split(
         Q,
         K,
         V,
@@ -94,7 +94,7 @@ def _kernels() -> tuple[Any, Any]:
         tl.store(Sum + slot, running_sum, mask=keep)
 
     @triton.jit
-    def merge_kernel(Acc, Max, Sum, Out, D: tl.constexpr, SPLITS: tl.constexpr):
+    def decode_attention_merge(Acc, Max, Sum, Out, D: tl.constexpr, SPLITS: tl.constexpr):
         pair = tl.program_id(0)  # row × query heads + query head
         splits = tl.arange(0, SPLITS)
         dims = tl.arange(0, D)
@@ -106,7 +106,7 @@ def _kernels() -> tuple[Any, Any]:
         output = tl.sum(acc * weights[:, None], 0) / tl.sum(sums * weights, 0)
         tl.store(Out + pair * D + dims, output.to(Out.dtype.element_ty))
 
-    return split_kernel, merge_kernel
+    return decode_attention_split, decode_attention_merge
 
 
 def splits_for(rows: int, kv_heads: int, max_keys: int, device: torch.device, units: int | None = None) -> int:
@@ -130,7 +130,7 @@ def split_kv_decode(
 ) -> torch.Tensor:
     """query (B, H, D); key/value (T, KVH, D) with row b's keys at ``cu_k[b]`` … ``cu_k[b] + used_k[b] - 1``;
     ``max_k`` bounds ``used_k`` (a row's slots) → (B, H, D) in the query's dtype."""
-    split_kernel, merge_kernel = _kernels()
+    decode_attention_split, decode_attention_merge = _kernels()
     rows, heads, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
@@ -144,7 +144,7 @@ def split_kv_decode(
     maxima = torch.empty(partial, dtype=torch.float32, device=query.device)
     sums = torch.empty(partial, dtype=torch.float32, device=query.device)
     scale = scale if scale is not None else dim**-0.5
-    split_kernel[(rows, kv_heads, splits)](
+    decode_attention_split[(rows, kv_heads, splits)](
         query,
         key,
         value,
@@ -170,5 +170,5 @@ def split_kv_decode(
         num_stages=2,
     )
     output = torch.empty((rows, heads, dim), dtype=query.dtype, device=query.device)
-    merge_kernel[(rows * heads,)](acc, maxima, sums, output, D=dim, SPLITS=splits, num_warps=4)
+    decode_attention_merge[(rows * heads,)](acc, maxima, sums, output, D=dim, SPLITS=splits, num_warps=4)
     return output

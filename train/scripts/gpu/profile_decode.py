@@ -33,14 +33,15 @@ from bench_reference import TOP_K, build_model  # noqa: E402
 
 from specdraft_train.static_engine import StaticEngineConfig, StaticGreedyEngine  # noqa: E402
 
-# Kernel (or, on the CPU, operator) name → kind, first match wins.
+# Kernel (or, on the CPU, operator) name → kind, first match wins (the split-kv kernels are decode_attention_*; the
+# compiled norms' and MLPs' are inductor's triton_{poi,per,red}_fused_*).
 KINDS = (
     ("attention", re.compile(r"flash|fmha|attention|softmax_warp", re.I)),
     ("matmul", re.compile(r"gemm|xmma|cutlass|cublas|sm90_|matmul|aten::mm|aten::addmm|aten::bmm|linear", re.I)),
     ("top-k/sort", re.compile(r"topk|sort|radix|select", re.I)),
     ("reduction", re.compile(r"reduce|argmax|max|sum|mean|norm", re.I)),
     ("copy", re.compile(r"copy|cat|index|scatter|gather|fill|memcpy|memset", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|aten::", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|aten::|triton_(poi|per|red)_fused", re.I)),
 )
 
 
