@@ -42,9 +42,11 @@ How it works, and why (only the KV cache and the attention are its own; static_c
   off as CUDA graphs require) and replayed; graphs stay for the engine's life (the ``graph_cache`` most recent shapes)
   in one shared memory pool, so a shape that recurs — the next shard's full batches — replays without another capture.
   If capture fails the engine logs one line and decodes eagerly: same buffers, same results.
-- **Compiled pointwise work** (``compile``, on by default on CUDA): the model's norms and MLPs through torch.compile
+- **Compiled pointwise work** (``compile``, off by default): the model's norms and MLPs through torch.compile
   (:func:`models.compile_pointwise_modules`), attention and the cache eager; the compiled kernels are captured in the
-  decode graph like any other. The first batches pay the compile (~10 s at the 8B shape).
+  decode graph like any other (the first batches pay the compile, ~10 s at the 8B shape). Measured 1.16× with
+  split-kv at the 8B shape, after a warm-up generate; but on an H200 a fresh engine's first capture with it failed an
+  allocator assertion twice in one pool, so it stays opt-in until the retry in a fresh pool is checked there.
 
 Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``: rows do not interact. ``auto`` (the
 default of both modes) takes packed + split-kv where :func:`static_cache.flash_varlen_problem` and
@@ -87,6 +89,7 @@ from .training import synced_clock
 
 PAD_TOKEN_ID = 0  # what left-padded slots hold: any valid id works, the mask hides them
 CAPTURE_WARMUP_STEPS = 2  # eager steps on a side stream before capture: cuBLAS handles, workspaces, allocator state
+CAPTURE_ATTEMPTS = 2  # a first capture can fail where the compiled modules are still settling; the engine tries again
 PREFILLS = ("auto", "packed", "masked")
 DECODE_ATTENTIONS = ("auto", "flash", "split-kv", "matmul", "sdpa")
 RANGED = ("flash", "split-kv")  # decode attentions reading a token-major cache through per-row key ranges (Varlen)
@@ -114,8 +117,8 @@ class StaticEngineConfig:
     decode_attention: str = "auto"  # flash | split-kv | matmul | sdpa | auto
     min_pad_multiple: int = 8  # bucket widths are multiples of at least this (and of 1/8 of their power of two)
     graph_cache: int = 8  # batch shapes whose decode graph (and buffers) the engine keeps
-    compile: bool | None = None  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in
-    # place; None: on CUDA
+    compile: bool = False  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in place:
+    # off by default while a fresh engine's first CUDA-graph capture with them can fail (module docstring)
 
 
 # The engine before packed prefill and flash decode (the 2026-12-01 rehearsal's): the benchmark's peer.
@@ -142,7 +145,8 @@ class EngineStats:
     # batch's tokens/s is made of, since long chat prompts make the prefill a large share (the 2026-12-01 rehearsal)
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    cuda_graph_failure: str | None = None  # why capture failed (the engine then decodes eagerly)
+    cuda_graph_failure: str | None = None  # why capture failed every attempt (the engine then decodes eagerly)
+    capture_retries: list[str] = field(default_factory=list)  # why an attempt failed that a later one mended
     batch_shapes: list[tuple[int, int]] = field(default_factory=list)  # (rows, cache length) of each batch
     # per batch: rows, width, prompt_tokens, steps, prefill_s, decode_s (its graph capture included), capture_s
     batch_log: list[dict[str, Any]] = field(default_factory=list)
@@ -226,7 +230,7 @@ class StaticGreedyEngine:
         self.model, self.device, self.config = model, device, config
         self.stats = EngineStats()
         self._uncompile: Callable[[], None] | None = None
-        self.compiled = config.compile if config.compile is not None else device.type == "cuda"
+        self.compiled = config.compile
         if self.compiled:
             self._uncompile = compile_pointwise_modules(model)
         self._store: KVStore | None = None
@@ -489,7 +493,7 @@ class StaticGreedyEngine:
         done = 1  # the prefill chose the first token
         if done < max_new_tokens and buffers.graph is None and self._graphs_allowed():
             start = time.perf_counter()
-            buffers.graph = self._capture(buffers)
+            buffers.graph = self._capture_with_retry(buffers)
             self.stats.graph_capture_seconds += time.perf_counter() - start
         while done < max_new_tokens and not bool(buffers.finished.all()):  # one host sync per round
             for _ in range(min(self.config.finish_check_every, max_new_tokens - done)):
@@ -507,8 +511,25 @@ class StaticGreedyEngine:
     def _graphs_allowed(self) -> bool:
         return self.device.type == "cuda" and self.config.cuda_graphs and self.stats.cuda_graph_failure is None
 
-    def _capture(self, buffers: _BatchBuffers) -> torch.cuda.CUDAGraph | None:
-        """The decode step as a CUDA graph, or None (logged once) when capture fails.
+    def _capture_with_retry(self, buffers: _BatchBuffers) -> torch.cuda.CUDAGraph | None:
+        """:meth:`_capture`, tried again in a fresh memory pool when it fails: on an H200 with the compiled norms and
+        MLPs, a fresh engine's first capture failed an allocator assertion, and a retry in the same pool failed too,
+        where an engine started after the compile captured. Only after every attempt fails does the engine decode
+        eagerly (logged once), for the rest of its life."""
+        reasons = []
+        for _ in range(CAPTURE_ATTEMPTS):
+            graph, reason = self._capture(buffers)
+            if graph is not None:
+                self.stats.capture_retries.extend(reasons)
+                return graph
+            reasons.append(reason)
+            self._graph_pool = None  # the failed capture's pool stays behind: the next attempt takes a fresh one
+        self.stats.cuda_graph_failure = reasons[-1]
+        print(f"generation: CUDA graph capture failed ({reasons[-1]}); decoding eagerly", file=sys.stderr)
+        return None
+
+    def _capture(self, buffers: _BatchBuffers) -> tuple[torch.cuda.CUDAGraph | None, str]:
+        """The decode step as a CUDA graph, or None and why capture failed.
 
         Warm-up steps run for real, so the step's state is saved first and restored before every run and at the end;
         their cache writes land in the slot the first real step rewrites with the same values. Every graph allocates
@@ -536,14 +557,9 @@ class StaticGreedyEngine:
             with autocast_context(self.device, cache_enabled=False), torch.cuda.graph(graph, pool=self._graph_pool):
                 self._decode_step(buffers)
             self.stats.graph_captures += 1
-            return graph
-        except Exception as error:  # noqa: BLE001 (any failure: decode eagerly instead)
-            self.stats.cuda_graph_failure = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-            print(
-                f"generation: CUDA graph capture failed ({self.stats.cuda_graph_failure}); decoding eagerly",
-                file=sys.stderr,
-            )
-            return None
+            return graph, ""
+        except Exception as error:  # noqa: BLE001 (any failure: try again, then decode eagerly)
+            return None, f"{type(error).__name__}: {error}".splitlines()[0][:300]
         finally:
             torch.cuda.synchronize(self.device)
             restore()

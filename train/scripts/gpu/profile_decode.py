@@ -82,12 +82,14 @@ def profile_batch(model: torch.nn.Module, rows: int, width: int, steps: int, dev
         batch = engine.stats.batch_log[0]  # its own shape: captured in this call, the capture left out
         entry["graph_ms_per_step"] = 1000 * (batch["decode_s"] - batch["capture_s"]) / max(1, batch["steps"] - 1)
         entry["cuda_graph"] = engine.stats.used_cuda_graph and engine.stats.cuda_graph_failure is None
-        engine.release()
+        entry["cuda_graph_failure"] = engine.stats.cuda_graph_failure
+        entry["capture_retries"] = engine.stats.capture_retries
+        engine.close()  # the model uncompiled again for the next engine
     eager = StaticGreedyEngine(model, device, StaticEngineConfig(cuda_graphs=False))
     eager.generate(prompts[:2], 2, [], TOP_K)  # cuBLAS handles, the KV store
     prefill, prefill_n = kernel_times(lambda: eager.generate(prompts, 1, [], TOP_K, max_batch_size=rows), device)
     both, both_n = kernel_times(lambda: eager.generate(prompts, 1 + steps, [], TOP_K, max_batch_size=rows), device)
-    eager.release()
+    eager.close()
     per_step = {kind: (both[kind] - prefill[kind]) / steps / 1000 for kind in both}
     entry["kernel_ms_per_step"] = {k: round(v, 3) for k, v in sorted(per_step.items(), key=lambda kv: -kv[1])}
     entry["kernel_ms_per_step_total"] = round(sum(per_step.values()), 3)
