@@ -437,6 +437,16 @@ def static_attention(model: nn.Module, implementation: str) -> Iterator[None]:
         model.config._attn_implementation = original
 
 
+def prefill_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(b, 1, T, T) bool: causal and not padding, as HF builds it; a padding query also sees itself, so no row is
+    empty (an all-masked row is NaN in some SDPA kernels, and its cached key/value would then poison later steps)."""
+    width = attention_mask.shape[-1]
+    causal = torch.ones((width, width), dtype=torch.bool, device=attention_mask.device).tril()  # (T, T)
+    mask = causal[None] & attention_mask.bool()[:, None, :]  # (b, T, T)
+    mask |= torch.eye(width, dtype=torch.bool, device=attention_mask.device)[None]
+    return mask[:, None]  # (b, 1, T, T)
+
+
 def kv_cache_dtype(model: nn.Module, device: torch.device) -> torch.dtype:
     """The dtype the cache stores keys/values in: autocast's when autocast is on, else the weights'."""
     if torch.is_autocast_enabled(device.type):

@@ -42,11 +42,9 @@ How it works, and why (only the KV cache and the attention are its own; static_c
   off as CUDA graphs require) and replayed; graphs stay for the engine's life (the ``graph_cache`` most recent shapes)
   in one shared memory pool, so a shape that recurs — the next shard's full batches — replays without another capture.
   If capture fails the engine logs one line and decodes eagerly: same buffers, same results.
-- **Compiled pointwise work** (``compile``, off by default): the model's norms and MLPs through torch.compile
-  (:func:`models.compile_pointwise_modules`), attention and the cache eager; the compiled kernels are captured in the
-  decode graph like any other (the first batches pay the compile, ~10 s at the 8B shape). Measured 1.16× with
-  split-kv at the 8B shape, after a warm-up generate; but on an H200 a fresh engine's first capture with it failed an
-  allocator assertion twice in one pool, so it stays opt-in until the retry in a fresh pool is checked there.
+- **Compiled pointwise work** (``compile``, off by default): norms and MLPs through torch.compile, captured in the
+  decode graph (:func:`models.compile_pointwise_modules`; 1.16× at the 8B shape); opt-in while a fresh engine's
+  first capture with it can fail (docs/training.md).
 
 Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``: rows do not interact. ``auto`` (the
 default of both modes) takes packed + split-kv where :func:`static_cache.flash_varlen_problem` and
@@ -82,6 +80,7 @@ from .static_cache import (
     kv_shape,
     packed_chunks,
     plan_batches,
+    prefill_mask,
     split_kv_problem,
     static_attention,
 )
@@ -89,7 +88,7 @@ from .training import synced_clock
 
 PAD_TOKEN_ID = 0  # what left-padded slots hold: any valid id works, the mask hides them
 CAPTURE_WARMUP_STEPS = 2  # eager steps on a side stream before capture: cuBLAS handles, workspaces, allocator state
-CAPTURE_ATTEMPTS = 2  # a first capture can fail where the compiled modules are still settling; the engine tries again
+CAPTURE_ATTEMPTS = 2  # capture tries before decoding eagerly (_capture_with_retry)
 PREFILLS = ("auto", "packed", "masked")
 DECODE_ATTENTIONS = ("auto", "flash", "split-kv", "matmul", "sdpa")
 RANGED = ("flash", "split-kv")  # decode attentions reading a token-major cache through per-row key ranges (Varlen)
@@ -442,7 +441,7 @@ class StaticGreedyEngine:
         for start in range(0, rows, chunk):
             part = slice(start, min(rows, start + chunk))
             cache.batch_rows = part
-            mask = _prefill_mask(attention_mask[part]) if padded else None  # None: causal, flash attention
+            mask = prefill_mask(attention_mask[part]) if padded else None  # None: causal, flash attention
             logits = self.model(
                 input_ids=input_ids[part],
                 position_ids=position_ids[part],
@@ -512,10 +511,8 @@ class StaticGreedyEngine:
         return self.device.type == "cuda" and self.config.cuda_graphs and self.stats.cuda_graph_failure is None
 
     def _capture_with_retry(self, buffers: _BatchBuffers) -> torch.cuda.CUDAGraph | None:
-        """:meth:`_capture`, tried again in a fresh memory pool when it fails: on an H200 with the compiled norms and
-        MLPs, a fresh engine's first capture failed an allocator assertion, and a retry in the same pool failed too,
-        where an engine started after the compile captured. Only after every attempt fails does the engine decode
-        eagerly (logged once), for the rest of its life."""
+        """:meth:`_capture`, retried in a fresh pool (a fresh engine's first capture with compiled modules failed twice
+        in one pool on an H200); after every attempt fails the engine decodes eagerly for good (logged once)."""
         reasons = []
         for _ in range(CAPTURE_ATTEMPTS):
             graph, reason = self._capture(buffers)
@@ -580,16 +577,6 @@ class StaticGreedyEngine:
             )
             for row, n in enumerate(lengths)
         ]
-
-
-def _prefill_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(b, 1, T, T) bool: causal and not padding, as HF builds it; a padding query also sees itself, so no row is
-    empty (an all-masked row is NaN in some SDPA kernels, and its cached key/value would then poison later steps)."""
-    width = attention_mask.shape[-1]
-    causal = torch.ones((width, width), dtype=torch.bool, device=attention_mask.device).tril()  # (T, T)
-    mask = causal[None] & attention_mask.bool()[:, None, :]  # (b, T, T)
-    mask |= torch.eye(width, dtype=torch.bool, device=attention_mask.device)[None]
-    return mask[:, None]  # (b, 1, T, T)
 
 
 def lengths_to_stop(tokens: np.ndarray, stop_ids: np.ndarray) -> list[int]:
