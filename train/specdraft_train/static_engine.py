@@ -121,7 +121,7 @@ class StaticEngineConfig:
 
 
 # The engine before packed prefill and flash decode (the 2026-12-01 rehearsal's): the benchmark's peer.
-MASKED_MATMUL = StaticEngineConfig(kv_cache_fraction=0.5, prefill="masked", decode_attention="matmul", compile=False)
+MASKED_MATMUL = StaticEngineConfig(kv_cache_fraction=0.5, prefill="masked", decode_attention="matmul")
 
 
 @dataclass

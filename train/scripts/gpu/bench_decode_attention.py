@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -28,7 +27,10 @@ from typing import Any
 
 import torch
 
-from specdraft_train.static_cache import Varlen, split_kv_problem, varlen_attention
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # profile_decode: the batch loop both scripts run
+from profile_decode import run_batches  # noqa: E402
+
+from specdraft_train.static_cache import Varlen, split_kv_problem, varlen_attention  # noqa: E402
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
 
@@ -105,18 +107,11 @@ def main() -> int:
     device = torch.device(args.device)
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
     report.update(torch=torch.__version__, created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    report.update(heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim, batches=[])
+    report.update(heads=args.heads, kv_heads=args.kv_heads, head_dim=args.head_dim)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     report["split_kv_problem"] = split_kv_problem(device, dtype, args.heads, args.kv_heads, args.head_dim)
     print(f"split-kv kernel check: {report['split_kv_problem'] or 'ok'}", flush=True)
-    with torch.no_grad():
-        for spec in args.batch or ["895x448"]:
-            rows, _, width = spec.partition("x")
-            entry = bench_batch(args, int(rows), int(width), device)
-            report["batches"].append(entry)
-            print(json.dumps(entry), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    run_batches(args.batch, lambda rows, width: bench_batch(args, rows, width, device), report, args.out)
     return 0
 
 

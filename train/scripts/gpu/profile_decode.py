@@ -21,6 +21,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,18 +118,24 @@ def main() -> int:
     model, source = build_model(build, device)
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
     report.update(model=source, torch=torch.__version__, created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    report["batches"] = []
     # No autocast around the engine: it sets its own, and an outer one's cast cache would hold tensors of the CUDA
     # graphs' memory pool (the capture then fails an allocator assertion and the engine decodes eagerly).
+    run_batches(args.batch, lambda rows, width: profile_batch(model, rows, width, args.steps, device), report, args.out)
+    return 0
+
+
+def run_batches(specs: list[str], measure: Callable[[int, int], dict], report: dict[str, Any], out: Path) -> None:
+    """Each ``ROWSxWIDTH`` spec (default 895x448) measured without autograd, printed as a JSON line and kept in
+    ``report["batches"]``; the report written to ``out`` (bench_decode_attention.py runs its batches so too)."""
+    report["batches"] = []
     with torch.no_grad():
-        for spec in args.batch or ["895x448"]:
+        for spec in specs or ["895x448"]:
             rows, _, width = spec.partition("x")
-            entry = profile_batch(model, int(rows), int(width), args.steps, device)
+            entry = measure(int(rows), int(width))
             report["batches"].append(entry)
             print(json.dumps(entry), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
