@@ -178,7 +178,14 @@ class DistillConfig:
 
 
 ACTIVATION_CHECKPOINTING = ("auto", "on", "off")  # DistillConfig.activation_checkpointing's choices
-COMPILE = ("auto", "on", "off")  # DistillConfig.compile's choices
+COMPILE = ("auto", "on", "off")  # DistillConfig.compile's and StaticEngineConfig.compile's choices
+
+
+def compile_on(choice: str, device_type: str) -> bool:
+    """Whether a ``COMPILE`` choice compiles on a device of this type: "on", or "auto" on a GPU."""
+    if choice not in COMPILE:
+        raise ValueError(f"compile {choice!r}: expected one of {', '.join(COMPILE)}")
+    return choice == "on" or (choice == "auto" and device_type == "cuda")
 
 
 # The token embedding's (and an untied output head's) type in a Q4_0 GGUF (quant.gguf_storage_type). Q4_0 halves

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import ACTIVATION_CHECKPOINTING, COMPILE, DistillConfig, ExportConfig
+from .config import ACTIVATION_CHECKPOINTING, COMPILE, DistillConfig, ExportConfig, compile_on
 from .examples import (
     DistillInputs,
     ReplayText,
@@ -83,7 +83,7 @@ class DistillJob:
 
 def compiles(config: DistillConfig, device: torch.device) -> bool:
     """Whether the decoder layers are compiled: "on", or "auto" on a GPU."""
-    return config.compile == "on" or (config.compile == "auto" and device.type == "cuda")
+    return compile_on(config.compile, device.type)
 
 
 def check_job(job: DistillJob) -> None:

@@ -202,8 +202,11 @@ def compile_pointwise_modules(model: nn.Module, backend: str = "inductor") -> Ca
     Attention and the KV cache stay eager: a cache write indexes its layer, which would give every layer a graph of
     its own. Modules of one class share their graphs (one code object; dynamo guards on the class)."""
     modules = [m for m in model.modules() if type(m).__name__.endswith(POINTWISE_MODULE_SUFFIXES)]
-    for module in modules:
-        module.forward = torch.compile(module.forward, backend=backend, dynamic=True)  # an instance attribute
+    # Inductor's emulate_precision_casts: a fused kernel rounds each intermediate to the dtype eager gives it (bf16
+    # between the norm's and the MLP's ops), as eager does, where by default it keeps fp32 throughout.
+    options = {"emulate_precision_casts": True} if backend == "inductor" else None
+    for module in modules:  # an instance attribute
+        module.forward = torch.compile(module.forward, backend=backend, dynamic=True, options=options)
 
     def undo() -> None:
         for module in modules:

@@ -38,13 +38,13 @@ How it works, and why (only the KV cache and the attention are its own; static_c
 - **A decode step stays on the device**: fp32 argmax (HF's greedy choice), fp32 log_softmax top-k, stop-token tracking,
   and the next step's inputs are written into static buffers; the host checks "all rows finished" once every
   ``finish_check_every`` steps and copies a batch's results once, after its last step.
-- **CUDA graph**: the decode step is captured once per batch shape (warm-up on a side stream, autocast's cast cache
-  off as CUDA graphs require) and replayed; graphs stay for the engine's life (the ``graph_cache`` most recent shapes)
+- **CUDA graph**: the decode step is captured once per batch shape (:mod:`step_graph`; autocast's cast cache off as
+  CUDA graphs require) and replayed; graphs stay for the engine's life (the ``graph_cache`` most recent shapes)
   in one shared memory pool, so a shape that recurs — the next shard's full batches — replays without another capture.
-  If capture fails the engine logs one line and decodes eagerly: same buffers, same results.
-- **Compiled pointwise work** (``compile``, off by default): norms and MLPs through torch.compile, captured in the
-  decode graph (:func:`models.compile_pointwise_modules`; 1.16× at the 8B shape); opt-in while a fresh engine's
-  first capture with it can fail (docs/training.md).
+  A failed capture is retried once in a fresh pool; if that fails too the engine logs one line and decodes eagerly:
+  same buffers, same results.
+- **Compiled pointwise work** (``compile``, ``auto``: on a GPU): norms and MLPs through torch.compile, captured in
+  the decode graph (:func:`models.compile_pointwise_modules`; 1.16× at the 8B shape).
 
 Finished rows keep decoding (their tokens are dropped), as in HF's ``generate``: rows do not interact. ``auto`` (the
 default of both modes) takes packed + split-kv where :func:`static_cache.flash_varlen_problem` and
@@ -66,6 +66,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .config import compile_on
 from .models import autocast_context, compile_pointwise_modules
 from .static_cache import (
     ATTENTION_NAMES,
@@ -84,10 +85,10 @@ from .static_cache import (
     split_kv_problem,
     static_attention,
 )
+from .step_graph import capture_step
 from .training import synced_clock
 
 PAD_TOKEN_ID = 0  # what left-padded slots hold: any valid id works, the mask hides them
-CAPTURE_WARMUP_STEPS = 2  # eager steps on a side stream before capture: cuBLAS handles, workspaces, allocator state
 CAPTURE_ATTEMPTS = 2  # capture tries before decoding eagerly (_capture_with_retry)
 PREFILLS = ("auto", "packed", "masked")
 DECODE_ATTENTIONS = ("auto", "flash", "split-kv", "matmul", "sdpa")
@@ -116,8 +117,8 @@ class StaticEngineConfig:
     decode_attention: str = "auto"  # flash | split-kv | matmul | sdpa | auto
     min_pad_multiple: int = 8  # bucket widths are multiples of at least this (and of 1/8 of their power of two)
     graph_cache: int = 8  # batch shapes whose decode graph (and buffers) the engine keeps
-    compile: bool = False  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in place:
-    # off by default while a fresh engine's first CUDA-graph capture with them can fail (module docstring)
+    compile: str = "auto"  # torch.compile the model's norms and MLPs (models.compile_pointwise_modules), in place,
+    # until close(): config.COMPILE's choices, "auto" on a GPU (the CPU tests trace it with another backend)
 
 
 # The engine before packed prefill and flash decode (the 2026-12-01 rehearsal's): the benchmark's peer.
@@ -145,7 +146,7 @@ class EngineStats:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     cuda_graph_failure: str | None = None  # why capture failed every attempt (the engine then decodes eagerly)
-    capture_retries: list[str] = field(default_factory=list)  # why an attempt failed that a later one mended
+    capture_retries: list[str] = field(default_factory=list)  # why each attempt that was retried failed
     batch_shapes: list[tuple[int, int]] = field(default_factory=list)  # (rows, cache length) of each batch
     # per batch: rows, width, prompt_tokens, steps, prefill_s, decode_s (its graph capture included), capture_s
     batch_log: list[dict[str, Any]] = field(default_factory=list)
@@ -229,7 +230,7 @@ class StaticGreedyEngine:
         self.model, self.device, self.config = model, device, config
         self.stats = EngineStats()
         self._uncompile: Callable[[], None] | None = None
-        self.compiled = config.compile
+        self.compiled = compile_on(config.compile, device.type)
         if self.compiled:
             self._uncompile = compile_pointwise_modules(model)
         self._store: KVStore | None = None
@@ -511,55 +512,29 @@ class StaticGreedyEngine:
         return self.device.type == "cuda" and self.config.cuda_graphs and self.stats.cuda_graph_failure is None
 
     def _capture_with_retry(self, buffers: _BatchBuffers) -> torch.cuda.CUDAGraph | None:
-        """:meth:`_capture`, retried in a fresh pool (a fresh engine's first capture with compiled modules failed twice
-        in one pool on an H200); after every attempt fails the engine decodes eagerly for good (logged once)."""
+        """The decode step as a CUDA graph (:func:`step_graph.capture_step`), retried in a fresh pool: a fresh engine's
+        first capture with compiled modules fails an allocator assertion on an H200 (twice in one pool), and the
+        retry in a fresh pool captures. After every attempt fails the engine decodes eagerly for good (logged once)."""
+
+        def step() -> None:  # autocast's cast cache off, as CUDA graphs require
+            with autocast_context(self.device, cache_enabled=False):
+                self._decode_step(buffers)
+
         reasons = []
         for _ in range(CAPTURE_ATTEMPTS):
-            graph, reason = self._capture(buffers)
+            if self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
+            graph, reason = capture_step(step, buffers.decode_state(), self.device, self._graph_pool)
             if graph is not None:
+                self.stats.graph_captures += 1
                 self.stats.capture_retries.extend(reasons)
                 return graph
             reasons.append(reason)
             self._graph_pool = None  # the failed capture's pool stays behind: the next attempt takes a fresh one
+        self.stats.capture_retries.extend(reasons[:-1])
         self.stats.cuda_graph_failure = reasons[-1]
         print(f"generation: CUDA graph capture failed ({reasons[-1]}); decoding eagerly", file=sys.stderr)
         return None
-
-    def _capture(self, buffers: _BatchBuffers) -> tuple[torch.cuda.CUDAGraph | None, str]:
-        """The decode step as a CUDA graph, or None and why capture failed.
-
-        Warm-up steps run for real, so the step's state is saved first and restored before every run and at the end;
-        their cache writes land in the slot the first real step rewrites with the same values. Every graph allocates
-        from one pool: they never run at once, and nothing a step allocates outlives it.
-        """
-        state = buffers.decode_state()
-        saved = [t.clone() for t in state]
-
-        def restore() -> None:
-            for tensor, copy in zip(state, saved):
-                tensor.copy_(copy)
-
-        try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side), autocast_context(self.device, cache_enabled=False):
-                for _ in range(CAPTURE_WARMUP_STEPS):
-                    restore()
-                    self._decode_step(buffers)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            restore()
-            if self._graph_pool is None:
-                self._graph_pool = torch.cuda.graph_pool_handle()
-            graph = torch.cuda.CUDAGraph()
-            with autocast_context(self.device, cache_enabled=False), torch.cuda.graph(graph, pool=self._graph_pool):
-                self._decode_step(buffers)
-            self.stats.graph_captures += 1
-            return graph, ""
-        except Exception as error:  # noqa: BLE001 (any failure: try again, then decode eagerly)
-            return None, f"{type(error).__name__}: {error}".splitlines()[0][:300]
-        finally:
-            torch.cuda.synchronize(self.device)
-            restore()
 
     # -- results -----------------------------------------------------------------------------------------------------
 

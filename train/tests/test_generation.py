@@ -112,7 +112,7 @@ MODES = [
 ]
 
 
-def engine_config(prefill: str, decode_attention: str, **fields: int | bool) -> StaticEngineConfig:
+def engine_config(prefill: str, decode_attention: str, **fields: int | bool | str) -> StaticEngineConfig:
     return StaticEngineConfig(prefill=prefill, decode_attention=decode_attention, **fields)
 
 
@@ -164,14 +164,14 @@ def test_compiled_norms_and_mlps_decode_what_the_eager_modules_do_and_close_undo
     from specdraft_train.models import compile_pointwise_modules
 
     prompts = random_prompts(LENGTHS)
-    expected = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention)).generate(
-        prompts, MAX_NEW, [0], TOP_K, max_batch_size=4
-    )
+    plain = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention))
+    assert not plain.compiled  # "auto" compiles on a GPU only
+    expected = plain.generate(prompts, MAX_NEW, [0], TOP_K, max_batch_size=4)
     aot_eager = functools.partial(compile_pointwise_modules, backend="aot_eager")
     monkeypatch.setattr(static_engine, "compile_pointwise_modules", aot_eager)
     torch._dynamo.reset()
     counters.clear()
-    engine = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention, compile=True))
+    engine = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention, compile="on"))
     compiled = [m for m in model.modules() if "forward" in vars(m)]
     # per layer its two norms, q_norm, k_norm and the MLP; and the final norm
     assert len(compiled) == 5 * model.config.num_hidden_layers + 1
@@ -230,6 +230,8 @@ def test_auto_takes_the_varlen_kernel_only_where_it_runs(model: Qwen3ForCausalLM
     assert (MASKED_MATMUL.prefill, MASKED_MATMUL.decode_attention) == ("masked", "matmul")
     with pytest.raises(ValueError, match="prefill 'padded': expected one of auto, packed, masked"):
         StaticGreedyEngine(model, CPU, StaticEngineConfig(prefill="padded"))
+    with pytest.raises(ValueError, match="compile True: expected one of auto, on, off"):
+        StaticGreedyEngine(model, CPU, StaticEngineConfig(compile=True))  # type: ignore[arg-type]
 
 
 def test_the_varlen_kernel_check_catches_a_kernel_that_reads_the_wrong_keys_or_fails():

@@ -79,13 +79,13 @@ TOP_K = 20  # the reference stage's
 WARMUP_PROMPTS = 6
 WARMUP_NEW_TOKENS = 4
 ALIASES = {"today": "masked+matmul+eager@0.5/512"}  # the 2026-12-01 rehearsal's engine and its preset's batch cap
-COMPILE_MARKS = {"+compiled": True, "+eager": False}  # an engine spec's marks for StaticEngineConfig.compile
+COMPILE_MARKS = {"+compiled": "on", "+eager": "off"}  # an engine spec's marks for StaticEngineConfig.compile
 
 
 def parse_engine(spec: str, batch_size: int) -> tuple[StaticEngineConfig, int]:
     """``auto``, ``today`` or ``PREFILL+DECODE[@KV_FRACTION][/ROWS]``, each optionally with ``+compiled`` or
     ``+eager`` (the norms and MLPs compiled or not: StaticEngineConfig.compile) → (engine config, rows cap)."""
-    text, compiled = ALIASES.get(spec, spec), None
+    text, compiled = ALIASES.get(spec, spec), "auto"
     for mark, value in COMPILE_MARKS.items():
         if mark in text:
             compiled, text = value, text.replace(mark, "")
@@ -216,9 +216,10 @@ def run_engine(
     start = time.perf_counter()
     engine.generate(prompts[:WARMUP_PROMPTS] * 2, WARMUP_NEW_TOKENS, stop, TOP_K)
     compile_seconds = time.perf_counter() - start
+    warmup = {"cuda_graph_failure": engine.stats.cuda_graph_failure, "capture_retries": engine.stats.capture_retries}
     engine.stats = EngineStats()  # the run's own figures (the engine resolves its modes again)
     outputs, run = measure(engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=rows, device=device)
-    run["compiled"], run["compile_warmup_seconds"] = engine.compiled, compile_seconds
+    run["compiled"], run["compile_warmup_seconds"], run["warmup_capture"] = engine.compiled, compile_seconds, warmup
     stats = engine.stats
     engine.close()  # the next configuration gets the model uncompiled
     if device.type == "cuda":
@@ -330,6 +331,8 @@ def main() -> int:
     warm = StaticGreedyEngine(model, device)  # cuBLAS, the allocator; closed, as every engine is after its run
     warm.generate(prompts[:WARMUP_PROMPTS], WARMUP_NEW_TOKENS, stop, TOP_K)
     warm.close()
+    # a fresh process's first engine: its first capture is the one a reference stage's first batch makes
+    first_capture = {"cuda_graph_failure": warm.stats.cuda_graph_failure, "capture_retries": warm.stats.capture_retries}
     specs = args.engines.split(",")
     runs = {spec: run_engine(model, prompts, spec, args, stop, device) for spec in specs}
     first_outputs = runs[specs[0]][0]
@@ -339,6 +342,7 @@ def main() -> int:
         "transformers": transformers.__version__,
         "model": model_info,
         "varlen_kernel": flash,
+        "first_capture": first_capture,
         "workload": {
             "prompts": len(prompts),
             "chat": bool(args.chat_prompts),
