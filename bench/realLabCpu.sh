@@ -19,13 +19,19 @@
 # (2), LLAMA_TOKENS (128), LLAMA_OUT (llama_server_spec.py's folder), LOOKAHEAD_PER_CATEGORY (2 conversations of
 # each category of each set), LOOKAHEAD_CANDIDATES ("1,3,8"),
 # VALIDATE_RUNS ("templates:distilled_q4_0_qat": SET:DRAFTER pairs walked in full), VALIDATE_LIMIT (all),
-# THREADS (1: on a shared machine one llama.cpp thread beats two), PYTHON (train/.venv/bin/python).
+# THREADS (1: on a shared machine one llama.cpp thread beats two), PYTHON (train/.venv/bin/python),
+# REAL_LAB_STEPS (which of "validate generate lookahead llama-server report" run; default all), GPU (where llama.cpp
+# computes: cpu, or cuda on the H200 with bench/gpu/real-lab-generate.sh), SMOLLM2_DIR (where the pinned SmolLM2 GGUF
+# is or goes: fetch_smollm2.sh's DEST).
 set -euo pipefail
 returned=${1:?usage: realLabCpu.sh RETURNED [OUT]}
 out=${2:-runs/real-lab}
 python=${PYTHON:-train/.venv/bin/python}
 threads=${THREADS:-1}
+where=${GPU:-cpu}
 gen_ks=${GEN_KS:-2 4 8}
+steps=" ${REAL_LAB_STEPS:-validate generate lookahead llama-server report} "
+want() { [[ "$steps" == *" $1 "* ]]; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 gpu=$out/gpu
@@ -39,7 +45,7 @@ if [ ! -f "$gpu/lab_report.json" ]; then
   cat "$returned"/real-lab-ggufs.tar.xz.part-* | xz -dc | tar -C "$gpu/export" -xf -
 fi
 [ -f "$gpu/lab_report.json" ] || { log "$returned holds no finished lab (no lab_report.json)"; exit 2; }
-gguf=$(bash train/scripts/data/fetch_smollm2.sh)
+gguf=$(bash train/scripts/data/fetch_smollm2.sh ${SMOLLM2_DIR:+"$SMOLLM2_DIR"})
 if [ ! -f "$out/target/manifest.json" ]; then log "target"; sd target --gguf "$gguf" --out "$out/target" >/dev/null; fi
 expected=$("$python" -c "import json, sys; print(json.load(open(sys.argv[1]))['target']['gguf_sha256'])" \
   "$gpu/lab_report.json")
@@ -71,7 +77,7 @@ PY
 # `specdraft serve` of one drafter GGUF on a free port ($port; $server its pid), stopped on exit or by stop_server
 start_server() {  # start_server DRAFTER
   port=$("$python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-  node dist/cli/main.js serve --model "$gpu/export/${ggufs[$1]}" --port "$port" --gpu cpu \
+  node dist/cli/main.js serve --model "$gpu/export/${ggufs[$1]}" --port "$port" --gpu "$where" \
     --threads "$threads" > "$out/serve-$1.log" 2>&1 &
   server=$!
   trap 'kill $server 2>/dev/null' EXIT
@@ -88,6 +94,7 @@ report_args=()
 # distilled drafter (~9 minutes on 2 cores), so by default the one whose τ the report leads with; the others' τ is
 # PyTorch's of the same Q4_0 blocks.
 validate_runs=" ${VALIDATE_RUNS:-templates:distilled_q4_0_qat} "
+want validate || validate_runs=" "  # none walked; summaries of an earlier run still go to the report
 for drafter in base_q4_0_ptq distilled_q4_0_qat layers_q4_0_qat; do
   pending=0
   for set in templates other; do
@@ -120,39 +127,41 @@ generate() {  # generate NAME K DRAFT-SOURCE-FLAGS...: the run NAME (the report'
     log "generate with $name, k = $k"
     mkdir -p "$out/generate"
     node dist/cli/main.js generate --target "$target" "$@" \
-      --data "$out/generate-prompts.jsonl" --max-tokens "${GEN_TOKENS:-128}" --draft-len "$k" --gpu cpu \
+      --data "$out/generate-prompts.jsonl" --max-tokens "${GEN_TOKENS:-128}" --draft-len "$k" --gpu "$where" \
       --threads "$threads" --no-progress --out "$file.tmp" > "$out/generate/$name-k$k.log" 2>&1 \
       || { log "generate $name k=$k failed (see $out/generate/$name-k$k.log)"; exit 1; }
     mv "$file.tmp" "$file"
   fi
   report_args+=(--generate "$name=$file")
 }
-for k in $gen_ks; do generate distilled_q4_0_qat "$k" --draft-model "$gpu/export/${ggufs[distilled_q4_0_qat]}"; done
-best=$("$python" - "$out/generate" $gen_ks <<'PY'
+if want generate; then
+  for k in $gen_ks; do generate distilled_q4_0_qat "$k" --draft-model "$gpu/export/${ggufs[distilled_q4_0_qat]}"; done
+  best=$("$python" - "$out/generate" $gen_ks <<'PY'
 import json, sys
 runs = {k: json.load(open(f"{sys.argv[1]}/distilled_q4_0_qat-k{k}.json"))["speedUp"] for k in sys.argv[2:]}
 print(max(runs, key=runs.get))
 PY
-)
-generate base_q4_0_ptq "$best" --draft-model "$gpu/export/${ggufs[base_q4_0_ptq]}"
-# the distilled drafter's drafts over HTTP from `specdraft serve`, as a deployment gets them
-if [ ! -f "$out/generate/distilled_q4_0_qat_http-k$best.json" ]; then
-  start_server distilled_q4_0_qat
-  generate distilled_q4_0_qat_http "$best" --drafter "http://127.0.0.1:$port"
-  stop_server
-else
-  generate distilled_q4_0_qat_http "$best"
+  )
+  generate base_q4_0_ptq "$best" --draft-model "$gpu/export/${ggufs[base_q4_0_ptq]}"
+  # the distilled drafter's drafts over HTTP from `specdraft serve`, as a deployment gets them
+  if [ ! -f "$out/generate/distilled_q4_0_qat_http-k$best.json" ]; then
+    start_server distilled_q4_0_qat
+    generate distilled_q4_0_qat_http "$best" --drafter "http://127.0.0.1:$port"
+    stop_server
+  else
+    generate distilled_q4_0_qat_http "$best"
+  fi
 fi
 
 # --- lookahead: tokens per drafter step -------------------------------------------------------------------------------
-if [ ! -f "$out/lookahead.json" ]; then
+if want lookahead && [ ! -f "$out/lookahead.json" ]; then
   log "lookahead steps"
   for set in templates other; do  # the held-out files are in category order: N of each category, not the first N
     per_category "$gpu/${sets[$set]}/heldout.jsonl" "$out/lookahead-$set.jsonl" "${LOOKAHEAD_PER_CATEGORY:-2}"
   done
   node --import tsx bench/lookaheadSteps.ts --model "$gpu/export/${ggufs[distilled_q4_0_qat]}" \
     --data "$out/lookahead-templates.jsonl" "$out/lookahead-other.jsonl" \
-    --candidates "${LOOKAHEAD_CANDIDATES:-1,3,8}" --gpu cpu --threads "$threads" --no-progress > "$out/lookahead.json.tmp"
+    --candidates "${LOOKAHEAD_CANDIDATES:-1,3,8}" --gpu "$where" --threads "$threads" --no-progress > "$out/lookahead.json.tmp"
   mv "$out/lookahead.json.tmp" "$out/lookahead.json"
 fi
 
@@ -160,7 +169,7 @@ fi
 llama_out=bench/results/$(date +%F)-cpu-real-lab-llama-server
 [ -f "$out/llama-server.path" ] && llama_out=$(cat "$out/llama-server.path")  # a rerun on another day: the same folder
 llama_out=${LLAMA_OUT:-$llama_out}
-if [ ! -f "$llama_out/summary.json" ]; then
+if want llama-server && [ ! -f "$llama_out/summary.json" ]; then
   log "llama-server"
   echo "$llama_out" > "$out/llama-server.path"
   "$python" bench/llama_server_spec.py --target "$target" --drafter "base=$gpu/export/${ggufs[base_q4_0_ptq]}" \
@@ -168,6 +177,8 @@ if [ ! -f "$llama_out/summary.json" ]; then
     --n-predict "${LLAMA_TOKENS:-128}" --threads "$threads" --out "$llama_out"
 fi
 
-sd real-lab-report --report "$gpu/lab_report.json" --out "$out/report" "${report_args[@]}" \
-  --lookahead "$out/lookahead.json" --llama-server "$llama_out/summary.json"
-log "done: $out/report/lab_report.md"
+if want report; then
+  sd real-lab-report --report "$gpu/lab_report.json" --out "$out/report" "${report_args[@]}" \
+    --lookahead "$out/lookahead.json" --llama-server "$llama_out/summary.json"
+  log "done: $out/report/lab_report.md"
+fi

@@ -222,6 +222,8 @@ def generate_run(drafter: str, summary: dict[str, Any]) -> dict[str, Any]:
         "prompts": len(summary["prompts"]),
         "max_tokens": summary["settings"]["maxTokens"],
         "threads": summary["settings"].get("threads"),
+        "gpu": summary["settings"].get("gpu", "cpu"),  # where llama.cpp computed (generate --gpu)
+        "date": summary.get("finishedAt", "")[:10],
         "tau": summary["tau"],
         "speed_up": summary["speedUp"],
         "alone_ms_per_token": 1000 * alone["seconds"] / max(alone["tokens"], 1),
@@ -259,10 +261,14 @@ def add_cpu_sections(report: dict[str, Any], args: argparse.Namespace) -> None:
         report.setdefault("served", {}).setdefault(label, {})[drafter] = entry
     runs = [generate_run(drafter, json.loads(path.read_text())) for drafter, path in pairs(args.generate, "--generate")]
     if runs:
-        threads = {run["threads"] for run in runs}
+        threads = ", ".join(map(str, sorted({run["threads"] for run in runs if run["threads"]})))
+        gpus = sorted({run["gpu"] for run in runs})
+        # the summaries name where llama.cpp computed, not the machine: this one's CPU unless they ran on a GPU
+        here = f"{platform.node()} ({os.cpu_count()} CPU cores)"
+        machine = args.generate_machine or (here if gpus == ["cpu"] else "a GPU machine")
+        date = max((run["date"] for run in runs), default="") or time.strftime("%Y-%m-%d")
         report["generate"] = {
-            "machine": f"{time.strftime('%Y-%m-%d')} on {platform.node()} ({os.cpu_count()} CPU cores, llama.cpp "
-            f"threads {', '.join(map(str, sorted(t for t in threads if t)))})",
+            "machine": f"{date} on {machine}; llama.cpp on {', '.join(gpus)}, threads {threads}",
             "runs": runs,
         }
     if args.lookahead is not None:
@@ -284,6 +290,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="folder to write into (default: --work, or --report's)")
     p.add_argument("--validate", action="append", default=[], metavar="SET:DRAFTER=FILE", help="validate summary")
     p.add_argument("--generate", action="append", default=[], metavar="DRAFTER=FILE", help="generate summary")
+    p.add_argument(
+        "--generate-machine",
+        default=None,
+        metavar="TEXT",
+        help="the machine the generate summaries ran on, e.g. 'one NVIDIA H200' (default: this one's CPU when they "
+        "ran on the CPU)",
+    )
     p.add_argument("--lookahead", type=Path, default=None, help="bench/lookaheadSteps.ts's JSON")
     p.add_argument("--llama-server", type=Path, default=None, help="bench/llama_server_spec.py's summary.json")
     p.set_defaults(func=main)

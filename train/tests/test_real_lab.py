@@ -269,5 +269,13 @@ def test_the_cpu_measurements_are_added_to_the_report(lab: dict[str, Any], tmp_p
     assert "| distilled, Q4_0 QAT | 4 | 2 × 64 | 3.20 | **2.00×** |" in markdown
     assert "| distilled, Q4_0 QAT | 8 | 2 × 64 | 3.20 | 1.50× |" in markdown
     assert "`generate` lossless on every prompt: 4 generations, 1 parted at a named near tie (met)" in markdown
+    assert "llama.cpp on cpu, threads 1" in report["generate"]["machine"]  # the summaries' own settings
+    code, _, err = run_main(
+        *("real-lab-report", "--report", str(report_file), "--out", str(tmp_path / "gpu")),
+        *("--generate", f"distilled_q4_0_qat={files['k4']}", "--generate-machine", "one NVIDIA H200"),
+    )
+    assert code == 0, err
+    machine = json.loads((tmp_path / "gpu" / "lab_report.json").read_text())["generate"]["machine"]
+    assert machine.endswith("on one NVIDIA H200; llama.cpp on cpu, threads 1")
     code, _, err = run_main("real-lab-report", "--report", str(report_file), "--validate", f"elsewhere:x={files['k4']}")
     assert code == 2 and "expected SET:DRAFTER" in err
