@@ -218,6 +218,46 @@ def test_a_kept_engine_reuses_its_cache_across_calls_of_other_shapes(
     assert_same(engine.generate(prompts, MAX_NEW, [stop], TOP_K, max_batch_size=2), peer)
 
 
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_failed_capture_is_retried_in_a_fresh_pool_and_then_decodes_eagerly(
+    model: Qwen3ForCausalLM, monkeypatch: pytest.MonkeyPatch, failures: int
+):
+    """The capture path on the CPU, with capture_step standing in: a first failure is retried in a fresh memory pool
+    and the retry's graph replays (the reason kept in capture_retries); two failures make the engine decode eagerly
+    for good. The tokens are the same either way."""
+    import specdraft_train.static_engine as static_engine
+
+    prompts = random_prompts(LENGTHS)
+    expected = StaticGreedyEngine(model, CPU).generate(prompts, MAX_NEW, [0], TOP_K, max_batch_size=4)
+    handles = iter(range(100))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(handles))
+    monkeypatch.setattr(StaticGreedyEngine, "_graphs_allowed", lambda self: self.stats.cuda_graph_failure is None)
+    pools: list[int] = []
+
+    class Replayed:  # a "graph" whose replay is the step itself
+        def __init__(self, step):
+            self.replay = step
+
+    def capture(step, state, device, pool):
+        pools.append(pool)
+        if len(pools) <= failures:
+            return None, "RuntimeError: it->second->use_count > 0"
+        return Replayed(step), ""
+
+    monkeypatch.setattr(static_engine, "capture_step", capture)
+    engine = StaticGreedyEngine(model, CPU)
+    assert_same(engine.generate(prompts, MAX_NEW, [0], TOP_K, max_batch_size=4), expected)
+    stats = engine.stats
+    assert stats.capture_retries == ["RuntimeError: it->second->use_count > 0"]
+    assert pools[:2] == [0, 1]  # the retry took a fresh pool
+    if failures == 1:  # every later shape captured at once, in the retry's pool
+        assert stats.cuda_graph_failure is None and stats.graph_captures == len(pools) - 1 > 1
+        assert set(pools[1:]) == {1} and stats.graph_replays > 0
+    else:  # no capture tried again: every batch decoded eagerly
+        assert stats.cuda_graph_failure == "RuntimeError: it->second->use_count > 0" and len(pools) == 2
+        assert stats.graph_captures == stats.graph_replays == 0
+
+
 def test_auto_takes_the_varlen_kernel_only_where_it_runs(model: Qwen3ForCausalLM):
     """On the CPU the engine keeps the masked prefill and matmul decode (its outputs as before packing); the varlen
     kernel's check names why it cannot serve, and an unknown mode is refused."""
