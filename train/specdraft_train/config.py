@@ -181,10 +181,15 @@ ACTIVATION_CHECKPOINTING = ("auto", "on", "off")  # DistillConfig.activation_che
 COMPILE = ("auto", "on", "off")  # DistillConfig.compile's and StaticEngineConfig.compile's choices
 
 
-def compile_on(choice: str, device_type: str) -> bool:
-    """Whether a ``COMPILE`` choice compiles on a device of this type: "on", or "auto" on a GPU."""
+def check_compile(choice: str) -> None:
+    """Refuse a ``compile`` setting that is not one of ``COMPILE``."""
     if choice not in COMPILE:
         raise ValueError(f"compile {choice!r}: expected one of {', '.join(COMPILE)}")
+
+
+def compile_on(choice: str, device_type: str) -> bool:
+    """Whether a ``COMPILE`` choice compiles on a device of this type: "on", or "auto" on a GPU."""
+    check_compile(choice)
     return choice == "on" or (choice == "auto" and device_type == "cuda")
 
 

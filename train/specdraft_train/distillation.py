@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import ACTIVATION_CHECKPOINTING, COMPILE, DistillConfig, ExportConfig, compile_on
+from .config import ACTIVATION_CHECKPOINTING, DistillConfig, ExportConfig, check_compile, compile_on
 from .examples import (
     DistillInputs,
     ReplayText,
@@ -93,8 +93,7 @@ def check_job(job: DistillJob) -> None:
     if config.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
         choices = ", ".join(ACTIVATION_CHECKPOINTING)
         raise ValueError(f"activation_checkpointing {config.activation_checkpointing!r}: expected one of {choices}")
-    if config.compile not in COMPILE:
-        raise ValueError(f"compile {config.compile!r}: expected one of {', '.join(COMPILE)}")
+    check_compile(config.compile)
     if config.group_by_length > 0 and (config.packed or config.batch_tokens > 0):
         raise ValueError("group_by_length groups right-padded rows of batch_size: set packed=false and batch_tokens=0")
     if config.fsdp and job.qat:

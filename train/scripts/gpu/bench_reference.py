@@ -206,6 +206,11 @@ def measure(function: Any, *args: Any, device: torch.device, **kwargs: Any) -> t
     return outputs, result
 
 
+def capture_outcome(stats: EngineStats) -> dict[str, Any]:
+    """How an engine's CUDA-graph captures went: the failure that made it decode eagerly, the retried attempts."""
+    return {"cuda_graph_failure": stats.cuda_graph_failure, "capture_retries": stats.capture_retries}
+
+
 def run_engine(
     model: torch.nn.Module, prompts: list[list[int]], spec: str, args: argparse.Namespace, stop: list[int], device: Any
 ) -> tuple[list[GreedyOutput], dict[str, Any]]:
@@ -216,7 +221,7 @@ def run_engine(
     start = time.perf_counter()
     engine.generate(prompts[:WARMUP_PROMPTS] * 2, WARMUP_NEW_TOKENS, stop, TOP_K)
     compile_seconds = time.perf_counter() - start
-    warmup = {"cuda_graph_failure": engine.stats.cuda_graph_failure, "capture_retries": engine.stats.capture_retries}
+    warmup = capture_outcome(engine.stats)
     engine.stats = EngineStats()  # the run's own figures (the engine resolves its modes again)
     outputs, run = measure(engine.generate, prompts, args.new_tokens, stop, TOP_K, max_batch_size=rows, device=device)
     run["compiled"], run["compile_warmup_seconds"], run["warmup_capture"] = engine.compiled, compile_seconds, warmup
@@ -332,7 +337,7 @@ def main() -> int:
     warm.generate(prompts[:WARMUP_PROMPTS], WARMUP_NEW_TOKENS, stop, TOP_K)
     warm.close()
     # a fresh process's first engine: its first capture is the one a reference stage's first batch makes
-    first_capture = {"cuda_graph_failure": warm.stats.cuda_graph_failure, "capture_retries": warm.stats.capture_retries}
+    first_capture = capture_outcome(warm.stats)
     specs = args.engines.split(",")
     runs = {spec: run_engine(model, prompts, spec, args, stop, device) for spec in specs}
     first_outputs = runs[specs[0]][0]
