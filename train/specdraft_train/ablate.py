@@ -1,12 +1,19 @@
-"""Command `ablate`: distillation variants from one finished lab, each scored on the lab's held-out set by category.
+"""Command `ablate`: distillation variants from one lab, each scored on the lab's held-out set by category.
 
-Every variant distills the lab's base drafter on the lab's reference data with the lab's distill settings (its preset
-and ``--set`` values) changed by the variant's own, then runs QAT like the lab does (or, with ``variant.qat=false``,
-scores the distilled drafter at Q4_0 PTQ), is exported as the Q4_0 GGUF it would ship as
-(``OUT/NAME/drafter-q4_0.gguf``, its bytes in the report), and is evaluated on ``reference/heldout.jsonl``: τ, macro τ
-and top-1 agreement overall and per category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the gap
-between that base and the target as its own drafter (both from the lab's ``eval/results.json``) that it closes.
-Each variant also records the continuation tokens it trained on and the seconds its stages held the device.
+Every variant distills the lab's base drafter (or, with ``variant.init=layers:N``, a drafter made of N of the
+target's layers, as `drafter --init layers --layers N` makes it) on the lab's reference data with the lab's distill
+settings changed by the variant's own, then runs QAT like the lab does (or, with ``variant.qat=false``, scores the
+distilled drafter at Q4_0 PTQ), is exported as the Q4_0 GGUF it would ship as (``OUT/NAME/drafter-q4_0.gguf``, its
+bytes in the report), and is evaluated on ``reference/heldout.jsonl``: τ, macro τ and top-1 agreement overall and per
+category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the gap between that base and the target
+as its own drafter that it closes. Each variant also records the continuation tokens it trained on and the seconds
+its stages held the device.
+
+Two kinds of lab (``LabLayout``): the toy lab's folder (`specdraft_train lab`: its preset and ``--set`` values in
+``lab_state.json``, the tokenizer stage's text replayed, base and target τ from its evaluate stage) and the real-model
+lab's (train/scripts/gpu/real_lab.sh: ``real_lab.json``, the smollm2-chat preset, the base's pretraining text replayed
+as real_lab.sh does, base and target τ from ``eval-templates.json`` once its evaluate stage ran). Where the lab has not
+evaluated them yet, ablate does, once (``OUT/reference.json``), so a study needs only the base and the reference data.
 
     python -m specdraft_train ablate --lab runs/lab --out runs/ablation \\
         --variant 'kl:' \\
@@ -19,9 +26,9 @@ A variant is ``NAME:SETTING,SETTING,…`` (NAME: letters, digits, ``._+-``); a S
 any field of config.DistillConfig (JSON values or bare strings, as `lab --set` takes them; ``categories`` keeps the
 training examples whose category starts with one of its prefixes, ``data_fraction`` a nested share of them),
 ``export.FIELD=VALUE`` for a field of config.ExportConfig (``embedding_type=Q4_0``: QAT, evaluation and export with
-the token embedding at Q4_0 too, an all-Q4_0 file), or ``variant.qat=true|false``. Each variant's cost is bounded by
-its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every variant) besides its epochs and
-plateau stop.
+the token embedding at Q4_0 too, an all-Q4_0 file), ``variant.qat=true|false`` or ``variant.init=base|layers:N``.
+Each variant's cost is bounded by its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every
+variant, 0 for none) besides its epochs and plateau stop.
 
 ``--jobs N`` runs N variants at a time on the one device, each in its own process: a small drafter leaves most of an
 H200 idle (its steps are bound by kernel launches), so N variants with equal time budgets share it fairly, each
@@ -43,34 +50,39 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import distill
+from . import distill, drafter
 from .artifacts import (
     DRAFTER_GGUF,
     add_stage_seconds,
     atomic_write_json,
     atomic_write_text,
+    sha256_file,
     stage_complete,
     verify_stage_dir,
 )
 from .config import ExportConfig, LabPreset, add_device_argument, apply_settings
 from .distillation import DistillJob
 from .evaluate import drafter_tau, verify_heldout
-from .models import checkpoint_qat_state, resolve_device
+from .models import checkpoint_qat_state, load_causal_lm, resolve_device
 from .presets import get_preset
+from .real_lab import PRESET as REAL_LAB_PRESET
+from .real_lab import lab_evaluation
 from .reports import ablation_markdown, pct
-from .tau import gap_closed, read_conversations
+from .tau import gap_closed, model_tau, read_conversations
 
 RESULT_FILE = "result.json"
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 # A setting starts at a comma followed by SECTION.FIELD=, so JSON values may hold commas (lists of categories).
 SETTING_SPLIT = re.compile(r",(?=\s*[A-Za-z_]+\.[A-Za-z_]+\s*=)")
-VARIANT_FIELDS = {"qat"}
+# variant.FIELD=VALUE: what each field accepts
+VARIANT_FIELDS = {"qat": re.compile(r"^(true|false)$", re.IGNORECASE), "init": re.compile(r"^(base|layers:[1-9]\d*)$")}
+REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
 # What a variant's result keeps of each of its distill stages' metrics.
 STAGE_METRICS = (
     "steps",
@@ -88,17 +100,26 @@ class Variant:
     distill_settings: tuple[str, ...]  # "distill.FIELD=VALUE", as given
     qat: bool = True  # QAT after distillation, like the lab; False scores the distilled drafter at Q4_0 PTQ
     export_settings: tuple[str, ...] = ()  # "export.FIELD=VALUE", as given
+    init: str = "base"  # the drafter distilled: the lab's base, or "layers:N" (N of the target's layers)
 
     def text(self) -> str:
         """The ``--variant`` argument that parses back to this variant."""
         settings = [*self.distill_settings, *self.export_settings, *([] if self.qat else ["variant.qat=false"])]
+        settings += [] if self.init == "base" else [f"variant.init={self.init}"]
         return f"{self.name}:{','.join(settings)}"
 
     def spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
-        if self.export_settings:  # absent otherwise, so that variants run before export settings existed still match
+        # absent when unused, so that the specs of variants run before these settings existed still match
+        if self.export_settings:
             spec["export_settings"] = list(self.export_settings)
+        if self.init != "base":
+            spec["init"] = self.init
         return spec
+
+    def target_layers(self) -> int | None:
+        """N of ``variant.init=layers:N``, else None (the lab's base)."""
+        return int(self.init.partition(":")[2]) if self.init != "base" else None
 
 
 def parse_variant(text: str) -> Variant:
@@ -112,20 +133,20 @@ def parse_variant(text: str) -> Variant:
             "._+- (e.g. 'tvd:distill.loss=tvd')"
         )
     settings: dict[str, list[str]] = {"distill": [], "export": []}
-    qat = True
+    fields = {"qat": "true", "init": "base"}
     for setting in (s.strip() for s in SETTING_SPLIT.split(rest) if s.strip()):
         key, eq, value = setting.partition("=")
         section, _, field_name = key.strip().partition(".")
         if section in settings and eq:
             settings[section].append(setting)
-        elif section == "variant" and field_name in VARIANT_FIELDS and value.strip().lower() in ("true", "false"):
-            qat = value.strip().lower() == "true"
+        elif section == "variant" and field_name in VARIANT_FIELDS and VARIANT_FIELDS[field_name].match(value.strip()):
+            fields[field_name] = value.strip().lower()
         else:
             raise ValueError(
-                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE, export.FIELD=VALUE or "
-                "variant.qat=true|false"
+                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE, export.FIELD=VALUE, "
+                "variant.qat=true|false or variant.init=base|layers:N"
             )
-    return Variant(name, tuple(settings["distill"]), qat, tuple(settings["export"]))
+    return Variant(name, tuple(settings["distill"]), fields["qat"] == "true", tuple(settings["export"]), fields["init"])
 
 
 def variant_preset(preset: LabPreset, variant: Variant) -> LabPreset:
@@ -139,21 +160,86 @@ def variant_preset(preset: LabPreset, variant: Variant) -> LabPreset:
     return applied
 
 
-def lab_preset(lab: Path) -> LabPreset:
-    """The preset and ``--set`` values the lab directory was made with (its lab_state.json)."""
+@dataclass(frozen=True)
+class LabLayout:
+    """What ablate reads from a lab's folder, by the kind of lab (module docstring)."""
+
+    path: Path
+    preset: LabPreset
+    replay: Path  # the text replayed beside the distillation loss (its token stream)
+    evaluation: Path  # the lab's own τ of its base and target, once its evaluate stage ran
+    stages: tuple[tuple[str, str], ...]  # (folder, stage) that must be complete
+
+    @property
+    def evaluated(self) -> bool:
+        if self.evaluation.name == "results.json":
+            return stage_complete(self.evaluation.parent, "evaluate")
+        return self.evaluation.is_file()
+
+    def reference_tau(self) -> dict[str, Any]:
+        """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
+        where it has one), from the lab's evaluation."""
+        if self.evaluation.name == "results.json":
+            tau = json.loads(self.evaluation.read_text())["tau"]
+        else:
+            tau = lab_evaluation(json.loads(self.evaluation.read_text()))["tau"]
+        return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
+
+
+def lab_layout(lab: Path) -> LabLayout:
+    """The toy lab's folder (lab_state.json) or the real-model lab's (real_lab.json); anything else is refused."""
+    base_and_reference = (("base", "pretrain"), ("reference", "reference"))
+    if (lab / "real_lab.json").is_file():
+        return LabLayout(
+            lab, get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
+        )
     state_path = lab / "lab_state.json"
     if not state_path.is_file():
-        raise ValueError(f"{lab}: no lab_state.json; expected a directory made by `specdraft_train lab`")
+        raise ValueError(
+            f"{lab}: neither lab_state.json nor real_lab.json; expected a folder made by `specdraft_train lab` or "
+            "train/scripts/gpu/real_lab.sh"
+        )
     state = json.loads(state_path.read_text())
-    return apply_settings(get_preset(state["preset"]), state.get("settings", []))
+    preset = apply_settings(get_preset(state["preset"]), state.get("settings", []))
+    stages = (*base_and_reference, ("tokenizer", "tokenizer"))
+    return LabLayout(lab, preset, lab / "tokenizer", lab / "eval" / "results.json", stages)
 
 
-def lab_reference_tau(lab: Path) -> dict[str, Any]:
-    """The lab's base drafter at Q4_0 PTQ and target as its own drafter, from its finished evaluate stage."""
-    if not stage_complete(lab / "eval", "evaluate"):
-        raise ValueError(f"{lab}/eval: the lab's evaluate stage has not finished; run the lab first")
-    tau = json.loads((lab / "eval" / "results.json").read_text())["tau"]
-    return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
+def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[str, Any]:
+    """The base drafter at Q4_0 PTQ and the target as its own drafter: the lab's where it evaluated them, else
+    evaluated here once (``out/reference.json``, kept for reruns and for --jobs' processes)."""
+    if layout.evaluated:
+        return layout.reference_tau()
+    heldout_path = layout.path / "reference" / "heldout.jsonl"
+    cached = out / REFERENCE_FILE
+    heldout_sha256 = sha256_file(heldout_path)
+    if cached.is_file():
+        saved = json.loads(cached.read_text())
+        if saved.get("heldout_sha256") == heldout_sha256:
+            return saved["tau"]
+    print(
+        f"ablate: {layout.path} has no evaluation yet: the base and the target on its held-out set …", file=sys.stderr
+    )
+    conversations = read_conversations(heldout_path)
+    device = resolve_device(device_name)
+    k, batch_tokens = layout.preset.evaluate.k, layout.preset.evaluate.batch_tokens
+    embedding_type = layout.preset.export.resolved_embedding_type()
+    base, mode = drafter_tau(
+        layout.path / "base",
+        conversations,
+        k,
+        device,
+        q4=True,
+        batch_tokens=batch_tokens,
+        embedding_type=embedding_type,
+    )
+    target = model_tau(load_causal_lm(layout.path / "target", device), conversations, k, device, batch_tokens)
+    tau = {
+        "base_q4_0_ptq": {"checkpoint": "base", "weights": mode, **base.to_dict()},
+        "target_as_drafter": {"checkpoint": "target", **target.to_dict()},
+    }
+    atomic_write_json(cached, {"heldout_sha256": heldout_sha256, "device": str(device), "tau": tau})
+    return tau
 
 
 def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
@@ -220,18 +306,34 @@ class VariantProgress:
 
 
 def distill_variant(
-    lab: Path, directory: Path, progress: VariantProgress, variant: Variant, applied: LabPreset, device_name: str
+    layout: LabLayout,
+    directory: Path,
+    progress: VariantProgress,
+    variant: Variant,
+    applied: LabPreset,
+    device_name: str,
 ) -> list[Path]:
-    """distill from the lab's base (and, unless ``variant.qat=false``, distill --qat from that) into the variant's
-    directory; returns the stage directories, the last one the variant's final checkpoint."""
+    """distill from the lab's base or the variant's drafter of the target's layers (and, unless
+    ``variant.qat=false``, distill --qat from that) into the variant's directory; returns the stage directories, the
+    last one the variant's final checkpoint."""
+    lab, replay = layout.path, layout.replay
     config, embedding_type = applied.distill, applied.export.resolved_embedding_type()
     distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
-    replay = lab / "tokenizer"
+    start = lab / "base"
+    layers = variant.target_layers()
+    if layers is not None:
+        start = directory / "drafter"
+        print(f"ablate: {variant.name}: drafter of {layers} of the target's layers …", file=sys.stderr)
+        progress.run_stage(
+            "drafter",
+            lambda: drafter.run(lab / "target", start, "layers", layers),
+            lambda: stage_complete(start, "drafter"),
+        )
     print(f"ablate: {variant.name}: distill …", file=sys.stderr)
     progress.run_stage(
         "distill",
         lambda: distill.run(
-            DistillJob(lab / "base", lab / "reference", distilled, config, replay_tokens=replay, device=device_name)
+            DistillJob(start, lab / "reference", distilled, config, replay_tokens=replay, device=device_name)
         ),
         lambda: stage_complete(distilled, "distill"),
     )
@@ -279,9 +381,8 @@ def evaluate_variant(
 
 
 def run_variant(
-    lab: Path,
+    layout: LabLayout,
     out: Path,
-    preset: LabPreset,
     variant: Variant,
     reference: dict[str, Any],
     device_name: str,
@@ -291,12 +392,12 @@ def run_variant(
     directory = out / variant.name
     directory.mkdir(parents=True, exist_ok=True)
     progress = VariantProgress(directory, variant)
-    applied = variant_preset(preset, variant)
+    applied = variant_preset(layout.preset, variant)
     embedding_type = applied.export.resolved_embedding_type()
-    stages = distill_variant(lab, directory, progress, variant, applied, device_name)
+    stages = distill_variant(layout, directory, progress, variant, applied, device_name)
     final = stages[-1]
     device = resolve_device(device_name)
-    evaluated = evaluate_variant(final, lab, preset, embedding_type, device, progress)
+    evaluated = evaluate_variant(final, layout.path, layout.preset, embedding_type, device, progress)
     gguf_path = directory / DRAFTER_GGUF
     print(f"ablate: {variant.name}: export …", file=sys.stderr)
     progress.run_stage("export", lambda: export_variant(final, gguf_path, applied.export), lambda: False)
@@ -409,19 +510,20 @@ def run_ablation(
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise ValueError(f"--variant names must differ: {names}")
-    preset = lab_preset(lab)
+    layout = lab_layout(lab)
     given = variants
     if time_budget_s is not None:
         variants = [
-            Variant(v.name, (f"distill.time_budget_s={time_budget_s}", *v.distill_settings), v.qat, v.export_settings)
+            replace(v, distill_settings=(f"distill.time_budget_s={time_budget_s}", *v.distill_settings))
             for v in variants
         ]
     for variant in variants:
-        variant_preset(preset, variant)  # refuse a mistyped setting before any variant spends device time
-    for stage, kind in (("base", "pretrain"), ("reference", "reference"), ("tokenizer", "tokenizer")):
+        variant_preset(layout.preset, variant)  # refuse a mistyped setting before any variant spends device time
+    for stage, kind in layout.stages:
         if not stage_complete(lab / stage, kind):
             raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")
-    reference = lab_reference_tau(lab)
+    out.mkdir(parents=True, exist_ok=True)
+    reference = lab_reference_tau(layout, out, device_name)
     heldout_path = lab / "reference" / "heldout.jsonl"
     conversations = read_conversations(heldout_path)
     heldout = {
@@ -429,7 +531,6 @@ def run_ablation(
         "conversations": len(conversations),
         "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
     }
-    out.mkdir(parents=True, exist_ok=True)
     unfinished = [g for g, v in zip(given, variants) if not (out / v.name / RESULT_FILE).is_file()]
     if jobs > 1 and len(unfinished) > 1:
         run_concurrently(lab, out, unfinished, device_name, time_budget_s, jobs)
@@ -439,7 +540,7 @@ def run_ablation(
             VariantProgress(out / variant.name, variant)  # refuses a name reused with other settings
             print(f"ablate: {variant.name}: finished in {result_path.parent}, skipped", file=sys.stderr)
             continue
-        result = run_variant(lab, out, preset, variant, reference, device_name, device_shared_by)
+        result = run_variant(layout, out, variant, reference, device_name, device_shared_by)
         print(
             f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
             f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
@@ -447,18 +548,20 @@ def run_ablation(
             f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s",
             file=sys.stderr,
         )
-        write_summary(lab, out, names, reference, preset.evaluate.k, heldout)
-    return write_summary(lab, out, names, reference, preset.evaluate.k, heldout)
+        write_summary(lab, out, names, reference, layout.preset.evaluate.k, heldout)
+    return write_summary(lab, out, names, reference, layout.preset.evaluate.k, heldout)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ablate",
-        help="distillation variants from a finished lab, scored by held-out category",
+        help="distillation variants from a lab, scored by held-out category",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--lab", required=True, type=Path, help="a finished lab directory (through its evaluate stage)")
+    p.add_argument(
+        "--lab", required=True, type=Path, help="a lab's folder (`lab`, or real_lab.sh's) with its base and reference"
+    )
     p.add_argument("--out", required=True, type=Path, help="ablation directory (rerun the same command to resume)")
     p.add_argument(
         "--variant",

@@ -216,7 +216,10 @@ ABLATION_COLUMNS += ("beats base in every category", "data tokens", "device s", 
 def _variant_row(r: dict[str, Any]) -> str:
     spec = r["spec"]
     settings = ", ".join(
-        spec["distill_settings"] + spec.get("export_settings", []) + ([] if spec["qat"] else ["variant.qat=false"])
+        spec["distill_settings"]
+        + spec.get("export_settings", [])
+        + ([] if spec["qat"] else ["variant.qat=false"])
+        + ([f"variant.init={spec['init']}"] if "init" in spec else [])
     )
     gguf_bytes = r.get("export", {}).get("gguf_bytes")  # results written before variants were exported lack it
     figures = [fmt(r[key]) for key in ("tau", "macro_tau", "top1", "over_base")]

@@ -54,11 +54,17 @@ def test_variant_specs_parse_and_bad_ones_are_refused():
     assert allq4.export_settings == ("export.embedding_type=Q4_0",)
     assert allq4.distill_settings == ("distill.ce_weight=1",)
     assert "export_settings" not in parse_variant("kl:").spec()  # specs of variants run before export settings match
+    assert "init" not in parse_variant("kl:").spec() and parse_variant("kl:").target_layers() is None
+    layers = parse_variant("deep:variant.init=layers:4,distill.epochs=2")
+    assert layers.init == "layers:4" and layers.target_layers() == 4 and layers.spec()["init"] == "layers:4"
+    assert parse_variant(layers.text()) == layers
     for bad, message in (
         ("no-colon", "expected NAME:"),
         ("a/b:distill.lr=1", "expected NAME:"),
         ("x:lr=1", "expected distill.FIELD=VALUE, export.FIELD=VALUE"),
         ("x:variant.qat=maybe", "variant.qat"),
+        ("x:variant.init=layers:0", "variant.init=base|layers:N"),
+        ("x:variant.init=layers", "variant.init=base|layers:N"),
     ):
         with pytest.raises(ValueError, match=message):
             parse_variant(bad)

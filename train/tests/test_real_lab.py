@@ -23,6 +23,8 @@ import gguf
 import pytest
 from conftest import REPO, run_main, smollm2_gguf
 
+from specdraft_train.artifacts import read_manifest
+
 SCRIPTS = REPO / "train" / "scripts" / "gpu"
 STAGES = (
     "unpack",
@@ -34,6 +36,7 @@ STAGES = (
     "drafter_layers",
     "reference",
     "reference_other",
+    "limits",
     "distill",
     "qat",
     "distill_layers",
@@ -96,7 +99,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     only_call1 = root / "only-call1"
     only_call1.mkdir()
     (only_call1 / "call1").symlink_to(root / "staged" / "call1")
-    lab_env = {"REAL_LAB_CPU": "1", "REAL_LAB_DIR": str(root / "work")}
+    # the limits study from call 2 on (call 1 has no reference data for it)
+    lab_env = {"REAL_LAB_CPU": "1", "REAL_LAB_DIR": str(root / "work"), "REAL_LAB_LIMITS": "1"}
     calls = [
         run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(only_call1)}, str(root / "results1")),
         run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(root / "staged")}, str(root / "results2"), "20"),
@@ -204,6 +208,32 @@ def test_the_report_names_the_target_and_compares_every_drafter(lab: dict[str, A
     assert f"Target: SmolLM2-135M-Instruct.Q4_1.gguf (sha256 {sha}…) dequantized to fp32" in markdown
     for title in ("## Where walks stop", "## Drafters made another way", "## Prompts made by another method"):
         assert title in markdown
+
+
+def test_the_limits_study_distills_on_less_data_and_from_the_targets_layers(lab: dict[str, Any]):
+    """REAL_LAB_LIMITS=1: `ablate` on the lab's base and reference before the lab's own distillation. It evaluated the
+    base and the target itself (the lab had not yet), and got the lab's own figures for them; each variant trained on
+    what it names; the study comes back in the results."""
+    work = lab["root"] / "work"
+    summary = json.loads((work / "limits" / "ablation.json").read_text())
+    data50, layers2 = summary["variants"]
+    assert (data50["name"], layers2["name"]) == ("data-50", "layers-2")
+    assert data50["config"]["data_fraction"] == 0.5 and data50["config"]["time_budget_s"] == 0
+    lab_examples = read_manifest(work / "distilled")["metrics"]["examples"]
+    assert 0 < data50["examples"] < lab_examples and layers2["examples"] == lab_examples
+    made = read_manifest(work / "limits" / "layers-2" / "drafter")
+    assert made["params"]["target_layers"] == [0, TARGET_LAYERS - 1]
+    assert read_manifest(work / "limits" / "layers-2" / "distilled")["inputs"]["drafter"]["stage"] == "drafter"
+    evaluated = json.loads((work / "limits" / "reference.json").read_text())["tau"]
+    lab_tau = json.loads((work / "lab_report.json").read_text())["evaluation"]["tau"]
+    for key in ("base_q4_0_ptq", "target_as_drafter"):
+        assert evaluated[key]["tau"] == lab_tau[key]["tau"]
+        assert summary["lab_reference"][key]["tau"] == lab_tau[key]["tau"]
+    log = (work / "logs" / "progress.log").read_text()
+    assert log.index("] limits: ") < log.index("] distill: ")
+    assert "| layers-2 |" in (lab["root"] / "results3" / "limits.md").read_text()
+    with tarfile.open(lab["root"] / "results3" / "real-lab-results.tar.xz") as tar:
+        assert {"limits/ablation.json", "limits/layers-2/result.json"} <= set(tar.getnames())
 
 
 def generate_summary(k: int, near_tie: bool) -> dict[str, Any]:

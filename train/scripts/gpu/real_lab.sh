@@ -18,6 +18,8 @@
 # Environment: REAL_LAB_DIR, REAL_LAB_STAGED (.real), PYTHON (python3), REAL_LAB_THREADS (torch's CPU threads), the
 # training seconds REAL_LAB_PRETRAIN_S and REAL_LAB_DISTILL_S (default: the preset's), REAL_LAB_QAT_S (40),
 # REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20): the first call's hold for the whole run.
+# A call's own choices: REAL_LAB_LIMITS=1, the limits study (below, before the lab's distillation); REAL_LAB_UNTIL=STAGE,
+# end the call once that stage is done (e.g. `limits`, to run the study alone).
 set -uo pipefail
 results=${1:?usage: real_lab.sh RESULTS [LIMIT_S]}
 cpu=${REAL_LAB_CPU:-0}
@@ -35,20 +37,22 @@ left() { echo $(( limit - ($(date +%s) - started) )); }
 # to these models, with room): a stage starts only when the call's limit leaves it this much.
 declare -A usual=([unpack]=10 [corpus]=30 [drafter]=15 [pretrain]=150 [gguf]=15 [target]=35 [drafter_layers]=15
   [reference]=150 [reference_other]=40 [distill]=125 [qat]=60 [distill_layers]=80 [qat_layers]=40 [evaluate]=45
-  [evaluate_other]=30 [export]=40 [report]=15)
+  [evaluate_other]=30 [export]=40 [report]=15 [limits]=120)
 sd() { "$python" -m specdraft_train ${REAL_LAB_THREADS:+--threads "$REAL_LAB_THREADS"} "$@"; }
 export -f sd
 
 # What RESULTS holds after every call (at most 8 files of ≤ 16 MiB: the device tool's limits), then the exit.
 pack() {
-  rm -f "$results"/real-lab-* "$results/lab_report.md" "$results/progress.log"
+  rm -f "$results"/real-lab-* "$results/lab_report.md" "$results/limits.md" "$results/progress.log"
   (cd "$work" && tar -cf - --ignore-failed-read logs stamps real_lab.json lab_report.json lab_report.md \
     eval-templates.json eval-other.json $(ls -d -- */manifest.json */tb reference*/heldout.jsonl reference*/dev.jsonl \
-    export/*.json 2>/dev/null) 2>/dev/null) | xz -T0 -6 > "$results/real-lab-results.tar.xz"
+    export/*.json limits/*.json limits/*.md limits/*/*.json limits/*/*/manifest.json 2>/dev/null) 2>/dev/null) |
+    xz -T0 -6 > "$results/real-lab-results.tar.xz"
   if [ -f "$work/stamps/export" ]; then  # the three drafter GGUFs, xz (Q4_0 barely compresses) cut in 15 MiB parts
     (cd "$work/export" && tar -cf - *.gguf) | xz -T0 -1 | split -b 15M -d -a 1 - "$results/real-lab-ggufs.tar.xz.part-"
   fi
   [ -f "$work/lab_report.md" ] && cp "$work/lab_report.md" "$results/"
+  [ -f "$work/limits/ablation.md" ] && cp "$work/limits/ablation.md" "$results/limits.md"
   cp "$work/logs/progress.log" "$results/"
 }
 finish() {
@@ -63,7 +67,7 @@ finish() {
 # seconds when it succeeds; its output in logs/NAME.log.
 stage() {
   local name=$1; shift
-  [ -f "$work/stamps/$name" ] && return 0
+  if [ -f "$work/stamps/$name" ]; then until_here "$name"; return 0; fi
   if [ "$(left)" -lt "${usual[$name]}" ]; then
     log "NOT FINISHED: $(left) s left in this call, $name usually takes ${usual[$name]} s: run the same command again"
     finish 0
@@ -79,6 +83,11 @@ stage() {
   fi
   echo "$(( $(date +%s) - t0 ))" > "$work/stamps/$name"
   log "$name: $(cat "$work/stamps/$name") s"
+  until_here "$name"
+}
+until_here() {  # REAL_LAB_UNTIL=STAGE: this call ends once that stage is done
+  [ "$1" = "${REAL_LAB_UNTIL:-}" ] || return 0
+  log "STOPPED after $1 (REAL_LAB_UNTIL): the same command without it goes on"; finish 0
 }
 
 # --- every call: gguf importable, what this call carried into the inbox -----------------------------------------------
@@ -193,6 +202,32 @@ stage reference sd reference --target "$work/target" --prompts "$prompts" --out 
   --device "$device" "${reference_flags[@]}"
 stage reference_other sd reference --target "$work/target" --prompts "$other" --out "$work/reference-other" \
   --preset "$preset" --device "$device" --train-prompts 0 "${reference_flags[@]}"
+# --- the limits study (REAL_LAB_LIMITS=1): what bounds the distilled drafter's τ, its data or its depth -------------
+# `ablate` on this lab's base and reference data (docs/lab.md, "What limits τ"): the scratch base distilled on a
+# quarter, half and all of the training prompts, and on all of them for twice the epochs; drafters of 2, 4 and 8 of
+# the target's layers distilled alike. Epoch-bound (no time budget), so sharing the GPU changes no variant's steps;
+# all at once on the one GPU (small drafters' steps are launch-bound); scored at Q4_0 PTQ, with no QAT: the question
+# is what distillation can learn. It comes before the lab's own distillation so that a call can run it alone.
+if [ "$cpu" = 1 ]; then
+  limits_variants=(data-50:distill.data_fraction=0.5 layers-2:variant.init=layers:2)
+  limits_common="distill.epochs=1,distill.batch_size=5,distill.eval_every=0,distill.ckpt_every=1,"
+  limits_common+="distill.replay_batch_size=2,distill.replay_seq_len=64,"
+else
+  limits_variants=(data-25:distill.data_fraction=0.25 data-50:distill.data_fraction=0.5 data-100:
+    epochs-12:distill.epochs=12 layers-2:variant.init=layers:2 layers-4:variant.init=layers:4
+    layers-8:variant.init=layers:8)
+  limits_common=""
+fi
+limits_flags=()
+for variant in "${limits_variants[@]}"; do  # the common settings first: a variant's own override them
+  name=${variant%%:*} own=${variant#*:}
+  limits_flags+=(--variant "$name:$limits_common${own:+$own,}variant.qat=false")
+done
+if [ "${REAL_LAB_LIMITS:-0}" = 1 ]; then
+  stage limits sd ablate --lab "$work" --out "$work/limits" --device "$device" --time-budget 0 \
+    --jobs "$([ "$cpu" = 1 ] && echo 1 || echo "${#limits_variants[@]}")" "${limits_flags[@]}"
+fi
+
 distill_from() {  # distill_from FROM OUT SECONDS [FLAGS]: on the template prompts' reference, the base's text replayed
   local from=$1 out=$2 seconds=$3; shift 3
   sd distill --drafter "$work/$from" --reference "$work/reference" --out "$work/$out" --preset "$preset" \
