@@ -9,11 +9,9 @@ category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the 
 as its own drafter that it closes. Each variant also records the continuation tokens it trained on and the seconds
 its stages held the device.
 
-Two kinds of lab (``LabLayout``): the toy lab's folder (`specdraft_train lab`: its preset and ``--set`` values in
-``lab_state.json``, the tokenizer stage's text replayed, base and target τ from its evaluate stage) and the real-model
-lab's (train/scripts/gpu/real_lab.sh: ``real_lab.json``, the smollm2-chat preset, the base's pretraining text replayed
-as real_lab.sh does, base and target τ from ``eval-templates.json`` once its evaluate stage ran). Where the lab has not
-evaluated them yet, ablate does, once (``OUT/reference.json``), so a study needs only the base and the reference data.
+Either kind of lab's folder, the toy lab's or the real-model lab's (``labs.LabLayout``); where the lab has not
+evaluated its base and target yet, ablate does, once (``OUT/reference.json``), so a study needs only the base and the
+reference data.
 
     python -m specdraft_train ablate --lab runs/lab --out runs/ablation \\
         --variant 'kl:' \\
@@ -69,20 +67,18 @@ from .artifacts import (
 from .config import ExportConfig, LabPreset, add_device_argument, apply_settings
 from .distillation import DistillJob
 from .evaluate import drafter_tau, verify_heldout
+from .labs import LabLayout, lab_layout
 from .models import checkpoint_qat_state, load_causal_lm, resolve_device
-from .presets import get_preset
-from .real_lab import PRESET as REAL_LAB_PRESET
-from .real_lab import lab_evaluation
 from .reports import ablation_markdown, pct
 from .tau import gap_closed, model_tau, read_conversations
 
 RESULT_FILE = "result.json"
+REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 # A setting starts at a comma followed by SECTION.FIELD=, so JSON values may hold commas (lists of categories).
 SETTING_SPLIT = re.compile(r",(?=\s*[A-Za-z_]+\.[A-Za-z_]+\s*=)")
 # variant.FIELD=VALUE: what each field accepts
 VARIANT_FIELDS = {"qat": re.compile(r"^(true|false)$", re.IGNORECASE), "init": re.compile(r"^(base|layers:[1-9]\d*)$")}
-REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
 # What a variant's result keeps of each of its distill stages' metrics.
 STAGE_METRICS = (
     "steps",
@@ -158,51 +154,6 @@ def variant_preset(preset: LabPreset, variant: Variant) -> LabPreset:
     except ValueError as error:
         raise ValueError(f"--variant {variant.name}: {error}") from None
     return applied
-
-
-@dataclass(frozen=True)
-class LabLayout:
-    """What ablate reads from a lab's folder, by the kind of lab (module docstring)."""
-
-    path: Path
-    preset: LabPreset
-    replay: Path  # the text replayed beside the distillation loss (its token stream)
-    evaluation: Path  # the lab's own τ of its base and target, once its evaluate stage ran
-    stages: tuple[tuple[str, str], ...]  # (folder, stage) that must be complete
-
-    @property
-    def evaluated(self) -> bool:
-        if self.evaluation.name == "results.json":
-            return stage_complete(self.evaluation.parent, "evaluate")
-        return self.evaluation.is_file()
-
-    def reference_tau(self) -> dict[str, Any]:
-        """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
-        where it has one), from the lab's evaluation."""
-        if self.evaluation.name == "results.json":
-            tau = json.loads(self.evaluation.read_text())["tau"]
-        else:
-            tau = lab_evaluation(json.loads(self.evaluation.read_text()))["tau"]
-        return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
-
-
-def lab_layout(lab: Path) -> LabLayout:
-    """The toy lab's folder (lab_state.json) or the real-model lab's (real_lab.json); anything else is refused."""
-    base_and_reference = (("base", "pretrain"), ("reference", "reference"))
-    if (lab / "real_lab.json").is_file():
-        return LabLayout(
-            lab, get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
-        )
-    state_path = lab / "lab_state.json"
-    if not state_path.is_file():
-        raise ValueError(
-            f"{lab}: neither lab_state.json nor real_lab.json; expected a folder made by `specdraft_train lab` or "
-            "train/scripts/gpu/real_lab.sh"
-        )
-    state = json.loads(state_path.read_text())
-    preset = apply_settings(get_preset(state["preset"]), state.get("settings", []))
-    stages = (*base_and_reference, ("tokenizer", "tokenizer"))
-    return LabLayout(lab, preset, lab / "tokenizer", lab / "eval" / "results.json", stages)
 
 
 def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[str, Any]:

@@ -209,7 +209,7 @@ def lab_markdown(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 # The ablation's report
 
-ABLATION_COLUMNS = ("variant", "settings", "weights", "τ", "macro τ", "top-1", "× base", "gap closed")
+ABLATION_COLUMNS = ("variant", "settings", "weights", "τ as trained", "τ", "macro τ", "top-1", "× base", "gap closed")
 ABLATION_COLUMNS += ("beats base in every category", "data tokens", "device s", "GGUF bytes")
 
 
@@ -223,7 +223,8 @@ def _variant_row(r: dict[str, Any]) -> str:
     )
     gguf_bytes = r.get("export", {}).get("gguf_bytes")  # results written before variants were exported lack it
     figures = [fmt(r[key]) for key in ("tau", "macro_tau", "top1", "over_base")]
-    cells = [r["name"], f"`{settings or 'lab defaults'}`", r["weights"], *figures, pct(r["gap_closed"])]
+    as_trained = fmt(r["fp32"]["tau"]) if "fp32" in r else "—"  # results written before it was kept lack it
+    cells = [r["name"], f"`{settings or 'lab defaults'}`", r["weights"], as_trained, *figures, pct(r["gap_closed"])]
     cells += ["yes" if r["beats_base_everywhere"] else "no", f"{r['data_tokens']:,}", f"{r['device_seconds']:.1f}"]
     return row(*cells, "—" if gguf_bytes is None else f"{gguf_bytes:,}")
 
@@ -272,10 +273,17 @@ def ablation_markdown(summary: dict[str, Any]) -> str:
     ]
     shared = {r["name"]: r.get("device_shared_by", 1) for r in rows if r.get("device_shared_by", 1) > 1}
     if shared:
+        # A time budget of 0 (or none) bounds a variant by its epochs alone: sharing slows it but changes no step.
+        budgeted = any(r["config"].get("time_budget_s") for r in rows if r["name"] in shared)
         lines += [
             "",
             "Ran concurrently on one device (`--jobs`): "
             + ", ".join(f"{name} (shared by {n})" for name, n in shared.items())
-            + ". Their device seconds overlap; each trained on fewer tokens in its time budget than it would alone.",
+            + ". Their device seconds overlap; "
+            + (
+                "each trained on fewer tokens in its time budget than it would alone."
+                if budgeted
+                else "bound by their epochs, not by time, they took the steps they would have taken alone."
+            ),
         ]
     return "\n".join(lines) + "\n"

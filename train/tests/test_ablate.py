@@ -19,6 +19,7 @@ from specdraft_train.evaluate import drafter_tau
 from specdraft_train.examples import read_train_examples
 from specdraft_train.models import QAT_STATE_FILE, load_causal_lm
 from specdraft_train.quant import load_qat_state
+from specdraft_train.reports import ablation_markdown
 from specdraft_train.tau import gap_closed, model_tau, read_conversations
 
 LAB_SETTINGS = ["distill.batch_size=8", "distill.epochs=1", "distill.eval_every=0"]
@@ -118,6 +119,8 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(
         and "| allq4 | `export.embedding_type=Q4_0` | q4_0-qat-q4_0-embedding |" in markdown
         and f"| {allq4['export']['gguf_bytes']:,} |" in markdown
     )
+    # τ as trained (fp32) beside τ at Q4_0: what quantization costs each variant
+    assert f"| q4_0-ptq | {ce32['fp32']['tau']:.3f} | {ce32['tau']:.3f} |" in markdown
     assert json.loads((out / "ablation.json").read_text()) == summary
 
     # A rerun skips finished variants (nothing retrained), and a name reused with other settings is refused.
@@ -153,10 +156,13 @@ def test_jobs_run_variants_in_parallel_processes_and_score_them_alike(
     parallel_kl = summary["variants"][0]
     assert parallel_kl["tau"] == alone["tau"] and parallel_kl["by_category"] == alone["by_category"]
     assert summary["variants"][1]["config"]["loss"] == "tvd"
-    assert (
-        "Ran concurrently on one device (`--jobs`): kl (shared by 2), tvd (shared by 2)"
-        in (out / "ablation.md").read_text()
-    )
+    markdown = (out / "ablation.md").read_text()
+    assert "Ran concurrently on one device (`--jobs`): kl (shared by 2), tvd (shared by 2)" in markdown
+    # epoch-bound variants (no time budget) take their steps however the device is shared; budgeted ones do not
+    assert summary["variants"][0]["config"]["time_budget_s"] == 0 and "steps they would have taken alone" in markdown
+    for r in summary["variants"]:
+        r["config"]["time_budget_s"] = 60
+    assert "fewer tokens in its time budget" in ablation_markdown(summary)
     assert parse_variant(parse_variant(specs[1]).text()) == parse_variant(specs[1])
 
 

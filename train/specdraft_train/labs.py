@@ -1,0 +1,65 @@
+"""What a lab's folder holds, by the kind of lab, for commands that build on a lab (`ablate`).
+
+The toy lab's folder (`specdraft_train lab`): its preset and ``--set`` values in ``lab_state.json``, the tokenizer
+stage's text replayed beside distillation, the base's and target's τ from its evaluate stage (``eval/results.json``).
+The real-model lab's (train/scripts/gpu/real_lab.sh): ``real_lab.json``, the smollm2-chat preset, the base's
+pretraining text replayed as real_lab.sh does, the base's and target's τ from ``eval-templates.json`` once its
+evaluate stage ran."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .artifacts import stage_complete
+from .config import LabPreset, apply_settings
+from .presets import get_preset
+from .real_lab import PRESET as REAL_LAB_PRESET
+from .real_lab import lab_evaluation
+
+
+@dataclass(frozen=True)
+class LabLayout:
+    """What ablate reads from a lab's folder, by the kind of lab (module docstring)."""
+
+    path: Path
+    preset: LabPreset
+    replay: Path  # the text replayed beside the distillation loss (its token stream)
+    evaluation: Path  # the lab's own τ of its base and target, once its evaluate stage ran
+    stages: tuple[tuple[str, str], ...]  # (folder, stage) that must be complete
+
+    @property
+    def evaluated(self) -> bool:
+        if self.evaluation.name == "results.json":
+            return stage_complete(self.evaluation.parent, "evaluate")
+        return self.evaluation.is_file()
+
+    def reference_tau(self) -> dict[str, Any]:
+        """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
+        where it has one), from the lab's evaluation."""
+        if self.evaluation.name == "results.json":
+            tau = json.loads(self.evaluation.read_text())["tau"]
+        else:
+            tau = lab_evaluation(json.loads(self.evaluation.read_text()))["tau"]
+        return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
+
+
+def lab_layout(lab: Path) -> LabLayout:
+    """The toy lab's folder (lab_state.json) or the real-model lab's (real_lab.json); anything else is refused."""
+    base_and_reference = (("base", "pretrain"), ("reference", "reference"))
+    if (lab / "real_lab.json").is_file():
+        return LabLayout(
+            lab, get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
+        )
+    state_path = lab / "lab_state.json"
+    if not state_path.is_file():
+        raise ValueError(
+            f"{lab}: neither lab_state.json nor real_lab.json; expected a folder made by `specdraft_train lab` or "
+            "train/scripts/gpu/real_lab.sh"
+        )
+    state = json.loads(state_path.read_text())
+    preset = apply_settings(get_preset(state["preset"]), state.get("settings", []))
+    stages = (*base_and_reference, ("tokenizer", "tokenizer"))
+    return LabLayout(lab, preset, lab / "tokenizer", lab / "eval" / "results.json", stages)
