@@ -9,9 +9,9 @@ category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the 
 as its own drafter that it closes. Each variant also records the continuation tokens it trained on and the seconds
 its stages held the device.
 
-Either kind of lab's folder, the toy lab's or the real-model lab's (``labs.LabLayout``); where the lab has not
-evaluated its base and target yet, ablate does, once (``OUT/reference.json``), so a study needs only the base and the
-reference data.
+It takes either kind of lab's folder, the toy lab's or the real-model lab's (``labs.LabLayout``); where the lab has
+not evaluated its base and target yet, ablate does, once (``OUT/reference.json``), so a study needs only the base and
+the reference data.
 
     python -m specdraft_train ablate --lab runs/lab --out runs/ablation \\
         --variant 'kl:' \\
@@ -191,6 +191,20 @@ def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[st
     }
     atomic_write_json(cached, {"heldout_sha256": heldout_sha256, "device": str(device), "tau": tau})
     return tau
+
+
+def check_target_layers(lab: Path, variant: Variant) -> None:
+    """A ``variant.init=layers:N`` variant needs the lab's target with at least N layers."""
+    wanted = variant.target_layers()
+    if wanted is None:
+        return
+    config_path = lab / "target" / "config.json"
+    said = f"--variant {variant.name}: variant.init=layers:{wanted}"
+    if not config_path.is_file():
+        raise ValueError(f"{said} needs the lab's target ({config_path})")
+    layers = json.loads(config_path.read_text())["num_hidden_layers"]
+    if wanted > layers:
+        raise ValueError(f"{said}: the lab's target has {layers} layers")
 
 
 def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
@@ -468,8 +482,9 @@ def run_ablation(
             replace(v, distill_settings=(f"distill.time_budget_s={time_budget_s}", *v.distill_settings))
             for v in variants
         ]
-    for variant in variants:
-        variant_preset(layout.preset, variant)  # refuse a mistyped setting before any variant spends device time
+    for variant in variants:  # refuse what cannot run before any variant spends device time
+        variant_preset(layout.preset, variant)
+        check_target_layers(lab, variant)
     for stage, kind in layout.stages:
         if not stage_complete(lab / stage, kind):
             raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")

@@ -174,6 +174,13 @@ def test_ablate_cli_refuses_an_unknown_setting_before_training(lab: Path, tmp_pa
     assert code == 2
     assert "--variant typo" in err and "no setting 'distill.loss_weight'" in err
     assert not (tmp_path / "a" / "ok").exists()  # refused before any variant ran
+    layers = json.loads((lab / "target" / "config.json").read_text())["num_hidden_layers"]
+    code, _, err = run_main(
+        "ablate", "--lab", str(lab), "--out", str(tmp_path / "b"), "--variant", "ok:",
+        "--variant", f"deep:variant.init=layers:{layers + 1}", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 2 and f"the lab's target has {layers} layers" in err
+    assert not (tmp_path / "b" / "ok").exists()
     with pytest.raises(ValueError, match="--variant q6: Unknown embedding type 'Q6_K'"):
         run_ablation(lab, tmp_path / "b", [parse_variant("q6:export.embedding_type=Q6_K")], device_name="cpu")
     assert not (tmp_path / "b" / "q6").exists()
