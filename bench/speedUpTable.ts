@@ -150,10 +150,12 @@ function costTables(targets: Map<string, CostsJson>, drafters: Map<string, Costs
             ["HTTP (`specdraft serve`)", d.draft_walk, d.draft],
             ["in process", d.draft_walk_in_process, d.draft_in_process],
         ] as const) {
+            if (walk === undefined && by8 === undefined) continue; // a path generateCosts did not time
             const w = bySize(walk, (x) => x);
             const e = bySize(by8, (x) => x);
             const row = (m: Map<number, number>) => nSizes.map((s) => f(m.get(s))).join(" / ");
-            lines.push(`| ${name} | ${path} | ${row(w)} | ${row(e)} | ${f((w.get(8) ?? Number.NaN) / 8, 3)} |`);
+            const perToken = w.has(8) ? (w.get(8) ?? 0) / 8 : undefined;
+            lines.push(`| ${name} | ${path} | ${row(w)} | ${row(e)} | ${f(perToken, 3)} |`);
         }
     }
     lines.push("");
@@ -189,15 +191,14 @@ function projectionTables(targets: Map<string, CostsJson>, drafters: Map<string,
                 "",
             );
             lines.push(`| k | ${header.join(" | ")} |`, `|---|${header.map(() => "---|").join("")}`);
-            const http = stepCosts(t, d, "http");
+            // a drafter timed only in this process (generateCosts --draft-model without --drafter) has no HTTP path
+            const http = (d.draft_walk_interleaved ?? d.draft_walk) ? stepCosts(t, d, "http") : undefined;
             const inProcess = stepCosts(t, d, "in-process");
             for (const k of tableDraftLengths) {
                 const cells = tableAgreements.flatMap((a) => {
                     const tau = f(expectedTokensPerStep(a, k), 1);
-                    return [
-                        `${f(projectSpeedUp(http, a, k).speedUp)}× (τ ${tau})`,
-                        `${f(projectSpeedUp(inProcess, a, k).speedUp)}×`,
-                    ];
+                    const overHttp = http ? `${f(projectSpeedUp(http, a, k).speedUp)}×` : "–";
+                    return [`${overHttp} (τ ${tau})`, `${f(projectSpeedUp(inProcess, a, k).speedUp)}×`];
                 });
                 lines.push(`| ${k} | ${cells.join(" | ")} |`);
             }

@@ -89,6 +89,19 @@ test("tables from a results folder: costs, projections (not for A/B variants), e
     assert.ok(Math.abs(check.error) < 1e-9 && check.withinTolerance);
 });
 
+test("a drafter timed only in process is projected in process, its HTTP cells empty", async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "speedUpTable-in-process-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    const { draft: _draft, draft_walk: _walk, draft_step_ms: _step, ...inProcessOnly } = drafter;
+    await writeFile(join(dir, "target-8b-f16.json"), JSON.stringify(target));
+    await writeFile(join(dir, "drafter-1.7b.json"), JSON.stringify(inProcessOnly));
+    const md = renderSpeedUpTables(dir);
+    assert.match(md, /\| 1\.7b \| in process \| [^\n]* \| 1\.863 \|/, "its costs, ms a draft token at n = 8");
+    assert.doesNotMatch(md, /\| 1\.7b \| HTTP/, "no row for the path not timed");
+    const k4 = projectSpeedUp(stepCosts(target, inProcessOnly, "in-process"), 0.81, 4).speedUp.toFixed(2);
+    assert.match(md, new RegExp(`\\| 4 \\| [^\\n]*\\| – \\(τ 3\\.4\\) \\| ${k4.replace(".", "\\.")}× \\|`));
+});
+
 test("per-prompt costs: F(P) from the target, D(P) = the first draft less a steady one, each generation's prompt", () => {
     const withPrompts = {
         ...target,
