@@ -203,8 +203,10 @@ def check_target_layers(lab: Path, variant: Variant) -> None:
     if not config_path.is_file():
         raise ValueError(f"{said} needs the lab's target ({config_path})")
     layers = json.loads(config_path.read_text())["num_hidden_layers"]
-    if wanted > layers:
-        raise ValueError(f"{said}: the lab's target has {layers} layers")
+    try:
+        drafter.evenly_spaced(wanted, layers)  # the rule `drafter --init layers --layers N` applies
+    except ValueError as error:
+        raise ValueError(f"{said}: the lab's target has {layers} layers") from error
 
 
 def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ class LabLayout:
     """What ablate reads from a lab's folder, by the kind of lab (module docstring)."""
 
     path: Path
+    kind: str  # "lab" (the toy lab's folder) or "real_lab"
     preset: LabPreset
     replay: Path  # the text replayed beside the distillation loss (its token stream)
     evaluation: Path  # the lab's own τ of its base and target, once its evaluate stage ran
@@ -32,17 +33,15 @@ class LabLayout:
 
     @property
     def evaluated(self) -> bool:
-        if self.evaluation.name == "results.json":
+        if self.kind == "lab":
             return stage_complete(self.evaluation.parent, "evaluate")
         return self.evaluation.is_file()
 
     def reference_tau(self) -> dict[str, Any]:
         """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
         where it has one), from the lab's evaluation."""
-        if self.evaluation.name == "results.json":
-            tau = json.loads(self.evaluation.read_text())["tau"]
-        else:
-            tau = lab_evaluation(json.loads(self.evaluation.read_text()))["tau"]
+        saved = json.loads(self.evaluation.read_text())
+        tau = saved["tau"] if self.kind == "lab" else lab_evaluation(saved)["tau"]
         return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
 
 
@@ -51,7 +50,7 @@ def lab_layout(lab: Path) -> LabLayout:
     base_and_reference = (("base", "pretrain"), ("reference", "reference"))
     if (lab / "real_lab.json").is_file():
         return LabLayout(
-            lab, get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
+            lab, "real_lab", get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
         )
     state_path = lab / "lab_state.json"
     if not state_path.is_file():
@@ -62,4 +61,4 @@ def lab_layout(lab: Path) -> LabLayout:
     state = json.loads(state_path.read_text())
     preset = apply_settings(get_preset(state["preset"]), state.get("settings", []))
     stages = (*base_and_reference, ("tokenizer", "tokenizer"))
-    return LabLayout(lab, preset, lab / "tokenizer", lab / "eval" / "results.json", stages)
+    return LabLayout(lab, "lab", preset, lab / "tokenizer", lab / "eval" / "results.json", stages)

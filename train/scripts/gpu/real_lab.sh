@@ -208,22 +208,22 @@ stage reference_other sd reference --target "$work/target" --prompts "$other" --
 # the target's layers distilled alike. Epoch-bound (no time budget), so sharing the GPU changes no variant's steps;
 # all at once on the one GPU (small drafters' steps are launch-bound); scored at Q4_0 PTQ, with no QAT: the question
 # is what distillation can learn. It comes before the lab's own distillation so that a call can run it alone.
-if [ "$cpu" = 1 ]; then
-  limits_variants=(data-50:distill.data_fraction=0.5 layers-2:variant.init=layers:2)
-  limits_common="distill.epochs=1,distill.batch_size=5,distill.eval_every=0,distill.ckpt_every=1,"
-  limits_common+="distill.replay_batch_size=2,distill.replay_seq_len=64,"
-else
-  limits_variants=(data-25:distill.data_fraction=0.25 data-50:distill.data_fraction=0.5 data-100:
-    epochs-12:distill.epochs=12 layers-2:variant.init=layers:2 layers-4:variant.init=layers:4
-    layers-8:variant.init=layers:8)
-  limits_common=""
-fi
-limits_flags=()
-for variant in "${limits_variants[@]}"; do  # the common settings first: a variant's own override them
-  name=${variant%%:*} own=${variant#*:}
-  limits_flags+=(--variant "$name:$limits_common${own:+$own,}variant.qat=false")
-done
 if [ "${REAL_LAB_LIMITS:-0}" = 1 ]; then
+  if [ "$cpu" = 1 ]; then
+    limits_variants=(data-50:distill.data_fraction=0.5 layers-2:variant.init=layers:2)
+    limits_common="distill.epochs=1,distill.batch_size=5,distill.eval_every=0,distill.ckpt_every=1,"
+    limits_common+="distill.replay_batch_size=2,distill.replay_seq_len=64,"
+  else
+    limits_variants=(data-25:distill.data_fraction=0.25 data-50:distill.data_fraction=0.5 data-100:
+      epochs-12:distill.epochs=12 layers-2:variant.init=layers:2 layers-4:variant.init=layers:4
+      layers-8:variant.init=layers:8)
+    limits_common=""
+  fi
+  limits_flags=()
+  for variant in "${limits_variants[@]}"; do  # the common settings first: a variant's own override them
+    name=${variant%%:*} own=${variant#*:}
+    limits_flags+=(--variant "$name:$limits_common${own:+$own,}variant.qat=false")
+  done
   stage limits sd ablate --lab "$work" --out "$work/limits" --device "$device" --time-budget 0 \
     --jobs "$([ "$cpu" = 1 ] && echo 1 || echo "${#limits_variants[@]}")" "${limits_flags[@]}"
 fi
