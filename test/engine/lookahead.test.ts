@@ -1,6 +1,7 @@
 /**
  * Prompt-lookup candidates in the draft loop (`lookahead`), on the CPU with the tiny fixture: they save steps, leave
- * drafts as they are, keep one step shape with fillers, share a step's token budget, come only from the request's own
+ * drafts as they are (up to near ties of the drafter's own logits: a step with candidates decodes two or more tokens of
+ * a sequence where a plain step decodes one, ../helpers/nearTies.ts), keep one step shape with fillers, share a step's token budget, come only from the request's own
  * tokens, and respect end_id and the context's end. (Every draft of the other engine tests is also drafted with
  * candidates and compared: helpers/differentialEngine.ts.)
  */
@@ -10,7 +11,8 @@ import { test } from "node:test";
 import { defaultLookahead, maxLookahead } from "../../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
 import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
-import { randomPrompts, testGpu, tinyEngineOptions } from "./helpers/engineFixtures.js";
+import { assertDraftsAgree, type DraftPair } from "../helpers/nearTies.js";
+import { randomPrompts, testGpu, tinyEngineOptions, tinyModel } from "./helpers/engineFixtures.js";
 
 interface Step extends StepSplit {
     sequences: number;
@@ -40,15 +42,17 @@ test("candidates the drafter agrees with are kept: the same drafts in fewer step
     const plain = await openEngine(t, { lookahead: 0 });
     const looking = await openEngine(t, { lookahead: 4, lookaheadStepTokens: 5, lookaheadFill: false });
     const n = 48;
+    const pairs: DraftPair[] = [];
     for (const prompt of randomPrompts(6, 4000, 83)) {
         const expected = await plain.engine.draft(prompt, n);
         const before = looking.steps.length;
-        assert.deepEqual(await looking.engine.draft(prompt, n), expected);
+        pairs.push({ context: prompt, expected, actual: await looking.engine.draft(prompt, n) });
         const steps = looking.steps.slice(before);
         // a step gives its own token plus every kept candidate
         assert.equal(sum(steps, "drafted"), n);
         assert.equal(steps.length, n - sum(steps, "accepted"));
     }
+    await assertDraftsAgree(tinyModel, pairs, "with candidates", testGpu);
     assert.equal(plain.steps.length, 6 * n, "one step a token without candidates");
     assert.equal(sum(plain.steps, "candidates"), 0);
     const accepted = sum(looking.steps, "accepted");
@@ -62,15 +66,18 @@ test("candidates the drafter agrees with are kept: the same drafts in fewer step
 test("with fillers every step of a lone request carries 1 + M tokens, so llama.cpp keeps reusing its graph", async (t) => {
     const plain = await openEngine(t, { lookahead: 0 });
     const filled = await openEngine(t, { lookahead: 3, lookaheadStepTokens: 4, lookaheadFill: true });
+    const pairs: DraftPair[] = [];
     for (const prompt of randomPrompts(4, 4000, 89)) {
         const before = filled.steps.length;
-        assert.deepEqual(await filled.engine.draft(prompt, 40), await plain.engine.draft(prompt, 40));
+        const actual = await filled.engine.draft(prompt, 40);
+        pairs.push({ context: prompt, expected: await plain.engine.draft(prompt, 40), actual });
         const [first, ...drafting] = filled.steps.slice(before);
         // the first step is the prompt's prefill with the candidates after its last token
         assert.equal(first?.tokens, prompt.length + 3);
         for (const step of drafting) assert.equal(step.tokens, 4);
         assert.ok(drafting.filter((step) => step.graphReused).length >= drafting.length - 2);
     }
+    await assertDraftsAgree(tinyModel, pairs, "with fillers", testGpu);
     assert.ok(sum(filled.steps, "fillers") > 0, "the lookup had no guess somewhere, and fillers kept the shape");
 });
 
@@ -123,16 +130,20 @@ test("end_id ends the draft right after it even where later candidates were kept
         lookaheadFill: true,
         contextSize: 128,
     });
+    const pairs: DraftPair[] = [];
     for (const prompt of randomPrompts(4, 4000, 101)) {
         const full = await plain.engine.draft(prompt, 40);
         const endId = full[25];
         assert.ok(endId !== undefined, `a draft of ${full.length}, not 40`);
         const stop = full.indexOf(endId);
-        assert.deepEqual(await looking.engine.draft(prompt, 40, { endId }), full.slice(0, stop + 1));
+        const ended = await looking.engine.draft(prompt, 40, { endId });
+        pairs.push({ context: prompt, expected: full.slice(0, stop + 1), actual: ended });
         // to the last position of the context: prompt + n − 1 tokens in the cache
         const n = 128 - prompt.length;
-        assert.deepEqual(await looking.engine.draft(prompt, n), await plain.engine.draft(prompt, n));
+        const toTheEnd = await looking.engine.draft(prompt, n);
+        pairs.push({ context: prompt, expected: await plain.engine.draft(prompt, n), actual: toTheEnd });
     }
+    await assertDraftsAgree(tinyModel, pairs, "with end_id and to the context's end", testGpu);
     assert.ok(sum(looking.steps, "accepted") > 0);
 });
 

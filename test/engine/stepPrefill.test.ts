@@ -1,7 +1,8 @@
 /**
  * Step-wise short prefills (`stepPrefill`) and the decode-time split (submit + wait) on the CPU with the tiny fixture:
- * feeding a request's few new tokens one per step keeps every step one token per sequence, and drafts stay exactly
- * what they are without it, alone and in a batch of 32.
+ * feeding a request's few new tokens one per step keeps every step one token per sequence, and drafts stay what they are
+ * without it, alone and in a batch of 32, up to near ties of the model's own logits (../helpers/nearTies.ts: the
+ * prompt is decoded in other shapes).
  */
 
 import assert from "node:assert/strict";
@@ -9,9 +10,10 @@ import { test } from "node:test";
 import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
 import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
-import { draftConversationsAlone, draftsOf } from "./helpers/conversations.js";
+import { assertDraftsAgree, draftPairs } from "../helpers/nearTies.js";
+import { draftConversationsAlone, roundPairs } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
-import { randomPrompts, tinyEngineOptions } from "./helpers/engineFixtures.js";
+import { randomPrompts, testGpu, tinyEngineOptions, tinyModel } from "./helpers/engineFixtures.js";
 
 interface Step {
     tokens: number;
@@ -50,13 +52,19 @@ test("step-wise prefill drafts the same as prefill in one step, alone and among 
 
     const stepwise = await openEngine(t, { stepPrefill: 2 });
     const stepwiseAlone = await draftConversationsAlone(stepwise.engine, prompts, rounds, n, 9);
-    assert.deepEqual(draftsOf(stepwiseAlone), draftsOf(reference), "step-wise prefill changed drafts computed alone");
+    // step-wise prefill decodes a prompt in other shapes: the same drafts up to near ties
+    const pairs = roundPairs(reference, stepwiseAlone);
+    assert.ok(pairs.length >= 0.75 * prompts.length * rounds, `${pairs.length} drafts compared`);
+    await assertDraftsAgree(tinyModel, pairs, "step-wise prefill alone", testGpu);
 
     // the whole prompt fed step-wise too (every arrival): still the same drafts
     const everything = await openEngine(t, { stepPrefill: 1000 });
-    assert.deepEqual(
-        draftsOf(await draftConversationsAlone(everything.engine, prompts, 2, n, 9)),
-        draftsOf(reference.slice(0, 2)),
+    const everyArrival = await draftConversationsAlone(everything.engine, prompts, 2, n, 9);
+    await assertDraftsAgree(
+        tinyModel,
+        roundPairs(reference.slice(0, 2), everyArrival),
+        "every prompt step-wise",
+        testGpu,
     );
     for (const step of everything.steps)
         assert.equal(step.tokens, step.sequences, "a step took several tokens of one sequence");
@@ -66,7 +74,8 @@ test("step-wise prefill drafts the same as prefill in one step, alone and among 
     for (const [r, round] of reference.entries()) {
         const start = batched.steps.length;
         const drafts = await Promise.all(round.requests.map((request) => batched.engine.draft(request, n)));
-        assert.deepEqual(drafts, round.drafts, `round ${r}: batched step-wise drafts differ from drafts alone`);
+        const pairs = draftPairs(round.requests, round.drafts, drafts);
+        await assertDraftsAgree(tinyModel, pairs, `round ${r}, batched step-wise`, testGpu);
         if (r > 0) {
             const steps = batched.steps.slice(start);
             for (const step of steps) assert.equal(step.tokens, step.sequences, `round ${r}: a multi-token step`);

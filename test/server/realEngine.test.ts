@@ -11,6 +11,7 @@ import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.
 import { type App, buildApp } from "../../src/server/buildApp.js";
 import { ServerMetrics } from "../../src/server/ServerMetrics.js";
 import { sample } from "../helpers/metricSamples.js";
+import { assertDraftsAgree, draftPairs } from "../helpers/nearTies.js";
 import { cliPath, repoRoot, spawnServe } from "./serveProcess.js";
 import { serveAppDefaults } from "./testApp.js";
 
@@ -94,7 +95,8 @@ describe("real engine", () => {
 
         const decodesBefore = await counter(batched, "specdraft_decode_batch_sequences_count");
         const batchDrafts = await Promise.all(cs.map((c) => draft(batched, c)));
-        assert.deepEqual(batchDrafts, aloneDrafts);
+        // other decode shapes: the same drafts up to near ties of the model's logits (../helpers/nearTies.ts)
+        await assertDraftsAgree(tinyModel, draftPairs(cs, aloneDrafts, batchDrafts), "batched");
         const decodes = (await counter(batched, "specdraft_decode_batch_sequences_count")) - decodesBefore;
         const sequencesSum = await counter(batched, "specdraft_decode_batch_sequences_sum");
         assert.ok(sequencesSum / decodes > 1, `drafts were batched: ${sequencesSum} sequences over ${decodes} decodes`);
@@ -113,7 +115,8 @@ describe("real engine", () => {
 
         const fresh = await realApp();
         try {
-            assert.deepEqual(reusedDraft, await draft(fresh, grown));
+            const pair = { context: grown, expected: await draft(fresh, grown), actual: reusedDraft };
+            await assertDraftsAgree(tinyModel, [pair], "after prefix reuse");
             assert.equal(await counter(fresh, "specdraft_prefix_tokens_evaluated_total"), grown.length);
         } finally {
             await closeApp(fresh);
@@ -167,7 +170,8 @@ test("/metrics counts the candidates each step checked and kept; /info says the 
         const n = 40;
         const expected = await draft(plain, tokens, n);
         const steps = await counter(withCandidates, "specdraft_step_decode_seconds_count");
-        assert.deepEqual(await draft(withCandidates, tokens, n), expected);
+        const pair = { context: tokens, expected, actual: await draft(withCandidates, tokens, n) };
+        await assertDraftsAgree(tinyModel, [pair], "with candidates");
         const taken = (await counter(withCandidates, "specdraft_step_decode_seconds_count")) - steps;
         const proposed = await counter(withCandidates, "specdraft_lookahead_candidates_total");
         const accepted = await counter(withCandidates, "specdraft_lookahead_accepted_total");

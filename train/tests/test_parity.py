@@ -95,6 +95,11 @@ FLIP_LOGIT_REACH = 0.05
 # Under serving defaults (flash attention, F16 KV cache, Q8_0 activations against Q4_0 weights) logits move by up to
 # ~0.1 on this model, so only first tokens whose top-1/top-2 logit gap is wider than this must agree.
 SAFE_MARGIN = 0.25
+# llama.cpp's F32 forward and PyTorch's fp32 one sum in other orders (first-step |Δ log p| ≤ EXACT_TOLERANCE, growing
+# over a draft's steps), and which near ties flip depends on the CPU's kernels (AVX2 or AVX-512): a draft may leave
+# PyTorch's only where PyTorch's top-2 logit gap is below this, and most drafts must not leave it at all.
+F32_LOGIT_REACH = 1e-3
+MIN_IDENTICAL = 16  # of the 20 drafts
 
 
 @dataclass
@@ -163,6 +168,27 @@ class Parity:
     max_diff: float  # max |Δ log p| over the vocabulary at the first step, over prompts
     first_margins: list[float]  # PyTorch's top-1/top-2 logit gap at the first step, per prompt
     first_agree: list[bool]  # first draft token identical, per prompt
+    diverged_at_near_tie: int = 0  # drafts that differ only from a step where PyTorch's top-2 gap < F32_LOGIT_REACH
+
+    def assert_exact_up_to_near_ties(self) -> None:
+        """F32 against fp32: every draft identical or parted at a near tie, most identical, the first step exact."""
+        assert self.identical + self.diverged_at_near_tie == self.total == 20, (self.identical, self.total)
+        assert self.identical >= MIN_IDENTICAL and self.max_diff < EXACT_TOLERANCE, (self.identical, self.max_diff)
+
+
+def near_tie_split(
+    ours: list[list[int]], theirs: list[list[int]], gaps: list[list[float]], reach: float
+) -> tuple[int, int]:
+    """(identical drafts, drafts that first differ at or after a step where PyTorch's top-2 gap was below ``reach``):
+    the rest differ where the model's choice was clear, which no rounding explains."""
+    identical = near_tie = 0
+    for a, b, gap in zip(ours, theirs, gaps):
+        if a == b:
+            identical += 1
+            continue
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        near_tie += min(gap[: first + 1]) < reach
+    return identical, near_tie
 
 
 @torch.no_grad()
@@ -216,21 +242,23 @@ def quantized_once(function: Callable[..., T]) -> Callable[..., T]:
 def compare_with_llama_cpp(
     model: PreTrainedModel, gguf_path: Path, lab: Lab, label: str, settings: dict[str, object]
 ) -> Parity:
-    drafts, log_probs, margins = [], [], []
+    drafts, log_probs, gaps = [], [], []
     for batch in lab.prompts:
         batch_drafts, batch_log_probs, batch_gaps = torch_greedy(model, batch)
         drafts += batch_drafts.tolist()
         log_probs += list(batch_log_probs)
-        margins += batch_gaps[:, 0].tolist()
+        gaps += batch_gaps.tolist()
     result = llama_greedy(
         gguf_path, {"prompts": all_prompts(lab), "n": DRAFT_LENGTH, "probabilities": True, **settings}
     )
+    identical, near_tie = near_tie_split(drafts, result["drafts"], gaps, F32_LOGIT_REACH)
     parity = Parity(
-        identical=sum(a == b for a, b in zip(drafts, result["drafts"])),
+        identical=identical,
         total=len(drafts),
         max_diff=max(log_prob_diff(e, llama_probabilities(p)) for e, p in zip(log_probs, result["firstProbabilities"])),
-        first_margins=margins,
+        first_margins=[gap[0] for gap in gaps],
         first_agree=[a[0] == b[0] for a, b in zip(drafts, result["drafts"])],
+        diverged_at_near_tie=near_tie,
     )
     print(
         f"\n[parity] {label}: {parity.identical}/{parity.total} identical {DRAFT_LENGTH}-token greedy drafts, "
@@ -247,8 +275,7 @@ def f32_export(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_f32_export_drafts_like_the_fp32_model(lab: Lab, f32_export: Path):
     parity = compare_with_llama_cpp(lab.model, f32_export, lab, "F32 GGUF vs fp32 model", EXACT_SETTINGS)
-    assert parity.identical == parity.total == 20
-    assert parity.max_diff < EXACT_TOLERANCE
+    parity.assert_exact_up_to_near_ties()
 
 
 QAT_EMBEDDINGS = {"q8_0-embedding": "Q8_0", "all-q4_0": "Q4_0"}  # the two Q4_0 layouts, by test id
@@ -504,13 +531,7 @@ def exact_parity(
         explain(model, qat, prompt, llama_probabilities(encoded), make, start)
         for prompt, encoded, start in zip(prompts, result["firstProbabilities"], emulated.starts)
     ]
-    identical = near_tie = 0
-    for ours, theirs, gap in zip(emulated.drafts, result["drafts"], emulated.gaps):
-        if ours == theirs:
-            identical += 1
-            continue
-        first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-        near_tie += min(gap[: first + 1]) < FLIP_LOGIT_REACH
+    identical, near_tie = near_tie_split(emulated.drafts, result["drafts"], emulated.gaps, FLIP_LOGIT_REACH)
     return ExactParity(variant, rule, explained, identical, near_tie)
 
 
@@ -605,7 +626,7 @@ def test_an_untied_head_exports_as_exactly(lab: Lab, tmp_path: Path):
     checkpoint = save_checkpoint(model, lab.tokenizer, tmp_path / "f32")
     f32 = export_gguf(checkpoint, tmp_path / "f32.gguf", "F32")
     parity = compare_with_llama_cpp(model, f32, lab, "untied head: F32 GGUF vs fp32 model", EXACT_SETTINGS)
-    assert parity.identical == parity.total == 20 and parity.max_diff < EXACT_TOLERANCE
+    parity.assert_exact_up_to_near_ties()
 
     qat = prepare_qat(model, clip_search=True)
     assert {"model.embed_tokens.weight", "lm_head.weight"} <= set(qat.targets)
@@ -658,7 +679,9 @@ def typescript_fingerprint(gguf_path: Path) -> str:
 def test_serve_drafts_like_transformers_and_reports_the_vocabulary(lab: Lab, f32_export: Path, qat_exports):
     # The F32 export served in plain-fp32 settings drafts transformers' greedy tokens; /info's fingerprint is the
     # tokenizer's (for the Llama lab: the fingerprint of SmolLM2's own GGUF, so validate pairs it with that target).
-    expected_drafts = [draft for batch in lab.prompts for draft in torch_greedy(lab.model, batch)[0].tolist()]
+    greedy = [torch_greedy(lab.model, batch) for batch in lab.prompts]
+    expected_drafts = [draft for drafts, _, _ in greedy for draft in drafts.tolist()]
+    gaps = [gap for _, _, step_gaps in greedy for gap in step_gaps.tolist()]
     tokenizer = (
         lab.tokenizer
         if isinstance(lab.tokenizer, Tokenizer)
@@ -671,7 +694,9 @@ def test_serve_drafts_like_transformers_and_reports_the_vocabulary(lab: Lab, f32
         info = http_json(f"{url}/info")
         served = [http_json(f"{url}/draft", {"tokens": p, "n": DRAFT_LENGTH})["draft"] for p in all_prompts(lab)]
     assert info["vocab_fingerprint"] == fingerprint and info["vocab_size"] == lab.model.config.vocab_size
-    assert served == expected_drafts
+    # served F32 against fp32 PyTorch: the same drafts up to near ties (F32_LOGIT_REACH), most identical
+    identical, near_tie = near_tie_split(expected_drafts, served, gaps, F32_LOGIT_REACH)
+    assert identical + near_tie == len(served) == 20 and identical >= MIN_IDENTICAL, (identical, near_tie)
     # the Q4_0 QAT export as served by default: the same vocabulary, drafts of the asked length
     _, _, q4_0 = qat_exports["all-q4_0"]
     with serving(q4_0) as url:

@@ -5,7 +5,7 @@ served GGUF (llama.cpp through node-llama-cpp, its default F16 KV cache, as `gen
 greedy tokens except at near ties, which the test names; a Llama drafter made from the target's layers by `drafter`
 goes through `distill`, `distill --qat` and `evaluate`, and `export --type F32` writes a GGUF llama.cpp loads and
 drafts its greedy tokens from; the QAT drafter exported to Q4_0 drafts for `specdraft generate` with the F32 target,
-which keeps the target's own output on every held-out prompt."""
+which keeps the target's own output on every held-out prompt up to near ties it names."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import gguf
 import pytest
 import torch
 from conftest import REPO, TRAIN_ROOT, run_main
+from generate_verdict import near_tie_problems
 from test_export import run_gguf_greedy
 
 from specdraft_train.artifacts import verify_stage_dir
@@ -218,7 +219,9 @@ def test_the_distilled_llama_drafter_exports_to_a_gguf_llama_cpp_drafts_from(dra
 
 def test_the_q4_0_drafter_drafts_for_generate_with_the_f32_target_losslessly(drafted: dict[str, Any]):
     """The real model's whole path: export Q4_0 (QAT's blocks), then `specdraft generate` on the served target with the
-    drafter in process, every held-out chat prompt identical to the target alone (exit 0), drafts offered."""
+    drafter in process: exit 0, every held-out chat prompt identical to the target alone or parted at a near tie
+    the command named and replayed (which prompt parts depends on the CPU's kernels: generate_verdict.py); drafts
+    offered."""
     gguf_path = drafted["root"] / "drafter-q4_0.gguf"
     code, _, err = run_main("export", "--checkpoint", str(drafted["qat"]), "--out", str(gguf_path), "--type", "Q4_0")
     assert code == 0, err
@@ -238,7 +241,7 @@ def test_the_q4_0_drafter_drafts_for_generate_with_the_f32_target_losslessly(dra
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     summary = json.loads(summary_path.read_text())
-    assert summary["identical"] is True and len(summary["prompts"]) == len(read_conversations(heldout))
+    assert near_tie_problems(summary, len(read_conversations(heldout))) == []
     assert summary["speculative"]["drafted"] > 0 and summary["tau"] >= 1
 
 

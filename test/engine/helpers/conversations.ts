@@ -2,6 +2,7 @@
 
 import { seededRandom } from "../../../bench/lib/seededRandom.js";
 import type { DraftEngine } from "../../../src/engine/types.js";
+import type { DraftPair } from "../../helpers/nearTies.js";
 
 /** The request a conversation sends next, given its last request and the draft it got. */
 export function nextRequest(
@@ -45,5 +46,16 @@ export async function draftConversationsAlone(
     return result;
 }
 
-/** Every round's drafts, for comparing two engines' conversations. */
-export const draftsOf = (rounds: readonly ConversationRound[]): number[][][] => rounds.map((round) => round.drafts);
+/**
+ * Each conversation's draft in `other` beside the reference's for the same request, every round: once a conversation's
+ * drafts part (at a near tie, where the two engines decoded in other shapes), its next requests differ and are left out.
+ */
+export function roundPairs(reference: readonly ConversationRound[], other: readonly ConversationRound[]): DraftPair[] {
+    return reference.flatMap((round, r) =>
+        round.requests.flatMap((request, i) => {
+            const [otherRequest, expected, actual] = [other[r]?.requests[i], round.drafts[i], other[r]?.drafts[i]];
+            const same = otherRequest !== undefined && otherRequest.join(",") === request.join(",");
+            return same && expected && actual ? [{ context: request, expected, actual }] : [];
+        }),
+    );
+}
