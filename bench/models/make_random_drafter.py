@@ -18,8 +18,8 @@ from pathlib import Path
 from make_random_checkpoint import qwen3_config, write_random_checkpoint  # bench/models/, the script's own folder
 from qwen3_shapes import SHAPES
 
+from specdraft_train.commands.export import export_gguf
 from specdraft_train.config import add_embedding_type_argument
-from specdraft_train.export import export_gguf
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Write a Qwen3 GGUF of a real model's shape with random weights straight to disk, for timing (which does not depend on
 weight values): no PyTorch model, no checkpoint, no quantization pass. Metadata come from the training pipeline's
-exporter's layout (``specdraft_train.gguf_layout``), the tensor types from its storage rule
+exporter's layout (``specdraft_train.formats.gguf_layout``), the tensor types from its storage rule
 (``quant.gguf_storage_type``), so the file is laid out like an exported model; the bytes are valid blocks (small scales,
 random quants; F32 norms of 1.0) cut from one random pool. A Qwen3-8B-shaped F16 file (15.3 GiB) takes about as long as
 the disk needs to write it.
@@ -30,8 +30,8 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from qwen3_shapes import SHAPES  # bench/models/, the script's own folder
 
-from specdraft_train.gguf_layout import FILE_TYPES, QWEN3, add_model_metadata, add_vocab
-from specdraft_train.quant import gguf_storage_type
+from specdraft_train.formats.gguf_layout import FILE_TYPES, QWEN3, add_model_metadata, add_vocab
+from specdraft_train.training.quant import gguf_storage_type
 
 POOL_BYTES = 64 << 20  # random bytes every tensor is cut from
 STD = 0.02  # the weights' standard deviation (HF's initializer_range)

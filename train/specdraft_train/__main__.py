@@ -10,24 +10,24 @@ import argparse
 import importlib
 import sys
 
-from .artifacts import ArtifactError
+from .formats.artifacts import ArtifactError
 
 # In pipeline order (`ablate` runs after a finished lab; `target` and `drafter` make a real target and its drafter;
 # `real_lab` writes the real-model lab's report, `real-lab-report`);
-# each module registers its subcommand with add_parser.
+# each module (a command, or an orchestrator of commands) registers its subcommand with add_parser.
 STAGE_MODULES = (
-    "corpus",
-    "tokenizer",
-    "target",
-    "drafter",
-    "pretrain",
-    "reference",
-    "distill",
-    "export",
-    "evaluate",
-    "lab",
-    "ablate",
-    "real_lab",
+    "commands.corpus",
+    "commands.tokenizer",
+    "commands.target",
+    "commands.drafter",
+    "commands.pretrain",
+    "commands.reference",
+    "commands.distill",
+    "commands.export",
+    "commands.evaluate",
+    "pipeline.lab",
+    "pipeline.ablate",
+    "commands.real_lab",
 )
 
 

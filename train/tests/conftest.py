@@ -21,11 +21,11 @@ import torch
 from safetensors.torch import load_file
 
 from specdraft_train import __main__ as cli
-from specdraft_train import corpus, pretrain, reference, tokenizer
+from specdraft_train.commands import corpus, pretrain, reference, tokenizer
+from specdraft_train.commands.corpus import preset_prose
+from specdraft_train.commands.target import gguf_tokenizer
 from specdraft_train.config import CorpusConfig, TokenizerConfig
-from specdraft_train.corpus import preset_prose
 from specdraft_train.presets import MICRO
-from specdraft_train.target import gguf_tokenizer
 
 TRAIN_ROOT = Path(__file__).resolve().parents[1]
 REPO = TRAIN_ROOT.parent

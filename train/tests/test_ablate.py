@@ -13,14 +13,14 @@ import pytest
 import torch
 from conftest import run_main
 
-from specdraft_train.ablate import parse_variant, run_ablation
-from specdraft_train.artifacts import atomic_write_json, write_manifest
-from specdraft_train.evaluate import drafter_tau
-from specdraft_train.examples import read_train_examples
-from specdraft_train.models import QAT_STATE_FILE, load_causal_lm
-from specdraft_train.quant import load_qat_state
-from specdraft_train.reports import ablation_markdown
-from specdraft_train.tau import gap_closed, model_tau, read_conversations
+from specdraft_train.commands.evaluate import drafter_tau
+from specdraft_train.formats.artifacts import atomic_write_json, write_manifest
+from specdraft_train.labs.reports import ablation_markdown
+from specdraft_train.modeling.models import QAT_STATE_FILE, load_causal_lm
+from specdraft_train.modeling.tau import gap_closed, model_tau, read_conversations
+from specdraft_train.pipeline.ablate import parse_variant, run_ablation
+from specdraft_train.training.examples import read_train_examples
+from specdraft_train.training.quant import load_qat_state
 
 LAB_SETTINGS = ["distill.batch_size=8", "distill.epochs=1", "distill.eval_every=0"]
 CE_FILTERED = 'ce32:distill.loss=ce,distill.categories=["prose"],variant.qat=false'

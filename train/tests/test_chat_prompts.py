@@ -16,9 +16,9 @@ import pytest
 from conftest import REPO
 
 from specdraft_train.config import CorpusConfig
-from specdraft_train.documents import split_of
-from specdraft_train.models import load_tokenizer
-from specdraft_train.prompts import check_messages, given_prompts
+from specdraft_train.formats.documents import split_of
+from specdraft_train.formats.prompts import check_messages, given_prompts
+from specdraft_train.modeling.models import load_tokenizer
 
 sys.path.insert(0, str(REPO / "train" / "scripts" / "data"))
 import make_target_prompts as target_prompts  # noqa: E402

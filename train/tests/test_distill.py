@@ -14,15 +14,21 @@ import torch
 from conftest import assert_same_weights_up_to_summation_order, run_cli, torchrun
 from safetensors.torch import load_file
 
-from specdraft_train import distill
-from specdraft_train.artifacts import verify_stage_dir
+from specdraft_train.commands import distill
+from specdraft_train.commands.evaluate import drafter_tau
 from specdraft_train.config import DistillConfig
-from specdraft_train.distillation import DistillJob
-from specdraft_train.evaluate import drafter_tau
-from specdraft_train.examples import TrainExample, epoch_order, padding_factor, read_train_examples, select_examples
-from specdraft_train.models import QAT_STATE_FILE
+from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.modeling.models import QAT_STATE_FILE
+from specdraft_train.modeling.tau import read_conversations
 from specdraft_train.presets import MICRO
-from specdraft_train.tau import read_conversations
+from specdraft_train.training.distillation import DistillJob
+from specdraft_train.training.examples import (
+    TrainExample,
+    epoch_order,
+    padding_factor,
+    read_train_examples,
+    select_examples,
+)
 
 # Evaluations every 3 steps (6 steps an epoch: mid-epoch), replay of the tokenizer's train split, packed rows: what the
 # resume and DDP tests must reproduce.
@@ -337,9 +343,9 @@ def test_qat_distill_writes_a_qat_state_that_evaluation_uses(tiny: dict[str, Pat
 def test_distill_refuses_a_drafter_with_another_tokenizer(tiny: dict[str, Path], tmp_path: Path):
     other = tmp_path / "other"
     shutil.copytree(tiny["base"], other)
-    from specdraft_train.artifacts import write_manifest
+    from specdraft_train.commands.tokenizer import save_tokenizer_files, train_tokenizer
     from specdraft_train.config import TokenizerConfig
-    from specdraft_train.tokenizer import save_tokenizer_files, train_tokenizer
+    from specdraft_train.formats.artifacts import write_manifest
 
     save_tokenizer_files(train_tokenizer(["a b c " * 50, "x = y + z\n" * 40], TokenizerConfig(vocab_size=300)), other)
     manifest = verify_stage_dir(tiny["base"])
@@ -356,8 +362,8 @@ def test_batch_probe_times_distills_order_after_a_step_on_the_widest_rows(tiny: 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
     from probe_distill_batch import probe
 
-    from specdraft_train.examples import row_width
-    from specdraft_train.models import load_causal_lm
+    from specdraft_train.modeling.models import load_causal_lm
+    from specdraft_train.training.examples import row_width
 
     examples = read_train_examples(tiny["reference"])
     widths = [row_width(e) for e in examples]

@@ -13,13 +13,13 @@ import torch
 from conftest import run_main
 from safetensors.torch import load_file
 
-from specdraft_train import drafter
-from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.documents import load_token_stream, read_documents, token_stream
-from specdraft_train.examples import load_replay_tokens
-from specdraft_train.models import load_causal_lm, load_tokenizer, parameter_count
-from specdraft_train.tokenizer import load_tokenizer as load_lab_tokenizer
-from specdraft_train.vocabulary import END_OF_TEXT, TOKENIZER_FILES
+from specdraft_train.commands import drafter
+from specdraft_train.commands.tokenizer import load_tokenizer as load_lab_tokenizer
+from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.formats.documents import load_token_stream, read_documents, token_stream
+from specdraft_train.formats.vocabulary import END_OF_TEXT, TOKENIZER_FILES
+from specdraft_train.modeling.models import load_causal_lm, load_tokenizer, parameter_count
+from specdraft_train.training.examples import load_replay_tokens
 
 
 def make_drafter(target: Path, out: Path, *flags: str) -> tuple[int, str, str]:

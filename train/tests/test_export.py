@@ -25,10 +25,10 @@ from gguf import GGMLQuantizationType as T
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
-from specdraft_train.artifacts import sha256_file
-from specdraft_train.export import export_gguf, manifest_path
-from specdraft_train.quant import prepare_qat, q4_0_quantize_blocks
-from specdraft_train.vocabulary import QWEN2_SPLIT_REGEX, TOKENIZER_FILES
+from specdraft_train.commands.export import export_gguf, manifest_path
+from specdraft_train.formats.artifacts import sha256_file
+from specdraft_train.formats.vocabulary import QWEN2_SPLIT_REGEX, TOKENIZER_FILES
+from specdraft_train.training.quant import prepare_qat, q4_0_quantize_blocks
 
 TRAIN_DIR = Path(__file__).resolve().parents[1]
 GGUF_GREEDY = TRAIN_DIR / "tests" / "gguf_greedy.mjs"
@@ -425,7 +425,7 @@ def test_q4_0_blocks_of_an_exported_tensor_match_quant_module(tokenizer: Tokeniz
     model = Qwen3ForCausalLM(tiny_config(tokenizer.get_vocab_size()))
     checkpoint = save_checkpoint(model, tokenizer, tmp_path / "ckpt")
     _, tensors = read_gguf(export_gguf(checkpoint, tmp_path / "m.gguf", "Q4_0"))
-    from specdraft_train.quant import pack_q4_0
+    from specdraft_train.training.quant import pack_q4_0
 
     w = model.model.layers[1].mlp.gate_proj.weight.detach()
     assert np.array_equal(

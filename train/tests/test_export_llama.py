@@ -25,16 +25,16 @@ from test_parity import TOKENIZER_TEXTS
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaForCausalLM
 
-from specdraft_train.export import export_gguf, manifest_path
-from specdraft_train.gguf_layout import LLAMA, qk_row_order
-from specdraft_train.quant import (
+from specdraft_train.commands.export import export_gguf, manifest_path
+from specdraft_train.formats.gguf_layout import LLAMA, qk_row_order
+from specdraft_train.formats.vocabulary import hf_pre_tokenizer, vocab_fingerprint
+from specdraft_train.training.quant import (
     fake_quant,
     pack_q4_0,
     prepare_qat,
     q4_0_quantize_blocks,
     search_clip,
 )
-from specdraft_train.vocabulary import hf_pre_tokenizer, vocab_fingerprint
 
 VOCAB = 49_152  # SmolLM2's
 # What the converter writes for SmolLM2 and export must write alike for any drafter with its tokenizer.

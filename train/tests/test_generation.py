@@ -21,11 +21,9 @@ import torch
 from test_export import tiny_config
 from transformers import Qwen3ForCausalLM
 
-from specdraft_train.decode_kernel import splits_for
-from specdraft_train.generation import generate_continuations, generate_greedy_hf, stop_ids
-from specdraft_train.models import load_causal_lm, load_tokenizer
-from specdraft_train.prompts import Prompt, render_chat
-from specdraft_train.static_cache import (
+from specdraft_train.engine.decode_kernel import splits_for
+from specdraft_train.engine.generation import generate_continuations, generate_greedy_hf, stop_ids
+from specdraft_train.engine.static_cache import (
     Varlen,
     bucket_width,
     flash_varlen_problem,
@@ -34,7 +32,9 @@ from specdraft_train.static_cache import (
     split_kv_problem,
     varlen_attention_reference,
 )
-from specdraft_train.static_engine import MASKED_MATMUL, GreedyOutput, StaticEngineConfig, StaticGreedyEngine
+from specdraft_train.engine.static_engine import MASKED_MATMUL, GreedyOutput, StaticEngineConfig, StaticGreedyEngine
+from specdraft_train.formats.prompts import Prompt, render_chat
+from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
 
 CPU = torch.device("cpu")
 TRAIN_DIR = Path(__file__).resolve().parents[1]
@@ -160,8 +160,8 @@ def test_compiled_norms_and_mlps_decode_what_the_eager_modules_do_and_close_undo
     their graphs; close() gives the model back uncompiled."""
     from torch._dynamo.utils import counters
 
-    import specdraft_train.static_engine as static_engine
-    from specdraft_train.models import compile_pointwise_modules
+    import specdraft_train.engine.static_engine as static_engine
+    from specdraft_train.modeling.models import compile_pointwise_modules
 
     prompts = random_prompts(LENGTHS)
     plain = StaticGreedyEngine(model, CPU, engine_config(prefill, decode_attention))
@@ -225,7 +225,7 @@ def test_a_failed_capture_is_retried_in_a_fresh_pool_and_then_decodes_eagerly(
     """The capture path on the CPU, with capture_step standing in: a first failure is retried in a fresh memory pool
     and the retry's graph replays (the reason kept in capture_retries); two failures make the engine decode eagerly
     for good. The tokens are the same either way."""
-    import specdraft_train.static_engine as static_engine
+    import specdraft_train.engine.static_engine as static_engine
 
     prompts = random_prompts(LENGTHS)
     expected = StaticGreedyEngine(model, CPU).generate(prompts, MAX_NEW, [0], TOP_K, max_batch_size=4)

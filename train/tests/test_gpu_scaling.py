@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from conftest import TRAIN_ROOT
 
-from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.reference import CLAIMS_DIR
+from specdraft_train.commands.reference import CLAIMS_DIR
+from specdraft_train.formats.artifacts import verify_stage_dir
 
 SCRIPT = TRAIN_ROOT / "scripts" / "gpu" / "scaling.py"
 TINY = (

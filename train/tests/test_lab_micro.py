@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, run_main
 
-from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.lab import run_lab
+from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.formats.prompts import corpus_categories
+from specdraft_train.modeling.tau import gap_closed, read_conversations
+from specdraft_train.pipeline.lab import run_lab
 from specdraft_train.presets import MICRO
-from specdraft_train.prompts import corpus_categories
-from specdraft_train.tau import gap_closed, read_conversations
 
 STAGES = (
     "corpus",
@@ -132,7 +132,7 @@ def test_micro_lab_rerun_skips_finished_stages(lab: Path, capsys: pytest.Capture
 
 
 def test_interrupted_stage_time_is_added_to_the_resumed_run(tmp_path: Path):
-    from specdraft_train.lab import LabState, run_stage
+    from specdraft_train.pipeline.lab import LabState, run_stage
     from specdraft_train.presets import MICRO
 
     state = LabState(tmp_path, MICRO, [], [])
@@ -211,7 +211,7 @@ def test_lab_on_two_ranks_runs_every_stage_and_resumes_in_one_process(
 def test_missing_prose_names_the_folder_and_the_fetch_command():
     from dataclasses import replace
 
-    from specdraft_train.corpus import FETCH_PROSE, PROSE_CACHE, preset_prose
+    from specdraft_train.commands.corpus import FETCH_PROSE, PROSE_CACHE, preset_prose
 
     assert preset_prose(MICRO) == [PROSE_CACHE / "git-doc"]
     with pytest.raises(FileNotFoundError) as error:

@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from specdraft_train.config import DistillConfig
-from specdraft_train.examples import TrainExample, collate, read_train_examples
-from specdraft_train.losses import (
+from specdraft_train.modeling.packing import model_inputs
+from specdraft_train.training.examples import TrainExample, collate, read_train_examples
+from specdraft_train.training.losses import (
     DIVERGENCE_OF,
     LOSSES,
     REVERSE_KL_TAIL_FLOOR,
@@ -26,7 +27,6 @@ from specdraft_train.losses import (
     reverse_kl,
     total_variation,
 )
-from specdraft_train.packing import model_inputs
 
 
 class _FixedLogits(torch.nn.Module):
@@ -233,7 +233,7 @@ def _full_logits_loss_sums(model, batch: dict[str, torch.Tensor], config: Distil
 def test_the_head_in_chunks_gives_the_full_logits_losses_and_gradients(tiny: dict[str, Path], loss: str):
     """Logits only where a loss is taken, a few hundred positions at a time (recomputed in the backward pass): the
     same sums and gradients as the (B, T, V) logits of every position, on every loss, with replay rows."""
-    from specdraft_train.models import load_causal_lm
+    from specdraft_train.modeling.models import load_causal_lm
 
     model = load_causal_lm(tiny["base"], torch.device("cpu"))
     examples = read_train_examples(tiny["reference"])[:5]
@@ -264,8 +264,8 @@ def test_activation_checkpointing_gives_the_same_losses_and_gradients(tiny: dict
     """Each decoder layer recomputed in the backward pass (DistillConfig.activation_checkpointing, where a step would
     not fit otherwise), on packed rows as distill runs them: the same loss and gradients as keeping the activations,
     and it is on in training mode only where it was asked for."""
-    from specdraft_train.models import enable_activation_checkpointing, load_causal_lm
-    from specdraft_train.packing import use_packed_attention
+    from specdraft_train.modeling.models import enable_activation_checkpointing, load_causal_lm
+    from specdraft_train.modeling.packing import use_packed_attention
 
     examples = read_train_examples(tiny["reference"])[:5]
     config = DistillConfig(eval_k=4)

@@ -13,7 +13,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.config import DistillConfig
-from specdraft_train.examples import (
+from specdraft_train.modeling.models import compile_decoder_layers, final_hidden_states, load_causal_lm
+from specdraft_train.modeling.packing import PACKED_ATTENTION, layout, packed_attention_within, use_packed_attention
+from specdraft_train.training.examples import (
     collate,
     epoch_order,
     epoch_steps,
@@ -22,9 +24,7 @@ from specdraft_train.examples import (
     read_train_examples,
     steps_per_epoch,
 )
-from specdraft_train.losses import LOSSES, loss_sums
-from specdraft_train.models import compile_decoder_layers, final_hidden_states, load_causal_lm
-from specdraft_train.packing import PACKED_ATTENTION, layout, packed_attention_within, use_packed_attention
+from specdraft_train.training.losses import LOSSES, loss_sums
 
 CPU = torch.device("cpu")
 SMALL = dict(
@@ -97,7 +97,7 @@ def test_a_packed_batch_gives_the_padded_batchs_losses_and_gradients(tiny: dict[
         if packed:
             use_packed_attention(model)
         if qat:
-            from specdraft_train.quant import prepare_qat
+            from specdraft_train.training.quant import prepare_qat
 
             prepare_qat(model, embedding_type="Q4_0")
         model.train()
@@ -124,7 +124,7 @@ def test_compiled_layers_give_the_eager_losses_and_gradients_on_packed_rows(tiny
 
     from torch._dynamo.utils import counters
 
-    from specdraft_train.quant import prepare_qat
+    from specdraft_train.training.quant import prepare_qat
 
     examples = read_train_examples(tiny["reference"])
     config = DistillConfig(eval_k=4)

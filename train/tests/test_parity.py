@@ -67,10 +67,14 @@ from test_export import (
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedModel, Qwen3ForCausalLM
 
-from specdraft_train.export import export_gguf
-from specdraft_train.ggml_activations import ggml_activation_rounding, ggml_activation_rule, round_activations_q8_0
-from specdraft_train.quant import QatState, held_weights, prepare_qat, q8_0_activation_terms
-from specdraft_train.vocabulary import tokenizer_fingerprint
+from specdraft_train.commands.export import export_gguf
+from specdraft_train.formats.vocabulary import tokenizer_fingerprint
+from specdraft_train.training.ggml_activations import (
+    ggml_activation_rounding,
+    ggml_activation_rule,
+    round_activations_q8_0,
+)
+from specdraft_train.training.quant import QatState, held_weights, prepare_qat, q8_0_activation_terms
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]

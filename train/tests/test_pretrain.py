@@ -11,8 +11,8 @@ import torch
 from conftest import assert_same_weights_up_to_summation_order, run_cli, torchrun
 from safetensors.torch import load_file
 
-from specdraft_train import pretrain
-from specdraft_train.artifacts import ArtifactError, verify_stage_dir
+from specdraft_train.commands import pretrain
+from specdraft_train.formats.artifacts import ArtifactError, verify_stage_dir
 from specdraft_train.presets import MICRO
 
 STEPS = ["--max-steps", "6", "--batch-size", "4", "--ckpt-every", "3"]

@@ -18,8 +18,8 @@ from gguf import quants
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from specdraft_train.config import ExportConfig, resolve_embedding_type
-from specdraft_train.ggml_activations import ggml_activation_rule, round_activations_q8_0
-from specdraft_train.quant import (
+from specdraft_train.training.ggml_activations import ggml_activation_rule, round_activations_q8_0
+from specdraft_train.training.quant import (
     CLIP_CANDIDATES,
     QUANTIZERS_MODULE,
     fake_quant,

@@ -23,7 +23,7 @@ import gguf
 import pytest
 from conftest import REPO, run_main, smollm2_gguf
 
-from specdraft_train.artifacts import read_manifest
+from specdraft_train.formats.artifacts import read_manifest
 
 SCRIPTS = REPO / "train" / "scripts" / "gpu"
 STAGES = (

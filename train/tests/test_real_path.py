@@ -18,8 +18,7 @@ import pytest
 from conftest import REPO, run_main
 
 from specdraft_train import __main__ as cli
-from specdraft_train import reference
-from specdraft_train.artifacts import read_manifest, verify_stage_dir
+from specdraft_train.commands import reference
 from specdraft_train.config import (
     DRAFT_LENGTH,
     FOLDER_CAP_BYTES,
@@ -28,11 +27,12 @@ from specdraft_train.config import (
     DistillConfig,
     EvalConfig,
 )
-from specdraft_train.generation import stop_ids
-from specdraft_train.models import load_causal_lm, load_tokenizer
+from specdraft_train.engine.generation import stop_ids
+from specdraft_train.formats.artifacts import read_manifest, verify_stage_dir
+from specdraft_train.formats.prompts import given_prompts
+from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
+from specdraft_train.modeling.tau import read_conversations
 from specdraft_train.presets import MICRO
-from specdraft_train.prompts import given_prompts
-from specdraft_train.tau import read_conversations
 
 sys.path[:0] = [str(REPO / "bench" / "models"), str(REPO / "train" / "scripts" / "data")]
 from make_chat_prompts import chat_prompts, read_texts, text_files  # noqa: E402
@@ -356,8 +356,8 @@ def test_the_committed_unseen_texts_are_valid_given_prompts(tiny: dict[str, Path
 def test_evaluate_refuses_a_heldout_file_that_does_not_match_its_manifest(tiny: dict[str, Path], tmp_path: Path):
     import shutil
 
-    from specdraft_train.artifacts import ArtifactError
-    from specdraft_train.evaluate import evaluate
+    from specdraft_train.commands.evaluate import evaluate
+    from specdraft_train.formats.artifacts import ArtifactError
 
     shutil.copytree(tiny["reference"], tmp_path / "reference")
     held = tmp_path / "reference" / "heldout.jsonl"

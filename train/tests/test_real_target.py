@@ -21,12 +21,12 @@ from conftest import REPO, TRAIN_ROOT, run_main
 from generate_verdict import near_tie_problems
 from test_export import run_gguf_greedy
 
-from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.examples import read_train_examples
-from specdraft_train.models import load_causal_lm, load_tokenizer
-from specdraft_train.target import SERVED_GGUF
-from specdraft_train.tau import read_conversations
-from specdraft_train.vocabulary import IM_END
+from specdraft_train.commands.target import SERVED_GGUF
+from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.formats.vocabulary import IM_END
+from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
+from specdraft_train.modeling.tau import read_conversations
+from specdraft_train.training.examples import read_train_examples
 
 FETCH = TRAIN_ROOT / "scripts" / "data" / "fetch_smollm2.sh"
 NEW_TOKENS = 24

@@ -15,15 +15,16 @@ import pytest
 import torch
 from conftest import REFERENCE_FLAGS, TINY_REFERENCE, run_cli, torchrun
 
-from specdraft_train import eval_sets, reference
-from specdraft_train.artifacts import verify_stage_dir
-from specdraft_train.documents import Document
-from specdraft_train.eval_sets import MAX_CANDIDATES_PER_KEPT, EvalPool, corpus_eval_pools, generate_eval_sets
-from specdraft_train.examples import Continuation, read_train_examples
-from specdraft_train.generation import generate_continuations
-from specdraft_train.models import load_causal_lm, load_tokenizer
+from specdraft_train.commands import reference
+from specdraft_train.engine import eval_sets
+from specdraft_train.engine.eval_sets import MAX_CANDIDATES_PER_KEPT, EvalPool, corpus_eval_pools, generate_eval_sets
+from specdraft_train.engine.generation import generate_continuations
+from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.formats.documents import Document
+from specdraft_train.formats.prompts import Category, Prompt, corpus_categories, select_prompts, train_category_counts
+from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
 from specdraft_train.presets import LAB
-from specdraft_train.prompts import Category, Prompt, corpus_categories, select_prompts, train_category_counts
+from specdraft_train.training.examples import Continuation, read_train_examples
 
 CPU = torch.device("cpu")
 

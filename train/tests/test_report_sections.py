@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdraft_train.report_sections import chat_goals, stop_shares
-from specdraft_train.reports import comparison, goals, lab_markdown
-from specdraft_train.tau import Conversation, accepted_length_histogram, walk_accepted, walk_steps
+from specdraft_train.labs.report_sections import chat_goals, stop_shares
+from specdraft_train.labs.reports import comparison, goals, lab_markdown
+from specdraft_train.modeling.tau import Conversation, accepted_length_histogram, walk_accepted, walk_steps
 
 CATEGORIES = ("ask/question", "code/fix")
 

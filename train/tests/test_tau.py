@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from specdraft_train.config import ModelConfig
-from specdraft_train.models import new_model, qwen3_config
-from specdraft_train.tau import (
+from specdraft_train.modeling.models import new_model, qwen3_config
+from specdraft_train.modeling.tau import (
     Conversation,
     category_order,
     gap_closed,
@@ -116,7 +116,7 @@ def test_fast_tau_equals_real_greedy_drafting(q4: bool):
     quantization, which evaluate --q4 scores through)."""
     model = _tiny_model(0)
     if q4:
-        from specdraft_train.quant import prepare_qat
+        from specdraft_train.training.quant import prepare_qat
 
         prepare_qat(model, embedding_type="Q4_0")
     rng = random.Random(0)

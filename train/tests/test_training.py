@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from specdraft_train.training import (
+from specdraft_train.training.loop import (
     DistributedContext,
     NullSummaryWriter,
     ResumeState,

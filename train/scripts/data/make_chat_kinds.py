@@ -13,11 +13,11 @@ Forms: half the prompts are a single user turn, a quarter open with a system pro
 exchange (user, assistant: an answer built from the same source, e.g. a man page's option or the function's own
 source) before the last user turn, which is then either a follow-up ("Can you give an example?") or a new request.
 
-Splits are decided by hash (``specdraft_train.documents.split_of`` at ``--heldout-per-mille`` / ``--dev-per-mille``)
-before anything is drawn: of the source file's sha256 for prompts cut from a file, of the filled template for the
-others, so no source file and no template instance feeds two splits; every line carries its ``split``. No two lines
-ask the same thing (their last user turns differ, but for follow-ups, whose earlier turns then differ), and no source
-item serves one category twice while the split has unused ones.
+Splits are decided by hash (``specdraft_train.formats.documents.split_of`` at ``--heldout-per-mille`` /
+``--dev-per-mille``) before anything is drawn: of the source file's sha256 for prompts cut from a file, of the filled
+template for the others, so no source file and no template instance feeds two splits; every line carries its
+``split``. No two lines ask the same thing (their last user turns differ, but for follow-ups, whose earlier turns then
+differ), and no source item serves one category twice while the split has unused ones.
 
 Each line: ``{"id", "category", "split", "form", "source", "messages"}``. The committed file was made on the
 development machine (its man pages, docs and packages; another machine's files give other prompts of the same kinds):
@@ -59,7 +59,7 @@ from chat_templates import (
 )
 
 from specdraft_train.config import CorpusConfig
-from specdraft_train.documents import split_of
+from specdraft_train.formats.documents import split_of
 
 Builder = Callable[[random.Random, Pools], Draft]
 BUILDERS: dict[str, Builder] = {

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specdraft_train.examples import epoch_order, padding_factor
-from specdraft_train.models import load_tokenizer
+from specdraft_train.formats.prompts import given_prompts
+from specdraft_train.modeling.models import load_tokenizer
 from specdraft_train.presets import get_preset
-from specdraft_train.prompts import given_prompts
+from specdraft_train.training.examples import epoch_order, padding_factor
 
 REPO = Path(__file__).resolve().parents[3]
 

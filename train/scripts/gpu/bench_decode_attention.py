@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # profile_decode: the batch loop both scripts run
 from profile_decode import run_batches  # noqa: E402
 
-from specdraft_train.static_cache import Varlen, split_kv_problem, varlen_attention  # noqa: E402
+from specdraft_train.engine.static_cache import Varlen, split_kv_problem, varlen_attention  # noqa: E402
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e
 

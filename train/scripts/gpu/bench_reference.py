@@ -55,8 +55,16 @@ sys.path.insert(0, str(REPO / "bench" / "models"))  # make_random_checkpoint's Q
 sys.path.insert(0, str(REPO / "train" / "scripts" / "data"))  # make_chat_prompts
 
 from specdraft_train.config import ModelConfig  # noqa: E402
-from specdraft_train.generation import generate_greedy_hf  # noqa: E402
-from specdraft_train.models import (  # noqa: E402
+from specdraft_train.engine.generation import generate_greedy_hf  # noqa: E402
+from specdraft_train.engine.static_cache import flash_varlen_problem, kv_cache_dtype, kv_shape  # noqa: E402
+from specdraft_train.engine.static_engine import (  # noqa: E402
+    EngineStats,
+    GreedyOutput,
+    StaticEngineConfig,
+    StaticGreedyEngine,
+)
+from specdraft_train.formats.prompts import render_chat  # noqa: E402
+from specdraft_train.modeling.models import (  # noqa: E402
     autocast_context,
     load_causal_lm,
     load_tokenizer,
@@ -64,14 +72,6 @@ from specdraft_train.models import (  # noqa: E402
     parameter_count,
     qwen3_config,
     resolve_device,
-)
-from specdraft_train.prompts import render_chat  # noqa: E402
-from specdraft_train.static_cache import flash_varlen_problem, kv_cache_dtype, kv_shape  # noqa: E402
-from specdraft_train.static_engine import (  # noqa: E402
-    EngineStats,
-    GreedyOutput,
-    StaticEngineConfig,
-    StaticGreedyEngine,
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

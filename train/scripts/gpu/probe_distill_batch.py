@@ -24,11 +24,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdraft_train.examples import collate, epoch_order, padding_factor, read_train_examples, row_width
-from specdraft_train.losses import loss_sums
-from specdraft_train.models import autocast_context, enable_activation_checkpointing, load_causal_lm, resolve_device
+from specdraft_train.modeling.models import (
+    autocast_context,
+    enable_activation_checkpointing,
+    load_causal_lm,
+    resolve_device,
+)
 from specdraft_train.presets import get_preset
-from specdraft_train.training import make_optimizer
+from specdraft_train.training.examples import collate, epoch_order, padding_factor, read_train_examples, row_width
+from specdraft_train.training.loop import make_optimizer
+from specdraft_train.training.losses import loss_sums
 
 
 def train_step(model: nn.Module, optimizer: Any, rows: list, pad_id: int, device: torch.device, config: Any) -> float:
@@ -110,7 +115,7 @@ def main() -> None:
     model.train()
     report: dict[str, Any] = {"drafter": args.drafter, "device": str(device), "examples": len(examples)}
     report["distill"] = probe(model, examples, batches, args.timed_batches, device, preset.distill)
-    from specdraft_train.quant import prepare_qat  # the gguf package, as distill --qat needs it
+    from specdraft_train.training.quant import prepare_qat  # the gguf package, as distill --qat needs it
 
     prepare_qat(model, embedding_type=preset.export.resolved_embedding_type())
     report["qat"] = probe(model, examples, batches, args.timed_batches, device, preset.distill)

@@ -46,17 +46,17 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "models"))  # the random checkpoints' shapes
 from make_random_checkpoint import qwen3_config  # noqa: E402
 
-from specdraft_train.artifacts import atomic_write_json, write_manifest  # noqa: E402
-from specdraft_train.distillation import Distillation, DistillJob  # noqa: E402
-from specdraft_train.examples import Continuation, collate, read_inputs, write_train_shard  # noqa: E402
-from specdraft_train.losses import loss_sums  # noqa: E402
-from specdraft_train.models import autocast_context, load_causal_lm, parameter_count  # noqa: E402
-from specdraft_train.packing import use_packed_attention  # noqa: E402
+from specdraft_train.formats.artifacts import atomic_write_json, write_manifest  # noqa: E402
+from specdraft_train.formats.prompts import Prompt  # noqa: E402
+from specdraft_train.modeling.models import autocast_context, load_causal_lm, parameter_count  # noqa: E402
+from specdraft_train.modeling.packing import use_packed_attention  # noqa: E402
+from specdraft_train.modeling.tau import Conversation, conversation_json, model_tau, read_conversations  # noqa: E402
 from specdraft_train.presets import get_preset  # noqa: E402
-from specdraft_train.prompts import Prompt  # noqa: E402
-from specdraft_train.step_memory import GIB, measure_step_memory  # noqa: E402
-from specdraft_train.tau import Conversation, conversation_json, model_tau, read_conversations  # noqa: E402
-from specdraft_train.training import DistributedContext, synced_clock  # noqa: E402
+from specdraft_train.training.distillation import Distillation, DistillJob  # noqa: E402
+from specdraft_train.training.examples import Continuation, collate, read_inputs, write_train_shard  # noqa: E402
+from specdraft_train.training.loop import DistributedContext, synced_clock  # noqa: E402
+from specdraft_train.training.losses import loss_sums  # noqa: E402
+from specdraft_train.training.step_memory import GIB, measure_step_memory  # noqa: E402
 
 PEAK_FLOPS = 790e12  # an H200's dense bf16 (SXM), the MFU denominator
 HELDOUT_GOAL = 5_000  # conversations evaluate must take in ≤ 10 minutes (the real job's held-out split)
@@ -220,7 +220,7 @@ def max_step(run: Distillation) -> int:
 
 def measure_evaluate(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
     """One-pass τ on the held-out conversations, as trained and at Q4_0: conversations/s, 5,000 projected."""
-    from specdraft_train.quant import prepare_qat
+    from specdraft_train.training.quant import prepare_qat
 
     preset = get_preset("qwen3-chat")
     conversations = read_conversations(work / "reference" / "heldout.jsonl")

@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_reference: the model, as the benchmark builds it
 from bench_reference import TOP_K, build_model  # noqa: E402
 
-from specdraft_train.static_engine import StaticEngineConfig, StaticGreedyEngine  # noqa: E402
+from specdraft_train.engine.static_engine import StaticEngineConfig, StaticGreedyEngine  # noqa: E402
 
 # Kernel (or, on the CPU, operator) name → kind, first match wins (the split-kv kernels are decode_attention_*; the
 # compiled norms' and MLPs' are inductor's triton_{poi,per,red}_fused_*).

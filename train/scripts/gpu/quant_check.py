@@ -14,7 +14,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 from test_quant import hard_weights
 
-from specdraft_train.quant import fake_quant, search_clip
+from specdraft_train.training.quant import fake_quant, search_clip
 
 
 def main() -> int:

@@ -76,8 +76,8 @@ def token_lengths(work: Path) -> dict[str, float]:
     """Mean prompt and continuation tokens of what the reference stage generated (training shards and eval sets)."""
     # imported here, not at the top: these readers pull in torch, which --from-report (re-projecting stored
     # figures, e.g. on a laptop) does not need
-    from specdraft_train.examples import read_train_examples
-    from specdraft_train.tau import read_conversations
+    from specdraft_train.modeling.tau import read_conversations
+    from specdraft_train.training.examples import read_train_examples
 
     prompts, continuations = [], []
     for e in read_train_examples(work / "reference"):

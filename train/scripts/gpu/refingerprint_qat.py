@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from specdraft_train.quant import QAT_STATE_FORMAT, _fingerprint, fake_quant
+from specdraft_train.training.quant import QAT_STATE_FORMAT, _fingerprint, fake_quant
 
 
 def main(checkpoint: Path, out_state: Path, names: list[str]) -> None:

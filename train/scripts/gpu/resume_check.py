@@ -33,11 +33,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from specdraft_train import corpus, distill, pretrain, reference, tokenizer
-from specdraft_train.artifacts import verify_stage_dir
+from specdraft_train.commands import corpus, distill, pretrain, reference, tokenizer
 from specdraft_train.config import CorpusConfig, TokenizerConfig, add_device_argument
-from specdraft_train.distillation import DistillJob
+from specdraft_train.formats.artifacts import verify_stage_dir
 from specdraft_train.presets import MICRO
+from specdraft_train.training.distillation import DistillJob
 
 TINY_CORPUS = CorpusConfig(max_file_bytes=24_000, heldout_per_mille=200, dev_per_mille=150, max_code_bytes=200_000)
 # The conftest fixture's sizes, where distillation measurably helps the base on dev.

@@ -43,9 +43,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs without PYTHONPATH too
 
 from specdraft_train import corpus, tokenizer  # noqa: E402
-from specdraft_train.artifacts import stage_complete, verify_stage_dir  # noqa: E402
 from specdraft_train.config import CorpusConfig, ModelConfig, TokenizerConfig, add_device_argument  # noqa: E402
-from specdraft_train.models import (  # noqa: E402
+from specdraft_train.formats.artifacts import stage_complete, verify_stage_dir  # noqa: E402
+from specdraft_train.formats.vocabulary import END_OF_TEXT  # noqa: E402
+from specdraft_train.modeling.models import (  # noqa: E402
     lab_generation_config,
     load_tokenizer,
     new_model,
@@ -54,7 +55,6 @@ from specdraft_train.models import (  # noqa: E402
     save_checkpoint,
 )
 from specdraft_train.presets import LAB  # noqa: E402
-from specdraft_train.vocabulary import END_OF_TEXT  # noqa: E402
 
 GOAL_SPEEDUP = 1.8  # the issue's, for 2 ranks against 1
 SHAPES = {

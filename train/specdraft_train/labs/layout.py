@@ -1,0 +1,89 @@
+"""What a lab's folder holds, by the kind of lab, for commands that build on a lab (`ablate`, `real-lab-report`).
+
+The toy lab's folder (`specdraft_train lab`): its preset and ``--set`` values in ``lab_state.json``, the tokenizer
+stage's text replayed beside distillation, the base's and target's τ from its evaluate stage (``eval/results.json``).
+The real-model lab's (train/scripts/gpu/real_lab.sh): ``real_lab.json``, the smollm2-chat preset, the base's
+pretraining text replayed as real_lab.sh does, the base's and target's τ from ``eval-templates.json`` once its
+evaluate stage ran. Its evaluation in the toy lab's shape (:func:`lab_evaluation`) lives here too, since both the
+real-model lab's report (`real-lab-report`) and ablate read it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import LabPreset, apply_settings
+from ..formats.artifacts import stage_complete
+from ..presets import get_preset
+
+REAL_LAB_PRESET = "smollm2-chat"  # the real-model lab's (real_lab.sh, `real-lab-report`)
+# The lab report's variants: the checkpoint folder each is evaluated from, as trained or at Q4_0 (evaluate's fields).
+VARIANT_SOURCES = {
+    "base": ("base", "as_trained"),
+    "base_q4_0_ptq": ("base", "q4_0"),
+    "distilled": ("distilled", "as_trained"),
+    "distilled_q4_0_ptq": ("distilled", "q4_0"),
+    "distilled_qat_latent": ("distilled-qat", "as_trained"),
+    "distilled_q4_0_qat": ("distilled-qat", "q4_0"),
+}
+
+
+@dataclass(frozen=True)
+class LabLayout:
+    """What ablate reads from a lab's folder, by the kind of lab (module docstring)."""
+
+    path: Path
+    kind: str  # "lab" (the toy lab's folder) or "real_lab"
+    preset: LabPreset
+    replay: Path  # the text replayed beside the distillation loss (its token stream)
+    evaluation: Path  # the lab's own τ of its base and target, once its evaluate stage ran
+    stages: tuple[tuple[str, str], ...]  # (folder, stage) that must be complete
+
+    @property
+    def evaluated(self) -> bool:
+        if self.kind == "lab":
+            return stage_complete(self.evaluation.parent, "evaluate")
+        return self.evaluation.is_file()
+
+    def reference_tau(self) -> dict[str, Any]:
+        """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
+        where it has one), from the lab's evaluation."""
+        saved = json.loads(self.evaluation.read_text())
+        tau = saved["tau"] if self.kind == "lab" else lab_evaluation(saved)["tau"]
+        return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
+
+
+def lab_evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """`evaluate`'s output in the shape of the lab's ``evaluation`` (a τ entry per variant of VARIANT_SOURCES found
+    among its drafters, the n-gram peer, the target as its own drafter)."""
+    drafters = {Path(entry["drafter"]["path"]).name: entry for entry in evaluation["drafters"]}
+    tau: dict[str, Any] = {}
+    for key, (folder, weights) in VARIANT_SOURCES.items():
+        if weights in drafters.get(folder, {}):
+            entry = drafters[folder][weights]
+            tau[key] = {**entry, "checkpoint": folder, "weights": entry.get("mode", "as trained")}
+    tau["ngram"] = evaluation["ngram"]
+    tau["target_as_drafter"] = {k: v for k, v in evaluation["target_as_drafter"].items() if k != "target"}
+    fields = ("k", "heldout", "repeated_4gram_share", "repeated_4gram_share_by_category")
+    return {**{field: evaluation[field] for field in fields}, "tau": tau}
+
+
+def lab_layout(lab: Path) -> LabLayout:
+    """The toy lab's folder (lab_state.json) or the real-model lab's (real_lab.json); anything else is refused."""
+    base_and_reference = (("base", "pretrain"), ("reference", "reference"))
+    if (lab / "real_lab.json").is_file():
+        return LabLayout(
+            lab, "real_lab", get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
+        )
+    state_path = lab / "lab_state.json"
+    if not state_path.is_file():
+        raise ValueError(
+            f"{lab}: neither lab_state.json nor real_lab.json; expected a folder made by `specdraft_train lab` or "
+            "train/scripts/gpu/real_lab.sh"
+        )
+    state = json.loads(state_path.read_text())
+    preset = apply_settings(get_preset(state["preset"]), state.get("settings", []))
+    stages = (*base_and_reference, ("tokenizer", "tokenizer"))
+    return LabLayout(lab, "lab", preset, lab / "tokenizer", lab / "eval" / "results.json", stages)

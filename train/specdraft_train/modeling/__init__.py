@@ -1,0 +1,1 @@
+"""The causal LMs (built, loaded, saved), attention over packed rows, and τ, what a drafter is measured by."""

@@ -1,0 +1,573 @@
+"""Command `ablate`: distillation variants from one lab, each scored on the lab's held-out set by category.
+
+Every variant distills the lab's base drafter (or, with ``variant.init=layers:N``, a drafter made of N of the
+target's layers, as `drafter --init layers --layers N` makes it) on the lab's reference data with the lab's distill
+settings changed by the variant's own, then runs QAT like the lab does (or, with ``variant.qat=false``, scores the
+distilled drafter at Q4_0 PTQ), is exported as the Q4_0 GGUF it would ship as (``OUT/NAME/drafter-q4_0.gguf``, its
+bytes in the report), and is evaluated on ``reference/heldout.jsonl``: τ, macro τ and top-1 agreement overall and per
+category, the ratio to the lab's base drafter at Q4_0 PTQ, and the share of the gap between that base and the target
+as its own drafter that it closes. Each variant also records the continuation tokens it trained on and the seconds
+its stages held the device.
+
+It takes either kind of lab's folder, the toy lab's or the real-model lab's (``labs.LabLayout``); where the lab has
+not evaluated its base and target yet, ablate does, once (``OUT/reference.json``), so a study needs only the base and
+the reference data.
+
+    python -m specdraft_train ablate --lab runs/lab --out runs/ablation \\
+        --variant 'kl:' \\
+        --variant 'allq4:export.embedding_type=Q4_0' \\
+        --variant 'prefix+replay:distill.loss=prefix,distill.replay_weight=0.2' \\
+        --variant 'tvd-no-qat:distill.loss=tvd,variant.qat=false' \\
+        --variant 'inner-only:distill.categories=["code/inner"],distill.data_fraction=0.5'
+
+A variant is ``NAME:SETTING,SETTING,…`` (NAME: letters, digits, ``._+-``); a SETTING is ``distill.FIELD=VALUE`` for
+any field of config.DistillConfig (JSON values or bare strings, as `lab --set` takes them; ``categories`` keeps the
+training examples whose category starts with one of its prefixes, ``data_fraction`` a nested share of them),
+``export.FIELD=VALUE`` for a field of config.ExportConfig (``embedding_type=Q4_0``: QAT, evaluation and export with
+the token embedding at Q4_0 too, an all-Q4_0 file), ``variant.qat=true|false`` or ``variant.init=base|layers:N``.
+Each variant's cost is bounded by its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every
+variant, 0 for none) besides its epochs and plateau stop.
+
+``--jobs N`` runs N variants at a time on the one device, each in its own process: a small drafter leaves most of an
+H200 idle (its steps are bound by kernel launches), so N variants with equal time budgets share it fairly, each
+training on fewer tokens than alone. Each result records ``device_shared_by`` (N, or fewer when fewer variants were
+left to run), and the report says so beside the device seconds.
+
+Writes ``OUT/NAME/`` (the variant's checkpoints, GGUF and ``result.json``), then ``OUT/ablation.json`` and
+``OUT/ablation.md`` (one row per finished variant). Resumable: a finished variant is skipped on rerun, a
+distillation cut off mid-run resumes from its own ``resume/`` state; a name reused with other settings is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..commands import distill, drafter
+from ..commands.evaluate import drafter_tau, verify_heldout
+from ..config import ExportConfig, LabPreset, add_device_argument, apply_settings
+from ..formats.artifacts import (
+    DRAFTER_GGUF,
+    add_stage_seconds,
+    atomic_write_json,
+    atomic_write_text,
+    sha256_file,
+    stage_complete,
+    verify_stage_dir,
+)
+from ..labs.layout import LabLayout, lab_layout
+from ..labs.reports import ablation_markdown, pct
+from ..modeling.models import checkpoint_qat_state, load_causal_lm, resolve_device
+from ..modeling.tau import gap_closed, model_tau, read_conversations
+from ..training.distillation import DistillJob
+
+RESULT_FILE = "result.json"
+REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
+VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+# A setting starts at a comma followed by SECTION.FIELD=, so JSON values may hold commas (lists of categories).
+SETTING_SPLIT = re.compile(r",(?=\s*[A-Za-z_]+\.[A-Za-z_]+\s*=)")
+# variant.FIELD=VALUE: what each field accepts
+VARIANT_FIELDS = {"qat": re.compile(r"^(true|false)$", re.IGNORECASE), "init": re.compile(r"^(base|layers:[1-9]\d*)$")}
+# What a variant's result keeps of each of its distill stages' metrics.
+STAGE_METRICS = (
+    "steps",
+    "best_step",
+    "best_dev_macro_tau",
+    "stopped_by_plateau",
+    "stopped_by_time_budget",
+    "train_seconds",
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    distill_settings: tuple[str, ...]  # "distill.FIELD=VALUE", as given
+    qat: bool = True  # QAT after distillation, like the lab; False scores the distilled drafter at Q4_0 PTQ
+    export_settings: tuple[str, ...] = ()  # "export.FIELD=VALUE", as given
+    init: str = "base"  # the drafter distilled: the lab's base, or "layers:N" (N of the target's layers)
+
+    def text(self) -> str:
+        """The ``--variant`` argument that parses back to this variant."""
+        settings = [*self.distill_settings, *self.export_settings, *([] if self.qat else ["variant.qat=false"])]
+        settings += [] if self.init == "base" else [f"variant.init={self.init}"]
+        return f"{self.name}:{','.join(settings)}"
+
+    def spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
+        # absent when unused, so that the specs of variants run before these settings existed still match
+        if self.export_settings:
+            spec["export_settings"] = list(self.export_settings)
+        if self.init != "base":
+            spec["init"] = self.init
+        return spec
+
+    def target_layers(self) -> int | None:
+        """N of ``variant.init=layers:N``, else None (the lab's base)."""
+        return int(self.init.partition(":")[2]) if self.init != "base" else None
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME:distill.FIELD=VALUE,…,export.FIELD=VALUE,…,variant.qat=false`` → a Variant (settings checked against the
+    config later)."""
+    name, colon, rest = text.partition(":")
+    name = name.strip()
+    if not colon or not VARIANT_NAME.match(name):
+        raise ValueError(
+            f"--variant {text!r}: expected NAME:SECTION.FIELD=VALUE,… with NAME of letters, digits and "
+            "._+- (e.g. 'tvd:distill.loss=tvd')"
+        )
+    settings: dict[str, list[str]] = {"distill": [], "export": []}
+    fields = {"qat": "true", "init": "base"}
+    for setting in (s.strip() for s in SETTING_SPLIT.split(rest) if s.strip()):
+        key, eq, value = setting.partition("=")
+        section, _, field_name = key.strip().partition(".")
+        if section in settings and eq:
+            settings[section].append(setting)
+        elif section == "variant" and field_name in VARIANT_FIELDS and VARIANT_FIELDS[field_name].match(value.strip()):
+            fields[field_name] = value.strip().lower()
+        else:
+            raise ValueError(
+                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE, export.FIELD=VALUE, "
+                "variant.qat=true|false or variant.init=base|layers:N"
+            )
+    return Variant(name, tuple(settings["distill"]), fields["qat"] == "true", tuple(settings["export"]), fields["init"])
+
+
+def variant_preset(preset: LabPreset, variant: Variant) -> LabPreset:
+    """The lab's preset with the variant's distill and export settings applied (unknown fields and wrong types are
+    refused, as is an unknown embedding type)."""
+    try:
+        applied = apply_settings(preset, [*variant.distill_settings, *variant.export_settings])
+        applied.export.resolved_embedding_type()
+    except ValueError as error:
+        raise ValueError(f"--variant {variant.name}: {error}") from None
+    return applied
+
+
+def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[str, Any]:
+    """The base drafter at Q4_0 PTQ and the target as its own drafter: the lab's where it evaluated them, else
+    evaluated here once (``out/reference.json``, kept for reruns and for --jobs' processes)."""
+    if layout.evaluated:
+        return layout.reference_tau()
+    heldout_path = layout.path / "reference" / "heldout.jsonl"
+    cached = out / REFERENCE_FILE
+    heldout_sha256 = sha256_file(heldout_path)
+    if cached.is_file():
+        saved = json.loads(cached.read_text())
+        if saved.get("heldout_sha256") == heldout_sha256:
+            return saved["tau"]
+    print(
+        f"ablate: {layout.path} has no evaluation yet: the base and the target on its held-out set …", file=sys.stderr
+    )
+    conversations = read_conversations(heldout_path)
+    device = resolve_device(device_name)
+    k, batch_tokens = layout.preset.evaluate.k, layout.preset.evaluate.batch_tokens
+    embedding_type = layout.preset.export.resolved_embedding_type()
+    base, mode = drafter_tau(
+        layout.path / "base",
+        conversations,
+        k,
+        device,
+        q4=True,
+        batch_tokens=batch_tokens,
+        embedding_type=embedding_type,
+    )
+    target = model_tau(load_causal_lm(layout.path / "target", device), conversations, k, device, batch_tokens)
+    tau = {
+        "base_q4_0_ptq": {"checkpoint": "base", "weights": mode, **base.to_dict()},
+        "target_as_drafter": {"checkpoint": "target", **target.to_dict()},
+    }
+    atomic_write_json(cached, {"heldout_sha256": heldout_sha256, "device": str(device), "tau": tau})
+    return tau
+
+
+def check_target_layers(lab: Path, variant: Variant) -> None:
+    """A ``variant.init=layers:N`` variant needs the lab's target with at least N layers."""
+    wanted = variant.target_layers()
+    if wanted is None:
+        return
+    config_path = lab / "target" / "config.json"
+    said = f"--variant {variant.name}: variant.init=layers:{wanted}"
+    if not config_path.is_file():
+        raise ValueError(f"{said} needs the lab's target ({config_path})")
+    layers = json.loads(config_path.read_text())["num_hidden_layers"]
+    try:
+        drafter.evenly_spaced(wanted, layers)  # the rule `drafter --init layers --layers N` applies
+    except ValueError as error:
+        raise ValueError(f"{said}: the lab's target has {layers} layers") from error
+
+
+def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """A variant's held-out result against the lab's base (Q4_0 PTQ) and target: ratios and gap closed, per category."""
+    base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
+    by_category = {}
+    for name, category in result["by_category"].items():
+        b, t = base["by_category"].get(name), target["by_category"].get(name)
+        by_category[name] = {
+            "tau": category["tau"],
+            "top1": category.get("top1"),
+            "base_tau": b["tau"] if b else None,
+            "target_tau": t["tau"] if t else None,
+            "over_base": category["tau"] / b["tau"] if b else None,
+            "gap_closed": gap_closed(category["tau"], b["tau"], t["tau"]) if b and t else None,
+        }
+    base_macro = sum(base["by_category"][n]["tau"] for n in by_category if n in base["by_category"]) / max(
+        sum(n in base["by_category"] for n in by_category), 1
+    )
+    target_macro = sum(target["by_category"][n]["tau"] for n in by_category if n in target["by_category"]) / max(
+        sum(n in target["by_category"] for n in by_category), 1
+    )
+    return {
+        "tau": result["tau"],
+        "macro_tau": result["macro_tau"],
+        "top1": result["top1"],
+        "over_base": result["tau"] / base["tau"],
+        "gap_closed": gap_closed(result["tau"], base["tau"], target["tau"]),
+        "macro_gap_closed": gap_closed(result["macro_tau"], base_macro, target_macro),
+        "beats_base_everywhere": all(c["over_base"] is not None and c["over_base"] > 1 for c in by_category.values()),
+        "by_category": by_category,
+    }
+
+
+class VariantProgress:
+    """``OUT/NAME/progress.json``: the variant's spec and the seconds each of its stages took, interrupted runs
+    included (a stage cut off by a kill or SIGINT keeps its seconds, added when the rerun finishes it)."""
+
+    def __init__(self, directory: Path, variant: Variant):
+        self.path = directory / "progress.json"
+        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        if self.data and self.data.get("spec") != variant.spec():
+            raise ValueError(
+                f"{directory} holds variant {variant.name!r} run with {self.data.get('spec')}, not "
+                f"{variant.spec()}: give the new settings another name, or another --out"
+            )
+        self.data.setdefault("spec", variant.spec())
+        self.data.setdefault("seconds", {})
+        self.data.setdefault("interrupted_seconds", {})
+        atomic_write_json(self.path, self.data)
+
+    def run_stage(self, name: str, fn: Callable[[], Any], complete: Callable[[], bool]) -> None:
+        if complete():
+            return
+        start = time.time()
+        try:
+            fn()
+        except BaseException:  # a kill or SIGINT: the seconds so far count when a rerun finishes the stage
+            add_stage_seconds(self.data, name, time.time() - start, False, "seconds")
+            atomic_write_json(self.path, self.data)
+            raise
+        add_stage_seconds(self.data, name, time.time() - start, True, "seconds")
+        atomic_write_json(self.path, self.data)
+
+
+def distill_variant(
+    layout: LabLayout,
+    directory: Path,
+    progress: VariantProgress,
+    variant: Variant,
+    applied: LabPreset,
+    device_name: str,
+) -> list[Path]:
+    """distill from the lab's base or the variant's drafter of the target's layers (and, unless
+    ``variant.qat=false``, distill --qat from that) into the variant's directory; returns the stage directories, the
+    last one the variant's final checkpoint."""
+    lab, replay = layout.path, layout.replay
+    config, embedding_type = applied.distill, applied.export.resolved_embedding_type()
+    distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
+    start = lab / "base"
+    layers = variant.target_layers()
+    if layers is not None:
+        start = directory / "drafter"
+        print(f"ablate: {variant.name}: drafter of {layers} of the target's layers …", file=sys.stderr)
+        progress.run_stage(
+            "drafter",
+            lambda: drafter.run(lab / "target", start, "layers", layers),
+            lambda: stage_complete(start, "drafter"),
+        )
+    print(f"ablate: {variant.name}: distill …", file=sys.stderr)
+    progress.run_stage(
+        "distill",
+        lambda: distill.run(
+            DistillJob(start, lab / "reference", distilled, config, replay_tokens=replay, device=device_name)
+        ),
+        lambda: stage_complete(distilled, "distill"),
+    )
+    if not variant.qat:
+        return [distilled]
+    print(f"ablate: {variant.name}: distill --qat …", file=sys.stderr)
+    progress.run_stage(
+        "distill --qat",
+        lambda: distill.run(
+            DistillJob(
+                distilled,
+                lab / "reference",
+                qat_dir,
+                config,
+                qat=True,
+                embedding_type=embedding_type,
+                replay_tokens=replay,
+                device=device_name,
+            )
+        ),
+        lambda: stage_complete(qat_dir, "distill"),
+    )
+    return [distilled, qat_dir]
+
+
+def evaluate_variant(
+    final: Path, lab: Path, preset: LabPreset, embedding_type: str, device: torch.device, progress: VariantProgress
+) -> dict[str, Any]:
+    """τ of the final checkpoint on the lab's held-out set at Q4_0 (its QAT state, else PTQ) and as trained."""
+    heldout_path = lab / "reference" / "heldout.jsonl"
+    verify_heldout(heldout_path)
+    conversations = read_conversations(heldout_path)
+    k, batch_tokens = preset.evaluate.k, preset.evaluate.batch_tokens
+    evaluated: dict[str, Any] = {}
+
+    def evaluate() -> None:
+        q4, mode = drafter_tau(
+            final, conversations, k, device, q4=True, batch_tokens=batch_tokens, embedding_type=embedding_type
+        )
+        fp32, _ = drafter_tau(final, conversations, k, device, batch_tokens=batch_tokens)
+        evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
+
+    progress.run_stage("evaluate", evaluate, lambda: False)
+    return evaluated
+
+
+def run_variant(
+    layout: LabLayout,
+    out: Path,
+    variant: Variant,
+    reference: dict[str, Any],
+    device_name: str,
+    device_shared_by: int = 1,
+) -> dict[str, Any]:
+    """Distill (+ QAT), score and export one variant into ``out/NAME``; returns its result (also result.json)."""
+    directory = out / variant.name
+    directory.mkdir(parents=True, exist_ok=True)
+    progress = VariantProgress(directory, variant)
+    applied = variant_preset(layout.preset, variant)
+    embedding_type = applied.export.resolved_embedding_type()
+    stages = distill_variant(layout, directory, progress, variant, applied, device_name)
+    final = stages[-1]
+    device = resolve_device(device_name)
+    evaluated = evaluate_variant(final, layout.path, layout.preset, embedding_type, device, progress)
+    gguf_path = directory / DRAFTER_GGUF
+    print(f"ablate: {variant.name}: export …", file=sys.stderr)
+    progress.run_stage("export", lambda: export_variant(final, gguf_path, applied.export), lambda: False)
+    manifests = [verify_stage_dir(d, "distill") for d in stages]
+    result = {
+        "name": variant.name,
+        "spec": variant.spec(),
+        "config": applied.distill.__dict__,
+        "export": {
+            "embedding_type": embedding_type,
+            "gguf": str(gguf_path),
+            "gguf_bytes": gguf_path.stat().st_size,
+            "max_bytes": applied.export.max_bytes,
+        },
+        "checkpoint": str(final),
+        "weights": evaluated["weights"],
+        **score(evaluated["q4"], reference),
+        "fp32": {k: evaluated["fp32"][k] for k in ("tau", "macro_tau", "top1")},
+        # Continuation tokens trained on (distill + QAT), text tokens of the replay loss beside them.
+        "data_tokens": sum(m["metrics"]["train_tokens"] for m in manifests),
+        "replay_tokens": sum(m["metrics"]["replay_tokens"] for m in manifests),
+        "examples": manifests[0]["metrics"]["examples"],
+        "stages": {
+            ("qat" if m["params"]["qat"] else "distill"): {k: m["metrics"][k] for k in STAGE_METRICS} for m in manifests
+        },
+        "device": str(device),
+        # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200
+        # (shared with device_shared_by − 1 other variants running at the same time, with --jobs).
+        "device_seconds": round(sum(progress.data["seconds"].values()), 2),
+        "device_shared_by": device_shared_by,
+    }
+    atomic_write_json(directory / RESULT_FILE, result)
+    return result
+
+
+def export_variant(checkpoint: Path, gguf_path: Path, config: ExportConfig) -> None:
+    """The variant's drafter as the Q4_0 GGUF the lab would ship: its QAT blocks (and embedding type) when it has a
+    QAT state, else post-training quantized with ``config``'s embedding type."""
+    from ..commands.export import export_gguf  # needs the `gguf` package, like QAT
+
+    qat_state = checkpoint_qat_state(checkpoint)
+    export_gguf(
+        checkpoint,
+        gguf_path,
+        "Q4_0",
+        qat_state=qat_state,
+        embedding_type=None if qat_state is not None else config.resolved_embedding_type(),
+        max_bytes=config.max_bytes,
+    )
+
+
+def write_summary(
+    lab: Path, out: Path, order: list[str], reference: dict[str, Any], k: int, heldout: dict[str, Any]
+) -> dict[str, Any]:
+    """ablation.json / ablation.md over every finished variant in ``out``: this command's first, in its order."""
+    finished = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob(f"*/{RESULT_FILE}"))}
+    names = [n for n in order if n in finished] + [n for n in sorted(finished) if n not in order]
+    summary = {
+        "lab": str(lab),
+        "k": k,
+        "heldout": heldout,
+        "lab_reference": reference,
+        "variants": [finished[n] for n in names],
+    }
+    atomic_write_json(out / "ablation.json", summary)
+    atomic_write_text(out / "ablation.md", ablation_markdown(summary))
+    return summary
+
+
+def run_concurrently(
+    lab: Path, out: Path, variants: list[Variant], device_name: str, time_budget_s: float | None, jobs: int
+) -> None:
+    """Each variant in its own ``ablate`` process, ``jobs`` at a time; raises naming those that failed."""
+    pending, running, failed = list(variants), [], []
+    while pending or running:
+        while pending and len(running) < jobs:
+            variant = pending.pop(0)
+            threads = str(max(1, torch.get_num_threads() // jobs))  # the CPU's threads, shared like the device
+            command = [sys.executable, "-m", "specdraft_train", "--threads", threads, "ablate"]
+            command += ["--lab", str(lab), "--out", str(out)]
+            command += ["--variant", variant.text(), "--device", device_name]
+            command += ["--device-shared-by", str(min(jobs, len(running) + 1 + len(pending)))]
+            if time_budget_s is not None:
+                command += ["--time-budget", str(time_budget_s)]
+            print(f"ablate: {variant.name}: started in its own process", file=sys.stderr)
+            running.append((variant, subprocess.Popen(command)))
+        time.sleep(0.5)
+        for variant, process in list(running):
+            if process.poll() is not None:
+                running.remove((variant, process))
+                if process.returncode != 0:
+                    failed.append(f"{variant.name} (exit {process.returncode})")
+    if failed:
+        raise ValueError(f"variants failed: {', '.join(failed)}; rerun the same command to resume them")
+
+
+def run_ablation(
+    lab: Path,
+    out: Path,
+    variants: list[Variant],
+    device_name: str = "auto",
+    time_budget_s: float | None = None,
+    jobs: int = 1,
+    device_shared_by: int = 1,
+) -> dict[str, Any]:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("ablate runs its variants one after another in one process; start it without torchrun")
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: expected at least 1")
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--variant names must differ: {names}")
+    layout = lab_layout(lab)
+    given = variants
+    if time_budget_s is not None:
+        variants = [
+            replace(v, distill_settings=(f"distill.time_budget_s={time_budget_s}", *v.distill_settings))
+            for v in variants
+        ]
+    for variant in variants:  # refuse what cannot run before any variant spends device time
+        variant_preset(layout.preset, variant)
+        check_target_layers(lab, variant)
+    for stage, kind in layout.stages:
+        if not stage_complete(lab / stage, kind):
+            raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")
+    out.mkdir(parents=True, exist_ok=True)
+    reference = lab_reference_tau(layout, out, device_name)
+    heldout_path = lab / "reference" / "heldout.jsonl"
+    conversations = read_conversations(heldout_path)
+    heldout = {
+        "path": str(heldout_path),
+        "conversations": len(conversations),
+        "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
+    }
+    unfinished = [g for g, v in zip(given, variants) if not (out / v.name / RESULT_FILE).is_file()]
+    if jobs > 1 and len(unfinished) > 1:
+        run_concurrently(lab, out, unfinished, device_name, time_budget_s, jobs)
+    for variant in variants:
+        result_path = out / variant.name / RESULT_FILE
+        if result_path.is_file():
+            VariantProgress(out / variant.name, variant)  # refuses a name reused with other settings
+            print(f"ablate: {variant.name}: finished in {result_path.parent}, skipped", file=sys.stderr)
+            continue
+        result = run_variant(layout, out, variant, reference, device_name, device_shared_by)
+        print(
+            f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
+            f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
+            f"gap closed {pct(result['gap_closed'])}, "
+            f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s",
+            file=sys.stderr,
+        )
+        write_summary(lab, out, names, reference, layout.preset.evaluate.k, heldout)
+    return write_summary(lab, out, names, reference, layout.preset.evaluate.k, heldout)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "ablate",
+        help="distillation variants from a lab, scored by held-out category",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--lab", required=True, type=Path, help="a lab's folder (`lab`, or real_lab.sh's) with its base and reference"
+    )
+    p.add_argument("--out", required=True, type=Path, help="ablation directory (rerun the same command to resume)")
+    p.add_argument(
+        "--variant",
+        dest="variants",
+        action="append",
+        required=True,
+        type=str,
+        metavar="NAME:SECTION.FIELD=VALUE,…",
+        help="a variant (repeatable), e.g. 'tvd:distill.loss=tvd,variant.qat=false' or "
+        "'allq4:export.embedding_type=Q4_0'",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="distill.time_budget_s of every variant's distill runs (default: the lab's)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="variants run at a time on the one device, each in its own process (default: 1, one after another)",
+    )
+    add_device_argument(p)
+    # set by --jobs for the processes it starts: how many variants share the device (recorded in each result)
+    p.add_argument("--device-shared-by", type=int, default=1, help=argparse.SUPPRESS)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    variants = [parse_variant(v) for v in args.variants]
+    summary = run_ablation(
+        args.lab, args.out, variants, args.device, args.time_budget, args.jobs, args.device_shared_by
+    )
+    for row in summary["variants"]:
+        print(
+            f"{row['name']}: τ {row['tau']:.3f} ({row['weights']}), macro τ {row['macro_tau']:.3f}, "
+            f"× base {row['over_base']:.3f}, gap closed {pct(row['gap_closed'])}"
+        )
+    print(f"report: {args.out / 'ablation.md'}")
+    return 0
