@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real job's dress rehearsal on one H200 (issue #23): Qwen3-8B- and Qwen3-1.7B-shaped models with random weights
 # made on the machine (bench/models/make_random_checkpoint.py: bf16, Qwen3's tokenizer, chat template and generation
-# config), a few thousand chat prompts (train/scripts/data/make_chat_prompts.py), then every command of docs/training.md's
+# config), a few thousand chat prompts (train/scripts/data/make_chat_prompts.py), then every command of docs/real-model.md's
 # "The real-model path" as written there, under --preset qwen3-chat, with only scale flags changed (the prompt count,
 # a 20 s --time-budget for each distill run, selfcheck's sample, validate's --limit):
 #   reference (top-20) → distill → distill --qat → evaluate (export beside it: a CPU job) → serve on the GPU + validate
