@@ -36,7 +36,7 @@ test("every command, option, script, path and link the docs advise exists", () =
     assert.deepEqual(problems, [], `\n${problems.join("\n")}`);
 });
 
-test("the check fails on a made-up flag, command, script, path and link, naming each", () => {
+test("the check fails on a made-up flag, command, script, path, link and an unmarked output, naming each", () => {
     const page = [
         "Run it:",
         "",
@@ -51,6 +51,11 @@ test("the check fails on a made-up flag, command, script, path and link, naming 
         "Inline: `serve --also-made-up`, the file `src/cli/noSuchFile.ts`, [a link](no-such-page.md) and",
         "[an anchor](training.md#no-such-heading); but `serve --port 8000`, `npm run build` and",
         "`bench/results/<run>/README.md` are fine.",
+        "",
+        "```",
+        "$ npx specdraft validate --server http://127.0.0.1:8000 --data data/lab-heldout.jsonl",
+        "τ 9.7",
+        "```",
     ].join("\n");
     const problems = checkPage("docs/synthetic.md", page, known());
     const expected = [
@@ -63,6 +68,7 @@ test("the check fails on a made-up flag, command, script, path and link, naming 
         "docs/synthetic.md:11: src/cli/noSuchFile.ts: no such path in the repository",
         "docs/synthetic.md:11: link no-such-page.md: no such file",
         "docs/synthetic.md:12: link training.md#no-such-heading: docs/training.md has no heading #no-such-heading",
+        "docs/synthetic.md:15: shown output not marked as an example with its date and machine",
     ];
     for (const message of expected)
         assert.ok(

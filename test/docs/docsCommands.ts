@@ -130,7 +130,8 @@ export function invocations(file: string, markdown: string): (Advice & { cwd: st
         let cwd = "";
         let pending = "";
         let start = block.line;
-        for (const [offset, raw] of block.lines.entries()) {
+        for (const [offset, shown] of block.lines.entries()) {
+            const raw = shown.replace(/^\$ /, ""); // a shown session's command
             if (!pending) start = block.line + offset;
             if (/\\\s*$/.test(raw)) {
                 pending += `${raw.replace(/\\\s*$/, "")} `;
@@ -287,6 +288,19 @@ export function checkLinks(file: string, markdown: string, root: string): string
     return problems;
 }
 
+/** A shown session (a block with `$ ` prompt lines and their output) no test or script makes must say it is an example
+ * and when it was taken, in the prose just before it. */
+export function checkTranscripts(file: string, markdown: string): string[] {
+    const lines = markdown.split("\n");
+    return splitMarkdown(markdown)
+        .blocks.filter((block) => block.lines.some((line) => line.startsWith("$ ")))
+        .filter((block) => {
+            const before = lines.slice(Math.max(0, block.line - 6), block.line - 2).join(" ");
+            return !(/\bexample\b/i.test(before) && /\b20\d\d-\d\d-\d\d\b/.test(before));
+        })
+        .map((block) => `${file}:${block.line - 1}: shown output not marked as an example with its date and machine`);
+}
+
 /** Every problem of one page. */
 export function checkPage(file: string, markdown: string, known: Known): string[] {
     const commands = invocations(file, markdown).flatMap((advice) => checkInvocation(advice, known));
@@ -297,5 +311,5 @@ export function checkPage(file: string, markdown: string, known: Known): string[
     const paths = checkPaths(file, markdown, known.root).filter(
         (problem) => !named.has(problem.replace(/^(\S+:\d+): (\S+): no such path.*$/, "$1 $2")),
     );
-    return [...commands, ...paths, ...checkLinks(file, markdown, known.root)];
+    return [...commands, ...paths, ...checkLinks(file, markdown, known.root), ...checkTranscripts(file, markdown)];
 }
