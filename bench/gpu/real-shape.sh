@@ -21,8 +21,8 @@
 # Everything lands in RESULTS (JSON in generateCosts' format, logs, tables.md from bench/speedUpTable.ts).
 #
 # On the GPU machine, from the checkout, with .gpu .gpu-rs .whl dist build/llama-headers there (bench/gpu/stage.sh
-# makes them; `npm run build` makes dist). With the checkout (18 MiB on 2026-12-01) they pass the device tool's 64 MiB
-# a call, so carry them over two calls to one warm machine: .gpu without node.xz plus the small ones, then .gpu/node.xz;
+# makes them; `npm run build` makes dist). Where the machine takes less per transfer than all of them with the checkout
+# (bench/gpu/README.md), bring them in two to one warm machine: .gpu without node.xz plus the small ones, then .gpu/node.xz;
 # a larger TARGET travels in parts, each moved out of the checkout (e.g. to /tmp) by the call that brings it:
 #   bash bench/gpu/real-shape.sh RESULTS [TARGET.gguf]
 # CPU dry run (tiny shapes of the same kinds, --gpu cpu, a few repeats; no .gpu needed):

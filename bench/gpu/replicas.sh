@@ -10,8 +10,8 @@
 #
 # Staging, here after `npm ci`: npm run build; bash bench/gpu/stage.sh (.gpu, .gpu-rs with serveBench bundled, .whl);
 # bash bench/gpu/stage-haproxy.sh. On the GPU machine, from the checkout, with .gpu .gpu-rs .whl dist
-# build/llama-headers .gpu-haproxy there (over 64 MiB with the checkout: carry .gpu/node.xz in a second call, as for
-# bench/gpu/real-shape.sh):
+# build/llama-headers .gpu-haproxy there (where that is more than one transfer takes, bring .gpu/node.xz in a second,
+# as for bench/gpu/real-shape.sh):
 #   bash bench/gpu/replicas.sh RESULTS          (with $OUT set, RESULTS also lands in $OUT/<name>.tar.gz)
 # A rerun resumes: runs whose JSON is in RESULTS are not repeated, the model is made once.
 # CPU dry run (the committed default drafter, --gpu cpu, few steps; haproxy from PATH, else .gpu-haproxy; no .gpu):

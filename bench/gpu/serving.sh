@@ -9,8 +9,8 @@
 # .gpu-extra (qwen3-tokenizer.json.xz and the bench clients bundled), .gpu-llama (llama-src.tar.xz; only for the
 # llama-server peer), and on a machine without node .gpu and .whl; dist and build/llama-headers too:
 #   bash bench/gpu/serving.sh RESULTS_DIR [PEERS]      PEERS: any of "specdraft hf-seed llama-server" (default: all)
-# bench/gpu/stage.sh prints what each job brings: with .gpu-llama this one is now over the device tool's 64 MiB (the
-# committed default drafter grew the checkout), so run the llama-server peer in a job of its own or carry less.
+# bench/gpu/stage.sh prints what each job brings: with .gpu-llama this one is the largest (bench/gpu/README.md), so on
+# a machine with a transfer limit run the llama-server peer in a job of its own or carry less.
 set -uo pipefail
 results=${1:?results dir}
 peers=${2:-specdraft hf-seed llama-server}

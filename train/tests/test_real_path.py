@@ -1,4 +1,4 @@
-"""The real-model path on CPU as a user runs it (docs/training.md, "The real-model path"): tiny random Qwen3 models
+"""The real-model path on CPU as a user runs it (docs/real-model.md, "The real-model path"): tiny random Qwen3 models
 that carry Qwen3's real tokenizer, chat template and generation config (bench/models/make_random_checkpoint.py, the
 rehearsal's own maker), chat prompts of every form (train/scripts/data/make_chat_prompts.py: system prompts, multi-turn,
 several lengths), and every documented command under the qwen3-chat preset: reference → distill → distill --qat →

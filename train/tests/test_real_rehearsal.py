@@ -1,4 +1,4 @@
-"""The H200 dress rehearsal (train/scripts/gpu/real_rehearsal.sh), cheaply: it runs the commands docs/training.md gives
+"""The H200 dress rehearsal (train/scripts/gpu/real_rehearsal.sh), cheaply: it runs the commands docs/real-model.md gives
 for the real path, with their flags, and its report projects the whole job from the stages' measured rates — the full
 rehearsal's stage outputs, or the rates mode's bench and training-probe JSON (whose CPU dry run runs here end to end,
 ~30 s; the full one, ~10 minutes on the CPU, is too long for CI)."""
@@ -32,7 +32,7 @@ def _commands(text: str, pattern: str) -> list[str]:
 
 
 def test_the_rehearsal_runs_every_documented_real_path_command_with_its_flags():
-    doc = (REPO / "docs" / "training.md").read_text()
+    doc = (REPO / "docs" / "real-model.md").read_text()
     section = doc[doc.index("## The real-model path") : doc.index("Replay for a real drafter")]
     documented = _commands(section, r"(python -m specdraft_train|npx specdraft) \w+")
     script = SCRIPT.read_text()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lab on the H200 machine: `python -m specdraft_train lab --preset lab`, resumable, in one or more calls of at most
-# LIMIT seconds (the device tool's commands stop at 10 minutes; rerunning continues where the last one stopped), then
+# LIMIT seconds (for machines that cut a command off after a while; rerunning continues where the last one stopped), then
 # what the checkout keeps: the drafter GGUF, the held-out set, the reports and manifests, copied to RESULTS.
 #
 # From the checkout on the GPU machine, with .whl (the gguf wheel) and .prose (prose.tar.xz) brought along, both made

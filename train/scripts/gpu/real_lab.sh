@@ -41,7 +41,7 @@ declare -A usual=([unpack]=10 [corpus]=30 [drafter]=15 [pretrain]=150 [gguf]=15 
 sd() { "$python" -m specdraft_train ${REAL_LAB_THREADS:+--threads "$REAL_LAB_THREADS"} "$@"; }
 export -f sd
 
-# What RESULTS holds after every call (at most 8 files of ≤ 16 MiB: the device tool's limits), then the exit.
+# What RESULTS holds after every call (a few files, none over 15 MiB, for machines that return little), then the exit.
 pack() {
   rm -f "$results"/real-lab-* "$results/lab_report.md" "$results/limits.md" "$results/progress.log"
   (cd "$work" && tar -cf - --ignore-failed-read logs stamps real_lab.json lab_report.json lab_report.md \
@@ -57,7 +57,7 @@ pack() {
 }
 finish() {
   pack
-  log "bring back (files under $results, each ≤ 16 MiB):"
+  log "bring back (files under $results):"
   (cd "$results" && for f in *; do echo "  $f $(stat -c %s "$f") bytes"; done) | tee -a "$work/logs/progress.log" >&2
   [ -f "$work/lab_report.md" ] && [ "$1" = 0 ] && head -60 "$work/lab_report.md" >&2
   exit "$1"

@@ -4,7 +4,7 @@
 #   .real/call1/          target-meta.tar.xz (`target --no-weights`: SmolLM2's config, tokenizer, chat template and
 #                         generation config, for the drafter from scratch), prose.tar.xz (the smollm2-chat preset's
 #                         prose packages), smol.gguf.sha256 (the GGUF's and each part's sums) and the first part of the
-#                         GGUF as xz, as large as the call's 64 MiB leave beside the checkout
+#                         GGUF as xz, as large as a call's limit (REAL_LAB_CALL_MIB) leaves beside the checkout
 #   .real/call2/          the rest of the GGUF as xz
 # and checks that each call fits (the checkout — tracked and untracked-not-ignored files — travels with every call).
 # Run from the repository root:  bash train/scripts/gpu/real_lab_stage.sh
@@ -36,8 +36,8 @@ tar -C train/.cache/prose -cf - $prose | xz -T0 -9 > "$staged/call1/prose.tar.xz
 
 # The GGUF as xz, cut where call 1 is full: call 1 holds the checkout, .whl and everything else in call1/.
 xz -T0 "-$xz_level" -c "$gguf" > "$tmp/smol.gguf.xz"
-# Sizes as the disk holds them (du's blocks, not bytes): the device tool refused a call of 63.4 MiB in bytes whose
-# files took 65.1 MiB of blocks, and took one of 63.3 MiB of blocks.
+# Sizes as the disk holds them (du's blocks, not bytes): a transfer limit may count blocks (one call of 63.4 MiB in
+# bytes was refused as 65.1 MiB of blocks, bench/gpu/README.md).
 size() { du -ck "$@" | tail -1 | awk '{ print $1 * 1024 }'; }
 checkout=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -ck --files0-from=- | tail -1 |
   awk '{ print $1 * 1024 }')

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real job's dress rehearsal on one H200 (issue #23): Qwen3-8B- and Qwen3-1.7B-shaped models with random weights
 # made on the machine (bench/models/make_random_checkpoint.py: bf16, Qwen3's tokenizer, chat template and generation
-# config), a few thousand chat prompts (train/scripts/data/make_chat_prompts.py), then every command of docs/training.md's
+# config), a few thousand chat prompts (train/scripts/data/make_chat_prompts.py), then every command of docs/real-model.md's
 # "The real-model path" as written there, under --preset qwen3-chat, with only scale flags changed (the prompt count,
 # a 20 s --time-budget for each distill run, selfcheck's sample, validate's --limit):
 #   reference (top-20) → distill → distill --qat → evaluate (export beside it: a CPU job) → serve on the GPU + validate
@@ -16,8 +16,8 @@
 # Resumable across device commands on one warm machine: every stage leaves a stamp in $REHEARSAL_DIR/stamps when it
 # finishes and is skipped after that; a stage is started only when LIMIT_S (default 540) leaves it its usual time, and
 # the command then stops, saying so — run it again to continue (the machine must still be the warm one: the work
-# folder lives in /tmp). The Python stages come first and need no node, so the job travels in two calls (the device
-# tool takes 64 MiB a call): the first carries .whl, .gpu-real/qwen3-tokenizer.tar.xz and .gpu without its node.xz;
+# folder lives in /tmp). The Python stages come first and need no node, so the job can travel in two calls (where one
+# transfer cannot take it all, bench/gpu/README.md): the first carries .whl, .gpu-real/qwen3-tokenizer.tar.xz and .gpu without its node.xz;
 # the second .gpu/node.xz, dist, build/llama-headers and .gpu-real/cpu-engine.tar.xz (bench/gpu/stage.sh makes them).
 # Disk: the 16 GB target is deleted once reference has finished with it; the rest peaks near 30 GB (the fp32 distilled
 # checkpoints, each with its best.pt while it trains).
