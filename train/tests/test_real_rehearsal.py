@@ -1,7 +1,7 @@
-"""The H200 dress rehearsal (train/scripts/gpu/real_rehearsal.sh), cheaply: it runs the commands docs/real-model.md gives
-for the real path, with their flags, and its report projects the whole job from the stages' measured rates — the full
-rehearsal's stage outputs, or the rates mode's bench and training-probe JSON (whose CPU dry run runs here end to end,
-~30 s; the full one, ~10 minutes on the CPU, is too long for CI)."""
+"""The H200 dress rehearsal (train/scripts/gpu/real_rehearsal.sh), cheaply: it runs the commands docs/real-model.md
+gives for the real path, with their flags, and its report projects the whole job from the stages' measured rates — the
+full rehearsal's stage outputs, or the rates mode's bench and training-probe JSON (whose CPU dry run runs here end to
+end, ~30 s; the full one, ~10 minutes on the CPU, is too long for CI)."""
 
 from __future__ import annotations
 
