@@ -157,16 +157,14 @@ async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
                 counters.evaluated += evaluated;
                 counters.reused += reused;
             },
-            onDecode: (_tokens, sequences) => {
+            onStep: (step) => {
                 counters.decodes++;
-                counters.decodeSequences += sequences;
-            },
-            onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused) => {
+                counters.decodeSequences += step.sequences;
                 counters.steps++;
-                if (graphReused) counters.graphReused++;
-                counters.decodeMs += decodeMs;
-                counters.sampleMs += sampleMs;
-                counters.hostMs += hostMs;
+                if (step.graphReused) counters.graphReused++;
+                counters.decodeMs += step.decodeMs;
+                counters.sampleMs += step.sampleMs;
+                counters.hostMs += step.hostMs;
             },
         },
     });

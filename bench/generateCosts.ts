@@ -397,15 +397,15 @@ async function measureInProcessDrafter(
         contextSize,
         gpu: options.gpu,
         observer: {
-            onStep: (_sequences, decodeMs, _sampleMs, _hostMs, graphReused, split) => {
+            onStep: (step) => {
                 if (!recording) return;
                 const index = Math.min(++stepIndex, 4);
                 const row = byIndex.get(index) ?? { n: 0, decode: 0, submit: 0, wait: 0, reused: 0 };
                 row.n++;
-                row.decode += decodeMs;
-                row.submit += split.submitMs;
-                row.wait += split.waitMs;
-                row.reused += graphReused ? 1 : 0;
+                row.decode += step.decodeMs;
+                row.submit += step.submitMs;
+                row.wait += step.waitMs;
+                row.reused += step.graphReused ? 1 : 0;
                 byIndex.set(index, row);
             },
         },
@@ -470,17 +470,17 @@ async function measureStepCosts(path: string, options: Options, prompt: Prompt, 
             lookaheadStepTokens: m,
             lookaheadFill: true,
             observer: {
-                onStep: (_sequences, decodeMs, _sampleMs, _hostMs, graphReused, split) => {
+                onStep: (step) => {
                     if (!recording) return;
                     row.all++;
-                    row.drafted += split.drafted;
+                    row.drafted += step.drafted;
                     // a request's first step also holds its new tokens: only the drafting steps are m tokens
-                    if (split.tokens !== m) return;
+                    if (step.tokens !== m) return;
                     row.steps++;
-                    row.decode += decodeMs;
-                    row.submit += split.submitMs;
-                    row.wait += split.waitMs;
-                    row.reused += graphReused ? 1 : 0;
+                    row.decode += step.decodeMs;
+                    row.submit += step.submitMs;
+                    row.wait += step.waitMs;
+                    row.reused += step.graphReused ? 1 : 0;
                 },
             },
         });

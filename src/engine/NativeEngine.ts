@@ -265,11 +265,15 @@ export class NativeEngine implements DraftEngine {
                 fillers = 0,
                 accepted = 0,
             ] = steps.subarray(i, i + nativeStepFields);
-            this.observer.onDecode?.(tokens, sequences);
-            this.observer.onStep?.(sequences, decodeMs, sampleMs, hostMs, graphsReused > 0, {
+            this.observer.onStep?.({
+                tokens,
+                sequences,
+                decodeMs,
                 submitMs,
                 waitMs,
-                tokens,
+                sampleMs,
+                hostMs,
+                graphReused: graphsReused > 0,
                 drafted,
                 candidates,
                 fillers,

@@ -41,7 +41,7 @@ async function openEngine(
                 counters.evaluated += evaluated;
                 counters.reused += reused;
             },
-            onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
+            onStep: ({ tokens, sequences }) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => {
                 counters.maxQueueDepth = Math.max(counters.maxQueueDepth, depth);
                 counters.depths.push(depth);
@@ -262,10 +262,11 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
     const { engine, counters } = await openEngine(t, {
         streams: 4,
         observer: {
-            onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => counters.depths.push(depth),
-            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) =>
-                steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
+            onStep: ({ tokens, sequences, decodeMs, sampleMs, hostMs, graphReused }) => {
+                counters.decodes.push([tokens, sequences]);
+                steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]);
+            },
         },
     });
     const [long, short, tick] = randomPrompts(3, 4000, 43);
