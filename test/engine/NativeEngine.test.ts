@@ -240,6 +240,19 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     assert.equal((await engine.draft(long, 4)).length, 4);
 });
 
+test("a request aborted before its run of steps starts leaves the engine able to draft and to close", async (t) => {
+    const { engine } = await openEngine(t, { streams: 2 });
+    const controller = new AbortController();
+    const aborted = engine.draft([1, 2, 3], 4, { signal: controller.signal });
+    // in the same turn: the run scheduled for it then finds nothing to do
+    controller.abort();
+    await assert.rejects(aborted, isEngineError("aborted"));
+    // let that empty run start and end before the next request
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal((await engine.draft([1, 2, 3], 4)).length, 4);
+    await engine.close();
+});
+
 test("queue_full when more requests wait than maxQueue", async (t) => {
     const { engine } = await openEngine(t, { maxQueue: 2 });
     const accepted = [engine.draft([1, 2, 3], 4), engine.draft([4, 5, 6], 4)];
