@@ -29,11 +29,7 @@ export interface NativeEngineOptions {
     maxQueue: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
-    /**
-     * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or JS interrupts it).
-     * 1 gives the old one-round-trip-per-step loop, kept to measure what the round trips cost (bench/engineBench.ts
-     * `--max-steps-per-run`).
-     */
+    /** Decode steps one native run may do before it returns to JS; 0: no limit (LoadEngineOptions.testing). */
     maxStepsPerRun: number;
 }
 

@@ -15,6 +15,9 @@ export type ComputeBackend = "cpu" | "cuda" | "vulkan" | "metal";
  */
 export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
 
+/** A KV cache element type llama.cpp takes for both K and V here (engineDefaults.ts: kvTypes lists them). */
+export type KvType = "f16" | "q8_0" | "bf16" | "f32";
+
 /** What `GET /info` reports about the loaded drafter. */
 export interface EngineInfo {
     /** `general.name` from the GGUF, or the file name. */

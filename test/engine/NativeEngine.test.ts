@@ -343,7 +343,7 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
 test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of many steps", async (t) => {
     const prompts = randomPrompts(8, 4000, 47);
     const many = await openEngine(t, { streams: 8 });
-    const single = await openEngine(t, { streams: 8, maxStepsPerRun: 1 });
+    const single = await openEngine(t, { streams: 8, testing: { maxStepsPerRun: 1 } });
     const expected = await Promise.all(prompts.map((prompt) => many.engine.draft(prompt, 12)));
     assert.deepEqual(await Promise.all(prompts.map((prompt) => single.engine.draft(prompt, 12))), expected);
 });
