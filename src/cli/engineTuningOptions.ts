@@ -4,7 +4,13 @@
  */
 import { type Command, Option } from "commander";
 import type { EngineTuning } from "../engine/EngineTuning.js";
-import { defaultLookahead, kvTypes, maxLookahead } from "../engine/engineDefaults.js";
+import {
+    defaultGpuPadBatch,
+    defaultGpuStepPrefill,
+    defaultLookahead,
+    kvTypes,
+    maxLookahead,
+} from "../engine/engineDefaults.js";
 import type { KvType } from "../engine/types.js";
 import { parseFractionOption, parseIntegerOption } from "./commandOptions.js";
 
@@ -62,13 +68,13 @@ export function addEngineTuningOptions(command: Command): Command {
         .option(
             "--pad-batch <fraction>",
             "pad decode steps to all streams when at least this fraction of them drafts, so steps keep one shape " +
-                "(0: never; default: 0.5 on a GPU, 0 on the CPU)",
+                `(0: never; default: ${defaultGpuPadBatch} on a GPU, 0 on the CPU)`,
             parseFractionOption,
         )
         .option(
             "--step-prefill <tokens>",
             "feed requests bringing 2 to this many new tokens one token per step, so steps keep one shape " +
-                "(0: never; default: 2 on a GPU, 0 on the CPU)",
+                `(0: never; default: ${defaultGpuStepPrefill} on a GPU, 0 on the CPU)`,
             parseIntegerOption(0, 1 << 20),
         );
 }
