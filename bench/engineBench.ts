@@ -14,10 +14,9 @@
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
-import { defaultDraftLength, defaultGpu, defaultStreams, gpuChoices } from "../src/engine/engineDefaults.js";
+import { defaultDraftLength, defaultGpu, defaultStreams, gpuChoices, kvTypes } from "../src/engine/engineDefaults.js";
 import { loadEngine } from "../src/engine/loadEngine.js";
-import { type KvType, kvTypes } from "../src/engine/readEngineEnv.js";
-import type { DraftEngine, EngineInfo, GpuChoice } from "../src/engine/types.js";
+import type { DraftEngine, EngineInfo, GpuChoice, KvType } from "../src/engine/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
 import { parseIntegerListOption } from "./lib/integerListOption.js";
 import { seededRandom } from "./lib/seededRandom.js";
@@ -151,22 +150,20 @@ async function runEngine(flags: BenchFlags, maxStepsPerRun: number) {
         backendSampling: flags.backendSampling,
         kvType: flags.kvType,
         padBatch: flags.padBatch,
-        maxStepsPerRun,
+        testing: { maxStepsPerRun },
         observer: {
             onPrefix: (evaluated, reused) => {
                 counters.evaluated += evaluated;
                 counters.reused += reused;
             },
-            onDecode: (_tokens, sequences) => {
+            onStep: (step) => {
                 counters.decodes++;
-                counters.decodeSequences += sequences;
-            },
-            onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused) => {
+                counters.decodeSequences += step.sequences;
                 counters.steps++;
-                if (graphReused) counters.graphReused++;
-                counters.decodeMs += decodeMs;
-                counters.sampleMs += sampleMs;
-                counters.hostMs += hostMs;
+                if (step.graphReused) counters.graphReused++;
+                counters.decodeMs += step.decodeMs;
+                counters.sampleMs += step.sampleMs;
+                counters.hostMs += step.hostMs;
             },
         },
     });

@@ -28,18 +28,22 @@
  *   the same with specdraft's draft engine loaded in this process (NativeDraftTokenPredictor's path: no HTTP), and
  *   steps_in_process: mean ms per decode step by its index within a request (1: the request's new tokens, 2, 3, 4+),
  *   which shows what a graph rebuild and CUDA-graph warm-up cost;
- * - draft_step_by_m[m] (with --lookahead M,…): a drafter step's cost when it decodes m = 1 + M tokens of one sequence —
+ * - draft_step_by_m[m] (with --lookahead-sweep M,…): a drafter step's cost when it decodes m = 1 + M tokens of one sequence —
  *   its own token and M prompt-lookup candidates, fillers where the lookup has none, so every step has exactly m — the
  *   mean decode ms (submit / wait) of the walk's steps of m tokens, and the walk's drafts of 8 and 16 with those
  *   candidates (their tokens per step are this synthetic text's; real text's come from bench/lookaheadSteps.ts, and
  *   bench/speedUpModel.ts composes the two); m1 is the same engine without candidates, in the same process.
  *
  *   node --import tsx bench/generateCosts.ts [--target T.gguf] [--drafter http://127.0.0.1:8000] [--draft-model D.gguf]
- *       [--interleave-target T.gguf] [--gpu cuda] [--repeats 20] > costs.json
+ *       [--interleave-target T.gguf] [--gpu cuda] [--repeats 20] [serve's engine options] > costs.json
+ *
+ * The in-process engine takes `specdraft serve`'s engine options (--lookahead, --step-prefill, --flash-attention, …:
+ * src/cli/engineTuningOptions.ts), so a job gives the same flags to the server it times and to this process.
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
 import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { addEngineTuningOptions, type EngineTuningFlags, engineTuningOf } from "../src/cli/engineTuningOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
@@ -62,14 +66,14 @@ const draftSizes = [1, 2, 4, 6, 8, 16];
 const walkAgreement = 0.81;
 const contextSize = 2048;
 
-interface Options {
+interface Options extends EngineTuningFlags {
     target?: string;
     drafter?: string;
     draftModel?: string;
     interleaveTarget?: string;
     gpu: GpuChoice;
     repeats: number;
-    lookahead?: number[];
+    lookaheadSweep?: number[];
 }
 
 type Prompt = number[];
@@ -396,16 +400,17 @@ async function measureInProcessDrafter(
         streams: 1,
         contextSize,
         gpu: options.gpu,
+        ...engineTuningOf(options),
         observer: {
-            onStep: (_sequences, decodeMs, _sampleMs, _hostMs, graphReused, split) => {
+            onStep: (step) => {
                 if (!recording) return;
                 const index = Math.min(++stepIndex, 4);
                 const row = byIndex.get(index) ?? { n: 0, decode: 0, submit: 0, wait: 0, reused: 0 };
                 row.n++;
-                row.decode += decodeMs;
-                row.submit += split.submitMs;
-                row.wait += split.waitMs;
-                row.reused += graphReused ? 1 : 0;
+                row.decode += step.decodeMs;
+                row.submit += step.submitMs;
+                row.wait += step.waitMs;
+                row.reused += step.graphReused ? 1 : 0;
                 byIndex.set(index, row);
             },
         },
@@ -457,7 +462,7 @@ async function measureInProcessDrafter(
  */
 async function measureStepCosts(path: string, options: Options, prompt: Prompt, vocab: number) {
     const out: Record<string, unknown> = {};
-    for (const candidates of options.lookahead ?? []) {
+    for (const candidates of options.lookaheadSweep ?? []) {
         const m = 1 + candidates;
         const row = { steps: 0, decode: 0, submit: 0, wait: 0, reused: 0, drafted: 0, all: 0 };
         let recording = false;
@@ -466,21 +471,22 @@ async function measureStepCosts(path: string, options: Options, prompt: Prompt, 
             streams: 1,
             contextSize,
             gpu: options.gpu,
+            ...engineTuningOf(options),
             lookahead: candidates,
             lookaheadStepTokens: m,
             lookaheadFill: true,
             observer: {
-                onStep: (_sequences, decodeMs, _sampleMs, _hostMs, graphReused, split) => {
+                onStep: (step) => {
                     if (!recording) return;
                     row.all++;
-                    row.drafted += split.drafted;
+                    row.drafted += step.drafted;
                     // a request's first step also holds its new tokens: only the drafting steps are m tokens
-                    if (split.tokens !== m) return;
+                    if (step.tokens !== m) return;
                     row.steps++;
-                    row.decode += decodeMs;
-                    row.submit += split.submitMs;
-                    row.wait += split.waitMs;
-                    row.reused += graphReused ? 1 : 0;
+                    row.decode += step.decodeMs;
+                    row.submit += step.submitMs;
+                    row.wait += step.waitMs;
+                    row.reused += step.graphReused ? 1 : 0;
                 },
             },
         });
@@ -507,7 +513,7 @@ async function measureStepCosts(path: string, options: Options, prompt: Prompt, 
     return out;
 }
 
-const program = new Command("generateCosts")
+const command = new Command("generateCosts")
     .description("Measure the target's per-token and per-verify-step costs and the drafter's per-draft costs.")
     .option("--target <gguf>", "target model")
     .option("--drafter <url>", "a specdraft server to time /draft against")
@@ -519,67 +525,61 @@ const program = new Command("generateCosts")
     .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
     .option("--repeats <n>", "measurements per figure", parseIntegerOption(1), 40)
     .option(
-        "--lookahead <list>",
+        "--lookahead-sweep <list>",
         "with --draft-model: a drafter step's cost at m = 1 + M tokens for each M (e.g. 0,1,2,…,15): M candidates a step",
         parseIntegerListOption(0),
-    )
-    .action(async (options: Options) => {
-        if (!options.target && !options.drafter && !options.draftModel)
-            throw new Error("nothing to measure: give --target, --drafter and/or --draft-model");
-        const result: Record<string, unknown> = {
-            target: options.target ?? null,
-            drafter: options.drafter ?? null,
-            draft_model: options.draftModel ?? null,
-            unit: "ms",
-            repeats: options.repeats,
+    );
+const program = addEngineTuningOptions(command).action(async (options: Options) => {
+    if (!options.target && !options.drafter && !options.draftModel)
+        throw new Error("nothing to measure: give --target, --drafter and/or --draft-model");
+    const result: Record<string, unknown> = {
+        target: options.target ?? null,
+        drafter: options.drafter ?? null,
+        draft_model: options.draftModel ?? null,
+        unit: "ms",
+        repeats: options.repeats,
+    };
+    if (options.target) Object.assign(result, await measureTarget(options.target, options));
+    // drafter prompts: the target's vocabulary when given (the pair shares it), else the draft model's
+    const vocabFrom = options.target ?? options.draftModel;
+    const vocab = vocabFrom ? Math.min((await readModelFileInfo(vocabFrom)).vocabSize - 10, 4000) : 4000;
+    const prompt = makePrompt(vocab);
+    // the generation's rhythm: a target on the same device verifies between draft requests (in this process, as
+    // `specdraft generate` runs it), so the drafter's figures include sharing the GPU with it
+    const target =
+        options.interleaveTarget === undefined
+            ? undefined
+            : await NativeTarget.load({
+                  modelPath: options.interleaveTarget,
+                  contextSize,
+                  maxOutputs: Math.max(...verifySizes),
+                  gpu: options.gpu,
+                  threads: defaultThreads(),
+              });
+    let between: Between | undefined;
+    if (target) {
+        const targetPrompt = makePrompt(Math.min(target.vocabSize - 10, 4000));
+        await target.verify(targetPrompt, 0, targetPrompt.length - 1);
+        between = async (n) => {
+            await target.verify(
+                Array.from({ length: n + 1 }, (_, j) => 100 + j),
+                targetPrompt.length,
+                0,
+            );
         };
-        if (options.target) Object.assign(result, await measureTarget(options.target, options));
-        // drafter prompts: the target's vocabulary when given (the pair shares it), else the draft model's
-        const vocabFrom = options.target ?? options.draftModel;
-        const vocab = vocabFrom ? Math.min((await readModelFileInfo(vocabFrom)).vocabSize - 10, 4000) : 4000;
-        const prompt = makePrompt(vocab);
-        // the generation's rhythm: a target on the same device verifies between draft requests (in this process, as
-        // `specdraft generate` runs it), so the drafter's figures include sharing the GPU with it
-        const target =
-            options.interleaveTarget === undefined
-                ? undefined
-                : await NativeTarget.load({
-                      modelPath: options.interleaveTarget,
-                      contextSize,
-                      maxOutputs: Math.max(...verifySizes),
-                      gpu: options.gpu,
-                      threads: defaultThreads(),
-                  });
-        let between: Between | undefined;
-        if (target) {
-            const targetPrompt = makePrompt(Math.min(target.vocabSize - 10, 4000));
-            await target.verify(targetPrompt, 0, targetPrompt.length - 1);
-            between = async (n) => {
-                await target.verify(
-                    Array.from({ length: n + 1 }, (_, j) => 100 + j),
-                    targetPrompt.length,
-                    0,
-                );
-            };
-            result.interleave_target = options.interleaveTarget;
-        }
-        try {
-            if (options.drafter)
-                Object.assign(
-                    result,
-                    await measureHttpDrafter(options.drafter, prompt, vocab, options.repeats, between),
-                );
-            if (options.draftModel)
-                Object.assign(
-                    result,
-                    await measureInProcessDrafter(options.draftModel, options, prompt, vocab, between),
-                );
-            if (options.draftModel && options.lookahead)
-                result.draft_step_by_m = await measureStepCosts(options.draftModel, options, prompt, vocab);
-        } finally {
-            target?.dispose();
-        }
-        process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-    });
+        result.interleave_target = options.interleaveTarget;
+    }
+    try {
+        if (options.drafter)
+            Object.assign(result, await measureHttpDrafter(options.drafter, prompt, vocab, options.repeats, between));
+        if (options.draftModel)
+            Object.assign(result, await measureInProcessDrafter(options.draftModel, options, prompt, vocab, between));
+        if (options.draftModel && options.lookaheadSweep)
+            result.draft_step_by_m = await measureStepCosts(options.draftModel, options, prompt, vocab);
+    } finally {
+        target?.dispose();
+    }
+    process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+});
 
 await program.parseAsync();

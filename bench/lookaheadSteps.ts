@@ -248,7 +248,6 @@ async function main(flags: Flags): Promise<void> {
         contextSize: 4096,
         gpu: flags.gpu,
         threads: flags.threads,
-        useEnv: false,
     };
     // exactly m candidates a step: one sequence and a budget of 1 + m tokens; without fillers, and with them if asked
     const settings = [

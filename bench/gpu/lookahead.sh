@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Drafting with prompt-lookup candidates on the H200, ONE device command (≤ 9 minutes with start-up, ~6 meant):
 # random-weight Qwen3-1.7B- and 0.6B-shaped Q4_0 drafters made here (bench/models/make_random_gguf.py), then
-#   1. a drafter step's cost at m = 1 … 16 tokens of one sequence (generateCosts --lookahead 0,…,15: exactly m − 1
+#   1. a drafter step's cost at m = 1 … 16 tokens of one sequence (generateCosts --lookahead-sweep 0,…,15: exactly m − 1
 #      candidates a step, fillers, one process), with the plain drafts of 1 … 16 over HTTP (`specdraft serve --streams 1
 #      --lookahead 0`) and in process beside it, for both shapes and for the committed default drafter (the lab's);
 #   2. the same 1.7B drafter as served by default (candidates on, fillers): drafts over HTTP and in process, so HTTP's
@@ -55,9 +55,8 @@ step_costs() { # label model [generateCosts options...]
   local label=$1 model=$2; shift 2
   log "drafter $label: step costs at m = 1 + ($sweep), plain drafts"
   (
-    export SPECDRAFT_LOOKAHEAD=0
-    start_server "$model" 1 "$results/serve-$label.log" || exit 1
-    js 200 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" --lookahead "$sweep" "$@" \
+    start_server "$model" 1 "$results/serve-$label.log" --lookahead 0 || exit 1
+    js 200 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" --lookahead 0 --lookahead-sweep "$sweep" "$@" \
       > "$results/drafter-$label.json" 2> "$results/drafter-$label.err" || fail "generateCosts $label: $(tail -3 "$results/drafter-$label.err" | tr '\n' ' ')"
     stop_server
   )
@@ -70,21 +69,20 @@ wait_file "$drafter_big" && step_costs "$big" "$drafter_big"
 
 # ---- 2. the 1.7B drafter as served by default: candidates on, HTTP against in process; and without fillers (steps
 # of varying shape: the graph rebuilt where the lookup's guesses change in number) ----
-served() { # label [VAR=value ...]
+served() { # label [engine options...]: serve's, given to the server and to generateCosts' engine alike
   local label=$1; shift
   log "drafter $big as served${*:+ with $*} (candidates on)"
   (
-    for kv in "$@"; do export "${kv?}"; done
-    start_server "$drafter_big" 1 "$results/serve-$big@$label.log" || exit 1
+    start_server "$drafter_big" 1 "$results/serve-$big@$label.log" "$@" || exit 1
     node -e 'fetch(process.argv[1]).then(r=>r.json()).then(i=>console.log("  /info lookahead", JSON.stringify(i.lookahead)))' "$url/info" | tee -a "$results/progress.log"
-    js 150 generateCosts --drafter "$url" --draft-model "$drafter_big" --gpu "$gpu" --repeats "$repeats" \
+    js 150 generateCosts --drafter "$url" --draft-model "$drafter_big" --gpu "$gpu" --repeats "$repeats" "$@" \
       > "$results/drafter-$big@$label.json" 2> "$results/drafter-$big@$label.err" || fail "generateCosts $big@$label"
     stop_server
   )
 }
 if [ -f "$drafter_big" ]; then
   served candidates
-  [ "$(elapsed)" -lt "$budget" ] && served candidates-nofill SPECDRAFT_LOOKAHEAD_FILL=0
+  [ "$(elapsed)" -lt "$budget" ] && served candidates-nofill --lookahead-fill off
 fi
 
 # ---- 3. 32 streams × 512 with and without candidates, interleaved ----

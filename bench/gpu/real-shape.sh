@@ -5,7 +5,7 @@
 #   1. drafter costs (bench/generateCosts.ts): POST /draft to `specdraft serve --streams 1` and the same engine in
 #      process, n = 1 … 16, drafts grown as a generation grows them and by +8 tokens, a new prompt's first draft;
 #      per-step split from /metrics and by step index; A/B of the batch-1 knobs on the 1.7B drafter: one token a step
-#      for arrivals off (SPECDRAFT_STEP_PREFILL=0), ggml-cuda's concurrent-stream graph optimization on
+#      for arrivals off (--step-prefill 0), ggml-cuda's concurrent-stream graph optimization on
 #      (GGML_CUDA_GRAPH_OPT=1), flash attention off; and whether that optimization changes drafts
 #      (bench/batchConsistency.ts --peer: the same contexts to a server with it and one without, random ids and, with
 #      the lab pair, real text: on 2026-12-01 it changed 28 of 32 of the lab drafter's drafts);
@@ -34,8 +34,10 @@ cpu=${REAL_SHAPE_CPU:-0}
 budget=${REAL_SHAPE_BUDGET_S:-510}  # stop starting optional parts after this many seconds (the command's limit is 540)
 models=${REAL_SHAPE_MODELS:-/tmp/real-shape-models}
 # random weights have no text statistics, so prompt-lookup candidates would be timed on meaningless acceptance: this
-# job measures the plain drafter (bench/gpu/lookahead.sh times candidates and composes them with real text's figures)
-export SPECDRAFT_LOOKAHEAD=${SPECDRAFT_LOOKAHEAD:-0}
+# job measures the plain drafter (bench/gpu/lookahead.sh times candidates and composes them with real text's figures):
+# every engine it starts (serve, generateCosts in process, generate's in-process drafter) gets this many candidates
+lookahead=${REAL_SHAPE_LOOKAHEAD:-0}
+plain=(--lookahead "$lookahead")
 source bench/gpu/jobLib.sh
 if [ "$cpu" = 1 ]; then
   repeats=3; max_tokens=24; prompts=2; e2e_k=4; streams_big=4
@@ -61,14 +63,17 @@ target_q8=$models/$t8.gguf
 models_pid=$!
 
 # ---- 1. drafter costs, and the batch-1 A/B ----
-drafter_costs() { # label model [VAR=value ...]: serve + in-process costs under those environment variables
-  local label=$1 model=$2; shift 2
+drafter_costs() { # label model [VAR=value | --engine-option value ...]: serve + in-process costs with those variables
+  # (llama.cpp's own, e.g. GGML_CUDA_GRAPH_OPT=1) and engine options (serve's, which generateCosts takes too)
+  local label=$1 model=$2 engine=("${plain[@]}"); shift 2
   log "drafter $label ${*:-(defaults)}"
   (
-    for kv in "$@"; do export "${kv?}"; done
-    start_server "$model" 1 "$results/serve-$label.log" || exit 1
+    while [ $# -gt 0 ]; do
+      case $1 in --*) engine+=("$1" "$2"); shift 2 ;; *) export "${1?}"; shift ;; esac
+    done
+    start_server "$model" 1 "$results/serve-$label.log" "${engine[@]}" || exit 1
     # with $interleave (a target GGUF): the walk again with that target verifying between requests, as generate does
-    js 150 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" ${interleave:+--interleave-target "$interleave"} \
+    js 150 generateCosts --drafter "$url" --draft-model "$model" --gpu "$gpu" --repeats "$repeats" "${engine[@]}" ${interleave:+--interleave-target "$interleave"} \
       > "$results/drafter-$label.json" 2> "$results/drafter-$label.err" || fail "generateCosts drafter $label: $(tail -3 "$results/drafter-$label.err" | tr '\n' ' ')"
     stop_server
   )
@@ -81,9 +86,9 @@ wait_file "$drafter_big" && {
   wait_file "$target_f16" && interleave=$target_f16
   drafter_costs "$big" "$drafter_big"
   interleave=""
-  drafter_costs "$big@before" "$drafter_big" SPECDRAFT_STEP_PREFILL=0
+  drafter_costs "$big@before" "$drafter_big" --step-prefill 0
   drafter_costs "$big@graph-opt" "$drafter_big" GGML_CUDA_GRAPH_OPT=1
-  drafter_costs "$big@no-flash-attention" "$drafter_big" SPECDRAFT_FLASH_ATTENTION=0
+  drafter_costs "$big@no-flash-attention" "$drafter_big" --flash-attention off
 }
 wait_file "$drafter_small" && drafter_costs "$small" "$drafter_small"
 
@@ -92,9 +97,9 @@ graph_opt_identity() { # label model [--data FILE]
   local label=$1 model=$2; shift 2
   log "drafts with and without GGML_CUDA_GRAPH_OPT: $label"
   (
-    GGML_CUDA_GRAPH_OPT=1 start_server "$model" 1 "$results/serve-identity-$label-opt.log" || exit 1
+    GGML_CUDA_GRAPH_OPT=1 start_server "$model" 1 "$results/serve-identity-$label-opt.log" "${plain[@]}" || exit 1
     local with_opt=$url with_pid=$server_pid
-    start_server "$model" 1 "$results/serve-identity-$label-noopt.log" || { kill "$with_pid"; exit 1; }
+    start_server "$model" 1 "$results/serve-identity-$label-noopt.log" "${plain[@]}" || { kill "$with_pid"; exit 1; }
     js 120 batchConsistency --url "$with_opt" --peer "$url" --streams 32 --context 512 --draft-len 16 "$@" \
       > "$results/graph-opt-identity-$label.json" 2> "$results/graph-opt-identity-$label.err" \
       || fail "batchConsistency $label: $(tail -3 "$results/graph-opt-identity-$label.err" | tr '\n' ' ')"
@@ -111,7 +116,7 @@ serve_bench() { # label [VAR=value ...]
   log "serveBench: $streams_big streams × 512, $big${*:+ $*}"
   (
     for kv in "$@"; do export "${kv?}"; done
-    start_server "$drafter_big" "$streams_big" "$results/serve-$big-s$streams_big$label.log" || exit 1
+    start_server "$drafter_big" "$streams_big" "$results/serve-$big-s$streams_big$label.log" "${plain[@]}" || exit 1
     js 90 serveBench --url "$url" --streams "$streams_big" --start-context 512 --steps 10 --no-progress \
       > "$results/serveBench-$big-s$streams_big-c512$label.json" 2> "$results/serveBench$label.err" || fail "serveBench$label: $(tail -3 "$results/serveBench$label.err" | tr '\n' ' ')"
     grep -E '"requests_per_s"|"p50"' "$results/serveBench-$big-s$streams_big-c512$label.json" | tr -d '\n' | tee -a "$results/progress.log"; echo
@@ -137,8 +142,8 @@ wait_file "$target_q8" && target_costs "$t8" "$target_q8"
 e2e() { # target-label target drafter-label drafter path data [limit]
   local name="$1--$3--$5" source
   log "generate $name, k = $e2e_k"
-  if [ "$5" = http ]; then start_server "$4" 1 "$results/serve-e2e-$name.log" || return 1; source=(--drafter "$url")
-  else source=(--draft-model "$4"); fi
+  if [ "$5" = http ]; then start_server "$4" 1 "$results/serve-e2e-$name.log" "${plain[@]}" || return 1; source=(--drafter "$url")
+  else source=(--draft-model "$4" --draft-lookahead "$lookahead"); fi
   timeout 150 "${cli[@]}" generate --target "$2" "${source[@]}" --data "$6" --limit "${7:-$prompts}" --max-tokens "$max_tokens" \
     --draft-len "$e2e_k" --verifier exact --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-$name.json" \
     > "$results/e2e-$name.txt" 2>&1 || fail "generate $name (exit $?): $(tail -3 "$results/e2e-$name.txt" | tr '\n' ' ')"
@@ -170,7 +175,7 @@ if [ "$cpu" != 1 ] && command -v ncu > /dev/null && [ "$(elapsed)" -lt $((budget
   # skip the load and warm-up, then time ~3 steps' kernels one by one (caches and clocks left alone: closer to a run)
   timeout 80 ncu --target-processes all --launch-skip 4000 --launch-count 1800 --kill 1 --cache-control none --clock-control none \
     --metrics gpu__time_duration.sum --csv --log-file "$results/ncu.csv" \
-    node .gpu-rs/generateCosts.mjs --draft-model "$drafter_big" --gpu cuda --repeats 2 \
+    node .gpu-rs/generateCosts.mjs --draft-model "$drafter_big" --gpu cuda --repeats 2 "${plain[@]}" \
     > /dev/null 2> "$results/ncu.err" || log "ncu ended with $? (see ncu.err; needs GPU counter permission)"
   python3 - "$results/ncu.csv" > "$results/ncu-census.json" 2>> "$results/ncu.err" <<'PY' || log "no ncu census"
 import csv, json, sys

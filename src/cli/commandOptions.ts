@@ -19,6 +19,14 @@ export function parseIntegerOption(min = 1, max = Number.POSITIVE_INFINITY): (va
     };
 }
 
+/** A parser accepting fractions 0 ≤ x ≤ 1 (e.g. `0.5`). */
+export function parseFractionOption(value: string): number {
+    const parsed = Number(value);
+    if (value.trim() === "" || !Number.isFinite(parsed) || parsed < 0 || parsed > 1)
+        throw new InvalidArgumentError(`expected a fraction 0–1, found ${JSON.stringify(value)}.`);
+    return parsed;
+}
+
 /** A parser accepting numbers > 0 (e.g. seconds, bytes with a fraction). */
 export function parsePositiveNumberOption(value: string): number {
     const parsed = Number(value);

@@ -10,11 +10,9 @@ import {
     defaultContextSize,
     defaultDraftLength,
     defaultGpu,
-    defaultLookahead,
     defaultMaxQueue,
     defaultStreams,
     gpuChoices,
-    maxLookahead,
     maxStreams,
 } from "../engine/engineDefaults.js";
 import { loadEngine } from "../engine/loadEngine.js";
@@ -28,6 +26,7 @@ import {
 } from "../server/serveDefaults.js";
 import type { ServeOptions } from "../server/startServer.js";
 import { parseIntegerOption } from "./commandOptions.js";
+import { addEngineTuningOptions, type EngineTuningFlags, engineTuningOf } from "./engineTuningOptions.js";
 import { runServe } from "./runServe.js";
 
 /** The package root: this file is src/cli/serveCommand.ts or dist/cli/serveCommand.js. */
@@ -37,7 +36,7 @@ const packageRoot = fileURLToPath(new URL("../../", import.meta.url));
 const defaultModelPath = resolve(packageRoot, defaultModelFile);
 
 /** What commander hands the action. */
-interface ServeFlags {
+interface ServeFlags extends EngineTuningFlags {
     model: string;
     host: string;
     port: number;
@@ -48,14 +47,12 @@ interface ServeFlags {
     maxQueue: number;
     bodyLimit: number;
     threads: number | undefined;
-    lookahead: number | undefined;
-    lookaheadStepTokens: number | undefined;
     log: boolean;
 }
 
 /** The commander command, for src/cli/main.ts: `program.addCommand(serveCommand())`. */
 export function serveCommand(): Command {
-    return new Command("serve")
+    const command = new Command("serve")
         .description(
             "Serve a GGUF draft model over HTTP: POST /draft {tokens, n?} → {draft}. Listens at once; GET /health " +
                 "answers 503 until the model is loaded, then 200.",
@@ -99,38 +96,24 @@ export function serveCommand(): Command {
             "CPU threads for llama.cpp (default: the CPUs less one, 1 to 8)",
             parseIntegerOption(1, 1024),
         )
-        .option(
-            "--lookahead <n>",
-            `prompt-lookup candidates each drafter step checks per request, 0–${maxLookahead} (0: off; the ` +
-                `drafter's greedy drafts either way; default: ${defaultLookahead.cpu.candidates} on the CPU, ${defaultLookahead.gpu.candidates} on a GPU)`,
-            parseIntegerOption(0, maxLookahead),
-        )
-        .option(
-            "--lookahead-step-tokens <n>",
-            "a step's token budget the candidates share: each of S requests in a step gets up to this ÷ S − 1 " +
-                `(default: ${defaultLookahead.cpu.stepTokens} on the CPU, ${defaultLookahead.gpu.stepTokens} on a GPU)`,
-            parseIntegerOption(1, 1 << 20),
-        )
-        .option("--log", "log every request to stderr", false)
-        .action(async (flags: ServeFlags) => {
-            const options: ServeOptions = {
-                modelPath: resolve(flags.model),
-                host: flags.host,
-                port: flags.port,
-                draftLength: flags.draftLen,
-                streams: flags.streams,
-                contextSize: flags.context,
-                gpu: flags.gpu,
-                maxQueue: flags.maxQueue,
-                bodyLimit: flags.bodyLimit,
-                logRequests: flags.log,
-                ...(flags.threads === undefined ? {} : { threads: flags.threads }),
-                ...(flags.lookahead === undefined ? {} : { lookahead: flags.lookahead }),
-                ...(flags.lookaheadStepTokens === undefined ? {} : { lookaheadStepTokens: flags.lookaheadStepTokens }),
-            };
-            // loadEngine loads the native addon only when called, so --help and a bad model file never wait for it
-            const exitCode = await runServe(options, loadEngine);
-            // llama.cpp may hold native handles after close; the server is done, so end the process here
-            process.exit(exitCode);
-        });
+        .option("--log", "log every request to stderr", false);
+    return addEngineTuningOptions(command).action(async (flags: ServeFlags) => {
+        const options: ServeOptions = {
+            modelPath: resolve(flags.model),
+            host: flags.host,
+            port: flags.port,
+            draftLength: flags.draftLen,
+            streams: flags.streams,
+            contextSize: flags.context,
+            gpu: flags.gpu,
+            maxQueue: flags.maxQueue,
+            bodyLimit: flags.bodyLimit,
+            logRequests: flags.log,
+            tuning: { ...engineTuningOf(flags), threads: flags.threads },
+        };
+        // loadEngine loads the native addon only when called, so --help and a bad model file never wait for it
+        const exitCode = await runServe(options, loadEngine);
+        // llama.cpp may hold native handles after close; the server is done, so end the process here
+        process.exit(exitCode);
+    });
 }

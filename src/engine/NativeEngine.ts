@@ -29,11 +29,7 @@ export interface NativeEngineOptions {
     maxQueue: number;
     /** Receives decode, prefix and queue counters. Defaults to none. */
     observer?: EngineObserver;
-    /**
-     * Decode steps one native run may do before it returns to JS (0: until nothing is in flight or JS interrupts it).
-     * 1 gives the old one-round-trip-per-step loop, kept to measure what the round trips cost (bench/engineBench.ts
-     * `--max-steps-per-run`).
-     */
+    /** Decode steps one native run may do before it returns to JS; 0: no limit (LoadEngineOptions.testing). */
     maxStepsPerRun: number;
 }
 
@@ -55,6 +51,18 @@ interface InFlight {
     slot: number;
 }
 
+/** A run of steps in progress: native runs back to back while anything waits or drafts. */
+interface Running {
+    kind: "running";
+    /** Settles when the run of steps ends (nothing left to wait for or draft). */
+    steps: Promise<void>;
+    /** A native run is in flight, so submit() may hand it requests and cancels (else they go with the next one). */
+    inNativeRun: boolean;
+}
+
+/** Where the step loop is: nothing to do, about to start on the next turn of the event loop, or running. */
+type StepLoop = { kind: "idle" } | { kind: "scheduled" } | Running;
+
 export class NativeEngine implements DraftEngine {
     readonly info: EngineInfo;
     private readonly native: NativeEngineHandle;
@@ -62,8 +70,6 @@ export class NativeEngine implements DraftEngine {
     private readonly maxQueue: number;
     private readonly observer: EngineObserver;
     private readonly maxStepsPerRun: number;
-    /** A native run is in flight (submit() may hand it requests and cancels). */
-    private nativeRunning = false;
     /** Requests leased a slot but not yet handed to the native side (they go with the next run). */
     private readonly pendingArrivals: NativeArrival[] = [];
     private admitScheduled = false;
@@ -72,9 +78,8 @@ export class NativeEngine implements DraftEngine {
     private readonly inFlight = new Map<number, InFlight>();
     private readonly cancelledIds: number[] = [];
     private nextId = 1;
-    private running: Promise<void> | undefined;
-    private scheduled = false;
-    private closing = false;
+    private loop: StepLoop = { kind: "idle" };
+    /** Set by close(): new drafts are refused, and it settles once the loop is idle and the model freed. */
     private closed: Promise<void> | undefined;
 
     /** Takes a loaded native engine; `info` describes it. */
@@ -88,7 +93,7 @@ export class NativeEngine implements DraftEngine {
     }
 
     draft(tokens: readonly number[], n: number, options: DraftOptions = {}): Promise<number[]> {
-        if (this.closing) return Promise.reject(engineError("engine_closed"));
+        if (this.closed) return Promise.reject(engineError("engine_closed"));
         if (options.signal?.aborted) return Promise.reject(engineError("aborted"));
         const error = validateDraftRequest(this.info, tokens, n, options.endId);
         if (error) return Promise.reject(error);
@@ -120,16 +125,23 @@ export class NativeEngine implements DraftEngine {
 
     /** Finishes queued and in-flight drafts, then frees the model. */
     close(): Promise<void> {
-        if (!this.closed) {
-            this.closing = true;
-            this.closed = (async () => {
-                while (this.running || this.scheduled) {
-                    await (this.running ?? new Promise<void>((resolve) => setImmediate(resolve)));
-                }
-                this.native.dispose();
-            })();
-        }
+        this.closed ??= this.finishAndDispose();
         return this.closed;
+    }
+
+    private async finishAndDispose(): Promise<void> {
+        // drafts queued before close still run; a scheduled run has no promise to wait on yet, so wait a turn
+        while (this.loop.kind !== "idle") {
+            await (this.loop.kind === "running"
+                ? this.loop.steps
+                : new Promise<void>((resolve) => setImmediate(resolve)));
+        }
+        this.native.dispose();
+    }
+
+    /** A native run is in flight: submit() reaches it. */
+    private get inNativeRun(): boolean {
+        return this.loop.kind === "running" && this.loop.inNativeRun;
     }
 
     private abort(request: PendingDraft): void {
@@ -158,7 +170,7 @@ export class NativeEngine implements DraftEngine {
      * one turn join the same step). Without a run in flight, the run loop admits them when it starts one.
      */
     private scheduleAdmit(): void {
-        if (!this.nativeRunning || this.admitScheduled) return;
+        if (!this.inNativeRun || this.admitScheduled) return;
         this.admitScheduled = true;
         setImmediate(() => {
             this.admitScheduled = false;
@@ -189,7 +201,7 @@ export class NativeEngine implements DraftEngine {
             request.cancel = () => {
                 // a request the native side has not seen yet is cancelled by the run it goes to (arrivals come first)
                 const seen = !this.pendingArrivals.includes(arrival);
-                if (!(seen && this.nativeRunning && this.native.submit([], Int32Array.of(id))))
+                if (!(seen && this.inNativeRun && this.native.submit([], Int32Array.of(id))))
                     this.cancelledIds.push(id);
             };
             arrivals.push(arrival);
@@ -197,42 +209,44 @@ export class NativeEngine implements DraftEngine {
         }
         if (arrivals.length === 0) return;
         this.reportQueueDepth();
-        if (!(this.nativeRunning && this.native.submit(arrivals, new Int32Array(0))))
+        if (!(this.inNativeRun && this.native.submit(arrivals, new Int32Array(0))))
             this.pendingArrivals.push(...arrivals);
     }
 
     /** Starts the step loop on the next turn of the event loop, so requests arriving together share the first step. */
     private schedule(): void {
-        if (this.running || this.scheduled) return;
-        this.scheduled = true;
+        if (this.loop.kind !== "idle") return;
+        this.loop = { kind: "scheduled" };
         setImmediate(() => {
-            this.scheduled = false;
-            this.running = this.runSteps();
+            const running: Running = { kind: "running", steps: Promise.resolve(), inNativeRun: false };
+            this.loop = running;
+            // set after the state, so a run with nothing to do (its request aborted meanwhile) still ends idle
+            running.steps = this.runSteps(running);
         });
     }
 
-    /** Runs steps while anything waits or drafts; `running` is cleared in the same turn as the last check. */
-    private async runSteps(): Promise<void> {
+    /** Runs steps while anything waits or drafts; the loop goes idle in the same turn as the last check. */
+    private async runSteps(running: Running): Promise<void> {
         try {
-            while (this.queue.length > 0 || this.inFlight.size > 0) await this.runStep();
+            while (this.queue.length > 0 || this.inFlight.size > 0) await this.runStep(running);
         } finally {
-            this.running = undefined;
+            this.loop = { kind: "idle" };
         }
     }
 
-    private async runStep(): Promise<void> {
+    private async runStep(running: Running): Promise<void> {
         this.admit();
         const arrivals = this.pendingArrivals.splice(0);
         const cancels = Int32Array.from(this.cancelledIds.splice(0));
-        this.nativeRunning = true;
+        running.inNativeRun = true;
         try {
             const result = await this.native.run(arrivals, cancels, this.maxStepsPerRun, (progress) =>
                 this.take(progress),
             );
-            this.nativeRunning = false;
+            running.inNativeRun = false;
             this.take(result);
         } catch (error) {
-            this.nativeRunning = false;
+            running.inNativeRun = false;
             // the native side dropped every request in flight; their caches are in an unknown state
             const reason = error instanceof Error ? error.message : String(error);
             for (const { request, slot } of this.inFlight.values()) {
@@ -265,11 +279,15 @@ export class NativeEngine implements DraftEngine {
                 fillers = 0,
                 accepted = 0,
             ] = steps.subarray(i, i + nativeStepFields);
-            this.observer.onDecode?.(tokens, sequences);
-            this.observer.onStep?.(sequences, decodeMs, sampleMs, hostMs, graphsReused > 0, {
+            this.observer.onStep?.({
+                tokens,
+                sequences,
+                decodeMs,
                 submitMs,
                 waitMs,
-                tokens,
+                sampleMs,
+                hostMs,
+                graphReused: graphsReused > 0,
                 drafted,
                 candidates,
                 fillers,
@@ -289,7 +307,7 @@ export class NativeEngine implements DraftEngine {
         if (progress.finished.length > 0) {
             this.reportQueueDepth();
             // freed streams take waiting requests at once (into the run in flight, or the next run)
-            if (this.nativeRunning) this.admit();
+            if (this.inNativeRun) this.admit();
         }
     }
 }

@@ -4,7 +4,7 @@
  * selfcheck's k, generate's k, pack's recorded draft length, the benches). Every folder imports them from here;
  * src/server/serveDefaults.ts holds only what is serve's own.
  */
-import type { GpuChoice, LookaheadSettings } from "./types.js";
+import type { GpuChoice, KvType, LookaheadSettings } from "./types.js";
 
 /** Tokens drafted per request when nobody says otherwise. Defaults to `16`. */
 export const defaultDraftLength = 16;
@@ -20,6 +20,8 @@ export const defaultMaxQueue = 1024;
 export const gpuChoices: readonly GpuChoice[] = ["auto", "cuda", "vulkan", "cpu"];
 /** Backend choice. Defaults to `auto`. */
 export const defaultGpu: GpuChoice = "auto";
+/** Every KvType, for command-line choices. */
+export const kvTypes: readonly KvType[] = ["f16", "q8_0", "bf16", "f32"];
 /** Tokens one llama_decode step may take (longer prefills continue in the next steps). Defaults to `4096`. */
 export const defaultBatchSize = 4096;
 /** Tokens llama.cpp computes at once inside a decode. Defaults to `512`. */

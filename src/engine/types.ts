@@ -15,6 +15,9 @@ export type ComputeBackend = "cpu" | "cuda" | "vulkan" | "metal";
  */
 export type GpuChoice = "auto" | "cuda" | "vulkan" | "cpu";
 
+/** A KV cache element type llama.cpp takes for both K and V here (engineDefaults.ts: kvTypes lists them). */
+export type KvType = "f16" | "q8_0" | "bf16" | "f32";
+
 /** What `GET /info` reports about the loaded drafter. */
 export interface EngineInfo {
     /** `general.name` from the GGUF, or the file name. */
@@ -68,14 +71,35 @@ export interface DraftOptions {
     signal?: AbortSignal;
 }
 
-/** Where a decode step's `decodeMs` went, its size, and what it drafted. */
-export interface StepSplit {
+/**
+ * One decode step of the native loop: its size, where its time went (ms) and what it drafted. `decodeMs` is
+ * llama_decode and the wait for its result (the device's work), split into the llama_decode call (`submitMs`: on a GPU
+ * the host's part — graph reuse or rebuild, inputs, launches — while the device may already run) and the wait for the
+ * device after it (`waitMs`).
+ */
+export interface StepStats {
+    /** Tokens in the step's llama_decode batch. */
+    tokens: number;
+    /** Sequences in that batch. */
+    sequences: number;
+    /** ms in llama_decode and llama_synchronize: `submitMs` + `waitMs`. */
+    decodeMs: number;
     /** ms in the llama_decode call. */
     submitMs: number;
     /** ms in llama_synchronize after it. */
     waitMs: number;
-    /** Tokens in the step's batch. */
-    tokens: number;
+    /** ms fetching outputs and taking the argmax. */
+    sampleMs: number;
+    /**
+     * ms since the previous step ended: batch building, and JS round trips while requests were in flight (idle time is
+     * not counted).
+     */
+    hostMs: number;
+    /**
+     * llama.cpp reused its compute graph instead of rebuilding it (needs the same batch shape and, with per-sequence KV,
+     * the same sequences; ggml-cuda replays a CUDA graph only then).
+     */
+    graphReused: boolean;
     /** Draft tokens the step produced (over all its sequences). */
     drafted: number;
     /** Candidate positions it decoded after the sequences' frontier tokens (lookahead; fillers included). */
@@ -88,25 +112,8 @@ export interface StepSplit {
 
 /** Counters the engine reports so the server can export them as metrics. */
 export interface EngineObserver {
-    /** One llama_decode call of `tokens` tokens across `sequences` sequences. */
-    onDecode?(tokens: number, sequences: number): void;
-    /**
-     * Where one decode step's time went, in ms: `decodeMs` in llama_decode and the wait for its result (the device's
-     * work), `sampleMs` fetching outputs and taking the argmax, `hostMs` since the previous step ended (batch building,
-     * and JS round trips while requests were in flight; idle time is not counted). `graphReused`: llama.cpp reused its
-     * compute graph instead of rebuilding it (needs the same batch shape and, with per-sequence KV, the same sequences;
-     * ggml-cuda replays a CUDA graph only then). `split` divides `decodeMs` into the llama_decode call (`submitMs`: on
-     * a GPU the host's part — graph reuse or rebuild, inputs, launches — while the device may already run) and the
-     * wait for the device after it (`waitMs`), and gives the step's tokens. Called right after `onDecode`.
-     */
-    onStep?(
-        sequences: number,
-        decodeMs: number,
-        sampleMs: number,
-        hostMs: number,
-        graphReused: boolean,
-        split: StepSplit,
-    ): void;
+    /** One decode step (one llama_decode call across all sequences in flight). */
+    onStep?(step: StepStats): void;
     /** A request's prefix handling: tokens it had to evaluate and tokens reused from the KV cache. */
     onPrefix?(evaluated: number, reused: number): void;
     /** Requests waiting for or in a batch. */

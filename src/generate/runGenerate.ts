@@ -98,7 +98,7 @@ export interface RunGenerateOptions {
 /**
  * Loads llama.cpp through node-llama-cpp for the `--gpu` choice. `cpu`: the prebuilt CPU binaries. `vulkan`: a
  * Vulkan build (local or prebuilt; never built from source here). `auto`/`cuda`: the last build made with
- * `node-llama-cpp source build` if any (how the GPU machine installs its CUDA build, see shared/gpu/README.md), else
+ * `node-llama-cpp source build` if any (a machine whose CUDA has no prebuilt binary builds its own that way), else
  * the best prebuilt binary; `cuda` then insists on CUDA. Only llama.cpp errors are logged.
  */
 export async function loadLlama(gpu: GpuChoice): Promise<Llama> {

@@ -132,21 +132,19 @@ export class ServerMetrics {
 
     /** Counts what the engine reports; pass it to loadEngine. */
     readonly engineObserver: EngineObserver = {
-        onDecode: (tokens, sequences) => {
-            this.decodeTokens.inc(tokens);
-            this.decodeSequences.observe(sequences);
-        },
-        onStep: (_sequences, decodeMs, sampleMs, hostMs, graphReused, split) => {
-            if (graphReused) this.stepGraphReused.inc();
-            this.stepDecode.observe(decodeMs / 1000);
-            this.stepSubmit.observe(split.submitMs / 1000);
-            this.stepWait.observe(split.waitMs / 1000);
-            this.stepSample.observe(sampleMs / 1000);
-            this.stepHost.observe(hostMs / 1000);
-            this.draftTokens.inc(split.drafted);
-            this.lookaheadCandidates.inc(split.candidates);
-            this.lookaheadFillers.inc(split.fillers);
-            this.lookaheadAccepted.inc(split.accepted);
+        onStep: (step) => {
+            this.decodeTokens.inc(step.tokens);
+            this.decodeSequences.observe(step.sequences);
+            if (step.graphReused) this.stepGraphReused.inc();
+            this.stepDecode.observe(step.decodeMs / 1000);
+            this.stepSubmit.observe(step.submitMs / 1000);
+            this.stepWait.observe(step.waitMs / 1000);
+            this.stepSample.observe(step.sampleMs / 1000);
+            this.stepHost.observe(step.hostMs / 1000);
+            this.draftTokens.inc(step.drafted);
+            this.lookaheadCandidates.inc(step.candidates);
+            this.lookaheadFillers.inc(step.fillers);
+            this.lookaheadAccepted.inc(step.accepted);
         },
         onPrefix: (evaluated, reused) => {
             this.prefixEvaluated.inc(evaluated);

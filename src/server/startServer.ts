@@ -4,6 +4,7 @@
  */
 
 import type { AddressInfo } from "node:net";
+import type { EngineTuning } from "../engine/EngineTuning.js";
 import { readModelFileInfo } from "../engine/gguf.js";
 import type { LoadEngineOptions } from "../engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../engine/types.js";
@@ -33,12 +34,8 @@ export interface ServeOptions {
     bodyLimit: number;
     /** Log every request to stderr. Defaults (in the CLI) to `false`. */
     logRequests: boolean;
-    /** CPU threads for llama.cpp. Defaults to the engine's choice (the CPUs less one, 1 to 8). */
-    threads?: number;
-    /** Prompt-lookup candidates per drafter step (0: off). Defaults to the engine's for its backend (engineDefaults.ts). */
-    lookahead?: number;
-    /** The step's token budget the candidates share. Defaults to the engine's for its backend. */
-    lookaheadStepTokens?: number;
+    /** The engine's tuning (threads, candidates, KV type, …); each setting not given is the backend's default. */
+    tuning?: EngineTuning;
 }
 
 /** Where the server writes: the ready line (with the URL) to `out`, progress and problems to `err`. */
@@ -90,9 +87,7 @@ export async function startServer(
             gpu: options.gpu,
             maxQueue: options.maxQueue,
             observer: metrics.engineObserver,
-            ...(options.threads === undefined ? {} : { threads: options.threads }),
-            ...(options.lookahead === undefined ? {} : { lookahead: options.lookahead }),
-            ...(options.lookaheadStepTokens === undefined ? {} : { lookaheadStepTokens: options.lookaheadStepTokens }),
+            ...options.tuning,
         });
         if (options.draftLength + 1 > engine.info.contextSize) {
             throw new Error(

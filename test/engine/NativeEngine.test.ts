@@ -43,7 +43,7 @@ async function openEngine(
                 counters.evaluated += evaluated;
                 counters.reused += reused;
             },
-            onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
+            onStep: ({ tokens, sequences }) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => {
                 counters.maxQueueDepth = Math.max(counters.maxQueueDepth, depth);
                 counters.depths.push(depth);
@@ -248,6 +248,19 @@ test("abort: before queueing, and mid-draft (the request leaves the batch; its n
     assert.equal((await engine.draft(long, 4)).length, 4);
 });
 
+test("a request aborted before its run of steps starts leaves the engine able to draft and to close", async (t) => {
+    const { engine } = await openEngine(t, { streams: 2 });
+    const controller = new AbortController();
+    const aborted = engine.draft([1, 2, 3], 4, { signal: controller.signal });
+    // in the same turn: the run scheduled for it then finds nothing to do
+    controller.abort();
+    await assert.rejects(aborted, isEngineError("aborted"));
+    // let that empty run start and end before the next request
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal((await engine.draft([1, 2, 3], 4)).length, 4);
+    await engine.close();
+});
+
 test("queue_full when more requests wait than maxQueue", async (t) => {
     const { engine } = await openEngine(t, { maxQueue: 2 });
     const accepted = [engine.draft([1, 2, 3], 4), engine.draft([4, 5, 6], 4)];
@@ -270,10 +283,11 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
     const { engine, counters } = await openEngine(t, {
         streams: 4,
         observer: {
-            onDecode: (tokens, sequences) => counters.decodes.push([tokens, sequences]),
             onQueueDepth: (depth) => counters.depths.push(depth),
-            onStep: (sequences, decodeMs, sampleMs, hostMs, graphReused) =>
-                steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]),
+            onStep: ({ tokens, sequences, decodeMs, sampleMs, hostMs, graphReused }) => {
+                counters.decodes.push([tokens, sequences]);
+                steps.push([sequences, decodeMs, sampleMs, hostMs, graphReused]);
+            },
         },
     });
     const [long, short, tick] = randomPrompts(3, 4000, 43);
@@ -340,7 +354,7 @@ test("a request arriving mid-draft joins the running batch at the next steps, no
 test("one JS round trip per step (maxStepsPerRun: 1) drafts the same as runs of many steps", async (t) => {
     const prompts = randomPrompts(8, 4000, 47);
     const many = await openEngine(t, { streams: 8 });
-    const single = await openEngine(t, { streams: 8, maxStepsPerRun: 1 });
+    const single = await openEngine(t, { streams: 8, testing: { maxStepsPerRun: 1 } });
     const expected = await Promise.all(prompts.map((prompt) => many.engine.draft(prompt, 12)));
     assert.deepEqual(await Promise.all(prompts.map((prompt) => single.engine.draft(prompt, 12))), expected);
 });

@@ -6,9 +6,9 @@
  *
  * This test makes llama.cpp reorder outputs at every step (requests batched in arrival order, conversations arriving
  * in shuffled slot order) and checks that every draft still equals the draft computed alone. It FAILS without the
- * guard: run it by hand with SPECDRAFT_UNGUARDED_LOGITS=1 `node --import tsx --test test/engine/logitsGuard.test.ts`
- * (npm test clears SPECDRAFT_* variables; checked on a 2-core machine, 2026-11-30: 153, 154, 154 and 179 of 192 drafts
- * wrong in four runs; 0 with the guard).
+ * guard: run it by hand with SPECDRAFT_TEST_UNGUARDED_LOGITS=1 `node --import tsx --test test/engine/logitsGuard.test.ts`,
+ * which hands the engine `testing.unguardedLogits` (checked on a 2-core machine, 2026-11-30: 153, 154, 154 and 179 of
+ * 192 drafts wrong in four runs; 0 with the guard).
  */
 
 import assert from "node:assert/strict";
@@ -19,6 +19,9 @@ import { nextRequest } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, testGpu, testThreads, tinyModel } from "./helpers/engineFixtures.js";
 
+/** The test's own switch (kept by test/helpers/isolateEnv.ts): draft without the guard, to see this test fail. */
+const unguardedLogits = process.env.SPECDRAFT_TEST_UNGUARDED_LOGITS === "1";
+
 test("drafts stay exact when llama.cpp reorders the outputs of every step", async (t) => {
     const streams = 32;
     const n = 16;
@@ -27,7 +30,11 @@ test("drafts stay exact when llama.cpp reorders the outputs of every step", asyn
     const alone = await loadEngine({ ...common, streams: 1, lookahead: 0 });
     t.after(() => alone.close());
     // with a twin that drafts with candidates (several outputs per sequence, reordered too), compared draft by draft
-    const batched = await loadDifferentialEngine({ ...common, streams, testing: { arrivalOrder: true } });
+    const batched = await loadDifferentialEngine({
+        ...common,
+        streams,
+        testing: { arrivalOrder: true, unguardedLogits },
+    });
     t.after(() => batched.close());
 
     const random = seededRandom(77);

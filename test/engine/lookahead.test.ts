@@ -10,24 +10,19 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { defaultLookahead, maxLookahead } from "../../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../../src/engine/loadEngine.js";
-import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
+import type { DraftEngine, StepStats } from "../../src/engine/types.js";
 import { assertDraftsAgree, type DraftPair } from "../helpers/nearTies.js";
 import { randomPrompts, testGpu, tinyEngineOptions, tinyModel } from "./helpers/engineFixtures.js";
-
-interface Step extends StepSplit {
-    sequences: number;
-    graphReused: boolean;
-}
 
 async function openEngine(
     t: { after(fn: () => Promise<void>): void },
     options: Partial<LoadEngineOptions>,
-): Promise<{ engine: DraftEngine; steps: Step[] }> {
-    const steps: Step[] = [];
+): Promise<{ engine: DraftEngine; steps: StepStats[] }> {
+    const steps: StepStats[] = [];
     const engine = await loadEngine({
         ...tinyEngineOptions,
         observer: {
-            onStep: (sequences, _d, _s, _h, graphReused, split) => steps.push({ ...split, sequences, graphReused }),
+            onStep: (step) => steps.push(step),
         },
         ...options,
     });
@@ -35,7 +30,7 @@ async function openEngine(
     return { engine, steps };
 }
 
-const sum = (steps: readonly Step[], key: "drafted" | "candidates" | "fillers" | "accepted" | "tokens") =>
+const sum = (steps: readonly StepStats[], key: "drafted" | "candidates" | "fillers" | "accepted" | "tokens") =>
     steps.reduce((total, step) => total + step[key], 0);
 
 test("candidates the drafter agrees with are kept: the same drafts in fewer steps", async (t) => {
@@ -107,7 +102,7 @@ test("a step's token budget is shared: a lone request gets M candidates, 32 at o
 
 test("candidates come from the request's own tokens only, never from what a slot held before", async (t) => {
     const { engine, steps } = await openEngine(t, { lookahead: 4, lookaheadStepTokens: 5, lookaheadFill: false });
-    const firstStep = async (tokens: number[]): Promise<Step | undefined> => {
+    const firstStep = async (tokens: number[]): Promise<StepStats | undefined> => {
         const before = steps.length;
         await engine.draft(tokens, 4);
         return steps[before];

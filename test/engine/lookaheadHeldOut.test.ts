@@ -41,7 +41,6 @@ async function open(t: { after(fn: () => Promise<void>): void }, options: Partia
         contextSize: 1024,
         gpu: testGpu,
         threads: testThreads,
-        useEnv: false,
         ...options,
     });
     t.after(() => engine.close());

@@ -9,31 +9,23 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import type { LoadEngineOptions } from "../../src/engine/loadEngine.js";
-import type { DraftEngine, StepSplit } from "../../src/engine/types.js";
+import type { DraftEngine, StepStats } from "../../src/engine/types.js";
 import { assertDraftsAgree, draftPairs } from "../helpers/nearTies.js";
 import { draftConversationsAlone, roundPairs } from "./helpers/conversations.js";
 import { loadDifferentialEngine } from "./helpers/differentialEngine.js";
 import { randomPrompts, testGpu, tinyEngineOptions, tinyModel } from "./helpers/engineFixtures.js";
 
-interface Step {
-    tokens: number;
-    sequences: number;
-    decodeMs: number;
-    split: StepSplit;
-}
-
 async function openEngine(
     t: { after(fn: () => Promise<void>): void },
     options: Partial<LoadEngineOptions>,
-): Promise<{ engine: DraftEngine; steps: Step[] }> {
-    const steps: Step[] = [];
+): Promise<{ engine: DraftEngine; steps: StepStats[] }> {
+    const steps: StepStats[] = [];
     // every draft also drafted with the CPU's default candidates, and compared (helpers/differentialEngine.ts)
     const engine = await loadDifferentialEngine(
         {
             ...tinyEngineOptions,
             observer: {
-                onStep: (sequences, decodeMs, _sampleMs, _hostMs, _graphReused, split) =>
-                    steps.push({ tokens: split.tokens, sequences, decodeMs, split }),
+                onStep: (step) => steps.push(step),
             },
             ...options,
         },
@@ -89,9 +81,9 @@ test("each step's decode time splits into the llama_decode call and the wait aft
     const { engine, steps } = await openEngine(t, { streams: 4 });
     await Promise.all(randomPrompts(4, 4000, 29).map((prompt) => engine.draft(prompt, 6)));
     assert.ok(steps.length >= 6);
-    for (const { decodeMs, split } of steps) {
-        assert.ok(split.submitMs > 0 && split.waitMs >= 0, JSON.stringify(split));
+    for (const step of steps) {
+        assert.ok(step.submitMs > 0 && step.waitMs >= 0, JSON.stringify(step));
         // the two are measured between the same three clock readings as the decode time
-        assert.ok(Math.abs(split.submitMs + split.waitMs - decodeMs) < 1e-6, JSON.stringify({ decodeMs, split }));
+        assert.ok(Math.abs(step.submitMs + step.waitMs - step.decodeMs) < 1e-6, JSON.stringify(step));
     }
 });

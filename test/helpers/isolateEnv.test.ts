@@ -25,8 +25,7 @@ test("a test file run as npm test runs it sees no SPECDRAFT_* variable but the t
         const result = spawnSync(process.execPath, ["--import", "tsx", "--import", isolateEnv, "--test", probe], {
             env: {
                 ...env,
-                SPECDRAFT_KV_TYPE: "q8_0",
-                SPECDRAFT_PAD_BATCH: "0.5",
+                SPECDRAFT_RUNTIME_DIR: "/somewhere/runtimes",
                 SPECDRAFT: "/somewhere/specdraft",
                 SPECDRAFT_TEST_GPU: "cpu",
                 SPECDRAFT_GGML_CPU_VARIANT: "haswell",

@@ -14,6 +14,7 @@ import type {
     EngineInfo,
     EngineObserver,
     LookaheadSettings,
+    StepStats,
 } from "../../src/engine/types.js";
 import { validateDraftRequest } from "../../src/engine/validateDraftRequest.js";
 
@@ -30,6 +31,22 @@ export interface FakeEngineOptions {
     /** What info says of candidates (the fake drafts without steps). Defaults to off. */
     lookahead?: LookaheadSettings;
 }
+
+/** What the fake reports of each draft token's step: one token, no time spent, one token drafted. */
+const fakeStep: StepStats = {
+    tokens: 1,
+    sequences: 1,
+    decodeMs: 0,
+    submitMs: 0,
+    waitMs: 0,
+    sampleMs: 0,
+    hostMs: 0,
+    graphReused: false,
+    drafted: 1,
+    candidates: 0,
+    fillers: 0,
+    accepted: 0,
+};
 
 /** The fake's rule: the draft of `tokens` (without end id). */
 export function fakeDraft(tokens: readonly number[], n: number, vocabSize = 1000): number[] {
@@ -118,7 +135,7 @@ export class FakeEngine implements DraftEngine {
             this.observer.onPrefix?.(tokens.length - reused, reused);
             const draft: number[] = [];
             for (const id of fakeDraft(tokens, n, this.info.vocabSize)) {
-                this.observer.onDecode?.(1, this.inFlight);
+                this.observer.onStep?.({ ...fakeStep, sequences: this.inFlight });
                 draft.push(id);
                 if (id === options.endId) break;
             }

@@ -227,11 +227,21 @@ test("the CLI serves a real model: ready line, a draft, SIGTERM → exit 0", asy
         "2",
         "--lookahead-step-tokens",
         "9",
+        "--lookahead-fill",
+        "on",
+        "--kv-type",
+        "f32",
+        "--flash-attention",
+        "off",
+        "--pad-batch",
+        "0",
+        "--step-prefill",
+        "0",
     ]);
     try {
         const [, url] = await serve.waitForLine(/serving .* at (http:\/\/\S+)\n/);
         const info = await (await fetch(`${url}/info`)).json();
-        assert.deepEqual(info.lookahead, { candidates: 2, step_tokens: 9, fill: false });
+        assert.deepEqual(info.lookahead, { candidates: 2, step_tokens: 9, fill: true });
         const res = await fetch(`${url}/draft`, {
             method: "POST",
             headers: { "content-type": "application/json" },

@@ -36,7 +36,6 @@ import contextlib
 import copy
 import functools
 import json
-import os
 import re
 import select
 import shutil
@@ -643,13 +642,12 @@ def test_an_untied_head_exports_as_exactly(lab: Lab, tmp_path: Path):
 
 
 @contextlib.contextmanager
-def serving(gguf_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``specdraft serve`` of ``gguf_path`` on the CPU (one thread, one stream): its URL once it is ready."""
+def serving(gguf_path: Path, options: list[str] | None = None) -> Iterator[str]:
+    """``specdraft serve`` of ``gguf_path`` on the CPU (one thread, one stream) with ``options``: its URL when ready."""
     command = ["node", "--import", "tsx", "src/cli/main.ts", "serve", "--model", str(gguf_path), "--port", "0"]
     command += ["--gpu", "cpu", "--threads", "1", "--streams", "1", "--context", "256", "--lookahead", "0"]
-    process = subprocess.Popen(
-        command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    command += options or []
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         line = ""
@@ -694,7 +692,7 @@ def test_serve_drafts_like_transformers_and_reports_the_vocabulary(lab: Lab, f32
     fingerprint = tokenizer_fingerprint(tokenizer, lab.model.config.vocab_size)
     if lab.name == "llama":
         assert fingerprint == typescript_fingerprint(smollm2_gguf())
-    with serving(f32_export, {"SPECDRAFT_KV_TYPE": "f32", "SPECDRAFT_FLASH_ATTENTION": "0"}) as url:
+    with serving(f32_export, ["--kv-type", "f32", "--flash-attention", "off"]) as url:
         info = http_json(f"{url}/info")
         served = [http_json(f"{url}/draft", {"tokens": p, "n": DRAFT_LENGTH})["draft"] for p in all_prompts(lab)]
     assert info["vocab_fingerprint"] == fingerprint and info["vocab_size"] == lab.model.config.vocab_size

@@ -19,14 +19,13 @@ export const testGpu = (process.env.SPECDRAFT_TEST_GPU ?? "cpu") as "cpu" | "cud
 /** Tests run single-threaded llama.cpp: the CI machine is small and shared, and spinning threads starve there. */
 export const testThreads = 1;
 
-/** One stream of the tiny fixture on the test backend, 512 tokens, no SPECDRAFT_* settings: what a test starts from. */
+/** One stream of the tiny fixture on the test backend, 512 tokens: what a test starts from. */
 export const tinyEngineOptions = {
     modelPath: tinyModel,
     streams: 1,
     contextSize: 512,
     gpu: testGpu,
     threads: testThreads,
-    useEnv: false,
 } as const;
 
 /** `count` distinct prompts of 8–67 token ids below `vocabSize` (the first id is the prompt's index). */
