@@ -12,10 +12,12 @@ import sys
 
 from .formats.artifacts import ArtifactError
 
-# In pipeline order (`ablate` runs after a finished lab; `target` and `drafter` make a real target and its drafter;
-# `real_lab` writes the real-model lab's report, `real-lab-report`);
+# `run` first (every stage for a user's target), then the stages in pipeline order (`ablate` runs after a finished lab;
+# `target` and `drafter` make a real target and its drafter; `real_lab` writes the real-model lab's report,
+# `real-lab-report`);
 # each module (a command, or an orchestrator of commands) registers its subcommand with add_parser.
 STAGE_MODULES = (
+    "pipeline.run",
     "commands.corpus",
     "commands.tokenizer",
     "commands.target",

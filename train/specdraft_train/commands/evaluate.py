@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def drafter_tau(
     batch_tokens: int = EvalConfig.batch_tokens,
     embedding_type: str | None = None,
     dtype: str = "float32",
+    ks: Sequence[int] = (),
 ) -> tuple[TauResult, str]:
     """τ of one drafter, as trained or as a Q4_0 GGUF holds it; returns (result, how it was quantized).
 
@@ -90,8 +92,8 @@ def drafter_tau(
         if qat.embedding_type != DEFAULT_EMBEDDING_TYPE:
             mode += f"-{qat.embedding_type.lower()}-embedding"  # e.g. q4_0-qat-q4_0-embedding: an all-Q4_0 file
         with qat.held():  # every weight quantized once for all the forwards, not at each
-            return model_tau(model, conversations, k, device, batch_tokens), mode
-    return model_tau(model, conversations, k, device, batch_tokens), mode
+            return model_tau(model, conversations, k, device, batch_tokens, ks), mode
+    return model_tau(model, conversations, k, device, batch_tokens, ks), mode
 
 
 def verify_heldout(heldout: Path) -> None:

@@ -23,7 +23,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 from ..formats.prompts import Prompt
 from ..modeling.models import autocast_context
 from ..training.examples import Continuation
-from .static_engine import EngineStats, GreedyOutput, StaticGreedyEngine, lengths_to_stop, progress_bar
+from .static_engine import EngineStats, GreedyOutput, StaticGreedyEngine, lengths_to_stop, reference_bar
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The peer: HF generate
@@ -64,7 +64,7 @@ def generate_greedy_hf(
     )
     results: list[GreedyOutput | None] = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    bar = progress_bar(progress)
+    bar = reference_bar(progress, len(prompts))
     for start in range(0, len(order), batch_size):
         batch_index = order[start : start + batch_size]
         batch = [list(prompts[i]) for i in batch_index]
@@ -92,7 +92,7 @@ def generate_greedy_hf(
                 topk_logprobs[row, :length].copy() if topk_logprobs is not None else None,
             )
             if bar is not None:
-                bar.update(length)
+                bar.update(1)
     if bar is not None:
         bar.close()
     return results  # type: ignore[return-value]

@@ -68,6 +68,7 @@ from torch import nn
 
 from ..config import compile_on
 from ..modeling.models import autocast_context, compile_pointwise_modules
+from ..progress import progress_bar
 from ..training.loop import synced_clock
 from .static_cache import (
     ATTENTION_NAMES,
@@ -268,14 +269,14 @@ class StaticGreedyEngine:
                 self._buffers.clear()  # their cache views and graphs hold the old buffers: gone before the new exist
                 self._store.reserve(needed)
             stop = torch.tensor(list(stop_ids), dtype=torch.long, device=self.device)
-            bar = progress_bar(progress)
+            bar = reference_bar(progress, len(prompts))
             with static_attention(self.model, ATTENTION_NAMES[self.stats.decode_attention]):
                 for batch in batches:
                     outputs = self._run_batch([prompts[i] for i in batch.indices], batch, max_new_tokens, stop, top_k)
                     for index, output in zip(batch.indices, outputs):
                         results[index] = output
                     if bar is not None:
-                        bar.update(sum(len(o.tokens) for o in outputs))
+                        bar.update(len(outputs))
             if bar is not None:
                 bar.close()
         return results  # type: ignore[return-value]
@@ -567,9 +568,6 @@ def _accepts(model: nn.Module, argument: str) -> bool:
     return argument in inspect.signature(model.forward).parameters
 
 
-def progress_bar(enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(desc="reference", unit="tok", unit_scale=True, mininterval=2.0, file=sys.stderr)
+def reference_bar(enabled: bool, prompts: int) -> Any:
+    """Continued prompts out of ``prompts`` (progress.py: a bar on a terminal, lines in a log), or None."""
+    return progress_bar(prompts, "reference", "prompt") if enabled else None

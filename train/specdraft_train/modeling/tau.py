@@ -125,6 +125,8 @@ class TauResult:
     top1: float | None = None  # share of positions whose argmax is the target's token; None for the n-gram peer
     # where walks stop: steps by accepted-prefix length 0..k, "all" and per category (accepted_length_histogram)
     accepted_lengths: dict[str, list[int]] | None = None
+    # τ of the same greedy matches walked at other draft lengths (model_tau's ``ks``): what a speed-up projection needs
+    tau_by_k: dict[int, float] | None = None
 
     @property
     def macro_tau(self) -> float:
@@ -142,6 +144,7 @@ class TauResult:
             "conversations": self.conversations,
             "by_category": self.by_category,
             **({"accepted_lengths": self.accepted_lengths} if self.accepted_lengths is not None else {}),
+            **({"tau_by_k": {str(k): t for k, t in self.tau_by_k.items()}} if self.tau_by_k is not None else {}),
         }
 
     def dev_entry(self) -> dict[str, Any]:
@@ -264,10 +267,16 @@ def model_tau(
     k: int,
     device: torch.device,
     batch_tokens: int = EvalConfig.batch_tokens,
+    ks: Sequence[int] = (),
 ) -> TauResult:
+    """τ at draft length ``k`` from one teacher-forced pass (exact for greedy drafting: NOTES), and at each of ``ks``
+    from the same matches."""
     matches = greedy_matches(model, conversations, device, batch_tokens)
     result = summarize((c, walk_steps(m, k), int(m.sum())) for c, m in zip(conversations, matches))
     result.accepted_lengths = accepted_length_histogram(conversations, matches, k)
+    if ks:
+        tokens = sum(len(c.continuation_tokens) for c in conversations)
+        result.tau_by_k = {n: tokens / max(sum(walk_steps(m, n) for m in matches), 1) for n in ks}
     return result
 
 

@@ -43,7 +43,6 @@ from ..commands.export import export_gguf
 from ..config import LabPreset, add_device_argument, apply_settings
 from ..formats.artifacts import (
     DRAFTER_GGUF,
-    add_stage_seconds,
     atomic_write_json,
     atomic_write_text,
     read_manifest,
@@ -66,12 +65,13 @@ from ..presets import LAB_PRESETS, add_preset_argument, check_preset, get_preset
 from ..training.distillation import DistillJob
 from ..training.loop import DistributedContext, finish_distributed, init_distributed, relaunch_under_torchrun
 from ..training.quant import gguf_storage_type
+from .runner import Runner
 
 STATE_FILE = "lab_state.json"
 
 
-class LabState:
-    """``lab_state.json``: the preset the directory belongs to and each stage's wall time when it ran.
+class LabState(Runner):
+    """``lab_state.json``: the preset the directory belongs to, its settings, and each stage's wall time (runner.py).
 
     Under torchrun (``ctx``) rank 0 checks and writes the file first, the other ranks read it after; only rank 0 ever
     writes it."""
@@ -85,16 +85,14 @@ class LabState:
         prose: list[Path] | None = None,
         ctx: DistributedContext | None = None,
     ):
-        self.ctx = ctx or DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
-        if not self.ctx.is_main:
-            self.ctx.barrier()  # until rank 0 has checked the directory and written the file
-        self.path = out / STATE_FILE
-        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        if self.data and self.data.get("preset") != preset.name:
+        if ctx is not None and not ctx.is_main:
+            ctx.barrier()  # until rank 0 has checked the directory and written the file
+        super().__init__(out, "lab", ctx, STATE_FILE)
+        if "preset" in self.data and self.data["preset"] != preset.name:
             raise ValueError(
                 f"{out} holds a lab of preset {self.data.get('preset')!r}, not {preset.name!r}: use another --out"
             )
-        if self.data and self.data.get("settings", []) != settings:
+        if "preset" in self.data and self.data.get("settings", []) != settings:
             raise ValueError(
                 f"{out} was run with --set {self.data.get('settings', [])}, not {settings}: finished "
                 "stages would not match; use another --out"
@@ -103,19 +101,9 @@ class LabState:
         self.data.setdefault("settings", settings)
         self.data.setdefault("extras", [str(e) for e in extras])
         self.data.setdefault("prose", [str(p) for p in prose or []])
-        self.data.setdefault("stage_seconds", {})
         self.save()
-        if self.ctx.is_main:
+        if self.ctx.is_main and ctx is not None:
             self.ctx.barrier()
-
-    def save(self) -> None:
-        if self.ctx.is_main:
-            atomic_write_json(self.path, self.data)
-
-    def record(self, stage: str, seconds: float, finished: bool) -> None:
-        """Add a run's seconds to the stage's earlier interrupted runs; the total counts once the stage finishes."""
-        add_stage_seconds(self.data, stage, seconds, finished, "stage_seconds")
-        self.save()
 
 
 def run_stage(
@@ -126,27 +114,9 @@ def run_stage(
     complete: Callable[[], bool],
     every_rank: bool = False,
 ) -> None:
-    """Run a stage unless it is complete. Under torchrun rank 0 decides whether it is, ``fn`` runs on every rank
-    (``every_rank``: the stages that shard their work) or on rank 0 alone, and all ranks wait for the stage's end
-    before the next one looks at its outputs."""
-    ctx = state.ctx
-    if ctx.broadcast_object(complete() if ctx.is_main else None):
-        if ctx.is_main:
-            print(f"lab: {name}: complete in {stage_dir}, skipped", file=sys.stderr)
-        return
-    if ctx.is_main:
-        print(f"lab: {name} …", file=sys.stderr)
-    start = time.time()
-    try:
-        if every_rank or ctx.is_main:
-            fn()
-        ctx.barrier()
-    except BaseException:  # e.g. SIGINT from `timeout`: keep the time spent so the resumed run's total includes it
-        state.record(name, time.time() - start, finished=False)
-        raise
-    state.record(name, time.time() - start, finished=True)
-    if ctx.is_main:
-        print(f"lab: {name} done in {time.time() - start:.1f}s", file=sys.stderr)
+    """Run a stage unless it is complete (runner.py: rank 0 decides; ``every_rank``: the stages that shard their work
+    run on every rank, the others on rank 0 alone)."""
+    state.stage(name, stage_dir, fn, complete, every_rank=every_rank)
 
 
 def export_complete(gguf_path: Path) -> bool:

@@ -33,6 +33,7 @@ from torch import nn
 
 from ..formats.artifacts import AtomicFile
 from ..modeling.models import resolve_device
+from ..progress import progress_bar as shared_progress_bar
 
 
 @dataclass(frozen=True)
@@ -445,24 +446,8 @@ def halt_for_test(step: int, halt_after: int | None) -> None:
 
 
 def progress_bar(ctx: DistributedContext, total: int, initial: int, desc: str) -> Any:
-    """A tqdm bar over optimizer steps on rank 0 (disabled elsewhere).
-
-    Redrawn at most every second on a terminal; into a log file (the GPU jobs' captured stderr) at most every 30 s,
-    so a 10-minute job leaves ~20 progress lines rather than thousands of carriage returns.
-    """
-    from tqdm.auto import tqdm
-
-    interactive = sys.stderr.isatty()
-    return tqdm(
-        total=total,
-        initial=initial,
-        desc=desc,
-        unit="step",
-        disable=not ctx.is_main,
-        dynamic_ncols=True,
-        mininterval=1.0 if interactive else 30.0,
-        file=sys.stderr,
-    )
+    """Optimizer steps on rank 0 (disabled elsewhere): a bar on a terminal, a line every few percent in a log."""
+    return shared_progress_bar(total, desc, "step", initial=initial, enabled=ctx.is_main)
 
 
 class NullSummaryWriter:

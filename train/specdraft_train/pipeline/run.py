@@ -1,0 +1,468 @@
+"""Orchestrator `run`: one command from a target model to a served, checked drafter that says what speed-up to expect.
+
+    python -m specdraft_train run --target MODEL.gguf --out runs/mine            # a GGUF (llama, qwen2, qwen3)
+    python -m specdraft_train run --target Qwen/Qwen3-8B --drafter Qwen/Qwen3-1.7B --out runs/q3 --preset qwen3-chat
+
+Stages, each in its own folder under ``--out`` and stamped (runner.py: run again after a cut, it goes on where it
+stopped; a changed input runs again what depends on it, and says so):
+
+1. ``target``: the target as the pipeline trains against it (an HF checkpoint of its weights in fp32) and as it is
+   served (``target/target-f32.gguf``) — `target`'s stage, for a GGUF or an HF directory or id;
+2. ``drafter``: ``--drafter M`` (a smaller sibling, HF or GGUF: its vocabulary must be the target's), or
+   ``--init layers:N`` (N of the target's layers), or ``--init scratch`` (the preset's drafter shape, pretrained on
+   general text first: ``corpus``, ``pretrain``); by default a quarter of the target's layers (DEFAULT_DEPTH_SHARE);
+3. ``reference``: the target's greedy answers to the chat prompts (``--prompts``, or the built-in chat prompt set),
+   with their top-k log-probs; held-out and dev lines as the prompts' own splits say;
+4. ``distill`` and ``qat``: distillation, then quantization-aware training exact to Q4_0;
+5. ``evaluate``: τ on the held-out conversations, overall and per category, for the drafter before training (its
+   Q4_0 PTQ), the trained drafter (Q4_0 QAT, and τ(k) at each ``--k``), n-gram prompt lookup and the target as its
+   own drafter;
+6. ``export``, ``pack``, ``selfcheck``: the Q4_0 GGUF, the drafter folder (``DIR/drafter``), checked as a grader would;
+7. ``speedup``: the target's and the drafter's step costs measured through llama.cpp on this machine, the projected
+   speed-up at each k, and `generate` at the best k on held-out prompts to check it;
+
+then ``report.json`` and ``report.md``. The settings that bound each stage are printed before it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..commands import corpus, distill, drafter, evaluate, export, pretrain, reference, target
+from ..config import LabPreset, add_device_argument, announce, apply_settings
+from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, stage_complete
+from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
+from ..modeling.tau import model_tau, ngram_tau, read_conversations
+from ..presets import PRESETS, get_preset
+from ..training.distillation import DistillJob
+from .runner import Runner
+
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
+DEFAULT_PRESET = "smollm2-chat"
+# The default drafter: this share of the target's layers, the target's own weights. The real-model lab's limits study
+# (bench/results/2026-12-04-h200-real-lab-limits) measured τ rising with depth — 2, 4 and 8 of SmolLM2's 30 layers
+# closed 9, 16 and 19 % of the gap at Q4_0 PTQ, and QAT gave back what Q4_0 cost — where more data or epochs helped
+# little; a quarter keeps a drafter step well under the target's.
+DEFAULT_DEPTH_SHARE = 0.25
+DEFAULT_KS = (1, 2, 4, 8, 16)
+
+
+def specdraft_command() -> list[str]:
+    """How to run the specdraft CLI: ``SPECDRAFT`` (a command line) if set, else the built one in this checkout."""
+    if os.environ.get("SPECDRAFT"):
+        return shlex.split(os.environ["SPECDRAFT"])
+    built = REPO / "dist" / "cli" / "main.js"
+    if not built.is_file():
+        raise ValueError(f"{built}: the specdraft CLI is not built; run `npm ci` in {REPO} first")
+    return ["node", str(built)]
+
+
+def parse_init(value: str) -> tuple[str, int | None]:
+    """``layers:N``, ``layers`` (the default depth) or ``scratch``."""
+    kind, _, count = value.partition(":")
+    if kind == "scratch" and not count:
+        return kind, None
+    if kind == "layers" and (not count or (count.isdigit() and int(count) > 0)):
+        return kind, int(count) if count else None
+    raise argparse.ArgumentTypeError(f"--init {value}: expected layers:N (N ≥ 1), layers or scratch")
+
+
+def vocabulary_fingerprint(checkpoint: Path) -> str:
+    from ..formats.vocabulary import tokenizer_fingerprint
+
+    tokenizer = load_tokenizer(checkpoint)
+    return tokenizer_fingerprint(tokenizer, len(tokenizer))
+
+
+def check_vocabulary(target_dir: Path, drafter_dir: Path) -> None:
+    """A drafter proposes token ids the target reads: the same vocabulary, or nothing trains."""
+    ours, theirs = vocabulary_fingerprint(drafter_dir), vocabulary_fingerprint(target_dir)
+    if ours != theirs:
+        raise ValueError(
+            f"{drafter_dir}: the drafter's vocabulary (fingerprint {ours[:16]}) is not the target's ({theirs[:16]}): "
+            "a drafter must share its target's tokenizer"
+        )
+
+
+def source_stamp(path_or_id: str) -> dict[str, Any]:
+    """What identifies a given model: a file's sha256, a folder's files by name and size, or the hub id itself."""
+    path = Path(path_or_id)
+    if path.is_file():
+        return {"file": path.name, "sha256": sha256_file(path)}
+    if path.is_dir():
+        return {"dir": {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}}
+    return {"id": path_or_id}
+
+
+class Run:
+    """One `run` folder: its preset, its stages' folders and the stamps that chain them."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.out: Path = args.out.resolve()
+        self.preset: LabPreset = apply_settings(get_preset(args.preset), args.settings)
+        self.device = resolve_device(args.device)
+        self.runner = Runner(self.out, "run")
+        self.d = {name: self.out / name for name in ("target", "drafter", "reference", "distilled", "qat", "eval")}
+        self.keys: dict[str, str] = {}
+        self.settings = {"preset": self.preset.name, "settings": list(args.settings)}
+
+    def stage(self, name: str, directory: Path, fn: Any, complete: Any, inputs: dict[str, Any], **extra: Any) -> None:
+        self.keys[name] = self.runner.stage(name, directory, fn, complete, {**self.settings, **inputs}, **extra)
+
+    # --- the target and the drafter ---------------------------------------------------------------------------------
+
+    def make_target(self) -> None:
+        source = self.args.target
+        self.stage(
+            "target",
+            self.d["target"],
+            lambda: prepare_model(source, self.d["target"]),
+            lambda: stage_complete(self.d["target"], "target"),
+            {"target": source_stamp(source)},
+        )
+
+    def make_drafter(self) -> Path:
+        """The drafter training starts from; its vocabulary checked against the target's before any training."""
+        args, preset = self.args, self.preset
+        if args.drafter is not None:
+            self.stage(
+                "drafter",
+                self.d["drafter"],
+                lambda: prepare_model(args.drafter, self.d["drafter"]),
+                lambda: stage_complete(self.d["drafter"], "target"),
+                {"drafter": source_stamp(args.drafter), "target": self.keys["target"]},
+            )
+            check_vocabulary(self.d["target"], self.d["drafter"])
+            return self.d["drafter"]
+        kind, layers = args.init
+        if kind == "layers":
+            total = load_causal_lm(self.d["target"], torch.device("cpu")).config.num_hidden_layers
+            layers = layers or max(1, round(DEFAULT_DEPTH_SHARE * total))
+            announce("drafter", preset.name, {"init": f"{layers} of the target's {total} layers"})
+            self.stage(
+                "drafter",
+                self.d["drafter"],
+                lambda: drafter.run(self.d["target"], self.d["drafter"], "layers", layers),
+                lambda: stage_complete(self.d["drafter"], "drafter"),
+                {"init": f"layers:{layers}", "target": self.keys["target"]},
+            )
+            return self.d["drafter"]
+        return self.make_scratch_drafter()
+
+    def make_scratch_drafter(self) -> Path:
+        """The preset's drafter shape, random, then pretrained on general text (code and prose) as a base."""
+        preset, corpus_dir, base = self.preset, self.out / "corpus", self.out / "base"
+        self.stage(
+            "corpus",
+            corpus_dir,
+            lambda: corpus.build_corpus(
+                corpus_dir, preset.corpus, corpus.stdlib_root(), [], corpus.preset_prose(preset)
+            ),
+            lambda: stage_complete(corpus_dir, "corpus"),
+            {},
+        )
+        shape = {f: getattr(preset.drafter, f) for f in drafter.SHAPE_FIELDS}
+        self.stage(
+            "drafter",
+            self.d["drafter"],
+            lambda: drafter.run(
+                self.d["target"], self.d["drafter"], "scratch", preset.drafter.num_hidden_layers, None, shape
+            ),
+            lambda: stage_complete(self.d["drafter"], "drafter"),
+            {"init": "scratch", "shape": shape, "target": self.keys["target"]},
+        )
+        config = preset.pretrain_drafter
+        announce("pretrain", preset.name, {"steps": config.max_steps, "time budget": config.time_budget_s})
+        self.stage(
+            "pretrain",
+            base,
+            lambda: pretrain.run(
+                corpus_dir,
+                None,
+                base,
+                "drafter",
+                preset.name,
+                config,
+                preset.drafter,
+                self.args.device,
+                init=self.d["drafter"],
+            ),
+            lambda: stage_complete(base, "pretrain"),
+            {"drafter": self.keys["drafter"], "corpus": self.keys["corpus"]},
+            every_rank=True,
+        )
+        self.keys["drafter"] = self.keys["pretrain"]
+        return base
+
+    # --- reference, distillation, QAT -------------------------------------------------------------------------------
+
+    def make_reference(self) -> None:
+        prompts = self.args.prompts
+        config = self.preset.reference
+        announce(
+            "reference", self.preset.name, {"train prompts": config.train_prompts, "new tokens": config.max_new_tokens}
+        )
+        self.stage(
+            "reference",
+            self.d["reference"],
+            lambda: reference.run(
+                self.d["target"], self.d["reference"], config, prompts=prompts, device_name=self.args.device
+            ),
+            lambda: stage_complete(self.d["reference"], "reference"),
+            {"prompts": source_stamp(str(prompts)), "target": self.keys["target"]},
+            every_rank=True,
+        )
+
+    def distill_stages(self, start: Path) -> None:
+        """distill from ``start``, then QAT from the distilled drafter; replay of the base's pretraining text only
+        where there is one (a scratch base)."""
+        config = self.preset.distill
+        replay = self.out / "base" if (self.out / "base").is_dir() else None
+        if replay is None and config.replay_weight > 0:
+            config = dataclasses.replace(config, replay_weight=0.0)  # no pretraining text to replay
+        embedding = self.preset.export.resolved_embedding_type()
+        for name, source, qat in (("distill", start, False), ("qat", self.d["distilled"], True)):
+            out = self.d["distilled" if name == "distill" else "qat"]
+            job = DistillJob(
+                source,
+                self.d["reference"],
+                out,
+                config,
+                qat=qat,
+                embedding_type=embedding,
+                replay_tokens=replay,
+                device=self.args.device,
+            )
+            announce(name, self.preset.name, distill.budget(job))
+            upstream = self.keys["drafter"] if name == "distill" else self.keys["distill"]
+            self.stage(
+                name,
+                out,
+                lambda job=job: distill.run(job),
+                lambda out=out: stage_complete(out, "distill"),
+                {"from": upstream, "reference": self.keys["reference"]},
+                every_rank=True,
+            )
+
+    # --- evaluation and what ships ----------------------------------------------------------------------------------
+
+    def evaluate(self, base: Path) -> dict[str, Any]:
+        heldout = self.d["reference"] / "heldout.jsonl"
+        results_path = self.d["eval"] / "results.json"
+        ks = sorted({*self.args.k, self.preset.evaluate.k})
+
+        def run_evaluation() -> None:
+            conversations = read_conversations(heldout)
+            k, batch = self.preset.evaluate.k, self.preset.evaluate.batch_tokens
+            embedding = self.preset.export.resolved_embedding_type()
+            tau: dict[str, Any] = {}
+            for key, checkpoint, by_k in (("base_q4_0_ptq", base, False), ("drafter_q4_0_qat", self.d["qat"], True)):
+                result, mode = evaluate.drafter_tau(
+                    checkpoint,
+                    conversations,
+                    k,
+                    self.device,
+                    q4=True,
+                    batch_tokens=batch,
+                    embedding_type=embedding,
+                    ks=ks if by_k else (),
+                )
+                tau[key] = {"weights": mode, **result.to_dict()}
+            tau["ngram"] = ngram_tau(conversations, k, self.preset.evaluate.ngram_max).to_dict()
+            target_model = load_causal_lm(self.d["target"], self.device)
+            tau["target_as_drafter"] = model_tau(target_model, conversations, k, self.device, batch).to_dict()
+            self.d["eval"].mkdir(parents=True, exist_ok=True)
+            atomic_write_json(
+                results_path, {"k": k, "heldout": str(heldout), "conversations": len(conversations), "tau": tau}
+            )
+
+        self.stage(
+            "evaluate",
+            self.d["eval"],
+            run_evaluation,
+            results_path.is_file,
+            {"base": self.keys["drafter"], "qat": self.keys["qat"], "reference": self.keys["reference"], "ks": ks},
+        )
+        return json.loads(results_path.read_text())
+
+    def ship(self) -> Path:
+        """The Q4_0 GGUF, the packed folder, and selfcheck's verdict on it."""
+        gguf_path = self.out / "export" / DRAFTER_GGUF
+        folder = self.out / "drafter-folder"
+        self.stage(
+            "export",
+            gguf_path.parent,
+            lambda: export.export_gguf(
+                self.d["qat"],
+                gguf_path,
+                "Q4_0",
+                qat_state=self.d["qat"] / QAT_STATE_FILE,
+                max_bytes=self.preset.export.max_bytes,
+            ),
+            lambda: gguf_path.is_file() and gguf_path.with_name(gguf_path.name + ".manifest.json").is_file(),
+            {"qat": self.keys["qat"]},
+        )
+        cli = specdraft_command()
+        self.stage(
+            "pack",
+            folder,
+            lambda: node_step([*cli, "pack", "--model", str(gguf_path), "--out", str(folder)], folder),
+            lambda: (folder / "architecture.json").is_file(),
+            {"export": self.keys["export"]},
+        )
+        verdict = self.out / "selfcheck.txt"
+        heldout = self.d["reference"] / "heldout.jsonl"
+        self.stage(
+            "selfcheck",
+            verdict.parent,
+            lambda: write_output([*cli, "selfcheck", str(folder), "--data", str(heldout), "--no-progress"], verdict),
+            verdict.is_file,
+            {"pack": self.keys["pack"]},
+        )
+        return gguf_path
+
+
+def prepare_model(source: str, out: Path) -> None:
+    """A model as the pipeline takes it: `target`'s stage for a GGUF file or an HF directory or id."""
+    target.run(Path(source), out)
+
+
+def node_step(command: list[str], out: Path) -> None:
+    """A specdraft CLI step; a failure removes what it half wrote and names the command."""
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    if result.returncode != 0:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+        raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
+
+
+def write_output(command: list[str], out: Path) -> None:
+    """A specdraft CLI step whose standard output is the result, kept in ``out`` once it succeeded."""
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    if result.returncode != 0:
+        raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {(result.stdout + result.stderr)[-2000:]}")
+    out.write_text(result.stdout)
+
+
+# --- what to expect, and the report -------------------------------------------------------------------------------
+
+
+def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict[str, Any]:
+    """`specdraft speedup`: step costs measured through llama.cpp here, τ(k) from the evaluation, the projection per k
+    and the best k; then `specdraft generate` at that k on held-out prompts, the measured speed-up beside it."""
+    cli, out = specdraft_command(), run.out / "speedup"
+    tau_file, projection, measured = out / "tau.json", out / "projection.json", out / "generate.json"
+    served = run.d["target"] / target.SERVED_GGUF
+    heldout = run.d["reference"] / "heldout.jsonl"
+    gpu = "cpu" if run.device.type == "cpu" else "auto"
+
+    def measure() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        tau_by_k = evaluation["tau"]["drafter_q4_0_qat"]["tau_by_k"]
+        atomic_write_json(tau_file, {"tau_by_k": tau_by_k})
+        ks = ",".join(str(k) for k in sorted(int(k) for k in tau_by_k))
+        command = [*cli, "speedup", "--target", str(served), "--draft-model", str(gguf_path), "--tau", str(tau_file)]
+        write_output([*command, "--k", ks, "--gpu", gpu, "--json", str(projection)], out / "speedup.txt")
+        best = json.loads(projection.read_text())["best"]["k"]
+        check = [*cli, "generate", "--target", str(served), "--draft-model", str(gguf_path), "--data", str(heldout)]
+        check += ["--limit", str(run.args.check_prompts), "--max-tokens", "128", "--draft-len", str(best)]
+        write_output([*check, "--gpu", gpu, "--no-progress", "--out", str(measured)], out / "generate.txt")
+
+    run.stage("speedup", out, measure, measured.is_file, {"export": run.keys["export"], "target": run.keys["target"]})
+    return {"projection": json.loads(projection.read_text()), "generate": json.loads(measured.read_text())}
+
+
+def write_report(run: Run, evaluation: dict[str, Any], speed: dict[str, Any], gguf_path: Path) -> dict[str, Any]:
+    """``report.json`` and ``report.md``: τ per category beside its peers, what each stage cost, what to expect."""
+    from ..labs.run_report import run_markdown
+
+    report = {
+        "target": run.args.target,
+        "drafter": run.args.drafter or ":".join(str(p) for p in run.args.init if p is not None),
+        "preset": run.preset.name,
+        "settings": run.args.settings,
+        "evaluation": evaluation,
+        "stage_seconds": run.runner.data["stage_seconds"],
+        "speedup": speed,
+        "gguf": {"path": str(gguf_path), "bytes": gguf_path.stat().st_size, "sha256": sha256_file(gguf_path)},
+        "folder": str(run.out / "drafter-folder"),
+        "selfcheck": (run.out / "selfcheck.txt").read_text(),
+        "served_target": str(run.d["target"] / target.SERVED_GGUF),
+    }
+    atomic_write_json(run.out / "report.json", report)
+    (run.out / "report.md").write_text(run_markdown(report))
+    return report
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    run = Run(args)
+    run.out.mkdir(parents=True, exist_ok=True)
+    run.make_target()
+    start = run.make_drafter()
+    run.make_reference()
+    run.distill_stages(start)
+    evaluation = run.evaluate(start)
+    gguf_path = run.ship()
+    speed = speedup_stage(run, gguf_path, evaluation)
+    return write_report(run, evaluation, speed, gguf_path)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="one command from a target model to a packed, checked drafter and what speed-up to expect (resumable)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--target", required=True, help="the target: a GGUF file, or an HF directory or hub id")
+    p.add_argument("--out", required=True, type=Path, help="the run's folder (run the same command again to resume)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--drafter", default=None, help="start from this model (GGUF, HF directory or id)")
+    source.add_argument(
+        "--init",
+        type=parse_init,
+        default=("layers", None),
+        help="layers:N (N of the target's layers), layers (a quarter of them: the default) or scratch",
+    )
+    p.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="chat prompts JSONL (default: %(default)s)")
+    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS), help="budgets (default: %(default)s)")
+    p.add_argument(
+        "--k",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=list(DEFAULT_KS),
+        help="draft lengths to project (default: 1,2,4,8,16)",
+    )
+    p.add_argument("--check-prompts", type=int, default=8, help="held-out prompts `generate` checks the best k on")
+    add_device_argument(p)
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a preset value, e.g. --set distill.time_budget_s=60 (repeatable)",
+    )
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.prompts.is_file():
+        raise FileNotFoundError(f"--prompts {args.prompts}: no such file")
+    args.prompts = args.prompts.resolve()
+    report = run_all(args)
+    best = report["speedup"]["projection"]["best"]
+    print(json.dumps({"tau": round(report["evaluation"]["tau"]["drafter_q4_0_qat"]["tau"], 3), "best_k": best["k"]}))
+    print(f"report: {args.out / 'report.md'}")
+    return 0
