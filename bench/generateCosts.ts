@@ -39,7 +39,7 @@
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
-import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
@@ -60,7 +60,6 @@ import {
     timeWalk,
     type WalkGrowth,
 } from "../src/speedup/measureCosts.js";
-import { parseIntegerListOption } from "./lib/integerListOption.js";
 import { seededRandom } from "./lib/seededRandom.js";
 import type { DraftStepMs, InProcessStepMs } from "./speedUpTable.js";
 
