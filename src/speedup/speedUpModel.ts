@@ -55,6 +55,8 @@ export function agreementFromTau(tau: number, draftLength: number): number {
         throw new RangeError(`draft length must be an integer ≥ 1, got ${draftLength}.`);
     if (!(tau >= 1 && tau <= draftLength + 1))
         throw new RangeError(`τ(${draftLength}) must be in [1, ${draftLength + 1}], got ${tau}.`);
+    if (tau === 1) return 0;
+    if (tau === draftLength + 1) return 1;
     let low = 0;
     let high = 1;
     // 60 halvings: far below any τ's precision
