@@ -18,7 +18,7 @@ export const exitCodes = {
      */
     usage: 2,
     /**
-     * generate: the drafter's vocabulary is not the target's; validate: a server's is not the data's. Its token ids
+     * generate, speedup: the drafter's vocabulary is not the target's; validate: a server's is not the data's. Its token ids
      * would mean other text.
      */
     vocabMismatch: 3,
