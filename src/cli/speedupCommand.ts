@@ -1,7 +1,8 @@
 /**
  * `specdraft speedup`: what speed-up a target and a drafter give on this machine. Measures the target's cost per token
  * alone and of verifying k + 1 tokens, and the drafter's draft of k, as `specdraft generate --draft-model` runs them;
- * takes τ(k) from the evaluation's file; prints the projected speed-up per k, the best k and the command lines that use it.
+ * takes τ(k) from the evaluation's file; prints the projected speed-up per k, the best k and the command lines that use
+ * it.
  */
 import { access, writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";

@@ -100,7 +100,7 @@ export interface SpeedUpReport {
     commands: { serve: string; llamaServer: string; generate: string };
 }
 
-/** Measures on this machine and projects; throws GenerateError `vocab_mismatch` before loading weights for a bad pair. */
+/** Measures on this machine and projects; a pair of two vocabularies: GenerateError `vocab_mismatch`, no weights loaded. */
 export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpReport> {
     const draftLengths = [...new Set(options.draftLengths ?? defaultSpeedUpDraftLengths)].sort((a, b) => a - b);
     const gpu = options.gpu ?? defaultGpu;

@@ -109,7 +109,7 @@ export interface SpeedUpProjection {
     speedUp: number;
 }
 
-/** speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)), for τ(k) as given (e.g. measured on held-out text). */
+/** speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)), for τ(k) as given (e.g. measured on held-out data). */
 export function speedUpAtTau(costs: StepCosts, tau: number, draftLength: number): { stepMs: number; speedUp: number } {
     const stepMs = interpolateCost(costs.verify, draftLength + 1) + draftCost(costs, draftLength);
     return { stepMs, speedUp: (tau * costs.alone) / stepMs };
