@@ -5,13 +5,11 @@
  * candidates (bench/lookaheadSteps.ts: a results folder's `lookahead-steps.json`), the drafts of 8 and 16 composed
  * from the two (bench/speedUpModel.ts), and the projected speed-up with the best M.
  */
+import { expectedTokensPerStep, projectSpeedUp, type StepCosts } from "../src/speedup/speedUpModel.js";
 import {
     breakEvenTokensPerStep,
     type CandidateCosts,
     composeDraftWithCandidates,
-    expectedTokensPerStep,
-    projectSpeedUp,
-    type StepCosts,
     withCandidates,
 } from "./speedUpModel.js";
 

@@ -13,12 +13,11 @@
 
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
-import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
 import { defaultDraftLength, defaultGpu, defaultStreams, gpuChoices, kvTypes } from "../src/engine/engineDefaults.js";
 import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, EngineInfo, GpuChoice, KvType } from "../src/engine/types.js";
 import { percentile } from "../src/validate/summarizeWalk.js";
-import { parseIntegerListOption } from "./lib/integerListOption.js";
 import { seededRandom } from "./lib/seededRandom.js";
 
 interface BenchFlags {

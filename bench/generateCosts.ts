@@ -42,7 +42,7 @@
  */
 import { Command, Option } from "commander";
 import type { ControlledEvaluateInputItem, Token } from "node-llama-cpp";
-import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
 import { addEngineTuningOptions, type EngineTuningFlags, engineTuningOf } from "../src/cli/engineTuningOptions.js";
 import { createSpecdraftClient } from "../src/client/createDraftClient.js";
 import { defaultThreads } from "../src/engine/defaultThreads.js";
@@ -52,7 +52,18 @@ import { loadEngine } from "../src/engine/loadEngine.js";
 import type { DraftEngine, GpuChoice } from "../src/engine/types.js";
 import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { loadLlama } from "../src/generate/runGenerate.js";
-import { parseIntegerListOption } from "./lib/integerListOption.js";
+import {
+    type Between,
+    type DraftFn,
+    makePrompt as makeSharedPrompt,
+    measuredVocab,
+    timeAloneNative,
+    timeFirstDraft,
+    timeNativeVerify,
+    timePromptFixed,
+    timeWalk,
+    type WalkGrowth,
+} from "../src/speedup/measureCosts.js";
 import { seededRandom } from "./lib/seededRandom.js";
 import type { DraftStepMs, InProcessStepMs } from "./speedUpTable.js";
 
@@ -79,87 +90,38 @@ interface Options extends EngineTuningFlags {
 type Prompt = number[];
 
 const ms = (started: number): number => performance.now() - started;
-const round = (x: number): number => Math.round(x * 1000) / 1000;
 
-/** 256 token ids spread over the vocabulary (away from the lowest ids, which hold special tokens in some vocabularies). */
-function makePrompt(vocab: number): Prompt {
-    return Array.from({ length: 256 }, (_, i) => ((i * 7919) % vocab) + 10);
-}
-
-/** ms per token of the native target alone: the difference of a short and a long generation, so the prompt's prefill
- * cancels (median of 3 pairs). */
-async function timeAloneNative(target: NativeTarget, prompt: Prompt, repeats: number): Promise<number | null> {
-    const time = async (n: number): Promise<{ ms: number; tokens: number }> => {
-        const t = performance.now();
-        const tokens = await target.generate(prompt, n);
-        return { ms: ms(t), tokens: tokens.length };
-    };
-    await time(8);
-    const perToken: number[] = [];
-    for (let pair = 0; pair < 3; pair++) {
-        const short = await time(8);
-        const long = await time(8 + repeats * 4);
-        if (long.tokens > short.tokens) perToken.push((long.ms - short.ms) / (long.tokens - short.tokens));
-    }
-    perToken.sort((a, b) => a - b);
-    return perToken[Math.floor(perToken.length / 2)] ?? null;
-}
+/** 256 token ids over the measured vocabulary (the same prompt for every figure). */
+const makePrompt = (vocab: number): Prompt => makeSharedPrompt(vocab, 256);
 
 /**
- * What a new prompt costs the native target beyond its tokens, by prompt length P: F(P) = t(P, 8) − 8 · alone, the
- * median of 3 generations of 8 tokens from a fresh P-token prompt (the prefill, and the first decodes after it, which
- * rebuild the 1-token graph and warm its CUDA graph again).
+ * The walks' growth: each draft token accepted with probability walkAgreement while the ones before it were, and a
+ * random token of the target's (seeded: every run and peer walks the same contexts).
  */
-async function timePromptFixed(target: NativeTarget, vocab: number, alone: number): Promise<Record<string, number>> {
-    const out: Record<string, number> = {};
-    for (const length of promptLengths) {
-        const fixed: number[] = [];
-        for (let r = 0; r < 3; r++) {
-            const prompt = Array.from({ length }, (_, i) => ((i * 7919 + r * 104_729 + length) % vocab) + 10);
-            const t = performance.now();
-            const tokens = await target.generate(prompt, 8);
-            fixed.push(ms(t) - tokens.length * alone);
-        }
-        fixed.sort((a, b) => a - b);
-        out[`p${length}`] = fixed[1] ?? 0;
-    }
-    return out;
+function randomGrowth(vocab: number): WalkGrowth {
+    const random = seededRandom(7);
+    return {
+        accepted: (draft) => {
+            let accepted = 0;
+            while (accepted < draft.length && random(1000) < walkAgreement * 1000) accepted++;
+            return accepted;
+        },
+        nextToken: () => random(vocab - 10) + 10,
+    };
 }
 
-/** verify(m) of the native target: every position asked (`all`, with its split) and the last only. */
-async function timeNativeVerify(
-    target: NativeTarget,
+/** A walk of every draft size with randomGrowth (see timeWalk). */
+const walk = (
+    draft: DraftFn,
     prompt: Prompt,
+    vocab: number,
     repeats: number,
-): Promise<Record<string, unknown>> {
-    const verifyNative: Record<string, unknown> = {};
-    for (const m of verifySizes) {
-        const row: Record<string, number> = {};
-        for (const mode of ["all", "last"] as const) {
-            await target.verify(prompt, 0, prompt.length - 1);
-            const before = { ...target.stats };
-            let total = 0;
-            for (let r = 0; r < repeats; r++) {
-                const input = Array.from({ length: m }, (_, j) => 100 + j + r);
-                const t = performance.now();
-                const next = await target.verify(input, prompt.length, mode === "all" ? 0 : m - 1);
-                total += ms(t);
-                if (next.length !== (mode === "all" ? m : 1)) throw new Error(`verify ${m}: ${next.length} outputs`);
-            }
-            row[mode] = total / repeats;
-            row[`${mode}_decodes_per_call`] = (target.stats.decodes - before.decodes) / repeats;
-            row[`${mode}_submit`] = (target.stats.submitMs - before.submitMs) / repeats;
-            row[`${mode}_wait`] = (target.stats.waitMs - before.waitMs) / repeats;
-            row[`${mode}_read`] = (target.stats.readMs - before.readMs) / repeats;
-            row[`${mode}_graph_reused`] = (target.stats.graphsReused - before.graphsReused) / repeats;
-        }
-        verifyNative[`m${m}`] = row;
-    }
-    return verifyNative;
-}
+    hooks?: Parameters<typeof timeWalk>[5],
+): Promise<Record<string, number>> => timeWalk(draft, prompt, draftSizes, repeats, randomGrowth(vocab), hooks);
+const round = (x: number): number => Math.round(x * 1000) / 1000;
 
 async function measureTarget(path: string, options: Options): Promise<Record<string, unknown>> {
-    const vocab = Math.min((await readModelFileInfo(path)).vocabSize - 10, 4000);
+    const vocab = measuredVocab((await readModelFileInfo(path)).vocabSize);
     const prompt = makePrompt(vocab);
     const threads = defaultThreads();
     const llama = await loadLlama(options.gpu);
@@ -227,10 +189,11 @@ async function measureTarget(path: string, options: Options): Promise<Record<str
                 result.native_gpu_device = target.gpuDevice || "cpu";
                 const alone = await timeAloneNative(target, prompt, options.repeats);
                 result.alone_native_per_token = alone;
-                if (alone !== null) result.alone_native_fixed = await timePromptFixed(target, vocab, alone);
-                result.verify_native = await timeNativeVerify(target, prompt, options.repeats);
+                if (alone !== null)
+                    result.alone_native_fixed = await timePromptFixed(target, vocab, alone, promptLengths);
+                result.verify_native = await timeNativeVerify(target, prompt, verifySizes, options.repeats);
             } else {
-                result.verify_native_host = await timeNativeVerify(target, prompt, options.repeats);
+                result.verify_native_host = await timeNativeVerify(target, prompt, verifySizes, options.repeats);
             }
         } finally {
             target.dispose();
@@ -239,11 +202,6 @@ async function measureTarget(path: string, options: Options): Promise<Record<str
     await llama.dispose();
     return result;
 }
-
-/** A drafter under test: one draft request of n tokens for a context. */
-type DraftFn = (tokens: readonly number[], n: number) => Promise<number[]>;
-/** Untimed work before each timed draft of n (a target verifying n + 1 tokens, as a generation alternates them). */
-type Between = (n: number) => Promise<void>;
 
 /** ms per draft of n, the context growing by 8 random tokens a request. */
 async function timeGrowingBy8(draft: DraftFn, prompt: Prompt, vocab: number, repeats: number) {
@@ -259,60 +217,6 @@ async function timeGrowingBy8(draft: DraftFn, prompt: Prompt, vocab: number, rep
             total += ms(t);
         }
         out[`n${n}`] = total / repeats;
-    }
-    return out;
-}
-
-/**
- * ms per draft of n, the context growing as a generation grows it: + the accepted part of the last draft (each token
- * accepted with probability walkAgreement while the ones before it were) + one token of the target's. Calls
- * `onRequest(n, index)` before each measured request.
- */
-async function timeWalk(
-    draft: DraftFn,
-    prompt: Prompt,
-    vocab: number,
-    repeats: number,
-    onRequest?: (n: number) => void,
-    between?: Between,
-) {
-    const out: Record<string, number> = {};
-    const random = seededRandom(7);
-    for (const n of draftSizes) {
-        let tokens = prompt.slice();
-        let last = await draft(tokens, n);
-        let total = 0;
-        for (let r = 0; r < repeats; r++) {
-            let accepted = 0;
-            while (accepted < last.length && random(1000) < walkAgreement * 1000) accepted++;
-            tokens = [...tokens, ...last.slice(0, accepted), random(vocab - 10) + 10];
-            await between?.(n);
-            onRequest?.(n);
-            const t = performance.now();
-            last = await draft(tokens, n);
-            total += ms(t);
-        }
-        out[`n${n}`] = total / repeats;
-    }
-    return out;
-}
-
-/**
- * ms of the first draft (n = 1) on a new context of P tokens, by P: the drafter's prefill of a new prompt plus one
- * draft token (median of 3 contexts that share no prefix with anything the drafter saw).
- */
-async function timeFirstDraft(draft: DraftFn, vocab: number): Promise<Record<string, number>> {
-    const out: Record<string, number> = {};
-    for (const length of promptLengths) {
-        const times: number[] = [];
-        for (let r = 0; r < 3; r++) {
-            const tokens = Array.from({ length }, (_, i) => ((i * 6151 + r * 7727 + length * 3) % vocab) + 10);
-            const t = performance.now();
-            await draft(tokens, 1);
-            times.push(ms(t));
-        }
-        times.sort((a, b) => a - b);
-        out[`p${length}`] = times[1] ?? 0;
     }
     return out;
 }
@@ -356,7 +260,7 @@ async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, re
     };
     const draftBy8 = await timeGrowingBy8(draft, prompt, vocab, repeats);
     const before = await readStepCounters(url);
-    const draftWalk = await timeWalk(draft, prompt, vocab, repeats);
+    const draftWalk = await walk(draft, prompt, vocab, repeats);
     const after = await readStepCounters(url);
     let stepMs: DraftStepMs | null = null;
     if (before && after && after.count > before.count) {
@@ -373,14 +277,14 @@ async function measureHttpDrafter(url: string, prompt: Prompt, vocab: number, re
         };
     }
     const interleaved = between && {
-        draft_walk_interleaved: await timeWalk(draft, prompt, vocab, repeats, undefined, between),
+        draft_walk_interleaved: await walk(draft, prompt, vocab, repeats, { between }),
     };
     return {
         draft: draftBy8,
         draft_walk: draftWalk,
         ...interleaved,
         draft_step_ms: stepMs,
-        draft_first: await timeFirstDraft(draft, vocab),
+        draft_first: await timeFirstDraft(draft, vocab, promptLengths),
     };
 }
 
@@ -419,21 +323,16 @@ async function measureInProcessDrafter(
         const draft: DraftFn = (tokens, n) => engine.draft(tokens, n);
         const draftBy8 = await timeGrowingBy8(draft, prompt, vocab, options.repeats);
         recording = true;
-        const draftWalk = await timeWalk(draft, prompt, vocab, options.repeats, () => {
-            stepIndex = 0;
+        const draftWalk = await walk(draft, prompt, vocab, options.repeats, {
+            onRequest: () => {
+                stepIndex = 0;
+            },
         });
         recording = false;
         const interleaved = between && {
-            draft_walk_in_process_interleaved: await timeWalk(
-                draft,
-                prompt,
-                vocab,
-                options.repeats,
-                undefined,
-                between,
-            ),
+            draft_walk_in_process_interleaved: await walk(draft, prompt, vocab, options.repeats, { between }),
         };
-        const firstDraft = await timeFirstDraft(draft, vocab);
+        const firstDraft = await timeFirstDraft(draft, vocab, promptLengths);
         const steps: Record<string, InProcessStepMs> = {};
         for (const [index, row] of [...byIndex.entries()].sort((a, b) => a[0] - b[0]))
             steps[index < 4 ? `step${index}` : "step4plus"] = {
@@ -492,9 +391,9 @@ async function measureStepCosts(path: string, options: Options, prompt: Prompt, 
         });
         try {
             const draft: DraftFn = (tokens, n) => engine.draft(tokens, n);
-            await timeWalk(draft, prompt, vocab, 2);
+            await walk(draft, prompt, vocab, 2);
             recording = true;
-            const walk = await timeWalk(draft, prompt, vocab, options.repeats);
+            const steps = await walk(draft, prompt, vocab, options.repeats);
             recording = false;
             out[`m${m}`] = {
                 candidates,
@@ -504,7 +403,7 @@ async function measureStepCosts(path: string, options: Options, prompt: Prompt, 
                 graph_reused: round(row.reused / row.steps),
                 steps: row.steps,
                 synthetic_tokens_per_step: round(row.drafted / row.all),
-                draft_walk: { n8: round(walk.n8 ?? 0), n16: round(walk.n16 ?? 0) },
+                draft_walk: { n8: round(steps.n8 ?? 0), n16: round(steps.n16 ?? 0) },
             };
         } finally {
             await engine.close();
@@ -542,7 +441,7 @@ const program = addEngineTuningOptions(command).action(async (options: Options) 
     if (options.target) Object.assign(result, await measureTarget(options.target, options));
     // drafter prompts: the target's vocabulary when given (the pair shares it), else the draft model's
     const vocabFrom = options.target ?? options.draftModel;
-    const vocab = vocabFrom ? Math.min((await readModelFileInfo(vocabFrom)).vocabSize - 10, 4000) : 4000;
+    const vocab = vocabFrom ? measuredVocab((await readModelFileInfo(vocabFrom)).vocabSize) : 4000;
     const prompt = makePrompt(vocab);
     // the generation's rhythm: a target on the same device verifies between draft requests (in this process, as
     // `specdraft generate` runs it), so the drafter's figures include sharing the GPU with it
@@ -558,7 +457,7 @@ const program = addEngineTuningOptions(command).action(async (options: Options) 
               });
     let between: Between | undefined;
     if (target) {
-        const targetPrompt = makePrompt(Math.min(target.vocabSize - 10, 4000));
+        const targetPrompt = makePrompt(measuredVocab(target.vocabSize));
         await target.verify(targetPrompt, 0, targetPrompt.length - 1);
         between = async (n) => {
             await target.verify(

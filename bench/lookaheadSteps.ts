@@ -19,7 +19,7 @@
 import { cpus } from "node:os";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
-import { parseIntegerOption } from "../src/cli/commandOptions.js";
+import { parseIntegerListOption, parseIntegerOption } from "../src/cli/commandOptions.js";
 import type { DraftClient } from "../src/client/types.js";
 import { defaultGpu, gpuChoices } from "../src/engine/engineDefaults.js";
 import { type LoadEngineOptions, loadEngine } from "../src/engine/loadEngine.js";
@@ -28,7 +28,6 @@ import { NativeTarget } from "../src/generate/NativeTarget.js";
 import { readHeldOutFile } from "../src/validate/readHeldOutFile.js";
 import type { Conversation } from "../src/validate/types.js";
 import { walkHeldOut } from "../src/validate/walkHeldOut.js";
-import { parseIntegerListOption } from "./lib/integerListOption.js";
 
 interface Flags {
     model: string;

@@ -1,6 +1,6 @@
 /**
  * Turns a real-shape job's results (bench/gpu/real-shape.sh) into the markdown of docs/benchmarks.md: the measured
- * costs of every target and drafter, the speed-up the step-cost model projects for each pair (src/generate/
+ * costs of every target and drafter, the speed-up the step-cost model projects for each pair (src/speedup/
  * speedUpModel.ts; k ∈ {2, 4, 6, 8, 16} × per-token agreement 0.75 / 0.81 / 0.87, the HTTP drafter and the in-process
  * drafter side by side), and each end-to-end `specdraft generate` run against the model's prediction for its own counts
  * (within 10 % is the goal).
@@ -18,6 +18,12 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import type { GenerateSummary } from "../src/generate/types.js";
 import {
+    expectedTokensPerStep,
+    predictRunSpeedUp,
+    projectSpeedUp,
+    type StepCosts,
+} from "../src/speedup/speedUpModel.js";
+import {
     candidateChoices,
     candidateCostTable,
     candidateProjectionTable,
@@ -25,13 +31,7 @@ import {
     type StepByM,
     tokensPerStepTable,
 } from "./candidateTables.js";
-import {
-    expectedTokensPerStep,
-    predictRunSpeedUp,
-    projectSpeedUp,
-    type StepCosts,
-    withCandidates,
-} from "./speedUpModel.js";
+import { withCandidates } from "./speedUpModel.js";
 
 /** Drafts of k the table projects, and the per-token agreements (0.81: τ 5.1 at k = 16, the 1.7B → 8B estimate). */
 export const tableDraftLengths = [2, 4, 6, 8, 16];

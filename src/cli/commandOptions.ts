@@ -27,6 +27,12 @@ export function parseFractionOption(value: string): number {
     return parsed;
 }
 
+/** A parser of comma-separated integers ≥ `min` (e.g. `1,2,4,8,16`), each checked as parseIntegerOption checks one. */
+export function parseIntegerListOption(min = 1): (value: string) => number[] {
+    const one = parseIntegerOption(min);
+    return (value: string): number[] => value.split(",").map((part) => one(part.trim()));
+}
+
 /** A parser accepting numbers > 0 (e.g. seconds, bytes with a fraction). */
 export function parsePositiveNumberOption(value: string): number {
     const parsed = Number(value);

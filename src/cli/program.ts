@@ -7,6 +7,7 @@ import { generateCommand } from "./generateCommand.js";
 import { packCommand } from "./packCommand.js";
 import { selfcheckCommand } from "./selfcheckCommand.js";
 import { serveCommand } from "./serveCommand.js";
+import { speedupCommand } from "./speedupCommand.js";
 import { validateCommand } from "./validateCommand.js";
 
 const { version } = createRequire(import.meta.url)("../../package.json") as { version: string };
@@ -21,5 +22,6 @@ export function buildProgram(): Command {
     program.addCommand(packCommand());
     program.addCommand(selfcheckCommand());
     program.addCommand(generateCommand());
+    program.addCommand(speedupCommand());
     return program;
 }

@@ -298,9 +298,9 @@ async function openLlamaDraftModel<P extends TokenPredictor>(
 
 /**
  * Refuses a drafter whose vocabulary is not the target's, since its token ids would stand for other text: throws
- * `vocab_mismatch` naming both sides when the fingerprints differ.
+ * `vocab_mismatch` naming both sides when the fingerprints differ. `specdraft speedup` refuses a pair by it too.
  */
-function checkVocabularies(
+export function checkVocabularies(
     target: { label: string; fingerprint: string },
     drafter: { label: string; fingerprint: string },
 ): void {

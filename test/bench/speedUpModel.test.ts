@@ -9,13 +9,15 @@ import {
     breakEvenTokensPerStep,
     type CandidateCosts,
     composeDraftWithCandidates,
+    withCandidates,
+} from "../../bench/speedUpModel.js";
+import {
     expectedTokensPerStep,
     interpolateCost,
     predictRunSpeedUp,
     projectSpeedUp,
     type StepCosts,
-    withCandidates,
-} from "../../bench/speedUpModel.js";
+} from "../../src/speedup/speedUpModel.js";
 
 const close = (actual: number, expected: number, tolerance: number, what: string) =>
     assert.ok(Math.abs(actual - expected) <= tolerance, `${what}: ${actual}, expected ${expected} ± ${tolerance}`);

@@ -7,9 +7,9 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { projectSpeedUp } from "../../bench/speedUpModel.js";
 import { checkEndToEnd, renderSpeedUpTables, stepCosts, tableDraftLengths } from "../../bench/speedUpTable.js";
 import type { GenerateSummary } from "../../src/generate/types.js";
+import { projectSpeedUp } from "../../src/speedup/speedUpModel.js";
 
 const sizes = <T>(keys: number[], prefix: string, value: (n: number) => T): Record<string, T> =>
     Object.fromEntries(keys.map((n) => [`${prefix}${n}`, value(n)]));

@@ -1,0 +1,313 @@
+/**
+ * What speed-up to expect on this machine: measures, through the paths `specdraft generate --draft-model` runs (the
+ * native target, the draft engine in process behind NativeDraftTokenPredictor), the target's cost per token alone, its
+ * verification of k + 1 tokens and the drafter's draft of k tokens timed between such verifications, and projects the
+ * speed-up per k with the step-cost model (speedUpModel.ts) and τ(k) from the evaluation (readTauFile.ts).
+ */
+
+import type { Token } from "node-llama-cpp";
+import { defaultThreads } from "../engine/defaultThreads.js";
+import { defaultGpu } from "../engine/engineDefaults.js";
+import { readModelFileInfo } from "../engine/gguf.js";
+import { loadEngine } from "../engine/loadEngine.js";
+import type { DraftEngine, GpuChoice } from "../engine/types.js";
+import { NativeDraftTokenPredictor } from "../generate/NativeDraftTokenPredictor.js";
+import { NativeTarget } from "../generate/NativeTarget.js";
+import { checkVocabularies } from "../generate/openDraftSource.js";
+import { defaultMaxTokens } from "../generate/runGenerate.js";
+import {
+    type DraftFn,
+    makePrompt,
+    measuredVocab,
+    steadyGrowth,
+    timeAloneNative,
+    timeFirstDraft,
+    timeNativeVerify,
+    timePromptFixed,
+    timeWalk,
+} from "./measureCosts.js";
+import type { TauByK } from "./readTauFile.js";
+import { interpolateCost, predictRunSpeedUp, type StepCosts, speedUpAtTau } from "./speedUpModel.js";
+
+/** Drafts of k projected when none are named. Defaults to `[1, 2, 4, 8, 16]`. */
+export const defaultSpeedUpDraftLengths: readonly number[] = [1, 2, 4, 8, 16];
+/** Tokens of the prompt the costs are measured after and the projection starts from. Defaults to `256`. */
+export const defaultPromptTokens = 256;
+/** Timed calls per figure. Defaults to `20`. */
+export const defaultSpeedUpRepeats = 20;
+
+export interface RunSpeedUpOptions {
+    target: string;
+    draftModel: string;
+    /** τ(k) for every k of draftLengths (readTauFile). */
+    tau: TauByK;
+    /** The file τ was read from, for the report. */
+    tauFile?: string;
+    /** The k to project. Defaults to defaultSpeedUpDraftLengths. */
+    draftLengths?: readonly number[];
+    /** Defaults to `auto`. */
+    gpu?: GpuChoice;
+    /** CPU threads per llama.cpp context. Defaults to the CPUs less one, 1 to 8 (defaultThreads). */
+    threads?: number;
+    /** Defaults to defaultPromptTokens. */
+    promptTokens?: number;
+    /** Tokens of the generation the projection is for. Defaults to generate's, `256`. */
+    maxTokens?: number;
+    /** Defaults to defaultSpeedUpRepeats. */
+    repeats?: number;
+    /** Called after each measured figure. */
+    onProgress?: (done: number, total: number) => void;
+}
+
+/** One k of the report. */
+export interface SpeedUpRow {
+    k: number;
+    tau: number;
+    /** τ(k) derived from another k's (readTauFile.ts), not read. */
+    tauDerived: boolean;
+    /** ms of the target's verification of k + 1 tokens. */
+    verifyMs: number;
+    /** ms of the drafter's draft of k tokens, between verifications as in a generation. */
+    draftMs: number;
+    /** τ(k) · alone ÷ (verify(k + 1) + draft(k)): a long generation's speed-up. */
+    steadySpeedUp: number;
+    /** The same for a generation of maxTokens after a new prompt of promptTokens, its prompt's costs counted. */
+    speedUp: number;
+}
+
+/** What `specdraft speedup` prints and writes with --json. */
+export interface SpeedUpReport {
+    target: string;
+    draftModel: string;
+    /** `cpu`, or the target's GPU (`CUDA:NVIDIA H200`). */
+    device: string;
+    threads: number;
+    repeats: number;
+    promptTokens: number;
+    maxTokens: number;
+    /** ms per token of the target alone. */
+    aloneMsPerToken: number;
+    /** ms a new prompt of promptTokens costs beyond its tokens: the target's F(P) and the drafter's prefill D(P). */
+    promptMs: { target: number; drafter: number };
+    /** ms of a verification by its tokens m (m = 1 and k + 1 for every k). */
+    verifyMsByM: Record<string, number>;
+    /** Where τ came from: the file, and the τ the derived ones come from. */
+    tau: { file?: string; derivedFrom?: TauByK["derivedFrom"] };
+    rows: SpeedUpRow[];
+    /** The k with the largest projected speedUp. */
+    bestK: number;
+    /** The command lines that use the best k. */
+    commands: { serve: string; llamaServer: string; generate: string };
+}
+
+/** Measures on this machine and projects; a pair of two vocabularies: GenerateError `vocab_mismatch`, no weights loaded. */
+export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpReport> {
+    const draftLengths = [...new Set(options.draftLengths ?? defaultSpeedUpDraftLengths)].sort((a, b) => a - b);
+    const gpu = options.gpu ?? defaultGpu;
+    const threads = options.threads ?? defaultThreads();
+    const promptTokens = options.promptTokens ?? defaultPromptTokens;
+    const maxTokens = options.maxTokens ?? defaultMaxTokens;
+    const repeats = options.repeats ?? defaultSpeedUpRepeats;
+    const tauOf = (k: number): number => {
+        const tau = options.tau.tau.get(k);
+        if (tau === undefined) throw new RangeError(`no τ for k = ${k}`);
+        return tau;
+    };
+
+    const targetFile = await readModelFileInfo(options.target);
+    const draftFile = await readModelFileInfo(options.draftModel);
+    checkVocabularies(
+        { label: options.target, fingerprint: targetFile.vocabFingerprint },
+        { label: options.draftModel, fingerprint: draftFile.vocabFingerprint },
+    );
+    const maxK = Math.max(...draftLengths);
+    // the longest context any timing builds: the walk adds up to k + 1 tokens a draft, the target alone 8 + 4 · repeats
+    const contextSize = promptTokens + Math.max(repeats * (maxK + 1), 16 + 4 * repeats) + maxK + 16;
+    const vocab = measuredVocab(targetFile.vocabSize);
+    const prompt = makePrompt(vocab, promptTokens);
+    const verifySizes = [...new Set([1, ...draftLengths.map((k) => k + 1)])];
+    const total = 2 + verifySizes.length + draftLengths.length + 1;
+    let done = 0;
+    const step = () => options.onProgress?.(++done, total);
+
+    let target: NativeTarget | undefined;
+    let engine: DraftEngine | undefined;
+    try {
+        target = await NativeTarget.load({
+            modelPath: options.target,
+            contextSize,
+            maxOutputs: maxK + 1,
+            gpu,
+            threads,
+        });
+        engine = await loadEngine({
+            modelPath: options.draftModel,
+            modelFile: draftFile,
+            streams: 1,
+            contextSize,
+            gpu,
+            threads,
+        });
+        const alone = await timeAloneNative(target, prompt, repeats);
+        if (alone === null) throw new Error(`${options.target} ended every generation at once: no cost per token`);
+        step();
+        const fixed = await timePromptFixed(target, vocab, alone, [promptTokens]);
+        step();
+        const verify = await timeNativeVerify(target, prompt, verifySizes, repeats, ["all"], step);
+
+        // generate's drafter: the draft engine behind NativeDraftTokenPredictor, a draft of k after each verification
+        const drafts = new Map<number, number>();
+        const liveTarget = target;
+        const liveEngine = engine;
+        await liveTarget.verify(prompt, 0, prompt.length - 1);
+        const between = async (n: number) => {
+            await liveTarget.verify(
+                Array.from({ length: n + 1 }, (_, j) => 100 + j),
+                prompt.length,
+                0,
+            );
+        };
+        const draftWith = (k: number): DraftFn => {
+            const predictor = new NativeDraftTokenPredictor(liveEngine, k, liveTarget.eogIds);
+            return (tokens) => {
+                predictor.reset({ stateTokens: tokens as Token[] });
+                return predictor.predictTokens();
+            };
+        };
+        for (const k of draftLengths) {
+            const walk = await timeWalk(draftWith(k), prompt, [k], repeats, steadyGrowth(tauOf(k), vocab), {
+                between,
+                onSize: step,
+            });
+            drafts.set(k, walk[`n${k}`] ?? 0);
+        }
+        const first = await timeFirstDraft(draftWith(1), vocab, [promptTokens]);
+        step();
+
+        const costs: StepCosts = {
+            alone,
+            verify: new Map(verifySizes.map((m) => [m, verify[`m${m}`]?.all ?? 0])),
+            draft: drafts,
+        };
+        const targetPromptMs = fixed[`p${promptTokens}`] ?? 0;
+        const drafterPromptMs = Math.max(0, (first[`p${promptTokens}`] ?? 0) - interpolateCost(drafts, 1));
+        costs.promptFixed = new Map([[promptTokens, targetPromptMs]]);
+        costs.draftPrefill = new Map([[promptTokens, drafterPromptMs]]);
+
+        const rows = draftLengths.map((k): SpeedUpRow => {
+            const tau = tauOf(k);
+            // generate's first step decodes the prompt alone (one token), every later one gives τ with k drafts
+            const drafting = (maxTokens - 1) / tau;
+            const run = predictRunSpeedUp(costs, {
+                tokens: maxTokens,
+                targetSteps: 1 + drafting,
+                drafted: drafting * k,
+                draftLength: k,
+                promptLengths: [promptTokens],
+            });
+            return {
+                k,
+                tau,
+                tauDerived: options.tau.derived.has(k),
+                verifyMs: costs.verify.get(k + 1) ?? 0,
+                draftMs: drafts.get(k) ?? 0,
+                steadySpeedUp: speedUpAtTau(costs, tau, k).speedUp,
+                speedUp: run.speedUp,
+            };
+        });
+        const best = rows.reduce((a, b) => (b.speedUp > a.speedUp ? b : a));
+        return {
+            target: options.target,
+            draftModel: options.draftModel,
+            device: target.gpuDevice || "cpu",
+            threads,
+            repeats,
+            promptTokens,
+            maxTokens,
+            aloneMsPerToken: alone,
+            promptMs: { target: targetPromptMs, drafter: drafterPromptMs },
+            verifyMsByM: Object.fromEntries(verifySizes.map((m) => [`m${m}`, costs.verify.get(m) ?? 0])),
+            tau: { file: options.tauFile, derivedFrom: options.tau.derivedFrom },
+            rows,
+            bestK: best.k,
+            commands: commandLines(options.target, options.draftModel, best.k, { gpu, threads, maxTokens }),
+        };
+    } finally {
+        await engine?.close();
+        target?.dispose();
+    }
+}
+
+/** `word` as one shell word: as it is when it needs no quoting, else in single quotes. */
+function shellWord(word: string): string {
+    return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, "'\\''")}'`;
+}
+
+/** The lines that use drafts of k: specdraft's drafter server, llama.cpp's own speculative server, and the check. */
+export function commandLines(
+    target: string,
+    draftModel: string,
+    k: number,
+    settings: { gpu: GpuChoice; threads: number; maxTokens: number },
+): SpeedUpReport["commands"] {
+    const [t, d] = [shellWord(target), shellWord(draftModel)];
+    const gpu = settings.gpu === defaultGpu ? "" : ` --gpu ${settings.gpu}`;
+    return {
+        serve: `specdraft serve --model ${d} --draft-len ${k}${gpu}`,
+        // llama.cpp drafts with -md only under --spec-type draft-simple; n-min 0 lets it draft to the end of a reply
+        llamaServer:
+            `llama-server -m ${t} -md ${d} --spec-type draft-simple --spec-draft-n-max ${k} --spec-draft-n-min 0` +
+            ` -t ${settings.threads} -td ${settings.threads}`,
+        generate:
+            `specdraft generate --target ${t} --draft-model ${d} --draft-len ${k} --data HELD_OUT.jsonl` +
+            ` --max-tokens ${settings.maxTokens}${gpu} --threads ${settings.threads}`,
+    };
+}
+
+const fixed = (x: number, digits: number): string => x.toFixed(digits);
+
+/** The report as the terminal shows it: the costs, the table by k, the best k and the lines that use it. */
+export function formatSpeedUpReport(report: SpeedUpReport): string {
+    const lines = [
+        `target ${report.target}, drafter ${report.draftModel}: ${report.device}, ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
+        `target alone ${fixed(report.aloneMsPerToken, 3)} ms/token; a new ${report.promptTokens}-token prompt costs the target ` +
+            `${fixed(report.promptMs.target, 2)} ms beyond its tokens and the drafter ${fixed(report.promptMs.drafter, 2)} ms`,
+    ];
+    const from = report.tau.derivedFrom;
+    if (from !== undefined)
+        lines.push(
+            `τ(k) marked * derived from τ(${from.k}) = ${fixed(from.tau, 2)}: per-token agreement a = ${fixed(from.agreement, 3)}, ` +
+                "τ(k) = (1 − a^(k+1)) ÷ (1 − a)",
+        );
+    const header = [
+        "k",
+        "τ(k)",
+        "verify(k+1) ms",
+        "draft(k) ms",
+        "steady speed-up",
+        `speed-up (${report.promptTokens}-token prompt, ${report.maxTokens} tokens)`,
+    ];
+    const cells = report.rows.map((row) => [
+        String(row.k),
+        `${fixed(row.tau, 2)}${row.tauDerived ? "*" : ""}`,
+        fixed(row.verifyMs, 3),
+        fixed(row.draftMs, 3),
+        `${fixed(row.steadySpeedUp, 2)}×`,
+        `${fixed(row.speedUp, 2)}×${row.k === report.bestK ? "  best" : ""}`,
+    ]);
+    const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => (c[i] ?? "").length)));
+    const format = (row: string[]) =>
+        row.map((cell, i) => (i === row.length - 1 ? cell : cell.padStart(widths[i] ?? 0))).join("  ");
+    lines.push("", format(header), ...cells.map(format), "");
+    const best = report.rows.find((row) => row.k === report.bestK);
+    lines.push(
+        `best k: ${report.bestK} (projected ${fixed(best?.speedUp ?? 0, 2)}× over the target alone)`,
+        "",
+        "use it:",
+        `  ${report.commands.serve}`,
+        `  ${report.commands.llamaServer}`,
+        "check it (speed-up measured end to end on your prompts):",
+        `  ${report.commands.generate}`,
+    );
+    return lines.join("\n");
+}
