@@ -45,32 +45,41 @@ def tau_section(evaluation: dict[str, Any]) -> list[str]:
 
 
 def speed_section(speed: dict[str, Any]) -> list[str]:
-    projection, measured = speed["projection"], speed["generate"]
-    best = projection["best"]
+    projection, measured, best = speed["projection"], speed["generate"], speed["best"]
     rows = [
-        [str(r["k"]), f"{r['tau']:.2f}", f"{r['verify_ms']:.2f}", f"{r['draft_ms']:.2f}", f"{r['speed_up']:.2f}×"]
+        [
+            str(r["k"]),
+            f"{r['tau']:.2f}" + ("*" if r["tauDerived"] else ""),
+            f"{r['verifyMs']:.2f}",
+            f"{r['draftMs']:.2f}",
+            f"{r['steadySpeedUp']:.2f}×",
+            f"{r['speedUp']:.2f}×",
+        ]
         for r in projection["rows"]
     ]
-    settings = measured.get("settings", {})
     kept = "yes" if measured["identical"] else f"{measured.get('nearTies', 0)} near ties named"
+    error = measured["speedUp"] / best["speedUp"] - 1
     return [
         "## What to expect on this machine",
         "",
-        f"Step costs measured through llama.cpp ({projection.get('machine', 'this machine')}); "
-        "speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)), alone = "
-        f"{projection['alone_ms']:.2f} ms a token.",
+        f"Step costs measured through llama.cpp (`specdraft speedup`, {projection['device']}, "
+        f"{projection['threads']} threads): the target alone {projection['aloneMsPerToken']:.2f} ms a token; "
+        "speed-up(k) ≈ τ(k) · alone ÷ (verify(k + 1) + draft(k)), and with a "
+        f"{projection['promptTokens']}-token prompt's cost over {projection['maxTokens']} tokens "
+        "(τ marked * derived from the largest k's).",
         "",
-        *table(["k", "τ(k)", "verify k + 1 (ms)", "draft k (ms)", "projected speed-up"], rows),
+        *table(["k", "τ(k)", "verify k + 1 (ms)", "draft k (ms)", "steady", "with the prompt"], rows),
         "",
-        f"Best k: **{best['k']}**, projected **{best['speed_up']:.2f}×**. `specdraft generate` at k = "
-        f"{settings.get('draftLength', best['k'])} on {len(measured['prompts'])} held-out prompts measured "
-        f"**{measured['speedUp']:.2f}×** (τ {measured['tau']:.2f}; outputs identical to the target alone: "
+        f"Best k: **{best['k']}**, projected **{best['speedUp']:.2f}×**. `specdraft generate` at that k on "
+        f"{len(measured['prompts'])} held-out prompts measured **{measured['speedUp']:.2f}×** "
+        f"({error:+.0%} against the projection; τ {measured['tau']:.2f}; outputs identical to the target alone: "
         f"{kept}).",
         "",
         "Use it:",
         "",
         "```sh",
-        *projection["commands"],
+        projection["commands"]["serve"],
+        projection["commands"]["llamaServer"],
         "```",
     ]
 

@@ -31,7 +31,9 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, re
 from ..modeling.tau import model_tau, ngram_tau, read_conversations
 from ..presets import PRESETS, get_preset
 from ..training.distillation import DistillJob
-from .runner import Runner
+from .runner import Runner, StopAfter
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
@@ -55,6 +57,21 @@ DEFAULT_PRESET = "smollm2-chat"
 # little; a quarter keeps a drafter step well under the target's.
 DEFAULT_DEPTH_SHARE = 0.25
 DEFAULT_KS = (1, 2, 4, 8, 16)
+# Every stage `run` may run, in order (`--until` takes one); corpus and pretrain only for --init scratch.
+STAGES = (
+    "target",
+    "drafter",
+    "corpus",
+    "pretrain",
+    "reference",
+    "distill",
+    "qat",
+    "evaluate",
+    "export",
+    "pack",
+    "selfcheck",
+    "speedup",
+)
 
 
 def specdraft_command() -> list[str]:
@@ -104,6 +121,29 @@ def source_stamp(path_or_id: str) -> dict[str, Any]:
     return {"id": path_or_id}
 
 
+def weights_bytes(source: str) -> int:
+    """What a model's weights take in fp32 (a GGUF's tensors' elements × 4; an HF folder's safetensors, counted as if
+    they were 16-bit); 0 for a hub id, whose size is unknown before it is fetched."""
+    path = Path(source)
+    if path.is_file():
+        import gguf
+
+        return 4 * sum(int(tensor.n_elements) for tensor in gguf.GGUFReader(path).tensors)
+    return 2 * sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else 0
+
+
+def check_disk(source: str, out: Path) -> None:
+    """Refuse before writing anything a target whose fp32 checkpoint and served F32 GGUF (and a margin for the
+    drafter's checkpoints) would not fit the disk."""
+    needed = int(2.5 * weights_bytes(source))
+    free = shutil.disk_usage(out).free
+    if needed > free:
+        raise ValueError(
+            f"{out}: the target's fp32 checkpoint and served GGUF need about {needed / 1e9:.1f} GB, "
+            f"and the disk has {free / 1e9:.1f} GB free"
+        )
+
+
 class Run:
     """One `run` folder: its preset, its stages' folders and the stamps that chain them."""
 
@@ -112,9 +152,10 @@ class Run:
         self.out: Path = args.out.resolve()
         self.preset: LabPreset = apply_settings(get_preset(args.preset), args.settings)
         self.device = resolve_device(args.device)
-        self.runner = Runner(self.out, "run")
+        self.runner = Runner(self.out, "run", until=args.until)
         self.d = {name: self.out / name for name in ("target", "drafter", "reference", "distilled", "qat", "eval")}
         self.keys: dict[str, str] = {}
+        self.drafter_label = ""
         self.settings = {"preset": self.preset.name, "settings": list(args.settings)}
 
     def stage(self, name: str, directory: Path, fn: Any, complete: Any, inputs: dict[str, Any], **extra: Any) -> None:
@@ -124,10 +165,15 @@ class Run:
 
     def make_target(self) -> None:
         source = self.args.target
+
+        def prepare() -> None:
+            check_disk(source, self.out)
+            prepare_model(source, self.d["target"])
+
         self.stage(
             "target",
             self.d["target"],
-            lambda: prepare_model(source, self.d["target"]),
+            prepare,
             lambda: stage_complete(self.d["target"], "target"),
             {"target": source_stamp(source)},
         )
@@ -144,12 +190,14 @@ class Run:
                 {"drafter": source_stamp(args.drafter), "target": self.keys["target"]},
             )
             check_vocabulary(self.d["target"], self.d["drafter"])
+            self.drafter_label = f"{args.drafter}, distilled"
             return self.d["drafter"]
         kind, layers = args.init
         if kind == "layers":
             total = load_causal_lm(self.d["target"], torch.device("cpu")).config.num_hidden_layers
             layers = layers or max(1, round(DEFAULT_DEPTH_SHARE * total))
-            announce("drafter", preset.name, {"init": f"{layers} of the target's {total} layers"})
+            self.drafter_label = f"{layers} of the target's {total} layers, distilled"
+            announce("drafter", preset.name, {"init": self.drafter_label})
             self.stage(
                 "drafter",
                 self.d["drafter"],
@@ -182,6 +230,7 @@ class Run:
             lambda: stage_complete(self.d["drafter"], "drafter"),
             {"init": "scratch", "shape": shape, "target": self.keys["target"]},
         )
+        self.drafter_label = f"{preset.drafter.num_hidden_layers} layers from scratch, pretrained and distilled"
         config = preset.pretrain_drafter
         announce("pretrain", preset.name, {"steps": config.max_steps, "time budget": config.time_budget_s})
         self.stage(
@@ -342,8 +391,6 @@ def node_step(command: list[str], out: Path) -> None:
     """A specdraft CLI step; a failure removes what it half wrote and names the command."""
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if result.returncode != 0:
-        import shutil
-
         shutil.rmtree(out, ignore_errors=True)
         raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
 
@@ -374,14 +421,17 @@ def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict
         atomic_write_json(tau_file, {"tau_by_k": tau_by_k})
         ks = ",".join(str(k) for k in sorted(int(k) for k in tau_by_k))
         command = [*cli, "speedup", "--target", str(served), "--draft-model", str(gguf_path), "--tau", str(tau_file)]
-        write_output([*command, "--k", ks, "--gpu", gpu, "--json", str(projection)], out / "speedup.txt")
-        best = json.loads(projection.read_text())["best"]["k"]
+        command += ["--k", ks, "--gpu", gpu, "--repeats", str(run.args.repeats), "--no-progress"]
+        write_output([*command, "--json", str(projection)], out / "speedup.txt")
+        best = json.loads(projection.read_text())["bestK"]
         check = [*cli, "generate", "--target", str(served), "--draft-model", str(gguf_path), "--data", str(heldout)]
         check += ["--limit", str(run.args.check_prompts), "--max-tokens", "128", "--draft-len", str(best)]
         write_output([*check, "--gpu", gpu, "--no-progress", "--out", str(measured)], out / "generate.txt")
 
     run.stage("speedup", out, measure, measured.is_file, {"export": run.keys["export"], "target": run.keys["target"]})
-    return {"projection": json.loads(projection.read_text()), "generate": json.loads(measured.read_text())}
+    projected = json.loads(projection.read_text())
+    best = next(row for row in projected["rows"] if row["k"] == projected["bestK"])
+    return {"projection": projected, "best": best, "generate": json.loads(measured.read_text())}
 
 
 def write_report(run: Run, evaluation: dict[str, Any], speed: dict[str, Any], gguf_path: Path) -> dict[str, Any]:
@@ -390,7 +440,7 @@ def write_report(run: Run, evaluation: dict[str, Any], speed: dict[str, Any], gg
 
     report = {
         "target": run.args.target,
-        "drafter": run.args.drafter or ":".join(str(p) for p in run.args.init if p is not None),
+        "drafter": run.drafter_label,
         "preset": run.preset.name,
         "settings": run.args.settings,
         "evaluation": evaluation,
@@ -445,6 +495,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="draft lengths to project (default: 1,2,4,8,16)",
     )
     p.add_argument("--check-prompts", type=int, default=8, help="held-out prompts `generate` checks the best k on")
+    p.add_argument("--repeats", type=int, default=20, help="`speedup`'s measurements of each cost (default: 20)")
+    p.add_argument("--until", choices=STAGES, default=None, help="stop after this stage (run again to go on)")
     add_device_argument(p)
     p.add_argument(
         "--set",
@@ -461,8 +513,18 @@ def main(args: argparse.Namespace) -> int:
     if not args.prompts.is_file():
         raise FileNotFoundError(f"--prompts {args.prompts}: no such file")
     args.prompts = args.prompts.resolve()
-    report = run_all(args)
-    best = report["speedup"]["projection"]["best"]
-    print(json.dumps({"tau": round(report["evaluation"]["tau"]["drafter_q4_0_qat"]["tau"], 3), "best_k": best["k"]}))
+    try:
+        report = run_all(args)
+    except StopAfter as stop:
+        print(f"run: stopped after {stop.args[0]} (--until); run the same command without it to go on", file=sys.stderr)
+        return 0
+    speed = report["speedup"]
+    summary = {
+        "tau": round(report["evaluation"]["tau"]["drafter_q4_0_qat"]["tau"], 3),
+        "best_k": speed["projection"]["bestK"],
+        "projected_speed_up": round(speed["best"]["speedUp"], 3),
+        "measured_speed_up": round(speed["generate"]["speedUp"], 3),
+    }
+    print(json.dumps(summary))
     print(f"report: {args.out / 'report.md'}")
     return 0

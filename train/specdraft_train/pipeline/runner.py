@@ -30,6 +30,10 @@ from ..training.loop import DistributedContext
 STATE_FILE = "run_state.json"
 
 
+class StopAfter(Exception):
+    """Raised once the stage a runner was asked to stop after is done (``until``): the rest waits for the next run."""
+
+
 def stamp_key(stamp: dict[str, Any]) -> str:
     """The stamp as one hash (what later stages include as this stage's input)."""
     return hashlib.sha256(json.dumps(stamp, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -51,8 +55,9 @@ class Runner:
         ctx: DistributedContext | None = None,
         state_file: str = STATE_FILE,
         log: Callable[[str], None] | None = None,
+        until: str | None = None,
     ):
-        self.out, self.name = out, name
+        self.out, self.name, self.until = out, name, until
         self.ctx = ctx or DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
         self.path = out / state_file
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -85,6 +90,7 @@ class Runner:
         key = stamp_key(stamp)
         recorded = self.data["stamps"].get(name)
         if ctx.broadcast_object(self.decide(name, directory, complete, stamp, recorded) if ctx.is_main else None):
+            self.stop_if_until(name)
             return key
         start = time.time()
         try:
@@ -99,7 +105,12 @@ class Runner:
         self.record(name, time.time() - start, finished=True)
         if ctx.is_main:
             self.log(f"{self.name}: {name} done in {time.time() - start:.1f} s")
+        self.stop_if_until(name)
         return key
+
+    def stop_if_until(self, name: str) -> None:
+        if name == self.until:
+            raise StopAfter(name)
 
     def decide(
         self,
