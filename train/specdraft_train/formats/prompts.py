@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,12 +231,9 @@ def _chat_tokens(tokenizer: PreTrainedTokenizerBase, messages: Any, where: str, 
         raise ValueError(f"{where}: the chat template cannot render these messages: {error}") from error
 
 
-def given_prompts(
-    path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig, enable_thinking: bool = False
-) -> dict[str, list[Prompt]]:
-    """Given prompts by split (the module docstring has the line format; a file whose name ends in .xz is read
-    through xz): a line's own "split", else the corpus rule applied to the sha256 of its messages or text."""
-    by_split: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
+def prompt_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each line of a given prompts file (the module docstring has the format; a name ending in .xz is read through
+    xz) as (where, row), checked for its form: one clear error naming the line and what is wrong."""
     with lzma.open(path, "rt", encoding="utf-8") if path.suffix == ".xz" else open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -248,27 +245,42 @@ def given_prompts(
                 raise ValueError(f"{where}: not JSON ({error})") from error
             if not isinstance(row, dict) or ("messages" in row) == ("text" in row):
                 raise ValueError(f'{where}: expected a JSON object with "messages" or "text" (one of them)')
-            if "messages" in row:
-                digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
-                tokens, default_category = _chat_tokens(tokenizer, row["messages"], where, enable_thinking), "chat"
-            else:
-                if not isinstance(row["text"], str) or not row["text"]:
-                    raise ValueError(f'{where}: "text" must be a non-empty string')
-                digest = hashlib.sha256(row["text"].encode()).hexdigest()
-                tokens, default_category = tokenizer(row["text"], add_special_tokens=False)["input_ids"], "text"
-                limit = row.get("prompt_tokens")
-                if limit is not None:
-                    if type(limit) is not int or limit < 1:
-                        raise ValueError(f'{where}: "prompt_tokens" must be a positive integer, got {limit!r}')
-                    tokens = tokens[:limit]
-            split = row.get("split") or split_of(digest, corpus_config)
-            if split not in by_split:
-                raise ValueError(f"{where}: split {split!r}: expected train, dev or heldout")
-            by_split[split].append(
-                Prompt(
-                    str(row.get("id", f"{default_category}/{digest[:12]}")),
-                    str(row.get("category", default_category)),
-                    [int(t) for t in tokens],
-                )
+            messages = row.get("messages")
+            if "messages" in row and (
+                not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages)
+            ):
+                raise ValueError(f'{where}: "messages" must be a non-empty list of {{"role", "content"}} objects')
+            if "text" in row and (not isinstance(row["text"], str) or not row["text"]):
+                raise ValueError(f'{where}: "text" must be a non-empty string')
+            limit = row.get("prompt_tokens")
+            if limit is not None and (type(limit) is not int or limit < 1):
+                raise ValueError(f'{where}: "prompt_tokens" must be a positive integer, got {limit!r}')
+            if row.get("split") not in (None, "train", "dev", "heldout"):
+                raise ValueError(f"{where}: split {row['split']!r}: expected train, dev or heldout")
+            yield where, row
+
+
+def given_prompts(
+    path: Path, tokenizer: PreTrainedTokenizerBase, corpus_config: CorpusConfig, enable_thinking: bool = False
+) -> dict[str, list[Prompt]]:
+    """Given prompts by split (the module docstring has the line format; a file whose name ends in .xz is read
+    through xz): a line's own "split", else the corpus rule applied to the sha256 of its messages or text."""
+    by_split: dict[str, list[Prompt]] = {"train": [], "dev": [], "heldout": []}
+    for where, row in prompt_rows(path):
+        if "messages" in row:
+            digest = hashlib.sha256(json.dumps(row["messages"], sort_keys=True).encode()).hexdigest()
+            tokens, default_category = _chat_tokens(tokenizer, row["messages"], where, enable_thinking), "chat"
+        else:
+            digest = hashlib.sha256(row["text"].encode()).hexdigest()
+            tokens, default_category = tokenizer(row["text"], add_special_tokens=False)["input_ids"], "text"
+            if row.get("prompt_tokens") is not None:
+                tokens = tokens[: row["prompt_tokens"]]
+        split = row.get("split") or split_of(digest, corpus_config)
+        by_split[split].append(
+            Prompt(
+                str(row.get("id", f"{default_category}/{digest[:12]}")),
+                str(row.get("category", default_category)),
+                [int(t) for t in tokens],
             )
+        )
     return by_split

@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ import torch
 from ..commands import corpus, distill, drafter, evaluate, export, pretrain, reference, target
 from ..config import LabPreset, add_device_argument, announce, apply_settings
 from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, stage_complete
+from ..formats.prompts import prompt_rows
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
 from ..modeling.tau import model_tau, ngram_tau, read_conversations
 from ..presets import PRESETS, get_preset
@@ -513,6 +515,9 @@ def main(args: argparse.Namespace) -> int:
     if not args.prompts.is_file():
         raise FileNotFoundError(f"--prompts {args.prompts}: no such file")
     args.prompts = args.prompts.resolve()
+    splits = Counter(row.get("split") for _, row in prompt_rows(args.prompts))  # its form, before any stage runs
+    if not splits["heldout"] and None not in splits:
+        raise ValueError(f'--prompts {args.prompts}: no held-out lines to evaluate on ("split": "heldout")')
     try:
         report = run_all(args)
     except StopAfter as stop:

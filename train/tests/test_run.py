@@ -1,0 +1,183 @@
+"""`run` end to end on the CPU: a GGUF target to a packed folder that `selfcheck` passes, a speed-up projection with
+`generate` checking it losslessly, and a report; killed mid-stage and run again to the same drafter; a changed input
+runs again what depends on it; and the refusals (an architecture it cannot take, a drafter of another vocabulary,
+malformed prompts, too little disk), each one line and exit 2, with nothing half-made left as if done.
+
+The Llama target is the real SmolLM2-135M-Instruct GGUF cut to its first layer (bench/models/truncate_gguf.py), with
+its real tokenizer and chat template; the prompts are one to three of each kind from the built-in chat prompt set.
+Budgets are a handful of steps (--set), so the figures are no measurement: the tests check the pipeline, not τ."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import gguf
+import pytest
+from conftest import REPO, TRAIN_ROOT, run_main, smollm2_gguf
+from generate_verdict import near_tie_problems
+
+from specdraft_train.modeling.tau import read_conversations
+
+# The CLI the run's pack, selfcheck, speedup and generate steps call: this checkout's sources through tsx (a CI clone
+# has a built dist/ too, but a developer's may be stale).
+SPECDRAFT = f"node --import {(REPO / 'node_modules/tsx/dist/loader.mjs').as_uri()} {REPO / 'src/cli/main.ts'}"
+TINY = [
+    "--device", "cpu",
+    "--set", "reference.train_prompts=15",
+    "--set", "reference.max_new_tokens=16",
+    "--set", "reference.batch_size=8",
+    "--set", "reference.shard_prompts=8",
+    "--set", "distill.epochs=1",
+    "--set", "distill.batch_size=5",
+    "--set", "distill.eval_every=0",
+    "--set", "distill.ckpt_every=1",
+    "--set", "distill.time_budget_s=0",
+    "--k", "1,2,4",
+    "--repeats", "2",
+    "--check-prompts", "3",
+]  # fmt: skip
+
+
+def small_prompts(path: Path, per_split: dict[str, int]) -> Path:
+    """A few chat prompts of each kind from the built-in set, keeping their splits."""
+    seen: Counter[tuple[str, str]] = Counter()
+    lines = []
+    with lzma.open(REPO / "data/chat-prompts-templates.jsonl.xz", "rt", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            key = (row["split"], row["category"].split("/")[0])
+            if seen[key] < per_split[row["split"]]:
+                seen[key] += 1
+                lines.append(line)
+    path.write_text("".join(lines))
+    return path
+
+
+def run_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "specdraft_train", "--threads", "1", "run", *args]
+
+
+def run_env() -> dict[str, str]:
+    return {**os.environ, "SPECDRAFT": SPECDRAFT, "PYTHONPATH": str(TRAIN_ROOT)}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A whole run on the cut SmolLM2, as a user runs it (a process of its own)."""
+    root = tmp_path_factory.mktemp("run")
+    target = root / "smollm2-1-layer.gguf"
+    cut = [sys.executable, str(REPO / "bench/models/truncate_gguf.py"), "--model", str(smollm2_gguf())]
+    subprocess.run([*cut, "--layers", "1", "--out", str(target)], check=True, capture_output=True)
+    prompts = small_prompts(root / "prompts.jsonl", {"train": 3, "dev": 1, "heldout": 1})
+    out = root / "out"
+    args = ["--target", str(target), "--out", str(out), "--prompts", str(prompts), *TINY]
+    result = subprocess.run(run_command(*args), env=run_env(), cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return {"root": root, "target": target, "prompts": prompts, "out": out, "args": args, "result": result}
+
+
+def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dict[str, Any]):
+    out, result = llama["out"], llama["result"]
+    summary = json.loads(result.stdout.splitlines()[0])
+    assert set(summary) == {"tau", "best_k", "projected_speed_up", "measured_speed_up"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["drafter"] == "1 of the target's 1 layers, distilled"
+    tau = report["evaluation"]["tau"]
+    assert set(tau) == {"base_q4_0_ptq", "drafter_q4_0_qat", "ngram", "target_as_drafter"}
+    heldout = read_conversations(out / "reference" / "heldout.jsonl")
+    categories = {c.category for c in heldout}
+    assert all(set(entry["by_category"]) == categories for entry in tau.values())
+    assert set(tau["drafter_q4_0_qat"]["tau_by_k"]) == {"1", "2", "4", "16"}
+    # the folder: packed from the exported GGUF, every gate of selfcheck passed
+    assert (out / "drafter-folder" / "architecture.json").is_file()
+    assert "all 7 gates passed" in report["selfcheck"]
+    # what to expect: a projection at every k with its best k, checked by generate at that k, losslessly
+    projection = report["speedup"]["projection"]
+    assert [row["k"] for row in projection["rows"]] == [1, 2, 4, 16]
+    assert projection["bestK"] == summary["best_k"]
+    generated = report["speedup"]["generate"]
+    assert generated["settings"]["draftLength"] == summary["best_k"]
+    assert near_tie_problems(generated, 3) == []
+    markdown = (out / "report.md").read_text()
+    for needed in ("n-gram prompt lookup", "Best k:", "specdraft serve --model", "llama-server -m", "## selfcheck"):
+        assert needed in markdown, needed
+    # the settings that bound each stage were said before it ran, and progress came as lines, not redraws
+    for stage in ("reference: preset", "distill: preset", "qat: preset"):
+        assert stage in result.stderr, stage
+    assert "\r" not in result.stderr
+
+
+def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on_it(llama: dict[str, Any]):
+    again = subprocess.run(run_command(*llama["args"]), env=run_env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("complete in") == 12 - 2  # every stage but corpus and pretrain (a layers drafter)
+    changed = llama["root"] / "prompts-changed.jsonl"
+    changed.write_text(llama["prompts"].read_text().replace("?", "??", 1))
+    args = [*llama["args"], "--prompts", str(changed), "--until", "distill"]
+    rerun = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "run: target: complete" in rerun.stderr and "run: drafter: complete" in rerun.stderr
+    assert "run: reference: prompts changed since it ran; running it again" in rerun.stderr
+    assert "run: distill: reference changed since it ran; running it again" in rerun.stderr
+    assert "stopped after distill (--until)" in rerun.stderr
+
+
+def test_killed_mid_distillation_the_run_resumes_to_the_same_drafter(llama: dict[str, Any], tmp_path: Path):
+    out = tmp_path / "out"
+    args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], "--until", "distill"]
+    process = subprocess.Popen(run_command(*args), env=run_env(), stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:  # SIGKILL once distillation has saved its first step to resume from (it saves before
+        if line.startswith("distill: ") and "(2/3 step)" in line:  # the second step starts)
+            break
+    process.kill()
+    process.wait()
+    assert not (out / "distilled" / "manifest.json").exists()
+    resumed = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "run: reference: complete" in resumed.stderr
+    ours = (out / "distilled" / "model.safetensors").read_bytes()
+    assert ours == (llama["out"] / "distilled" / "model.safetensors").read_bytes()
+
+
+def write_header_only_gguf(path: Path, arch: str) -> Path:
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def assert_refused(code: int, err: str, says: str, out: Path) -> None:
+    assert code == 2 and says in err and len(err.strip().splitlines()[-1:]) == 1, err
+    assert "Traceback" not in err
+    state = out / "run_state.json"
+    assert not state.exists() or not json.loads(state.read_text())["stamps"], "a refused run recorded a stage"
+
+
+def test_refusals_are_one_line_and_leave_nothing_done(llama: dict[str, Any], tmp_path: Path, monkeypatch):
+    prompts = ["--prompts", str(llama["prompts"]), "--device", "cpu"]
+    gemma = write_header_only_gguf(tmp_path / "gemma.gguf", "gemma2")
+    code, _, err = run_main("run", "--target", str(gemma), "--out", str(tmp_path / "a"), *prompts)
+    assert_refused(code, err, "architecture 'gemma2'", tmp_path / "a")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": "not a list"}\n')
+    code, _, err = run_main(
+        "run", "--target", str(llama["target"]), "--out", str(tmp_path / "b"), "--prompts", str(bad)
+    )
+    assert_refused(code, err, "bad.jsonl", tmp_path / "b")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    code, _, err = run_main("run", "--target", str(llama["target"]), "--out", str(tmp_path / "c"), *prompts)
+    assert_refused(code, err, "GB free", tmp_path / "c")
+    assert not (tmp_path / "c" / "target").exists()
