@@ -10,9 +10,9 @@ import { StateTokenPredictor } from "../../src/generate/StateTokenPredictor.js";
  * aligns the draft sequence's KV cache with the tokens so far (keeping the common prefix, accepted drafts included)
  * and generates k greedy tokens; nothing runs in the background.
  *
- * Used by the exact-node-llama-cpp verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1) stops drafting
- * once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once) and then evaluates
- * the next token without its last drafted one, so a perfect drafter loses every other step.
+ * Used by the exact-node-llama-cpp verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1)
+ * stops drafting once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once)
+ * and then evaluates the next token without its last drafted one, so a perfect drafter loses every other step.
  */
 export class GreedyDraftTokenPredictor extends StateTokenPredictor {
     private readonly draftSequence: LlamaContextSequence;

@@ -1,5 +1,5 @@
 /**
- * `specdraft generate`: the target model generates greedily through node-llama-cpp, alone and with drafts (a specdraft
+ * `specdraft generate`: the target model generates greedily in specdraft's native addon, alone and with drafts (a specdraft
  * server, an in-process draft GGUF, or prompt lookup), in one process; prints tokens/s, speed-up, τ, draft time share
  * and whether the outputs are identical, and exits ≠ 0 when they are not.
  */

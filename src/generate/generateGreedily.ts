@@ -35,7 +35,7 @@ export class TimedTokenPredictor<Inner extends TokenPredictor = TokenPredictor> 
     }
 
     /**
-     * reset() for a predictor that drafts from the state tokens alone: the native verifier has no node-llama-cpp
+     * reset() for a predictor that drafts from the state tokens alone: the native target has no node-llama-cpp
      * sequence to give, and only such predictors can be reset without one.
      */
     resetState(this: TimedTokenPredictor<StateOnlyTokenPredictor>, stateTokens: Token[]): Promise<void> | void {

@@ -74,8 +74,8 @@ export interface PromptResult {
         otherContext?: { position: number; expected: number; found: number };
         /**
          * The replays reproduce both runs' tokens from the same context: the decode shapes, not speculation, chose
-         * between two tokens within the runs' disagreement. Absent where nothing was replayed (bench/libraryVerifiers.ts's
-         * `node-llama-cpp` verifier).
+         * between two tokens within the runs' disagreement. Absent where nothing was replayed
+         * (bench/libraryVerifiers.ts's `node-llama-cpp` verifier).
          */
         nearTie?: boolean;
     };
