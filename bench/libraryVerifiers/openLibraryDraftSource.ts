@@ -27,39 +27,45 @@ export interface LibraryDraftSourceOptions extends DraftSourceCommon {
 }
 
 /** For the exact-node-llama-cpp verifier: a draft GGUF drafts k greedy tokens in lock-step with the loop. */
-export async function openLockStepDraftSource(
+export function openLockStepDraftSource(
     spec: DraftSourceSpec,
     options: LibraryDraftSourceOptions,
 ): Promise<DraftSource<StateOnlyTokenPredictor>> {
-    if (spec.kind !== "model") return openStateDraftSource(spec, options);
-    const file = await readDraftModelFile(spec.path, options.target);
-    return openLlamaDraftModel(
-        spec.path,
-        file,
+    return openDraftSourceWith(
+        spec,
         options,
         (sequence) => new GreedyDraftTokenPredictor(sequence, options.draftLength),
     );
 }
 
 /** For the node-llama-cpp verifier: a draft GGUF drafts through the library's DraftSequenceTokenPredictor. */
-export async function openLibraryDraftSource(
+export function openLibraryDraftSource(
     spec: DraftSourceSpec,
     options: LibraryDraftSourceOptions,
 ): Promise<DraftSource> {
-    if (spec.kind !== "model") return openStateDraftSource(spec, options);
-    const file = await readDraftModelFile(spec.path, options.target);
-    return openLlamaDraftModel(
-        spec.path,
-        file,
+    return openDraftSourceWith(
+        spec,
         options,
         (sequence) =>
             new DraftSequenceTokenPredictor(sequence, {
-                // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
+                // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the
+                // others
                 minTokens: options.draftLength,
                 maxTokens: options.draftLength,
                 minConfidence: 0,
             }),
     );
+}
+
+/** A draft GGUF through node-llama-cpp with `makePredictor`'s predictor (vocabulary checked first); else as generate. */
+async function openDraftSourceWith<P extends TokenPredictor>(
+    spec: DraftSourceSpec,
+    options: LibraryDraftSourceOptions,
+    makePredictor: (sequence: LlamaContextSequence) => P,
+): Promise<DraftSource<P | StateOnlyTokenPredictor>> {
+    if (spec.kind !== "model") return openStateDraftSource(spec, options);
+    const file = await readDraftModelFile(spec.path, options.target);
+    return openLlamaDraftModel(spec.path, file, options, makePredictor);
 }
 
 /** A draft GGUF loaded through node-llama-cpp, one sequence, drafting through the predictor `makePredictor` makes. */

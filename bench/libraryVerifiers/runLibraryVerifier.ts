@@ -88,41 +88,58 @@ async function openModes(
     opened: Opened,
 ): Promise<{ modes: GenerationModes; source: DraftSource }> {
     const { settings, contextSize } = setup;
-    const [aloneContext, speculativeContext] = await openContexts(
-        model,
-        opened.contexts,
-        contextSize,
-        settings.threads,
-    );
+    const [aloneContext, speculative] = await openContexts(model, opened.contexts, contextSize, settings.threads);
     const aloneSequence = aloneContext.getSequence();
     const alone = (tokens: number[]) => generateAlone(aloneSequence, tokens, settings.maxTokens);
     if (options.verifier === "node-llama-cpp") {
         const source = await openLibraryDraftSource(options.draft, sourceOptions);
         opened.source = source;
-        const predictor = new TimedTokenPredictor(source.predictor);
-        const sequence = speculativeContext.getSequence({ tokenPredictor: predictor });
-        // the library decides its decodes: nothing to replay
-        const speculate = async (tokens: number[]) => ({
-            run: await generateWithLibraryVerifier(sequence, predictor, tokens, settings.maxTokens),
-        });
-        return { modes: { alone, speculate }, source };
+        return { modes: { alone, ...libraryMode(speculative, source, settings.maxTokens) }, source };
     }
     const source = await openLockStepDraftSource(options.draft, sourceOptions);
     opened.source = source;
-    const predictor: TimedTokenPredictor<StateOnlyTokenPredictor> = new TimedTokenPredictor(source.predictor);
-    const target = llamaSequenceTarget(speculativeContext.getSequence());
-    const modes: GenerationModes = {
-        alone,
-        speculate: (tokens) =>
-            generateSpeculatively(target, predictor, tokens, settings.maxTokens, settings.draftLength),
-        // node-llama-cpp keeps no logits of greedy steps: the replays run on a native target with the same context
-        // settings, loaded at the first difference
-        replayer: async () => {
-            opened.replayTarget ??= await loadNativeTarget(options.target, setup);
-            return opened.replayTarget;
-        },
+    const replayer = async (): Promise<NativeTarget> => {
+        opened.replayTarget ??= await loadNativeTarget(options.target, setup);
+        return opened.replayTarget;
     };
-    return { modes, source };
+    return { modes: { alone, ...loopMode(speculative, source, setup, replayer) }, source };
+}
+
+/**
+ * node-llama-cpp's speculative path: a sequence created with the source's predictor; the library decides its decodes,
+ * so nothing is replayed.
+ */
+function libraryMode(
+    context: LlamaContext,
+    source: DraftSource,
+    maxTokens: number,
+): Pick<GenerationModes, "speculate"> {
+    const predictor = new TimedTokenPredictor(source.predictor);
+    const sequence = context.getSequence({ tokenPredictor: predictor });
+    return {
+        speculate: async (tokens) => ({
+            run: await generateWithLibraryVerifier(sequence, predictor, tokens, maxTokens),
+        }),
+    };
+}
+
+/**
+ * specdraft's loop over a node-llama-cpp sequence; node-llama-cpp keeps no logits of greedy steps, so a difference is
+ * replayed on `replayer`'s native target (the same context settings, loaded at the first difference).
+ */
+function loopMode(
+    context: LlamaContext,
+    source: DraftSource<StateOnlyTokenPredictor>,
+    setup: GenerateSetup,
+    replayer: () => Promise<NativeTarget>,
+): Pick<GenerationModes, "speculate" | "replayer"> {
+    const { maxTokens, draftLength } = setup.settings;
+    const predictor = new TimedTokenPredictor(source.predictor);
+    const target = llamaSequenceTarget(context.getSequence());
+    return {
+        speculate: (tokens) => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
+        replayer,
+    };
 }
 
 /**

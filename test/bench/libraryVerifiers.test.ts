@@ -7,7 +7,13 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Llama } from "node-llama-cpp";
 import { type RunLibraryVerifierOptions, runLibraryVerifier } from "../../bench/libraryVerifiers/runLibraryVerifier.js";
-import { cpuLlama, quantizedDrafter, targetModel, testPrompts, testThreads } from "../generate/testModels.js";
+import {
+    cpuLlama,
+    testDraftLength as draftLength,
+    quantizedDrafter,
+    targetModel,
+    testGenerateOptions,
+} from "../generate/testModels.js";
 import { assertLossless } from "../helpers/assertLossless.js";
 
 let llama: Llama;
@@ -18,19 +24,8 @@ after(async () => {
     await llama.dispose();
 });
 
-const draftLength = 6;
-
 function generate(options: Pick<RunLibraryVerifierOptions, "draft" | "verifier"> & Partial<RunLibraryVerifierOptions>) {
-    return runLibraryVerifier({
-        target: targetModel,
-        prompts: testPrompts,
-        maxTokens: 40,
-        draftLength,
-        gpu: "cpu",
-        threads: testThreads,
-        llama,
-        ...options,
-    });
+    return runLibraryVerifier({ ...testGenerateOptions(llama), ...options });
 }
 
 test("the target as its own draft model: the library accepts one draft token a step at most, the loop all", async () => {

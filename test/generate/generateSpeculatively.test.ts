@@ -21,11 +21,18 @@ import { firstDifference } from "../../src/generate/summarizeGeneration.js";
 import type { GenerateSummary, GenerationRun, TargetCall } from "../../src/generate/types.js";
 import { assertLossless } from "../helpers/assertLossless.js";
 import { defined } from "../helpers/defined.js";
-import { cpuLlama, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
+import {
+    cpuLlama,
+    quantizedDrafter,
+    targetModel,
+    testDraftLength,
+    testGenerateOptions,
+    testThreads,
+} from "./testModels.js";
 
 const contextSize = 192;
 const maxTokens = 48;
-const draftLength = 6;
+const draftLength = testDraftLength;
 /** Token-id prompts (the text prompt of testPrompts needs the tokenizer; runGenerate covers it below). */
 const prompts = [
     [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876],
@@ -155,14 +162,8 @@ for (const [name, draftPath] of [
 test("specdraft generate (native target, native drafter) == the bench's exact-node-llama-cpp, and lossless", async () => {
     const summaries: GenerateSummary<string>[] = [];
     const options = (more: Partial<RunGenerateOptions>): RunGenerateOptions => ({
-        target: targetModel,
+        ...testGenerateOptions(llama),
         draft: { kind: "model", path: quantizedDrafter },
-        prompts: testPrompts,
-        maxTokens: 40,
-        draftLength,
-        gpu: "cpu",
-        threads: testThreads,
-        llama,
         ...more,
     });
     const generate = (more: Partial<RunGenerateOptions>) => runGenerate(options(more));

@@ -11,7 +11,15 @@ import { readModelFileInfo } from "../../src/engine/gguf.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
 import { GenerateError, type GenerateSummary } from "../../src/generate/types.js";
 import { assertLossless } from "../helpers/assertLossless.js";
-import { cpuLlama, otherVocabModel, quantizedDrafter, targetModel, testPrompts, testThreads } from "./testModels.js";
+import {
+    cpuLlama,
+    otherVocabModel,
+    quantizedDrafter,
+    targetModel,
+    testDraftLength,
+    testGenerateOptions,
+    testPrompts,
+} from "./testModels.js";
 
 let llama: Llama;
 before(async () => {
@@ -21,20 +29,10 @@ after(async () => {
     await llama.dispose();
 });
 
-const maxTokens = 40;
-const draftLength = 6;
+const draftLength = testDraftLength;
 
 function generate(options: Partial<RunGenerateOptions> & Pick<RunGenerateOptions, "draft">): Promise<GenerateSummary> {
-    return runGenerate({
-        target: targetModel,
-        prompts: testPrompts,
-        maxTokens,
-        draftLength,
-        gpu: "cpu",
-        threads: testThreads,
-        llama,
-        ...options,
-    });
+    return runGenerate({ ...testGenerateOptions(llama), ...options });
 }
 
 test("the target as its own draft model: identical output, drafts accepted", async () => {
