@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Speculative generation vs the target alone, for every draft source and both verifiers, in one go:
+# Speculative generation vs the target alone, for every draft source and each verifier, in one go:
 #
 #   bash bench/generateBench.sh TARGET.gguf DRAFTER.gguf DATA.jsonl OUT_DIR [extra `specdraft generate` flags...]
 #
-# Starts `specdraft serve --model DRAFTER` on a free loopback port for the HTTP source, then runs
-# `specdraft generate` with --drafter (that server), --draft-model DRAFTER and --draft ngram, each with
-# --verifier node-llama-cpp and --verifier exact, writing OUT_DIR/<source>-<verifier>.json and the tables to
-# OUT_DIR/tables.txt. Extra flags (e.g. --max-tokens 128 --draft-len 8 --runs 3 --gpu cpu --threads 1) go to every run.
-# VERIFIERS="exact" runs one verifier only (default: "node-llama-cpp exact").
+# Starts `specdraft serve --model DRAFTER` on a free loopback port for the HTTP source, then runs each verifier with
+# --drafter (that server), --draft-model DRAFTER and --draft ngram: `exact` is `specdraft generate`, `node-llama-cpp`
+# and `exact-node-llama-cpp` are bench/libraryVerifiers.ts (same flags); writes OUT_DIR/<source>-<verifier>.json and
+# the tables to OUT_DIR/tables.txt. Extra flags (e.g. --max-tokens 128 --draft-len 8 --runs 3 --gpu cpu --threads 1)
+# go to every run. VERIFIERS="exact" runs one verifier only (default: "node-llama-cpp exact").
 set -euo pipefail
 if [ $# -lt 4 ]; then sed -n 2,10p "$0"; exit 2; fi
 target=$1; drafter=$2; data=$3; out=$4; shift 4
@@ -30,6 +30,8 @@ done
 
 : >"$out/tables.txt"
 for verifier in ${VERIFIERS:-node-llama-cpp exact}; do
+    if [ "$verifier" = exact ]; then generate=("${cli[@]}" generate)
+    else generate=(node --import tsx "$root/bench/libraryVerifiers.ts" --verifier "$verifier"); fi
     for source in http model ngram; do
         case $source in
             http) draft=(--drafter "http://127.0.0.1:$port") ;;
@@ -39,7 +41,7 @@ for verifier in ${VERIFIERS:-node-llama-cpp exact}; do
         echo "== $source, $verifier verifier" | tee -a "$out/tables.txt"
         # exit 1 = an output mismatch (named in the table and the JSON): record it and go on to the next source
         rc=0
-        "${cli[@]}" generate --target "$target" "${draft[@]}" --data "$data" --verifier "$verifier" \
+        "${generate[@]}" --target "$target" "${draft[@]}" --data "$data" \
             --out "$out/$source-$verifier.json" --no-progress "$@" | tee -a "$out/tables.txt" || rc=$?
         if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then exit "$rc"; fi
     done

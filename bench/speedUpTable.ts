@@ -353,7 +353,7 @@ export function renderSpeedUpTables(dir: string): string {
         "",
         ...projectionTables(targets, drafters),
         ...(lookaheadSteps ? candidateTables(targets, drafters, lookaheadSteps) : []),
-        "#### End to end: `specdraft generate --verifier exact` against the model",
+        "#### End to end: `specdraft generate` against the model",
         "",
         ...endToEndTable(runs, targets, drafters, allSteps),
         "",

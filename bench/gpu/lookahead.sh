@@ -9,7 +9,7 @@
 #   3. 32 streams × 512 (bench/serveBench.ts), without candidates, with the default budget and with a larger one,
 #      interleaved in the same run (off / on / wider / off);
 #   4. with LAB_TARGET (the lab's target GGUF, e.g. what train/scripts/gpu/lab_checks.sh writes on this machine): its
-#      costs, and `specdraft generate --verifier exact` lab target ← the default drafter (or LAB_DRAFTER, on LAB_DATA)
+#      costs, and `specdraft generate` lab target ← the default drafter (or LAB_DRAFTER, on LAB_DATA)
 #      in process with and without candidates (lossless: output identical), and over HTTP with them;
 #   5. tables.md (bench/speedUpTable.ts): the step costs, their break-even tokens per step, the CPU-measured tokens per
 #      step of the trained default drafter on real text (bench/results/2026-12-01-cpu-lookahead/lookahead-steps.json,
@@ -110,7 +110,7 @@ e2e() { # label [generate options...]
   local label=$1; shift
   log "generate lab ← $lab_label ($label)"
   timeout 150 "${cli[@]}" generate --target "$lab_target" --data "$lab_data" --limit "$prompts" --max-tokens "$max_tokens" \
-    --draft-len 8 --verifier exact --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-lab--$lab_label--$label.json" "$@" \
+    --draft-len 8 --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-lab--$lab_label--$label.json" "$@" \
     > "$results/e2e-lab--$lab_label--$label.txt" 2>&1 || fail "generate $label (exit $?): $(tail -3 "$results/e2e-lab--$lab_label--$label.txt" | tr '\n' ' ')"
   grep -E "speed-up|τ|identical" "$results/e2e-lab--$lab_label--$label.txt" | tr -s ' ' | tee -a "$results/progress.log"
 }

@@ -13,7 +13,7 @@
 #      GGML_CUDA_GRAPH_OPT=1 between two default runs (its peer in the same job);
 #   3. target costs (alone, a new prompt's fixed cost, verify m = 1 … 17 native with the argmax in the graph and on
 #      the host, and node-llama-cpp) for both targets;
-#   4. end to end: `specdraft generate --verifier exact` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
+#   4. end to end: `specdraft generate` 8B F16 ← 1.7B, HTTP and in process, against the cost model;
 #      with TARGET (e.g. the lab's target GGUF that train/scripts/gpu/lab_checks.sh writes on this machine): TARGET ←
 #      the committed models/specdraft-default.gguf on data/lab-heldout.jsonl (or LAB_DRAFTER on LAB_DATA: the drafter
 #      and held-out set of that lab), and its costs;
@@ -145,7 +145,7 @@ e2e() { # target-label target drafter-label drafter path data [limit]
   if [ "$5" = http ]; then start_server "$4" 1 "$results/serve-e2e-$name.log" "${plain[@]}" || return 1; source=(--drafter "$url")
   else source=(--draft-model "$4" --draft-lookahead "$lookahead"); fi
   timeout 150 "${cli[@]}" generate --target "$2" "${source[@]}" --data "$6" --limit "${7:-$prompts}" --max-tokens "$max_tokens" \
-    --draft-len "$e2e_k" --verifier exact --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-$name.json" \
+    --draft-len "$e2e_k" --gpu "$gpu" "${threads[@]}" --no-progress --out "$results/e2e-$name.json" \
     > "$results/e2e-$name.txt" 2>&1 || fail "generate $name (exit $?): $(tail -3 "$results/e2e-$name.txt" | tr '\n' ' ')"
   grep -E "speed-up|τ|identical" "$results/e2e-$name.txt" | tr -s ' ' | tee -a "$results/progress.log"
   [ "$5" = http ] && stop_server

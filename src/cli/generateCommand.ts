@@ -1,5 +1,5 @@
 /**
- * `specdraft generate`: the target model generates greedily through node-llama-cpp, alone and with drafts (a specdraft
+ * `specdraft generate`: the target model generates greedily in specdraft's native addon, alone and with drafts (a specdraft
  * server, an in-process draft GGUF, or prompt lookup), in one process; prints tokens/s, speed-up, τ, draft time share
  * and whether the outputs are identical, and exits ≠ 0 when they are not.
  */
@@ -18,14 +18,13 @@ import type { DraftSourceSpec } from "../generate/openDraftSource.js";
 import {
     defaultMaxTokens,
     defaultRuns,
-    defaultVerifier,
     defaultWarmup,
     type GeneratePrompt,
     type RunGenerateOptions,
     runGenerate,
 } from "../generate/runGenerate.js";
 import { formatGenerateReport, judgeDifferences } from "../generate/summarizeGeneration.js";
-import { GenerateError, type GenerateSummary, verifierKinds } from "../generate/types.js";
+import { GenerateError, type GenerateSummary } from "../generate/types.js";
 import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
@@ -37,7 +36,7 @@ import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 export interface GenerateCommandOptions
     extends Pick<
         RunGenerateOptions,
-        "target" | "maxTokens" | "runs" | "warmup" | "gpu" | "verifier" | "threads" | "timeoutMs" | "draftLookahead"
+        "target" | "maxTokens" | "runs" | "warmup" | "gpu" | "threads" | "timeoutMs" | "draftLookahead"
     > {
     /** A specdraft server's root URL. */
     drafter?: string;
@@ -63,11 +62,18 @@ export interface GenerateCommandOptions
     progress?: boolean;
 }
 
+/**
+ * What generates the summary: runGenerate, or a stand-in taking the same options (bench/libraryVerifiers.ts runs
+ * node-llama-cpp's verifiers behind the same flags, table and exit codes).
+ */
+export type Generate = (options: RunGenerateOptions) => Promise<GenerateSummary<string>>;
+
 /** Runs the command; returns the exit code and, when generation ran, the summary. */
 export async function runGenerateCommand(
     options: GenerateCommandOptions,
     io: CommandIo = processIo,
-): Promise<{ exitCode: number; summary?: GenerateSummary }> {
+    generate: Generate = runGenerate,
+): Promise<{ exitCode: number; summary?: GenerateSummary<string> }> {
     const fail = (message: string, exitCode: number = exitCodes.usage): { exitCode: number } => {
         io.err.write(`specdraft generate: ${message}\n`);
         return { exitCode };
@@ -106,10 +112,10 @@ export async function runGenerateCommand(
                   },
                   cliProgress.Presets.shades_classic,
               );
-    let summary: GenerateSummary;
+    let summary: GenerateSummary<string>;
     try {
         bar?.start(prompts.length * runs * 2, 0);
-        summary = await runGenerate({
+        summary = await generate({
             target: options.target,
             draft,
             prompts,
@@ -118,7 +124,6 @@ export async function runGenerateCommand(
             draftLength: options.draftLen,
             runs,
             gpu: options.gpu,
-            verifier: options.verifier,
             threads: options.threads,
             contextSize: options.context,
             timeoutMs: options.timeoutMs,
@@ -152,8 +157,11 @@ export async function runGenerateCommand(
     return { exitCode: exitCodes.ok, summary };
 }
 
-/** The commander command, for src/cli/main.ts: `program.addCommand(generateCommand())`. */
-export function generateCommand(): Command {
+/**
+ * The commander command, for src/cli/main.ts: `program.addCommand(generateCommand())`; `generate` replaces
+ * runGenerate behind the same flags (bench/libraryVerifiers.ts).
+ */
+export function generateCommand(generate: Generate = runGenerate): Command {
     return new Command("generate")
         .description(
             "Generate greedily with the target alone and with drafts, side by side: tokens/s, speed-up, τ, draft time share; " +
@@ -181,16 +189,6 @@ export function generateCommand(): Command {
         )
         .option("--out <file.json>", "write the JSON summary here")
         .addOption(new Option("--gpu <where>", "where llama.cpp computes").choices(gpuChoices).default(defaultGpu))
-        .addOption(
-            new Option(
-                "--verifier <kind>",
-                "exact: full draft prefixes, the target in specdraft's native addon (one decode, greedy tokens on the device); " +
-                    "exact-node-llama-cpp: the same loop through node-llama-cpp; node-llama-cpp: the library's speculative path " +
-                    "(accepts ≤ 1 draft token a step)",
-            )
-                .choices(verifierKinds)
-                .default(defaultVerifier),
-        )
         .option(
             "--threads <n>",
             "CPU threads per llama.cpp context (default: the CPUs less one, 1 to 8)",
@@ -209,14 +207,14 @@ export function generateCommand(): Command {
         )
         .option(
             "--draft-lookahead <n>",
-            `with --draft-model and the exact verifier: prompt-lookup candidates each drafter step checks, 0–${maxLookahead} ` +
+            `with --draft-model: prompt-lookup candidates each drafter step checks, 0–${maxLookahead} ` +
                 `(0: off; the drafter's greedy drafts either way; default: the draft engine's, ${defaultLookahead.cpu.candidates} on the CPU, ` +
                 `${defaultLookahead.gpu.candidates} on a GPU)`,
             parseIntegerOption(0, maxLookahead),
         )
         .option("--no-progress", "no progress bar")
         .action(async (options: GenerateCommandOptions) => {
-            const { exitCode } = await runGenerateCommand(options);
+            const { exitCode } = await runGenerateCommand(options, processIo, generate);
             process.exitCode = exitCode;
         });
 }

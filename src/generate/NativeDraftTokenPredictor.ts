@@ -15,7 +15,7 @@ export class NativeDraftTokenPredictor extends StateTokenPredictor {
 
     /**
      * `engine` is used, not owned: the caller closes it. `draftLength` is k; a draft ends after the first of `eogIds`
-     * (end-of-generation tokens), as the lock-step draft model's does.
+     * (end-of-generation tokens), as a greedy draft model's does.
      */
     constructor(engine: DraftEngine, draftLength: number, eogIds: ReadonlySet<number>) {
         super();
@@ -27,7 +27,7 @@ export class NativeDraftTokenPredictor extends StateTokenPredictor {
     async predictTokens(): Promise<Token[]> {
         const state = this.stateTokens;
         if (state.length === 0) return [];
-        // like the lock-step draft model: never more than the drafter's context holds
+        // never more than the drafter's context holds
         const length = Math.min(this.draftLength, this.engine.info.contextSize - state.length - 1);
         if (length <= 0) return [];
         const draft = await this.engine.draft(state, length);

@@ -14,7 +14,8 @@ import type { TargetCall } from "./types.js";
 
 /**
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
- * step decodes in the same batches as the exact verifier over node-llama-cpp and computes the same numbers on the CPU.
+ * step decodes in the same batches as the same loop over node-llama-cpp (bench/libraryVerifiers) and computes the same
+ * numbers on the CPU.
  */
 const defaultTargetBatchSize = 512;
 

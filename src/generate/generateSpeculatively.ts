@@ -1,7 +1,7 @@
 /**
- * Speculative generation with specdraft's own verification loop, the same for both exact verifiers: the target is a
- * SpeculativeTarget (the native one, NativeTarget, or a node-llama-cpp sequence, llamaSequenceTarget), the drafts come
- * from a TokenPredictor driven the library's way (reset → predictTokens → pushTokens) that reads only the tokens so far:
+ * Speculative generation with specdraft's own verification loop: the target is a SpeculativeTarget (NativeTarget; the
+ * bench's node-llama-cpp sequence, bench/libraryVerifiers/nodeLlamaCppGeneration.ts), the drafts come from a
+ * TokenPredictor driven the library's way (reset → predictTokens → pushTokens) that reads only the tokens so far:
  *
  *   the first step decodes the prompt alone, as the target alone does (llama.cpp's CPU kernels compute a row
  *   differently by the shape of the decode it is in, so a prompt decoded together with drafts leaves other KV);

@@ -1,16 +1,9 @@
 /**
  * Opens one of the three draft sources as a node-llama-cpp TokenPredictor, after checking that its vocabulary is the
- * target's (a server's from its `GET /info`, a GGUF's from its metadata): a specdraft server over HTTP, an in-process
- * draft GGUF, or prompt lookup (no model).
+ * target's (a server's from its `GET /info`, a GGUF's from its metadata): a specdraft server over HTTP, a draft GGUF
+ * in specdraft's draft engine in this process, or prompt lookup (no model).
  */
-import {
-    DraftSequenceTokenPredictor,
-    InputLookupTokenPredictor,
-    type Llama,
-    type LlamaContextSequence,
-    type Token,
-    type TokenPredictor,
-} from "node-llama-cpp";
+import { InputLookupTokenPredictor, type Token, type TokenPredictor } from "node-llama-cpp";
 import { newConversationKey } from "../client/conversationKey.js";
 import { createSpecdraftClient } from "../client/createDraftClient.js";
 import { fetchServerInfo, type ServerInfo } from "../client/fetchServerInfo.js";
@@ -18,7 +11,6 @@ import type { DraftClient } from "../client/types.js";
 import { type ModelFileInfo, readModelFileInfo } from "../engine/gguf.js";
 import { loadEngine } from "../engine/loadEngine.js";
 import type { GpuChoice, LookaheadSettings } from "../engine/types.js";
-import { GreedyDraftTokenPredictor } from "./GreedyDraftTokenPredictor.js";
 import { NativeDraftTokenPredictor } from "./NativeDraftTokenPredictor.js";
 import { type StateOnlyTokenPredictor, StateTokenPredictor } from "./StateTokenPredictor.js";
 import { type DraftSourceKind, GenerateError } from "./types.js";
@@ -90,17 +82,15 @@ class HttpDraftTokenPredictor extends StateTokenPredictor {
 
 export type DraftSourceSpec = { kind: "http"; url: string } | { kind: "model"; path: string } | { kind: "ngram" };
 
-/** What every source is opened with; DraftSourceOptions and StateDraftSourceOptions add the draft model's predictor. */
+/** What every source is opened with (bench/libraryVerifiers adds what node-llama-cpp's draft models need). */
 export interface DraftSourceCommon {
     /** Draft tokens the predictor prepares per step. */
     draftLength: number;
     /** The target's vocabulary and a name for it in messages. */
     target: { label: string; fingerprint: string; size: number };
-    /** Loads the draft GGUF (source `model`). */
-    llama: Llama;
     /** Context size for the draft model (source `model`): at least the target's. */
     contextSize: number;
-    /** Where the native draft engine computes (`native` only). */
+    /** Where the draft engine computes (source `model`). */
     gpu: GpuChoice;
     /** End-of-generation token ids of the (shared) vocabulary: a native draft ends after one. Defaults to none. */
     eogIds?: ReadonlySet<number>;
@@ -109,27 +99,12 @@ export interface DraftSourceCommon {
     /** Per-request timeout for the server (source `http`); runGenerate resolves it (defaultGenerateTimeoutMs). */
     timeoutMs: number;
     /**
-     * Prompt-lookup candidates per step of the native draft engine (`native` only). Defaults to the engine's for its
+     * Prompt-lookup candidates per step of the draft engine (source `model`). Defaults to the engine's for its
      * backend (engineDefaults.ts: defaultLookahead).
      */
     lookahead?: number;
     /** Receives warnings (e.g. the server is unreachable and generation goes on with the target alone). */
     warn: (message: string) => void;
-}
-
-export interface DraftSourceOptions extends DraftSourceCommon {
-    /**
-     * Draft model predictor: `library` is node-llama-cpp's DraftSequenceTokenPredictor (background drafting, for the
-     * library's verifier); `lock-step` is GreedyDraftTokenPredictor (node-llama-cpp, for the exact verifiers);
-     * `native` is specdraft's draft engine in this process (NativeDraftTokenPredictor: what `specdraft serve` runs,
-     * without HTTP). runGenerate picks it from the verifier.
-     */
-    draftModelPredictor: "library" | "lock-step" | "native";
-}
-
-/** openStateDraftSource's options: a draft model drafts in lock-step or in the native draft engine. */
-export interface StateDraftSourceOptions extends DraftSourceCommon {
-    draftModelPredictor: "lock-step" | "native";
 }
 
 /** An open draft source; `P` is its predictor's type (a StateOnlyTokenPredictor from openStateDraftSource). */
@@ -149,39 +124,13 @@ export interface DraftSource<P extends TokenPredictor = TokenPredictor> {
 }
 
 /**
- * Vocabulary check first (no weights loaded yet for a mismatch), then the predictor. Throws GenerateError on mismatch.
- * A draft model under the library's verifier drafts through node-llama-cpp's DraftSequenceTokenPredictor, beside the
- * target's sequence; every other source is openStateDraftSource's.
- */
-export async function openDraftSource(spec: DraftSourceSpec, options: DraftSourceOptions): Promise<DraftSource> {
-    if (spec.kind === "model" && options.draftModelPredictor === "library") {
-        const file = await readDraftModelFile(spec.path, options.target);
-        return openLlamaDraftModel(
-            spec.path,
-            file,
-            options,
-            (sequence) =>
-                new DraftSequenceTokenPredictor(sequence, {
-                    // a full draft every step, as a drafter server gives, and no confidence cut-off: greedy drafts like the others
-                    minTokens: options.draftLength,
-                    maxTokens: options.draftLength,
-                    minConfidence: 0,
-                }),
-        );
-    }
-    // only a draft model reads draftModelPredictor, and "library" was taken above
-    const draftModelPredictor = options.draftModelPredictor === "native" ? "native" : "lock-step";
-    return openStateDraftSource(spec, { ...options, draftModelPredictor });
-}
-
-/**
- * Opens a source whose predictor drafts from the tokens so far alone, with no target sequence (what the native
- * verifier, which has none, takes): a specdraft server, prompt lookup, or a draft model drafting in lock-step or in
- * specdraft's draft engine. Vocabulary check first, as openDraftSource.
+ * Opens a source whose predictor drafts from the tokens so far alone, with no target sequence (the native target has
+ * none to give): a specdraft server, prompt lookup, or a draft model in specdraft's draft engine. The vocabulary check
+ * comes first (no weights loaded yet for a mismatch); throws GenerateError on mismatch.
  */
 export async function openStateDraftSource(
     spec: DraftSourceSpec,
-    options: StateDraftSourceOptions,
+    options: DraftSourceCommon,
 ): Promise<DraftSource<StateOnlyTokenPredictor>> {
     if (spec.kind === "ngram") {
         const predictor = new InputLookupTokenPredictor({
@@ -193,13 +142,6 @@ export async function openStateDraftSource(
     if (spec.kind === "http") return openHttpDraftSource(spec.url, options);
 
     const file = await readDraftModelFile(spec.path, options.target);
-    if (options.draftModelPredictor === "lock-step")
-        return openLlamaDraftModel(
-            spec.path,
-            file,
-            options,
-            (sequence) => new GreedyDraftTokenPredictor(sequence, options.draftLength),
-        );
     const engine = await loadEngine({
         modelPath: spec.path,
         modelFile: file,
@@ -257,43 +199,10 @@ async function openHttpDraftSource(
 }
 
 /** The draft GGUF's header, refused when its vocabulary is not the target's (before any weights are loaded). */
-async function readDraftModelFile(path: string, target: DraftSourceCommon["target"]): Promise<ModelFileInfo> {
+export async function readDraftModelFile(path: string, target: DraftSourceCommon["target"]): Promise<ModelFileInfo> {
     const file = await readModelFileInfo(path);
     checkVocabularies(target, { label: path, fingerprint: file.vocabFingerprint });
     return file;
-}
-
-/** A draft GGUF loaded through node-llama-cpp, one sequence, drafting through the predictor `makePredictor` makes. */
-async function openLlamaDraftModel<P extends TokenPredictor>(
-    path: string,
-    file: ModelFileInfo,
-    options: DraftSourceCommon,
-    makePredictor: (sequence: LlamaContextSequence) => P,
-): Promise<DraftSource<P>> {
-    const model = await options.llama.loadModel({ modelPath: path });
-    try {
-        const context = await model.createContext({
-            contextSize: options.contextSize,
-            sequences: 1,
-            threads: options.threads,
-        });
-        const predictor = makePredictor(context.getSequence());
-        return {
-            kind: "model",
-            label: path,
-            vocabFingerprint: file.vocabFingerprint,
-            quantization: file.quantization,
-            predictor,
-            close: async () => {
-                predictor.dispose();
-                await context.dispose();
-                await model.dispose();
-            },
-        };
-    } catch (error) {
-        await model.dispose();
-        throw error;
-    }
 }
 
 /**

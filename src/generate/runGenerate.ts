@@ -1,57 +1,35 @@
 /**
- * The whole of `specdraft generate` but the terminal: checks vocabularies, loads the target (and the draft source),
- * and generates every prompt `runs` times with the target alone and with drafts, in the same process, alternating the
- * order so neither mode always runs warm, after `warmup` untimed generations of the first prompt in each mode (the
- * first generations after a load pay one-off costs: CUDA-graph captures, cuBLAS handles, the drafter's first graphs;
- * on the H200 they doubled the first prompt's time). Returns the side-by-side summary; equality of outputs is checked
- * here.
+ * The whole of `specdraft generate` but the terminal: tokenizes and checks the prompts, loads the target in
+ * specdraft's native addon and opens the draft source (its vocabulary checked first), and generates every prompt
+ * `runs` times with the target alone and with drafts, in the same process (measurePrompts.ts: alternating the order,
+ * after `warmup` untimed generations, since the first generations after a load pay one-off costs: CUDA-graph
+ * captures, cuBLAS handles, the drafter's first graphs; on the H200 they doubled the first prompt's time). Returns the
+ * side-by-side summary; equality of outputs is checked here.
  */
-import { getLlama, type Llama, type LlamaContext, LlamaLogLevel, type LlamaModel } from "node-llama-cpp";
+import { getLlama, type Llama, LlamaLogLevel } from "node-llama-cpp";
 import { defaultGenerateTimeoutMs } from "../client/createDraftClient.js";
 import { defaultThreads } from "../engine/defaultThreads.js";
 import { defaultDraftLength, defaultGpu } from "../engine/engineDefaults.js";
-import { readModelFileInfo } from "../engine/gguf.js";
+import { type ModelFileInfo, readModelFileInfo } from "../engine/gguf.js";
 import type { GpuChoice } from "../engine/types.js";
-import {
-    generateAlone,
-    generateAloneNative,
-    generateWithLibraryVerifier,
-    llamaSequenceTarget,
-    TimedTokenPredictor,
-} from "./generateGreedily.js";
-import { generateSpeculatively, type SpeculativeRun } from "./generateSpeculatively.js";
+import { generateAloneNative, TimedTokenPredictor } from "./generateGreedily.js";
+import { generateSpeculatively } from "./generateSpeculatively.js";
+import { type GenerationModes, measurePrompts, type TokenizedPrompt } from "./measurePrompts.js";
 import { NativeTarget } from "./NativeTarget.js";
 import {
     type DraftSource,
     type DraftSourceCommon,
     type DraftSourceSpec,
-    openDraftSource,
     openStateDraftSource,
 } from "./openDraftSource.js";
-import { type LogitsReplayer, replayDifference } from "./replayDifference.js";
 import type { StateOnlyTokenPredictor } from "./StateTokenPredictor.js";
-import { comparePromptRuns, summarizeGeneration } from "./summarizeGeneration.js";
-import {
-    GenerateError,
-    type GenerateSummary,
-    type GenerationRun,
-    type PromptResult,
-    type TargetCall,
-    type VerifierKind,
-} from "./types.js";
+import { summarizeGeneration } from "./summarizeGeneration.js";
+import { GenerateError, type GenerateSummary } from "./types.js";
 
 export const defaultMaxTokens = 256;
 export const defaultRuns = 1;
 /** Untimed generations of the first prompt per mode before the measured ones. */
 export const defaultWarmup = 1;
-/**
- * `exact`: specdraft's verification loop with the target in specdraft's native addon (one decode per step, greedy tokens
- * from llama.cpp's graph). `exact-node-llama-cpp` is the same loop over node-llama-cpp's `controlledEvaluate`. The
- * library's own speculative path (`node-llama-cpp`) counts every draft token after the first as refuted in 3.21.1, so
- * it can never accept more than one draft token per target step (τ ≤ 2, docs/generate.md). Defaults to `exact`.
- */
-export const defaultVerifier: VerifierKind = "exact";
-
 /** A prompt to generate from: token ids in the target's vocabulary. */
 export interface GeneratePrompt {
     id: string;
@@ -74,8 +52,6 @@ export interface RunGenerateOptions {
     warmup?: number;
     /** Defaults to `"auto"`. */
     gpu?: GpuChoice;
-    /** Defaults to `"exact"` (defaultVerifier). */
-    verifier?: VerifierKind;
     /** CPU threads per llama.cpp context. Defaults to the CPUs less one, 1 to 8 (defaultThreads). */
     threads?: number;
     /** Context size of the target (and draft model). Defaults to the longest prompt + maxTokens + draftLength + 8. */
@@ -83,7 +59,7 @@ export interface RunGenerateOptions {
     /** Draft server timeout per request. Defaults to `5000` ms. */
     timeoutMs?: number;
     /**
-     * Candidates per step of the in-process draft engine (a draft model with the exact verifier). Defaults to the
+     * Candidates per step of the in-process draft engine (a draft model). Defaults to the
      * engine's for its backend (engineDefaults.ts: defaultLookahead).
      */
     draftLookahead?: number;
@@ -115,254 +91,226 @@ export async function loadLlama(gpu: GpuChoice): Promise<Llama> {
     return llama;
 }
 
+/** runGenerate's settings with their defaults applied (bench/libraryVerifiers.ts resolves its own the same way). */
+export interface GenerateSettings {
+    maxTokens: number;
+    draftLength: number;
+    runs: number;
+    warmup: number;
+    gpu: GpuChoice;
+    threads: number;
+}
+
 /** Throws GenerateError (`vocab_mismatch`, `bad_input`) before generating; an output mismatch is in the summary. */
-export async function runGenerate(options: RunGenerateOptions): Promise<GenerateSummary> {
-    const maxTokens = options.maxTokens ?? defaultMaxTokens;
-    const draftLength = options.draftLength ?? defaultDraftLength;
-    const runs = options.runs ?? defaultRuns;
-    const warmup = options.warmup ?? defaultWarmup;
-    const gpu = options.gpu ?? defaultGpu;
-    const verifier = options.verifier ?? defaultVerifier;
-    const threads = options.threads ?? defaultThreads();
-    const warnings: string[] = [];
-    const warn = (message: string): void => {
-        warnings.push(message);
-        options.onWarning?.(message);
-    };
+export function runGenerate(options: RunGenerateOptions): Promise<GenerateSummary> {
+    return withGenerateSetup(options, (setup) => generateOnNativeTarget(options, setup));
+}
 
+/** What every generation starts from: the settings, the target's GGUF header, the prompts and the context size. */
+export interface GenerateSetup {
+    settings: GenerateSettings;
+    targetFile: ModelFileInfo;
+    prompts: TokenizedPrompt[];
+    contextSize: number;
+    /** node-llama-cpp's llama.cpp, for the duration of the call only. */
+    llama: Llama;
+}
+
+/**
+ * Resolves the settings, reads the target's header, loads llama.cpp (unless given) and tokenizes the prompts, then
+ * calls `generate`; llama.cpp is disposed after it, if loaded here (bench/libraryVerifiers.ts starts the same way).
+ */
+export async function withGenerateSetup<T>(
+    options: RunGenerateOptions,
+    generate: (setup: GenerateSetup) => Promise<T>,
+): Promise<T> {
+    const settings = resolveGenerateSettings(options);
     const targetFile = await readModelFileInfo(options.target);
-    const llama = options.llama ?? (await loadLlama(gpu));
-    let targetModel: LlamaModel | undefined;
-    const contexts: LlamaContext[] = [];
-    let source: DraftSource | undefined;
-    let nativeTarget: NativeTarget | undefined;
-    // the near-tie check's replays of an exact-node-llama-cpp run: a native target loaded at its first difference
-    let replayTarget: NativeTarget | undefined;
-    // the native verifier runs the target in specdraft's addon; node-llama-cpp then only tokenizes
-    const native = verifier === "exact";
+    const llama = options.llama ?? (await loadLlama(settings.gpu));
     try {
-        targetModel = await llama.loadModel({ modelPath: options.target, vocabOnly: native });
-        const model = targetModel;
-        const prompts = options.prompts.map((prompt) => ({
-            ...prompt,
-            tokens: Array.isArray(prompt.tokens) ? prompt.tokens : model.tokenize(prompt.tokens.text),
-        }));
-        for (const prompt of prompts) checkPrompt(prompt.id, prompt.tokens, targetFile.vocabSize);
-        const contextSize =
-            options.contextSize ?? Math.max(...prompts.map((p) => p.tokens.length)) + maxTokens + draftLength + 8;
-
-        const targetOptions = { modelPath: options.target, contextSize, maxOutputs: draftLength + 1, gpu, threads };
-        if (native) nativeTarget = await NativeTarget.load(targetOptions);
-        const sourceOptions: DraftSourceCommon = {
-            draftLength,
-            gpu,
-            eogIds: nativeTarget?.eogIds,
-            target: { label: options.target, fingerprint: targetFile.vocabFingerprint, size: targetFile.vocabSize },
-            llama,
-            contextSize,
-            threads,
-            timeoutMs: options.timeoutMs ?? defaultGenerateTimeoutMs,
-            lookahead: options.draftLookahead,
-            warn,
-        };
-        let modes: GenerationModes;
-        if (verifier === "node-llama-cpp") {
-            source = await openDraftSource(options.draft, { ...sourceOptions, draftModelPredictor: "library" });
-            const predictor = new TimedTokenPredictor(source.predictor);
-            modes = await openLibraryModes(model, predictor, contexts, { contextSize, threads, maxTokens });
-        } else {
-            // the exact verifiers' loop has no sequence to give a predictor: their sources draft from the tokens alone
-            const stateSource = await openStateDraftSource(options.draft, {
-                ...sourceOptions,
-                draftModelPredictor: native ? "native" : "lock-step",
-            });
-            source = stateSource;
-            const predictor = new TimedTokenPredictor(stateSource.predictor);
-            if (nativeTarget !== undefined) {
-                // alone and speculative through the same native target, so the speed-up compares like with like
-                const target = nativeTarget;
-                modes = {
-                    alone: (tokens) => generateAloneNative(target, tokens, maxTokens),
-                    speculate: (tokens) => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
-                    replayer: async () => target,
-                };
-            } else {
-                const settings = { contextSize, threads, maxTokens, draftLength };
-                modes = {
-                    ...(await openLlamaExactModes(model, predictor, contexts, settings)),
-                    // node-llama-cpp keeps no logits of greedy steps: the replays run on a native target with the
-                    // same context settings, loaded at the first difference
-                    replayer: async () => {
-                        replayTarget ??= await NativeTarget.load(targetOptions);
-                        return replayTarget;
-                    },
-                };
-            }
-        }
-
-        const results = await measurePrompts(prompts, modes, { runs, warmup }, options.onProgress);
-
-        return summarizeGeneration(results, {
-            target: {
-                path: options.target,
-                vocabFingerprint: targetFile.vocabFingerprint,
-                quantization: targetFile.quantization,
-            },
-            draft: {
-                kind: source.kind,
-                source: source.label,
-                vocabFingerprint: source.vocabFingerprint,
-                quantization: source.quantization,
-            },
-            verifier,
-            settings: {
-                maxTokens,
-                draftLength,
-                runs,
-                warmup,
-                gpu: nativeTarget
-                    ? (nativeTarget.gpuDevice.split(":")[0] ?? "").toLowerCase() || "cpu"
-                    : llama.gpu === false
-                      ? "cpu"
-                      : llama.gpu,
-                contextSize,
-                threads,
-                ...(source.lookahead ? { draftLookahead: loneRequestCandidates(source.lookahead) } : {}),
-            },
-            warnings,
-        });
+        const prompts = await tokenizePrompts(llama, options.target, options.prompts, targetFile.vocabSize);
+        const contextSize = options.contextSize ?? fittingContextSize(prompts, settings);
+        return await generate({ settings, targetFile, prompts, contextSize, llama });
     } finally {
-        await source?.close();
-        nativeTarget?.dispose();
-        replayTarget?.dispose();
-        for (const context of contexts) await context.dispose();
-        await targetModel?.dispose();
         if (options.llama === undefined) await llama.dispose();
     }
 }
 
-/**
- * The two ways one prompt is generated: the target alone and with drafts; a speculative run by specdraft's loop also
- * gives its target calls, which `replayer`'s target decodes again where the outputs part (absent: no replay).
- */
-interface GenerationModes {
-    alone: (tokens: number[]) => Promise<GenerationRun>;
-    speculate: (tokens: number[]) => Promise<SpeculativeRun | { run: GenerationRun; calls?: undefined }>;
-    replayer?: () => Promise<LogitsReplayer>;
+/** The options' settings, each defaulted. */
+export function resolveGenerateSettings(options: RunGenerateOptions): GenerateSettings {
+    return {
+        maxTokens: options.maxTokens ?? defaultMaxTokens,
+        draftLength: options.draftLength ?? defaultDraftLength,
+        runs: options.runs ?? defaultRuns,
+        warmup: options.warmup ?? defaultWarmup,
+        gpu: options.gpu ?? defaultGpu,
+        threads: options.threads ?? defaultThreads(),
+    };
 }
 
 /**
- * One context per mode, one sequence each, and never two evaluations at once (node-llama-cpp's sampling of several
- * sequences in one context can race on llama.cpp's logits buffer). The contexts go onto `contexts`, which the caller
- * disposes.
+ * The prompts as token ids: text tokenized with the target's tokenizer (its GGUF loaded vocabulary-only, then let go),
+ * every id checked against the target's vocabulary. Throws GenerateError `bad_input`.
  */
-async function openContexts(
-    model: LlamaModel,
-    contexts: LlamaContext[],
-    settings: { contextSize: number; threads: number },
-): Promise<[LlamaContext, LlamaContext]> {
-    const { contextSize, threads } = settings;
-    const alone = await model.createContext({ contextSize, sequences: 1, threads });
-    contexts.push(alone);
-    const speculative = await model.createContext({ contextSize, sequences: 1, threads });
-    contexts.push(speculative);
-    return [alone, speculative];
+export async function tokenizePrompts(
+    llama: Llama,
+    targetPath: string,
+    prompts: readonly GeneratePrompt[],
+    vocabSize: number,
+): Promise<TokenizedPrompt[]> {
+    const model = await llama.loadModel({ modelPath: targetPath, vocabOnly: true });
+    try {
+        const tokenized = prompts.map((prompt) => ({
+            ...prompt,
+            tokens: Array.isArray(prompt.tokens) ? prompt.tokens : model.tokenize(prompt.tokens.text),
+        }));
+        for (const prompt of tokenized) checkPrompt(prompt.id, prompt.tokens, vocabSize);
+        return tokenized;
+    } finally {
+        await model.dispose();
+    }
 }
 
-/** The target alone and specdraft's loop over a node-llama-cpp sequence (exact-node-llama-cpp). */
-async function openLlamaExactModes(
-    model: LlamaModel,
+/** The context every prompt's generation fits in: the longest prompt, maxTokens, a full draft and a margin. */
+export function fittingContextSize(prompts: readonly TokenizedPrompt[], settings: GenerateSettings): number {
+    return Math.max(...prompts.map((p) => p.tokens.length)) + settings.maxTokens + settings.draftLength + 8;
+}
+
+/**
+ * Loads the target in specdraft's addon and the draft source, measures every prompt and summarizes; closes both after.
+ * node-llama-cpp has only tokenized.
+ */
+async function generateOnNativeTarget(options: RunGenerateOptions, setup: GenerateSetup): Promise<GenerateSummary> {
+    const { settings, targetFile, contextSize } = setup;
+    const warnings = collectWarnings(options.onWarning);
+    const target = await loadNativeTarget(options.target, setup);
+    try {
+        const sourceOptions = draftSourceOptions(options, setup, warnings.warn);
+        const source = await openStateDraftSource(options.draft, { ...sourceOptions, eogIds: target.eogIds });
+        try {
+            const modes = nativeModes(target, new TimedTokenPredictor(source.predictor), settings);
+            const results = await measurePrompts(setup.prompts, modes, settings, options.onProgress);
+            return summarizeGeneration(results, {
+                ...describeSources(options.target, targetFile, source),
+                verifier: "exact",
+                settings: describeSettings(settings, deviceKind(target), contextSize, source),
+                warnings: warnings.list,
+            });
+        } finally {
+            await source.close();
+        }
+    } finally {
+        target.dispose();
+    }
+}
+
+/** The target in specdraft's addon, sized for the setup: every output of a full draft's step, its threads. */
+export function loadNativeTarget(targetPath: string, setup: GenerateSetup): Promise<NativeTarget> {
+    const { settings, contextSize } = setup;
+    return NativeTarget.load({
+        modelPath: targetPath,
+        contextSize,
+        maxOutputs: settings.draftLength + 1,
+        gpu: settings.gpu,
+        threads: settings.threads,
+    });
+}
+
+/** The draft source's options from runGenerate's: the target's vocabulary, the sizes and where it computes. */
+export function draftSourceOptions(
+    options: RunGenerateOptions,
+    setup: GenerateSetup,
+    warn: (message: string) => void,
+): DraftSourceCommon {
+    const { settings, targetFile } = setup;
+    return {
+        draftLength: settings.draftLength,
+        gpu: settings.gpu,
+        target: { label: options.target, fingerprint: targetFile.vocabFingerprint, size: targetFile.vocabSize },
+        contextSize: setup.contextSize,
+        threads: settings.threads,
+        timeoutMs: options.timeoutMs ?? defaultGenerateTimeoutMs,
+        lookahead: options.draftLookahead,
+        warn,
+    };
+}
+
+/**
+ * The target alone and with drafts, both through the same native target, so the speed-up compares like with like;
+ * a difference is replayed on it too.
+ */
+function nativeModes(
+    target: NativeTarget,
     predictor: TimedTokenPredictor<StateOnlyTokenPredictor>,
-    contexts: LlamaContext[],
-    settings: { contextSize: number; threads: number; maxTokens: number; draftLength: number },
-): Promise<GenerationModes> {
+    settings: GenerateSettings,
+): GenerationModes {
     const { maxTokens, draftLength } = settings;
-    const [aloneContext, speculativeContext] = await openContexts(model, contexts, settings);
-    const aloneSequence = aloneContext.getSequence();
-    const target = llamaSequenceTarget(speculativeContext.getSequence());
     return {
-        alone: (tokens) => generateAlone(aloneSequence, tokens, maxTokens),
+        alone: (tokens) => generateAloneNative(target, tokens, maxTokens),
         speculate: (tokens) => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
+        replayer: async () => target,
     };
 }
 
-/** The target alone and node-llama-cpp's own speculative path (a sequence created with the token predictor). */
-async function openLibraryModes(
-    model: LlamaModel,
-    predictor: TimedTokenPredictor,
-    contexts: LlamaContext[],
-    settings: { contextSize: number; threads: number; maxTokens: number },
-): Promise<GenerationModes> {
-    const { maxTokens } = settings;
-    const [aloneContext, speculativeContext] = await openContexts(model, contexts, settings);
-    const aloneSequence = aloneContext.getSequence();
-    const speculativeSequence = speculativeContext.getSequence({ tokenPredictor: predictor });
+/** A list the warnings go onto, and `warn`, which also hands each to `onWarning` as it happens. */
+export function collectWarnings(onWarning: ((message: string) => void) | undefined): {
+    list: string[];
+    warn: (message: string) => void;
+} {
+    const list: string[] = [];
     return {
-        alone: (tokens) => generateAlone(aloneSequence, tokens, maxTokens),
-        speculate: async (tokens) => ({
-            run: await generateWithLibraryVerifier(speculativeSequence, predictor, tokens, maxTokens),
-        }),
+        list,
+        warn: (message) => {
+            list.push(message);
+            onWarning?.(message);
+        },
     };
 }
 
-/**
- * Generates every prompt `runs` times with the target alone and with drafts, after `warmup` untimed generations of the
- * first prompt in each mode, alternating the order so neither mode always runs warm; where a speculative run parts
- * from the target alone, replays both there (replayDifference.ts) when the modes can.
- */
-async function measurePrompts(
-    prompts: readonly { id: string; category?: string; tokens: number[] }[],
-    modes: GenerationModes,
-    counts: { runs: number; warmup: number },
-    onProgress: ((done: number, total: number) => void) | undefined,
-): Promise<PromptResult[]> {
-    const first = prompts[0];
-    for (let w = 0; w < counts.warmup && first !== undefined; w++) {
-        await modes.alone(first.tokens);
-        await modes.speculate(first.tokens);
-    }
+/** The summary's `target` and `draft`: paths, vocabulary fingerprints and quantizations. */
+export function describeSources(
+    targetPath: string,
+    targetFile: ModelFileInfo,
+    source: DraftSource,
+): Pick<GenerateSummary, "target" | "draft"> {
+    return {
+        target: {
+            path: targetPath,
+            vocabFingerprint: targetFile.vocabFingerprint,
+            quantization: targetFile.quantization,
+        },
+        draft: {
+            kind: source.kind,
+            source: source.label,
+            vocabFingerprint: source.vocabFingerprint,
+            quantization: source.quantization,
+        },
+    };
+}
 
-    const results: PromptResult[] = [];
-    const total = prompts.length * counts.runs * 2;
-    let done = 0;
-    const step = (): void => onProgress?.(++done, total);
-    for (const prompt of prompts) {
-        const alone: GenerationRun[] = [];
-        const speculative: GenerationRun[] = [];
-        const calls: (TargetCall[] | undefined)[] = [];
-        const speculate = async (): Promise<void> => {
-            const generated = await modes.speculate(prompt.tokens);
-            speculative.push(generated.run);
-            calls.push(generated.calls);
-            step();
-        };
-        for (let run = 0; run < counts.runs; run++) {
-            if (run % 2 === 0) {
-                alone.push(await modes.alone(prompt.tokens));
-                step();
-                await speculate();
-            } else {
-                await speculate();
-                alone.push(await modes.alone(prompt.tokens));
-                step();
-            }
-        }
-        const result = comparePromptRuns(prompt.id, prompt.category, prompt.tokens.length, alone, speculative);
-        const d = result.firstDifference;
-        const runCalls = d === undefined ? undefined : calls[d.run];
-        if (d !== undefined && runCalls !== undefined && modes.replayer !== undefined) {
-            const replay = await replayDifference(
-                await modes.replayer(),
-                prompt.tokens,
-                alone[d.run]?.tokens ?? [],
-                runCalls,
-                d,
-            );
-            Object.assign(d, replay);
-        }
-        results.push(result);
-    }
-    return results;
+/** The summary's `settings`: `gpu` is where the target computed (`cpu`, `cuda`, `vulkan`, …). */
+export function describeSettings(
+    settings: GenerateSettings,
+    gpu: string,
+    contextSize: number,
+    source: DraftSource,
+): GenerateSummary["settings"] {
+    const { maxTokens, draftLength, runs, warmup, threads } = settings;
+    return {
+        maxTokens,
+        draftLength,
+        runs,
+        warmup,
+        gpu,
+        contextSize,
+        threads,
+        ...(source.lookahead ? { draftLookahead: loneRequestCandidates(source.lookahead) } : {}),
+    };
+}
+
+/** The native target's device as the summary names it: its backend's name in lower case (`cpu` without one). */
+function deviceKind(target: NativeTarget): string {
+    return (target.gpuDevice.split(":")[0] ?? "").toLowerCase() || "cpu";
 }
 
 /** The candidates a lone request's drafter steps check: the step's budget may allow fewer than the setting. */

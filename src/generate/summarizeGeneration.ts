@@ -62,7 +62,7 @@ function replayNote(d: NonNullable<PromptResult["firstDifference"]>): string {
  * What a run's differences mean for its exit: a difference at a near tie is the decode shapes' rounding, not an error of
  * speculation (a warning naming it); any other is a failure (the first one's line).
  */
-export function judgeDifferences(summary: GenerateSummary): { warnings: string[]; failure?: string } {
+export function judgeDifferences(summary: GenerateSummary<string>): { warnings: string[]; failure?: string } {
     const differing = summary.prompts.filter((p) => !p.identical);
     const warnings = differing
         .filter((p) => p.firstDifference?.nearTie === true)
@@ -84,10 +84,10 @@ export function firstDifference(
 
 // Totals and ratios over all prompts and runs: tokens/s of each mode, speed-up, τ, draft time share, equality.
 
-export function summarizeGeneration(
+export function summarizeGeneration<Verifier extends string>(
     prompts: PromptResult[],
-    about: Pick<GenerateSummary, "target" | "draft" | "verifier" | "settings" | "warnings">,
-): GenerateSummary {
+    about: Pick<GenerateSummary<Verifier>, "target" | "draft" | "verifier" | "settings" | "warnings">,
+): GenerateSummary<Verifier> {
     const alone = totals(prompts.flatMap((p) => p.alone));
     const speculative = totals(prompts.flatMap((p) => p.speculative));
     return {
@@ -125,7 +125,7 @@ function ratio(a: number, b: number): number {
 }
 
 /** The terminal table of `specdraft generate`: target alone and speculative side by side. */
-export function formatGenerateReport(summary: GenerateSummary): string {
+export function formatGenerateReport(summary: GenerateSummary<string>): string {
     const { alone, speculative } = summary;
     const draftName = `${summary.draft.kind} (${summary.draft.source}), ${summary.verifier} verifier`;
     const rows: [string, string, string][] = [

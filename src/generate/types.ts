@@ -2,30 +2,13 @@
  * Types of `specdraft generate`: a target model generating greedily, once alone and once with drafts, side by side,
  * and the error it raises before generating.
  *
- * A prompt's path: prompt tokens → generateAlone or generateAloneNative (the target by itself) and
- * generateSpeculatively or generateWithLibraryVerifier (the target verifying drafts from a DraftSource's
- * TokenPredictor) → GenerationRun each → compared token by token (summarizeGeneration.ts), a difference replayed
- * (replayDifference.ts) → GenerateSummary.
+ * A prompt's path: prompt tokens → generateAloneNative (the target by itself) and generateSpeculatively (the target
+ * verifying drafts from a DraftSource's TokenPredictor) → GenerationRun each → compared token by token
+ * (summarizeGeneration.ts), a difference replayed (replayDifference.ts) → GenerateSummary.
  */
 
 /** Where drafts come from. */
 export type DraftSourceKind = "http" | "model" | "ngram";
-
-/**
- * Which loop verifies drafts (`--verifier`'s choices, in the order --help lists them).
- * - `node-llama-cpp`: the library's own speculative path, `sequence.evaluate()` with a `tokenPredictor`. In 3.21.1 it
- *   accepts at most one draft token per target step (see docs/generate.md), so τ ≤ 2 whatever the drafter. Still a
- *   choice: it is what the library itself delivers, the comparison bench/generateBench.sh runs and the tests check.
- * - `exact`: specdraft's loop over the same TokenPredictor with the target in specdraft's native addon
- *   (NativeTarget): `[last, d1..dk]` in one decode whose greedy token at every position comes from an argmax in
- *   llama.cpp's graph, read back in one call; keeps the longest matching prefix plus the target's own next token. The
- *   target alone runs through the same addon.
- * - `exact-node-llama-cpp`: the same loop with the target in node-llama-cpp, scoring through
- *   `sequence.controlledEvaluate()` (every asked position's logits copied to the host and sampled there).
- */
-export const verifierKinds = ["exact", "exact-node-llama-cpp", "node-llama-cpp"] as const;
-/** One of verifierKinds. */
-export type VerifierKind = (typeof verifierKinds)[number];
 
 /** One greedy generation of one prompt. */
 export interface GenerationRun {
@@ -74,7 +57,7 @@ export interface PromptResult {
         position: number;
         expected: number | null;
         actual: number | null;
-        // The near-tie check (the exact verifiers; src/generate/replayDifference.ts, docs/generate.md): both runs'
+        // The near-tie check (src/generate/replayDifference.ts, docs/generate.md): both runs'
         // calls decoded again up to this position, in the shapes they were decoded in.
         /**
          * logit[expected] − logit[actual] as the target alone computed them (an end-of-generation token stands for
@@ -91,8 +74,8 @@ export interface PromptResult {
         otherContext?: { position: number; expected: number; found: number };
         /**
          * The replays reproduce both runs' tokens from the same context: the decode shapes, not speculation, chose
-         * between two tokens within the runs' disagreement. Absent where nothing was replayed (the node-llama-cpp
-         * verifier).
+         * between two tokens within the runs' disagreement. Absent where nothing was replayed
+         * (bench/libraryVerifiers.ts's `node-llama-cpp` verifier).
          */
         nearTie?: boolean;
     };
@@ -109,13 +92,17 @@ export interface ModeTotals {
     draftSeconds: number;
 }
 
-/** What `specdraft generate` reports and writes with `--out`. */
-export interface GenerateSummary {
+/**
+ * What `specdraft generate` reports and writes with `--out`. `Verifier` names the loop that verified drafts:
+ * `specdraft generate` has one, `exact`; bench/libraryVerifiers.ts writes the same summary for node-llama-cpp's loops.
+ */
+export interface GenerateSummary<Verifier extends string = "exact"> {
     /** `quantization`: the GGUF's, by the rule `GET /info` and architecture.json use (src/engine/gguf.ts). */
     target: { path: string; vocabFingerprint: string; quantization: string };
     /** `quantization`: the drafter GGUF's, or what its server's `GET /info` says; absent for prompt lookup. */
     draft: { kind: DraftSourceKind; source: string; vocabFingerprint?: string; quantization?: string };
-    verifier: VerifierKind;
+    /** The loop that verified drafts: `exact`, specdraft's (generateSpeculatively.ts over NativeTarget). */
+    verifier: Verifier;
     settings: {
         maxTokens: number;
         draftLength: number;

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { ControlledEvaluateInputItem, Llama, Token } from "node-llama-cpp";
-import { generateAlone } from "../../src/generate/generateGreedily.js";
+import { generateAlone } from "../../bench/libraryVerifiers/nodeLlamaCppGeneration.js";
 import { aloneCalls, NativeTarget, type NativeTargetOptions } from "../../src/generate/NativeTarget.js";
 import type { NativeTargetHandle } from "../../src/generate/nativeTargetAddon.js";
 import type { TargetCall } from "../../src/generate/types.js";

@@ -14,7 +14,7 @@ import { defaultLookahead } from "../../src/engine/engineDefaults.js";
 import { readModelFileInfo } from "../../src/engine/gguf.js";
 import { loadEngine } from "../../src/engine/loadEngine.js";
 import { type RunGenerateOptions, runGenerate } from "../../src/generate/runGenerate.js";
-import { GenerateError, type GenerateSummary, type VerifierKind } from "../../src/generate/types.js";
+import { GenerateError, type GenerateSummary } from "../../src/generate/types.js";
 import { type RunningServer, startServer } from "../../src/server/startServer.js";
 import { assertLossless } from "../helpers/assertLossless.js";
 import { defined } from "../helpers/defined.js";
@@ -60,7 +60,6 @@ async function serve(modelPath: string): Promise<RunningServer> {
 
 async function generateWith(
     url: string,
-    verifier: VerifierKind = "exact",
     more: Partial<RunGenerateOptions> = {},
 ): Promise<{ summary: GenerateSummary; warnings: string[] }> {
     const warnings: string[] = [];
@@ -74,35 +73,31 @@ async function generateWith(
         threads: testThreads,
         timeoutMs: 2000,
         llama,
-        verifier,
         onWarning: (message) => warnings.push(message),
         ...more,
     });
     return { summary, warnings };
 }
 
-for (const verifier of ["exact", "node-llama-cpp"] as const) {
-    test(`${verifier} verifier, a real specdraft server serving the target itself: identical output, drafts accepted`, async () => {
-        const server = await serve(targetModel);
-        try {
-            const { summary, warnings } = await generateWith(server.url, verifier);
-            assert.deepEqual(warnings, []);
-            assertLossless(summary);
-            assert.equal(summary.draft.kind, "http");
-            assert.equal(summary.draft.vocabFingerprint, summary.target.vocabFingerprint);
-            // the server's GET /info and generate's own reading of the same GGUF name its quantization alike
-            assert.equal(summary.draft.quantization, summary.target.quantization);
-            // and its candidates a lone request's steps check (the CPU's default budget)
-            const { candidates, stepTokens } = defaultLookahead.cpu;
-            assert.equal(summary.settings.draftLookahead, Math.min(candidates, stepTokens - 1));
-            assert.ok(summary.speculative.accepted > 0, "the server's drafts are accepted");
-            if (verifier === "exact")
-                assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);
-        } finally {
-            await server.close();
-        }
-    });
-}
+test("a real specdraft server serving the target itself: identical output, drafts accepted", async () => {
+    const server = await serve(targetModel);
+    try {
+        const { summary, warnings } = await generateWith(server.url);
+        assert.deepEqual(warnings, []);
+        assertLossless(summary);
+        assert.equal(summary.draft.kind, "http");
+        assert.equal(summary.draft.vocabFingerprint, summary.target.vocabFingerprint);
+        // the server's GET /info and generate's own reading of the same GGUF name its quantization alike
+        assert.equal(summary.draft.quantization, summary.target.quantization);
+        // and its candidates a lone request's steps check (the CPU's default budget)
+        const { candidates, stepTokens } = defaultLookahead.cpu;
+        assert.equal(summary.settings.draftLookahead, Math.min(candidates, stepTokens - 1));
+        assert.ok(summary.speculative.accepted > 0, "the server's drafts are accepted");
+        assert.ok(summary.tau > draftLength - 1, `τ ${summary.tau} with the target as drafter`);
+    } finally {
+        await server.close();
+    }
+});
 
 test("a server with another vocabulary is refused with a message naming it", async () => {
     const server = await serve(otherVocabModel);
@@ -184,15 +179,12 @@ for (const [name, draftAnswer] of [
     test(`a drafter answering ${name}: a warning, then the target alone, identical output`, async () => {
         const server = await fakeDrafter(draftAnswer);
         try {
-            for (const verifier of ["exact", "node-llama-cpp"] as const) {
-                server.takeRequests();
-                const { summary, warnings } = await generateWith(server.url, verifier);
-                assert.equal(warnings.length, 1, `${verifier}: ${JSON.stringify(warnings)}`);
-                assert.match(defined(warnings[0], "the warning"), /failed .*target alone/);
-                assert.equal(server.takeRequests(), 1, "after the first failure no more drafts are asked for");
-                assertLossless(summary);
-                assert.equal(summary.speculative.accepted, 0);
-            }
+            const { summary, warnings } = await generateWith(server.url);
+            assert.equal(warnings.length, 1, JSON.stringify(warnings));
+            assert.match(defined(warnings[0], "the warning"), /failed .*target alone/);
+            assert.equal(server.takeRequests(), 1, "after the first failure no more drafts are asked for");
+            assertLossless(summary);
+            assert.equal(summary.speculative.accepted, 0);
         } finally {
             await server.close();
         }
@@ -204,7 +196,7 @@ test("the warm-up generates the first prompt untimed in both modes before the me
     try {
         const requestsWith = async (warmup: number) => {
             server.takeRequests();
-            const { summary } = await generateWith(server.url, "exact", { warmup });
+            const { summary } = await generateWith(server.url, { warmup });
             assertLossless(summary);
             assert.equal(summary.settings.warmup, warmup);
             return { requests: server.takeRequests(), summary };
@@ -228,7 +220,7 @@ test("the warm-up generates the first prompt untimed in both modes before the me
 test("each generation sends one conversation key with all its drafts, and the next generation another", async () => {
     const server = await fakeDrafter({ status: 200, body: '{"draft":[1,2]}' });
     try {
-        const { summary } = await generateWith(server.url, "exact", { warmup: 1 });
+        const { summary } = await generateWith(server.url, { warmup: 1 });
         assertLossless(summary);
         // generations run one after another, so each key's requests are one run: the warm-up, then every prompt
         const runs = server.keys.filter((key, i) => key !== server.keys[i - 1]);

@@ -94,7 +94,7 @@ test("a difference at a near tie warns, naming both runs' gaps and their disagre
         judgeDifferences(summarizeGeneration([otherContext], about)).failure ?? "",
         /prompt "cache", .*not a near tie: the speculative run's cache held token 7 at context position 4 where the target alone had 1\)/,
     );
-    // nothing replayed (the node-llama-cpp verifier): a failure
+    // nothing replayed (bench/libraryVerifiers.ts's node-llama-cpp verifier): a failure
     assert.match(judgeDifferences(summarizeGeneration([parted("unknown")], about)).failure ?? "", /prompt "unknown"/);
     assert.deepEqual(judgeDifferences(summarizeGeneration([same], about)), { warnings: [] });
 });

@@ -1,7 +1,7 @@
 /** Shared pieces of the generate tests: fixture paths, a CPU llama.cpp and prompts. */
 import { fileURLToPath } from "node:url";
 import { getLlama, type Llama, LlamaLogLevel } from "node-llama-cpp";
-import type { GeneratePrompt } from "../../src/generate/runGenerate.js";
+import type { GeneratePrompt, RunGenerateOptions } from "../../src/generate/runGenerate.js";
 
 const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/${name}`, import.meta.url));
 
@@ -22,3 +22,19 @@ export const testPrompts: GeneratePrompt[] = [
     { id: "py", tokens: { text: "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef" } },
     { id: "ids", category: "raw", tokens: [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13, 785, 3974, 1876] },
 ];
+
+/** Draft tokens per step of testGenerateOptions (k). */
+export const testDraftLength = 6;
+
+/** runGenerate's options for the fixtures on the CPU but the draft: the target, testPrompts, 40 tokens, k = 6. */
+export function testGenerateOptions(llama: Llama): Omit<RunGenerateOptions, "draft"> {
+    return {
+        target: targetModel,
+        prompts: testPrompts,
+        maxTokens: 40,
+        draftLength: testDraftLength,
+        gpu: "cpu",
+        threads: testThreads,
+        llama,
+    };
+}

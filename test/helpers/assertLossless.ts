@@ -15,7 +15,7 @@ export const maxNearTieShare = 0.25;
  * tie whose replay reproduced both tokens within the decode shapes' disagreement; at most maxNearTieShare part.
  * Returns the number of prompts that parted.
  */
-export function assertLossless(summary: GenerateSummary): number {
+export function assertLossless(summary: GenerateSummary<string>): number {
     const { failure } = judgeDifferences(summary);
     assert.equal(failure, undefined);
     let parted = 0;

@@ -1,18 +1,18 @@
 /**
  * GreedyDraftTokenPredictor: a draft model through node-llama-cpp, drafting in lock-step with the verifier (the
- * exact-node-llama-cpp verifier's draft-model source; openDraftSource.ts opens it).
+ * exact-node-llama-cpp verifier's draft-model source; openLibraryDraftSource.ts opens it).
  */
 import type { LlamaContextSequence, Token } from "node-llama-cpp";
-import { StateTokenPredictor } from "./StateTokenPredictor.js";
+import { StateTokenPredictor } from "../../src/generate/StateTokenPredictor.js";
 
 /**
  * A TokenPredictor over an in-process draft model that drafts in lock-step with the verifier: each `predictTokens()`
  * aligns the draft sequence's KV cache with the tokens so far (keeping the common prefix, accepted drafts included)
  * and generates k greedy tokens; nothing runs in the background.
  *
- * Used by the exact verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1) stops drafting
- * once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once) and then evaluates
- * the next token without its last drafted one, so a perfect drafter loses every other step.
+ * Used by the exact-node-llama-cpp verifier instead of node-llama-cpp's DraftSequenceTokenPredictor, which (3.21.1)
+ * stops drafting once its predictions are all consumed (a new draft iterator over zero pending tokens ends at once)
+ * and then evaluates the next token without its last drafted one, so a perfect drafter loses every other step.
  */
 export class GreedyDraftTokenPredictor extends StateTokenPredictor {
     private readonly draftSequence: LlamaContextSequence;
