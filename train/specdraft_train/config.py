@@ -165,6 +165,8 @@ class DistillConfig:
     # QAT runs as a short second distillation from the distilled drafter (`distill --qat --init <distilled>`).
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
+    # `run`'s QAT budget in seconds (0: its epochs alone bound it); `distill --qat` takes --time-budget instead
+    qat_time_budget_s: float = 0.0
 
     def schedule(self, qat: bool) -> tuple[int, float]:
         """A run's epochs and peak learning rate: QAT's under ``qat``, else distillation's."""

@@ -316,6 +316,7 @@ SMOLLM2_CHAT = LabPreset(
         replay_weight=0.2,
         qat_epochs=1,
         qat_lr=1e-4,
+        qat_time_budget_s=40,  # what real_lab.sh gave QAT
     ),
     # All-Q4_0, as qwen3-chat: the tied embedding is 80 % of the drafter and, as the output head, the largest matmul
     # of every drafter step; Q4_0 halves the bytes that step reads (15.9 MB instead of 30.1 MB at Q8_0) and the file,

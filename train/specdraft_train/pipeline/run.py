@@ -217,10 +217,10 @@ class Run:
             "corpus",
             corpus_dir,
             lambda: corpus.build_corpus(
-                corpus_dir, preset.corpus, corpus.stdlib_root(), [], corpus.preset_prose(preset)
+                corpus_dir, preset.corpus, corpus.stdlib_root(), self.args.extra, corpus.preset_prose(preset)
             ),
             lambda: stage_complete(corpus_dir, "corpus"),
-            {},
+            {"extra": [str(e) for e in self.args.extra]},
         )
         shape = {f: getattr(preset.drafter, f) for f in drafter.SHAPE_FIELDS}
         self.stage(
@@ -289,7 +289,7 @@ class Run:
                 source,
                 self.d["reference"],
                 out,
-                config,
+                dataclasses.replace(config, time_budget_s=config.qat_time_budget_s) if qat else config,
                 qat=qat,
                 embedding_type=embedding,
                 replay_tokens=replay,
@@ -487,6 +487,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=parse_init,
         default=("layers", None),
         help="layers:N (N of the target's layers), layers (a quarter of them: the default) or scratch",
+    )
+    p.add_argument(
+        "--extra", action="append", default=[], type=Path, help="--init scratch: more code trees for its corpus"
     )
     p.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="chat prompts JSONL (default: %(default)s)")
     p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS), help="budgets (default: %(default)s)")
