@@ -12,6 +12,7 @@ import { aloneCalls, NativeTarget, type NativeTargetOptions } from "../../src/ge
 import type { NativeTargetHandle } from "../../src/generate/nativeTargetAddon.js";
 import type { TargetCall } from "../../src/generate/types.js";
 import { defined } from "../helpers/defined.js";
+import { assertArgmaxesAgree, assertDraftsAgree } from "../helpers/nearTies.js";
 import { cpuLlama, targetModel, testThreads } from "./testModels.js";
 
 const contextSize = 256;
@@ -91,7 +92,10 @@ test("one verify call = one llama_decode, with the greedy token of every positio
     const keep = prompt.length + 3;
     const step = [11, 21, 31, 41, 51];
     const next = await target.verify(step, keep, 0);
-    assert.deepEqual(next, (await libraryGreedy([...prompt, ...drafts.slice(0, 3), ...step])).slice(keep));
+    // the cache trimmed and decoded again against one decode of it all: other shapes, so equal up to near ties
+    const whole = [...prompt, ...drafts.slice(0, 3), ...step];
+    const library = (await libraryGreedy(whole)).slice(keep);
+    await assertArgmaxesAgree(targetModel, whole, keep, library, next, "a verify after a trimmed cache");
     assert.equal(target.stats.decodes, 2);
     assert.equal(target.cached, keep + step.length);
 
@@ -120,7 +124,12 @@ test("the target alone equals node-llama-cpp's greedy generation; a prompt longe
     const reference = await generateAlone(context.getSequence(), prompt, 40);
     const before = target.stats.decodes;
     const tokens = await target.generate(prompt, 40);
-    assert.deepEqual(tokens, reference.tokens);
+    // the prompt split over two decodes against one: equal up to near ties of the target's logits
+    await assertDraftsAgree(
+        targetModel,
+        [{ context: prompt, expected: reference.tokens, actual: tokens }],
+        "split prompt",
+    );
     // the 12-token prompt in batches of 8 (2 decodes), then one decode per token but the last
     assert.equal(target.stats.decodes - before, 2 + tokens.length - 1);
     assert.equal(target.cached, prompt.length + tokens.length - 1);

@@ -116,3 +116,32 @@ export function draftPairs(
     assert.equal(actual.length, expected.length, "as many drafts on both sides");
     return contexts.map((context, i) => ({ context, expected: expected[i] ?? [], actual: actual[i] ?? [] }));
 }
+
+/**
+ * The greedy token at each position from `from` of `tokens`, as two decodes of other shapes computed them: equal, or
+ * parted at positions where `modelPath`'s two best tokens nearly tie (judged on the whole context up to the position,
+ * gap ≤ 2 × disagreement or below tieGap), at most one in four positions.
+ */
+export async function assertArgmaxesAgree(
+    modelPath: string,
+    tokens: readonly number[],
+    from: number,
+    expected: readonly number[],
+    actual: readonly number[],
+    what: string,
+): Promise<void> {
+    assert.equal(actual.length, expected.length, `${what}: as many greedy tokens`);
+    const parted = expected.flatMap((token, i) => (actual[i] === token ? [] : [i]));
+    for (const i of parted) {
+        const parting = await judgeParting(modelPath, {
+            context: tokens.slice(0, from + i + 1),
+            expected: [expected[i] ?? -1],
+            actual: [actual[i] ?? -1],
+        });
+        assert.ok(parting?.nearTie, `${what}, position ${from + i}: ${JSON.stringify(parting)}`);
+    }
+    assert.ok(
+        parted.length <= Math.max(1, Math.floor(maxPartedShare * expected.length)),
+        `${what}: ${parted.length} parted`,
+    );
+}
