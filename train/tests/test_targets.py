@@ -175,8 +175,8 @@ def test_a_qwen2_drafter_exports_at_f32_and_qat_q4_0_and_drafts_in_llama_cpp(
     assert tensors["blk.0.attn_q.weight"].tensor_type.name == "Q4_0" and "blk.0.attn_output.bias" not in tensors
 
     tokenizer = load_tokenizer(drafter)
-    prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True) for m in CHATS]
-    prompts = [list(p["input_ids"] if isinstance(p, dict) else p) for p in prompts]
+    chats = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in CHATS]
+    prompts = [tokenizer(chat, add_special_tokens=False)["input_ids"] for chat in chats]
     request = {"prompts": prompts, "n": 4, "probabilities": True, **EXACT_SETTINGS}
     served_f32, served_q4 = run_gguf_greedy_all([f32, q4], request)
     with torch.no_grad():
