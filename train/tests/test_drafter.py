@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import run_main
 from safetensors.torch import load_file
+from tiny_targets import QWEN3_TOKENIZER_DIR, tiny_hf_target
 
 from specdraft_train.commands import drafter
 from specdraft_train.commands.tokenizer import load_tokenizer as load_lab_tokenizer
@@ -133,7 +134,21 @@ def test_a_target_of_another_architecture_is_refused_naming_the_supported(tmp_pa
     code, _, err = run_main(
         "drafter", "--target", str(tmp_path / "gpt2"), "--out", str(tmp_path / "d"), "--init", "layers", "--layers", "1"
     )
-    assert code == 2 and "model type 'gpt2'" in err and "llama, qwen3" in err, err
+    assert code == 2 and "model type 'gpt2'" in err and "llama, qwen2, qwen3" in err, err
+
+
+def test_distill_refuses_a_drafter_of_another_vocabulary_before_training(tiny: dict[str, Path], tmp_path: Path):
+    """A drafter given by hand (no manifest, so no tokenizer.json hash to compare) with Qwen3's vocabulary, against
+    reference data of the lab target's: refused by the vocabulary fingerprint, in one line, nothing trained."""
+    foreign = tiny_hf_target("qwen3", QWEN3_TOKENIZER_DIR, tmp_path / "qwen3")
+    out = tmp_path / "distilled"
+    flags = ("--preset", "micro", "--device", "cpu", "--batch-size", "8")
+    code, _, err = run_main(
+        "distill", "--drafter", str(foreign), "--reference", str(tiny["reference"]), "--out", str(out), *flags
+    )
+    assert code == 2 and "has another vocabulary than the target of the reference data" in err, err
+    assert len([line for line in err.strip().splitlines() if "vocabulary" in line]) == 1, err
+    assert not (out / "model.safetensors").exists()
 
 
 def test_pretrain_init_trains_a_given_checkpoint_on_the_corpus_in_its_own_tokenizer(

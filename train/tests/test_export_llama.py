@@ -206,9 +206,13 @@ def test_export_refuses_what_it_cannot_write_in_one_line(smollm2_tokenizer: Path
     cases: dict[str, tuple[dict[str, Any], str]] = {
         "another architecture": (
             {"architectures": ["MistralForCausalLM"], "model_type": "mistral"},
-            r"export writes Qwen3ForCausalLM and LlamaForCausalLM checkpoints; found MistralForCausalLM\.$",
+            r"export writes Qwen3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM checkpoints; "
+            r"found MistralForCausalLM\.$",
         ),
-        "biases": ({"attention_bias": True}, r"a LlamaForCausalLM with attention_bias or mlp_bias; export writes"),
+        "biases": (
+            {"attention_bias": True},
+            r"a LlamaForCausalLM with attention_bias or mlp_bias; export writes llama",
+        ),
         "RoPE scaling": (
             {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
             r"RoPE scaling 'llama3' is not exported: export writes plain RoPE",

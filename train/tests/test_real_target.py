@@ -248,7 +248,7 @@ def test_the_q4_0_drafter_drafts_for_generate_with_the_f32_target_losslessly(dra
 @pytest.mark.parametrize(
     "arch, pre, says",
     [
-        ("gemma2", "smollm", "architecture 'gemma2': `target` converts llama GGUFs"),
+        ("gemma2", "smollm", "architecture 'gemma2': `target` converts llama, qwen2, qwen3 GGUFs and "),
         ("llama", "deepseek-llm", "pre-tokenizer 'deepseek-llm': `target` converts"),
     ],
 )

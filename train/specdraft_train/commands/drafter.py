@@ -9,7 +9,8 @@ generation config, and a shape of its own — from scratch or from the target's 
   `--keep-layers I,J,…`, with the target's embedding, final norm and output head; the target's width, so no shape
   flags. A drafter of all the target's layers is the target itself.
 
-Its architecture is the target's (Llama → Llama, Qwen3 → Qwen3, models.TRAINED_MODEL_TYPES; another is refused): the
+Its architecture is the target's (Llama → Llama, Qwen2 → Qwen2, Qwen3 → Qwen3: models.TRAINED_MODEL_TYPES, the
+architectures gguf_layout.ARCHITECTURES lists; another is refused): the
 same rope, norm and attention conventions, so layers copy across unchanged, and `export` writes it with the target's
 llama.cpp architecture. Tokenizer files are copied byte for byte (`distill` checks a drafter's tokenizer.json against
 the reference target's); the manifest records the shape, the parameters (the embedding's apart) and, for `layers`,
@@ -136,7 +137,7 @@ def build(
     if config.model_type not in TRAINED_MODEL_TYPES:
         raise ValueError(
             f"{target}: model type {config.model_type!r}: drafters are made for "
-            f"{', '.join(TRAINED_MODEL_TYPES)} targets"
+            f"{', '.join(sorted(TRAINED_MODEL_TYPES))} targets"
         )
     total = config.num_hidden_layers
     if init == "layers":

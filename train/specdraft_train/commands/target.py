@@ -1,15 +1,19 @@
-"""Stage `target`: a Llama-architecture GGUF (a real chat model as it is distributed) → the target the pipeline trains
-against, as an HF checkpoint, and the GGUF it is served from.
+"""Stage `target`: a real chat model as it is distributed — a GGUF (``--gguf``) or a Hugging Face checkpoint directory
+or hub id (``--hf``) of a Llama (Llama 3.x, SmolLM2, Mistral-style GGUFs), Qwen2 (Qwen2.5) or Qwen3 model, the
+architectures gguf_layout.ARCHITECTURES lists — → the target the pipeline trains against, as an HF checkpoint, and
+the GGUF it is served from. Anything else is refused in one line naming what is supported.
 
 What "the target" is, defined once: **the weights the GGUF holds, dequantized to fp32** (gguf-py's dequantization,
-block by block what llama.cpp computes from the file: d·q + m for Q4_1). Both outputs are those same weights:
+block by block what llama.cpp computes from the file: d·q + m for Q4_1), or an HF checkpoint's weights as fp32. Both
+outputs are those same weights:
 
 - an HF checkpoint (config, fp32 ``model.safetensors``, tokenizer, ``chat_template.jinja``, generation config with the
   chat model's end tokens, ``manifest.json``) that `reference`, `distill`, `evaluate` and `drafter` load like any other;
   Q/K rows un-permuted back to HF's layout as transformers' GGUF loader does (its ``load_gguf_checkpoint``, without
   the ``accelerate`` that its ``from_pretrained(gguf_file=…)`` needs);
 - ``target-f32.gguf``: the input file with every tensor stored as F32 and every metadata key kept (tokenizer,
-  pre-tokenizer, chat template), which `specdraft serve` / `generate` / `validate` run.
+  pre-tokenizer, chat template), which `specdraft serve` / `generate` / `validate` run; from an HF checkpoint, the
+  checkpoint written by the pipeline's own export at F32 (training/gguf_export.py, llama.cpp's converter's layout).
 
 Why not serve the quantized file as it came: llama.cpp computes a quantized matmul with its activations quantized too
 (Q8_1 for Q4_1 weights), so the served Q4_1 model is another function than the fp32 model transformers runs on the same
@@ -21,13 +25,16 @@ Why not F16: Q4_1's d·q + m values are not all representable in F16, so an F16 
 The tokenizer comes from transformers' GGUF converter, mended where it is wrong for these files: its eos is the GGUF's
 bos (SmolLM2's would end answers at ``<|im_start|>``), and it splits text with GPT-2's rule whatever the GGUF's
 pre-tokenizer says (SmolLM2's ``smollm`` also isolates digits): the special tokens are set from the GGUF's ids and the
-split from :func:`vocabulary.hf_pre_tokenizer`. The generation config stops at the GGUF's eos and end-of-turn tokens.
+split from :func:`vocabulary.hf_pre_tokenizer`. From an HF checkpoint the tokenizer files are copied as they are. The
+generation config is greedy and stops at the model's eos and at every end token its vocabulary has (``<|im_end|>``,
+``<|endoftext|>``: Qwen's chat models end a turn at the first, a document at the second).
 ``--no-weights`` writes the checkpoint without its weights and the served GGUF: where the weights cannot go yet (a GPU
 machine that receives the GGUF in parts), a drafter from scratch can already be made and pretrained with its tokenizer.
 
     bash train/scripts/data/fetch_smollm2.sh          # prints the Q4_1 GGUF's path (pinned by sha256)
     python -m specdraft_train target --gguf train/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smol/target
     python -m specdraft_train target --gguf ... --out runs/smol/target-meta --no-weights   # tokenizer and config alone
+    python -m specdraft_train target --hf Qwen/Qwen2.5-0.5B-Instruct --out runs/qwen/target   # or a local directory
 """
 
 from __future__ import annotations
@@ -43,22 +50,42 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
-from transformers import AutoConfig, GenerationConfig, PretrainedConfig, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 from transformers.integrations.ggml import convert_gguf_tokenizer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
 from ..formats.artifacts import AtomicFile, sha256_file, write_manifest
+from ..formats.gguf_layout import (
+    ARCHITECTURES,
+    GGUF_ARCHITECTURES,
+    HF_CLASSES,
+    Architecture,
+    architecture_of,
+    gguf_architecture,
+    rope_theta,
+)
 from ..formats.vocabulary import (
     END_OF_TEXT,
     IM_END,
     PRE_TOKENIZER_NAMES,
     find_pre_tokenizer,
+    llama_cpp_pre_tokenizer,
     tokenizer_fingerprint,
     vocab_fingerprint,
 )
 from ..modeling.models import architecture_summary, new_model, save_checkpoint
+from ..training.gguf_export import export_gguf, manifest_path
 
-SUPPORTED_ARCHITECTURES = ("llama",)  # general.architecture values this stage converts
+SOURCE_KINDS = ("gguf", "hf")  # --gguf FILE, --hf DIR_OR_ID
+SUPPORTED = f"{GGUF_ARCHITECTURES} GGUFs and {HF_CLASSES} checkpoints"  # what every refusal names
 SERVED_GGUF = "target-f32.gguf"  # in OUT: the target as specdraft serves it
 # Beside the GGUF's eos: tokens that end a chat answer or a document wherever a vocabulary has them (llama.cpp counts
 # both as end of generation too, so `generate` stops where `reference` does).
@@ -87,9 +114,15 @@ def open_gguf(path: Path) -> gguf.GGUFReader:
     except (ValueError, OSError) as error:
         raise ValueError(f"{path}: not a readable GGUF ({error})") from error
     architecture = field_value(reader, "general.architecture")
-    if architecture not in SUPPORTED_ARCHITECTURES:
+    if gguf_architecture(architecture) is None:
+        raise ValueError(f"{path}: architecture {architecture!r}: `target` converts {SUPPORTED}")
+    # Llama 3.1+'s frequency factors (rope_freqs) and any rope.scaling: transformers' GGUF loader reads neither, so the
+    # checkpoint would rotate otherwise than llama.cpp serves the file
+    scaling = field_value(reader, f"{architecture}.rope.scaling.type")
+    if any(t.name == "rope_freqs.weight" for t in reader.tensors) or scaling not in (None, "none"):
         raise ValueError(
-            f"{path}: architecture {architecture!r}: `target` converts {', '.join(SUPPORTED_ARCHITECTURES)} GGUFs"
+            f"{path}: RoPE scaling ({scaling or 'rope_freqs'}): `target` converts GGUFs of plain RoPE (as SmolLM2, "
+            "Qwen2.5 and Qwen3 have it)"
         )
     model, pre = field_value(reader, "tokenizer.ggml.model"), field_value(reader, "tokenizer.ggml.pre")
     if model != "gpt2" or pre not in PRE_TOKENIZER_NAMES:
@@ -109,13 +142,21 @@ def gguf_tokens(reader: gguf.GGUFReader) -> list[str]:
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
-    """transformers' reading of the GGUF's metadata: its config, its tokenizer's vocabulary and merges."""
-    return load_gguf_checkpoint(str(path), return_tensors=False)
+    """transformers' reading of the GGUF's metadata: its config, its tokenizer's vocabulary and merges (and the head
+    size, ``key_length``, which its mapping leaves out for some architectures)."""
+    metadata = load_gguf_checkpoint(str(path), return_tensors=False)
+    reader = gguf.GGUFReader(path)
+    metadata["key_length"] = field_value(reader, f"{field_value(reader, 'general.architecture')}.attention.key_length")
+    return metadata
 
 
 def model_config(metadata: dict[str, Any]) -> PretrainedConfig:
     """The HF config of the GGUF's model."""
     config = AutoConfig.for_model(**metadata["config"])
+    # transformers' Qwen3 mapping skips attention.key_length, and Qwen3Config's default head_dim is 128 whatever the
+    # width: the head size the file says is the one llama.cpp computes with
+    if (key_length := metadata.get("key_length")) is not None:
+        config.head_dim = int(key_length)
     # float32's 1e-5 read back as 9.999999747378752e-06: the shortest decimal of the same float32 is what HF writes
     config.rms_norm_eps = float(str(np.float32(config.rms_norm_eps)))
     return config
@@ -165,22 +206,27 @@ def gguf_tokenizer(path: Path) -> PreTrainedTokenizerFast:
     return load_tokenizer(open_gguf(path), read_metadata(path))
 
 
+def stop_generation_config(
+    vocab: dict[str, int], eos: list[int], bos: int | None, pad: int | None, where: str
+) -> GenerationConfig:
+    """Greedy, stopping at the model's ``eos`` ids and at every END_TOKENS the vocabulary has."""
+    stop = list(dict.fromkeys(eos + [vocab[t] for t in END_TOKENS if t in vocab]))
+    if not stop:
+        raise ValueError(
+            f"{where}: the model names no eos token and its vocabulary has none of {', '.join(END_TOKENS)}"
+        )
+    return GenerationConfig(
+        bos_token_id=bos, eos_token_id=stop, pad_token_id=stop[0] if pad is None else pad, do_sample=False
+    )
+
+
 def generation_config(reader: gguf.GGUFReader) -> GenerationConfig:
     """Greedy, stopping at the GGUF's eos and at every END_TOKENS the vocabulary has."""
-    tokens = gguf_tokens(reader)
-    eos = field_value(reader, "tokenizer.ggml.eos_token_id")
-    stop = ([] if eos is None else [int(eos)]) + [tokens.index(t) for t in END_TOKENS if t in tokens]
-    stop = list(dict.fromkeys(stop))
-    if not stop:
-        raise ValueError("the GGUF names no eos token and its vocabulary has none of " + ", ".join(END_TOKENS))
-    pad = field_value(reader, "tokenizer.ggml.padding_token_id")
-    bos = field_value(reader, "tokenizer.ggml.bos_token_id")
-    return GenerationConfig(
-        bos_token_id=None if bos is None else int(bos),
-        eos_token_id=stop,
-        pad_token_id=stop[0] if pad is None else int(pad),
-        do_sample=False,
-    )
+    vocab = {token: i for i, token in reversed(list(enumerate(gguf_tokens(reader))))}  # a repeated string: its first id
+    ids = {key: field_value(reader, f"tokenizer.ggml.{key}_token_id") for key in ("eos", "bos", "padding")}
+    ids = {key: None if value is None else int(value) for key, value in ids.items()}
+    eos = [] if ids["eos"] is None else [ids["eos"]]
+    return stop_generation_config(vocab, eos, ids["bos"], ids["padding"], "the GGUF")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -214,14 +260,102 @@ def write_served_gguf(reader: gguf.GGUFReader, out_path: Path, progress: bool = 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# From a Hugging Face checkpoint
+
+
+def hf_architecture(source: str, config: PretrainedConfig) -> Architecture:
+    """The architecture of an HF checkpoint's config, refused in one line when it is none this stage converts (or
+    one export cannot write as the served GGUF: biases where the architecture has none, RoPE scaling)."""
+    classes = config.architectures or []
+    if not any(a.hf_class in classes or (not classes and a.model_type == config.model_type) for a in ARCHITECTURES):
+        found = ", ".join(classes) or config.model_type
+        raise ValueError(f"{source}: {found}: `target` converts {SUPPORTED}")
+    arch = architecture_of(config.to_dict(), source)
+    rope_theta(config.to_dict())
+    return arch
+
+
+def hf_tokenizer(source: str) -> PreTrainedTokenizerBase:
+    """The checkpoint's tokenizer, refused in one line when llama.cpp would split its text otherwise (export's rule)."""
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise ValueError(f"{source}: no tokenizer.json: `target` converts byte-level BPE tokenizers (a fast tokenizer)")
+    try:
+        llama_cpp_pre_tokenizer(json.loads(tokenizer.backend_tokenizer.to_str()))
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
+    return tokenizer
+
+
+def hf_generation_config(source: str, config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
+    """Greedy, stopping at the checkpoint's eos ids (its generation config's, else its config's and its tokenizer's) and
+    at every END_TOKENS the vocabulary has; its sampling settings are not the target's (the target is greedy)."""
+    try:
+        given = GenerationConfig.from_pretrained(source)
+    except OSError:  # no generation_config.json
+        given = GenerationConfig.from_model_config(config)
+    eos = given.eos_token_id if given.eos_token_id is not None else config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    bos = given.bos_token_id if given.bos_token_id is not None else config.bos_token_id
+    bos = bos[0] if isinstance(bos, list) else bos
+    pad = given.pad_token_id if given.pad_token_id is not None else tokenizer.pad_token_id
+    return stop_generation_config(tokenizer.get_vocab(), eos, bos, pad, source)
+
+
+def hf_inputs(source: str) -> dict[str, Any]:
+    """What the manifest records of an HF source: the directory's model, config and tokenizer files by sha256, or
+    the hub id."""
+    path = Path(source)
+    if not path.is_dir():
+        return {"id": source}
+    names = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", ".json", ".jinja"))
+    return {"path": source, "sha256": {name: sha256_file(path / name) for name in names}}
+
+
+def convert_hf(source: str, out_dir: Path, progress: bool, weights: bool) -> tuple[torch.nn.Module, Any, list[str]]:
+    """The HF checkpoint's weights as fp32 into ``out_dir`` with its tokenizer files as they are, and (with weights)
+    the served F32 GGUF written by export; returns the model, its tokenizer and the files written."""
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except OSError as error:  # no such directory, no config.json, no such hub id (or no hub)
+        raise ValueError(
+            f"--hf {source}: not an HF checkpoint directory or hub id ({str(error).splitlines()[0]})"
+        ) from None
+    hf_architecture(source, config)
+    tokenizer = hf_tokenizer(source)  # both refused before any weight is read
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    else:
+        with torch.device("meta"):
+            model = new_model(config, seed=0)
+    model.generation_config = hf_generation_config(source, config, tokenizer)
+    model.eval()
+    outputs = save_checkpoint(model, out_dir, source, weights=weights)
+    if weights:
+        export_gguf(out_dir, out_dir / SERVED_GGUF, "F32", progress=progress, ptq=True)
+        manifest_path(out_dir / SERVED_GGUF).unlink()  # the target's manifest records the file
+        outputs.append(SERVED_GGUF)
+    return model, tokenizer, outputs
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The stage
 
 
-def run(gguf_path: Path, out_dir: Path, progress: bool = True, weights: bool = True) -> dict[str, Any]:
-    """Convert ``gguf_path`` into ``out_dir`` (module docstring); returns the manifest. ``weights=False``: the
-    checkpoint's other files alone (config, tokenizer, chat template, generation config: all that `drafter --init
-    scratch` reads), the same bytes as in the full checkpoint, and no served GGUF."""
-    start = time.time()
+def source_kind(source: Path | str, kind: str | None) -> str:
+    """``kind`` when given, else "gguf" for a file and "hf" for a directory or a hub id."""
+    if kind is not None:
+        if kind not in SOURCE_KINDS:
+            raise ValueError(f"source kind {kind!r}: expected one of {', '.join(SOURCE_KINDS)}")
+        return kind
+    return "gguf" if Path(source).is_file() or str(source).endswith(".gguf") else "hf"
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path, progress: bool, weights: bool) -> tuple[Any, ...]:
+    """The GGUF's dequantized weights into ``out_dir`` (module docstring); returns the model, its tokenizer, the files
+    written, and the manifest's inputs and extra fields of a GGUF source."""
     reader = open_gguf(gguf_path)
     metadata = read_metadata(gguf_path)
     tokenizer = load_tokenizer(reader, metadata)
@@ -241,18 +375,49 @@ def run(gguf_path: Path, out_dir: Path, progress: bool = True, weights: bool = T
     types: dict[str, int] = {}
     for tensor in reader.tensors:
         types[tensor.tensor_type.name] = types.get(tensor.tensor_type.name, 0) + 1
+    inputs = {"gguf": {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "tensor_types": types}}
+    keys = ("general.name", "general.architecture", "general.file_type", "tokenizer.ggml.pre")
+    extra = {
+        "gguf": {key: field_value(reader, key) for key in keys},
+        "vocab_fingerprint": vocab_fingerprint(gguf_tokens(reader)),
+    }
+    return model, tokenizer, outputs, inputs, extra
+
+
+def run(
+    gguf_path: Path | str,
+    out_dir: Path,
+    progress: bool = True,
+    weights: bool = True,
+    kind: str | None = None,
+) -> dict[str, Any]:
+    """Convert the target ``gguf_path`` — a GGUF file, or with ``kind="hf"`` (the default for a directory or a hub id)
+    an HF checkpoint — into ``out_dir`` (module docstring); returns the manifest. ``weights=False``: the checkpoint's
+    other files alone (config, tokenizer, chat template, generation config: all that `drafter --init scratch` reads),
+    the same bytes as in the full checkpoint, and no served GGUF."""
+    start = time.time()
+    source, kind = gguf_path, source_kind(gguf_path, kind)
+    if kind == "gguf":
+        model, tokenizer, outputs, inputs, extra = convert_gguf(Path(source), out_dir, progress, weights)
+    else:
+        model, tokenizer, outputs = convert_hf(str(source), out_dir, progress, weights)
+        inputs, extra = {"hf": hf_inputs(str(source))}, {}
+        # the served file's token list, as the GGUF path records its input's (without weights: what export will write)
+        served = out_dir / SERVED_GGUF
+        tokens = gguf_tokens(gguf.GGUFReader(served)) if weights else None
+        extra["vocab_fingerprint"] = (
+            tokenizer_fingerprint(tokenizer, model.config.vocab_size) if tokens is None else vocab_fingerprint(tokens)
+        )
+    vocab_size = model.config.vocab_size
     return write_manifest(
         out_dir,
         "target",
         outputs=outputs,
-        params={"served": {"file": SERVED_GGUF, "type": "F32"} if weights else None, "weights": weights},
-        inputs={"gguf": {"path": str(gguf_path), "sha256": sha256_file(gguf_path), "tensor_types": types}},
+        params={"served": {"file": SERVED_GGUF, "type": "F32"} if weights else None, "weights": weights, "kind": kind},
+        inputs=inputs,
         extra={
             "architecture": architecture_summary(model),
-            "gguf": {
-                key: field_value(reader, key)
-                for key in ("general.name", "general.architecture", "general.file_type", "tokenizer.ggml.pre")
-            },
+            **extra,
             "special_ids": {
                 "bos": tokenizer.bos_token_id,
                 "eos": tokenizer.eos_token_id,
@@ -261,7 +426,6 @@ def run(gguf_path: Path, out_dir: Path, progress: bool = True, weights: bool = T
             },
             # the served file's token list and the tokenizer's, as export would write it: validate and generate compare
             # fingerprints, so the two must be one vocabulary
-            "vocab_fingerprint": vocab_fingerprint(gguf_tokens(reader)),
             "tokenizer_vocab_fingerprint": tokenizer_fingerprint(tokenizer, vocab_size),
             "seconds": time.time() - start,
         },
@@ -271,11 +435,13 @@ def run(gguf_path: Path, out_dir: Path, progress: bool = True, weights: bool = T
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "target",
-        help="a Llama-architecture GGUF → the target's HF checkpoint and its F32 GGUF for serving",
+        help="a Llama/Qwen2/Qwen3 GGUF or HF checkpoint → the target's HF checkpoint and its F32 GGUF for serving",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gguf", required=True, type=Path, help="the target as distributed (any type gguf-py dequantizes)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gguf", type=Path, help="the target as distributed (any type gguf-py dequantizes)")
+    source.add_argument("--hf", help="the target as an HF checkpoint directory or hub id (e.g. Qwen/Qwen3-1.7B)")
     p.add_argument("--out", required=True, type=Path, help=f"checkpoint directory to write (with {SERVED_GGUF})")
     p.add_argument(
         "--no-weights",
@@ -288,7 +454,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    manifest = run(args.gguf, args.out, weights=args.weights)
+    if args.gguf is not None:
+        manifest = run(args.gguf, args.out, weights=args.weights, kind="gguf")
+    else:
+        manifest = run(args.hf, args.out, weights=args.weights, kind="hf")
     summary = manifest["architecture"]
     print(
         json.dumps(

@@ -3,9 +3,13 @@ architecture, which hyper-parameter keys, which tensor names, which order of row
 `export` writes the tensor values (quant.py's blocks) into this layout; bench/models/make_random_gguf.py writes random
 ones.
 
-    architecture   HF class           GGUF arch   q/k rows                        extra keys
-    Qwen3          Qwen3ForCausalLM   qwen3       as HF stores them (NeoX RoPE)   —
+    architecture   HF class           GGUF arch   q/k rows                        extra keys / tensors
     Llama          LlamaForCausalLM   llama       permuted per head (see below)   vocab_size, rope.dimension_count
+    Qwen2          Qwen2ForCausalLM   qwen2       as HF stores them (NeoX RoPE)   blk.N.attn_{q,k,v}.bias (F32)
+    Qwen3          Qwen3ForCausalLM   qwen3       as HF stores them (NeoX RoPE)   blk.N.attn_{q,k}_norm
+
+These are the architectures the pipeline takes a target of (`target` from a GGUF or an HF checkpoint), makes drafters
+of (`drafter`) and writes (`export`): :data:`ARCHITECTURES`, the one list each of them reads.
 
 HF rotates dimensions i and i + d/2 of a head together (``rotate_half``); llama.cpp's ``llama`` architecture rotates
 2i and 2i + 1. The converter therefore reorders the rows of q_proj and k_proj within each head (:func:`qk_row_order`),
@@ -46,6 +50,9 @@ class Architecture:
     # llama.cpp's converter for the class (its LlamaModel): q/k rows reordered to llama.cpp's RoPE pairs, and the keys
     # vocab_size, rope.dimension_count and (from tokenizer_config.json) tokenizer.ggml.add_space_prefix written
     llama_layout: bool
+    # q_proj, k_proj and v_proj carry biases by the architecture's definition (Qwen2), written as F32 tensors beside
+    # their weights; an architecture without (Llama, Qwen3) is refused when its config asks for biases
+    qkv_bias: bool = False
 
     @property
     def gguf_name(self) -> str:
@@ -54,7 +61,15 @@ class Architecture:
 
 QWEN3 = Architecture("Qwen3ForCausalLM", "qwen3", gguf.MODEL_ARCH.QWEN3, llama_layout=False)
 LLAMA = Architecture("LlamaForCausalLM", "llama", gguf.MODEL_ARCH.LLAMA, llama_layout=True)
-ARCHITECTURES = (QWEN3, LLAMA)
+QWEN2 = Architecture("Qwen2ForCausalLM", "qwen2", gguf.MODEL_ARCH.QWEN2, llama_layout=False, qkv_bias=True)
+ARCHITECTURES = (QWEN3, LLAMA, QWEN2)
+GGUF_ARCHITECTURES = ", ".join(sorted(a.gguf_name for a in ARCHITECTURES))  # "llama, qwen2, qwen3": for refusals
+HF_CLASSES = ", ".join(a.hf_class for a in ARCHITECTURES)
+
+
+def gguf_architecture(name: str | None) -> Architecture | None:
+    """The architecture a GGUF's ``general.architecture`` names, None when it is none of :data:`ARCHITECTURES`."""
+    return next((a for a in ARCHITECTURES if a.gguf_name == name), None)
 
 
 def architecture_of(config: dict[str, Any], where: Path | str = "config.json") -> Architecture:
@@ -62,14 +77,19 @@ def architecture_of(config: dict[str, Any], where: Path | str = "config.json") -
     classes = config.get("architectures") or []
     for arch in ARCHITECTURES:
         if arch.hf_class in classes or (not classes and config.get("model_type") == arch.model_type):
-            if arch.llama_layout and (config.get("attention_bias") or config.get("mlp_bias")):
+            if not arch.qkv_bias and (config.get("attention_bias") or config.get("mlp_bias")):
                 raise ValueError(
-                    f"{where}: a {arch.hf_class} with attention_bias or mlp_bias; export writes Llama checkpoints "
-                    "without biases (as Llama, SmolLM and every drafter made here have them)."
+                    f"{where}: a {arch.hf_class} with attention_bias or mlp_bias; export writes {arch.model_type} "
+                    "checkpoints without biases (as the released models and every drafter made here have them)."
+                )
+            if arch.qkv_bias and (config.get("use_sliding_window") or config.get("mlp_bias")):
+                raise ValueError(
+                    f"{where}: a {arch.hf_class} with use_sliding_window or mlp_bias; export writes {arch.model_type} "
+                    "checkpoints as Qwen2.5 has them (full attention, biases on q/k/v only)."
                 )
             return arch
     raise ValueError(
-        f"{where}: export writes {' and '.join(a.hf_class for a in ARCHITECTURES)} checkpoints; found "
+        f"{where}: export writes {HF_CLASSES} checkpoints; found "
         f"{', '.join(classes) or config.get('model_type') or 'no architecture'}."
     )
 

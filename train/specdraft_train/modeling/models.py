@@ -1,4 +1,4 @@
-"""Causal LMs: Qwen3-architecture lab models built from a preset, any model (Qwen3 and Llama: TRAINED_MODEL_TYPES)
+"""Causal LMs: Qwen3-architecture lab models built from a preset, any model (Llama, Qwen2, Qwen3: TRAINED_MODEL_TYPES)
 loaded from a checkpoint or an HF id/path, new models of a given config, atomic saving.
 
 A checkpoint directory is an ordinary HF model directory (config.json, generation_config.json, model.safetensors,
@@ -32,11 +32,12 @@ from transformers import (
 
 from ..config import ModelConfig
 from ..formats.artifacts import MANIFEST_NAME, read_manifest, verify_stage_dir
+from ..formats.gguf_layout import ARCHITECTURES
 from ..formats.vocabulary import END_OF_TEXT, IM_END, TOKENIZER_FILES
 
 # The model types (config.model_type) the pipeline makes drafters of: `drafter` gives a target's drafter the target's
 # own architecture, so it must be one of these (export writes both; see docs/export.md for why the same).
-TRAINED_MODEL_TYPES = ("llama", "qwen3")
+TRAINED_MODEL_TYPES = tuple(arch.model_type for arch in ARCHITECTURES)  # the architectures targets and drafters have
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 CHECKPOINT_FILES = MODEL_FILES + TOKENIZER_FILES
 # Every file an HF tokenizer may be saved as (transformers 5 writes a chat template to its own chat_template.jinja): a

@@ -35,7 +35,8 @@ from ..config import DistillConfig, serving_context_note
 from ..formats.artifacts import AtomicFile, input_record, read_manifest, sha256_file, verify_stage_dir
 from ..formats.documents import load_token_stream, token_file
 from ..formats.prompts import Prompt
-from ..modeling.models import checkpoint_info, verify_checkpoint
+from ..formats.vocabulary import tokenizer_fingerprint
+from ..modeling.models import checkpoint_info, load_tokenizer, verify_checkpoint
 from ..modeling.packing import layout, to_device
 from ..modeling.tau import Conversation, read_conversations
 from .loop import ChunkSampler, DistributedContext, rank_slice
@@ -335,7 +336,9 @@ def read_inputs(
 def check_vocabularies(
     drafter: str | Path, reference_manifest: dict[str, Any], vocab_size: int, examples: Sequence[TrainExample]
 ) -> None:
-    """Refuse a drafter whose token ids cannot be the target's: different lab tokenizer, or ids out of range."""
+    """Refuse a drafter whose token ids cannot be the target's, before any training: another tokenizer.json, another
+    vocabulary (its fingerprint, the GGUF token list a server of it would report, against the one the reference
+    recorded: this catches a drafter without a manifest too), or ids out of range."""
     drafter_info = checkpoint_info(drafter)
     target_info = reference_manifest["inputs"].get("target", {})
     ours = drafter_info.get("outputs", {}).get("tokenizer.json")
@@ -345,6 +348,13 @@ def check_vocabularies(
             f"drafter {drafter} has another tokenizer.json than the target of the reference data "
             f"(sha256 {ours[:12]}… vs {theirs[:12]}…)"
         )
+    if expected := reference_manifest.get("vocab_fingerprint"):
+        found = tokenizer_fingerprint(load_tokenizer(drafter), vocab_size)
+        if found != expected:
+            raise ValueError(
+                f"drafter {drafter} has another vocabulary than the target of the reference data (fingerprint "
+                f"{found[:12]}… vs {expected[:12]}…): `drafter --target TARGET` makes one with the target's"
+            )
     top = max((max(e.continuation_tokens + e.prompt_tokens) for e in examples), default=0)
     if top >= vocab_size:
         raise ValueError(f"reference data uses token id {top}; the drafter's vocabulary has {vocab_size}")
