@@ -49,7 +49,6 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import Tokenizer
-from tqdm import tqdm
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -82,6 +81,7 @@ from ..formats.vocabulary import (
     vocab_fingerprint,
 )
 from ..modeling.models import architecture_summary, new_model, save_checkpoint
+from ..progress import progress_bar
 from ..training.gguf_export import export_gguf, manifest_path
 
 SOURCE_KINDS = ("gguf", "hf")  # --gguf FILE, --hf DIR_OR_ID
@@ -253,9 +253,12 @@ def write_served_gguf(reader: gguf.GGUFReader, out_path: Path, progress: bool = 
         writer.write_header_to_file(path=tmp)
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for tensor in tqdm(reader.tensors, desc=f"target: {out_path.name}", unit="tensor", disable=not progress):
+        bar = progress_bar(len(reader.tensors), f"target: {out_path.name}", "tensor", enabled=progress)
+        for tensor in reader.tensors:
             shape = tuple(int(n) for n in reversed(tensor.shape))
             writer.write_tensor_data(gguf.dequantize(tensor.data, tensor.tensor_type).reshape(shape))
+            bar.update(1)
+        bar.close()
         writer.close()
 
 

@@ -386,7 +386,7 @@ class Run:
 
 def prepare_model(source: str, out: Path) -> None:
     """A model as the pipeline takes it: `target`'s stage for a GGUF file or an HF directory or id."""
-    target.run(Path(source), out)
+    target.run(source, out)
 
 
 def node_step(command: list[str], out: Path) -> None:
