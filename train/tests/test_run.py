@@ -4,7 +4,8 @@ runs again what depends on it; and the refusals (an architecture it cannot take,
 malformed prompts, too little disk), each one line and exit 2, with nothing half-made left as if done.
 
 The Llama target is the real SmolLM2-135M-Instruct GGUF cut to its first layer (bench/models/truncate_gguf.py), with
-its real tokenizer and chat template; the prompts are one to three of each kind from the built-in chat prompt set.
+its real tokenizer and chat template; the Qwen2 and Qwen3 targets are tiny random GGUFs with Qwen3's real tokenizer and
+chat template (tiny_targets.py); the prompts are one to three of each kind from the built-in chat prompt set.
 Budgets are a handful of steps (--set), so the figures are no measurement: the tests check the pipeline, not τ."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import gguf
 import pytest
 from conftest import REPO, TRAIN_ROOT, run_main, smollm2_gguf
 from generate_verdict import near_tie_problems
+from tiny_targets import QWEN3_TOKENIZER_DIR, tiny_gguf_target
 
 from specdraft_train.modeling.tau import read_conversations
 
@@ -181,3 +183,28 @@ def test_refusals_are_one_line_and_leave_nothing_done(llama: dict[str, Any], tmp
     code, _, err = run_main("run", "--target", str(llama["target"]), "--out", str(tmp_path / "c"), *prompts)
     assert_refused(code, err, "GB free", tmp_path / "c")
     assert not (tmp_path / "c" / "target").exists()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_gguf_targets_run_to_a_checked_drafter(llama: dict[str, Any], arch: str, tmp_path: Path):
+    target = tiny_gguf_target(arch, QWEN3_TOKENIZER_DIR, tmp_path / f"{arch}.gguf")
+    out = tmp_path / "out"
+    args = ["--target", str(target), "--out", str(out), "--prompts", str(llama["prompts"]), *TINY]
+    result = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["drafter"] == "1 of the target's 2 layers, distilled"
+    assert "all 7 gates passed" in report["selfcheck"]
+    assert near_tie_problems(report["speedup"]["generate"], 3) == []
+    drafter = gguf.GGUFReader(out / "export" / "drafter-q4_0.gguf")
+    assert drafter.fields["general.architecture"].contents() == arch
+
+
+def test_a_drafter_of_another_vocabulary_is_refused_before_training(llama: dict[str, Any], tmp_path: Path):
+    other = tiny_gguf_target("qwen3", QWEN3_TOKENIZER_DIR, tmp_path / "qwen3.gguf")
+    out = tmp_path / "out"
+    args = ["--target", str(llama["target"]), "--drafter", str(other), "--out", str(out), "--prompts"]
+    code, _, err = run_main("run", *args, str(llama["prompts"]), "--device", "cpu")
+    assert code == 2 and "is not the target's" in err and "Traceback" not in err, err
+    assert not (out / "drafter").exists() and not (out / "reference").exists()
+    assert "drafter" not in json.loads((out / "run_state.json").read_text())["stamps"]

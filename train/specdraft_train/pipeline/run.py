@@ -184,14 +184,22 @@ class Run:
         """The drafter training starts from; its vocabulary checked against the target's before any training."""
         args, preset = self.args, self.preset
         if args.drafter is not None:
+
+            def convert_and_check() -> None:
+                prepare_model(args.drafter, self.d["drafter"])
+                try:
+                    check_vocabulary(self.d["target"], self.d["drafter"])
+                except ValueError:
+                    shutil.rmtree(self.d["drafter"])  # no drafter of another vocabulary left to look finished
+                    raise
+
             self.stage(
                 "drafter",
                 self.d["drafter"],
-                lambda: prepare_model(args.drafter, self.d["drafter"]),
+                convert_and_check,
                 lambda: stage_complete(self.d["drafter"], "target"),
                 {"drafter": source_stamp(args.drafter), "target": self.keys["target"]},
             )
-            check_vocabulary(self.d["target"], self.d["drafter"])
             self.drafter_label = f"{args.drafter}, distilled"
             return self.d["drafter"]
         kind, layers = args.init
@@ -389,9 +397,15 @@ def prepare_model(source: str, out: Path) -> None:
     target.run(source, out)
 
 
+def cli_env() -> dict[str, str]:
+    """The environment of a specdraft CLI step: ``SPECDRAFT`` set to this run's CLI, so that a packed folder's
+    serve.sh, which selfcheck starts, runs the same specdraft wherever the folder lies."""
+    return {**os.environ, "SPECDRAFT": shlex.join(specdraft_command())}
+
+
 def node_step(command: list[str], out: Path) -> None:
     """A specdraft CLI step; a failure removes what it half wrote and names the command."""
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=cli_env())
     if result.returncode != 0:
         shutil.rmtree(out, ignore_errors=True)
         raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
@@ -399,7 +413,7 @@ def node_step(command: list[str], out: Path) -> None:
 
 def write_output(command: list[str], out: Path) -> None:
     """A specdraft CLI step whose standard output is the result, kept in ``out`` once it succeeded."""
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=cli_env())
     if result.returncode != 0:
         raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {(result.stdout + result.stderr)[-2000:]}")
     out.write_text(result.stdout)
