@@ -59,7 +59,6 @@ from ..commands.evaluate import drafter_tau, verify_heldout
 from ..config import ExportConfig, LabPreset, add_device_argument, apply_settings
 from ..formats.artifacts import (
     DRAFTER_GGUF,
-    add_stage_seconds,
     atomic_write_json,
     atomic_write_text,
     sha256_file,
@@ -71,6 +70,7 @@ from ..labs.reports import ablation_markdown, pct
 from ..modeling.models import checkpoint_qat_state, load_causal_lm, resolve_device
 from ..modeling.tau import gap_closed, model_tau, read_conversations
 from ..training.distillation import DistillJob
+from .runner import Runner
 
 RESULT_FILE = "result.json"
 REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
@@ -241,35 +241,24 @@ def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class VariantProgress:
+class VariantProgress(Runner):
     """``OUT/NAME/progress.json``: the variant's spec and the seconds each of its stages took, interrupted runs
-    included (a stage cut off by a kill or SIGINT keeps its seconds, added when the rerun finishes it)."""
+    included (runner.py: a stage cut off by a kill or SIGINT keeps its seconds, added when the rerun finishes it)."""
 
     def __init__(self, directory: Path, variant: Variant):
-        self.path = directory / "progress.json"
-        self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        if self.data and self.data.get("spec") != variant.spec():
+        super().__init__(directory, f"ablate {variant.name}", state_file="progress.json", seconds_key="seconds")
+        if "spec" in self.data and self.data["spec"] != variant.spec():
             raise ValueError(
                 f"{directory} holds variant {variant.name!r} run with {self.data.get('spec')}, not "
                 f"{variant.spec()}: give the new settings another name, or another --out"
             )
         self.data.setdefault("spec", variant.spec())
-        self.data.setdefault("seconds", {})
         self.data.setdefault("interrupted_seconds", {})
-        atomic_write_json(self.path, self.data)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.save()
 
     def run_stage(self, name: str, fn: Callable[[], Any], complete: Callable[[], bool]) -> None:
-        if complete():
-            return
-        start = time.time()
-        try:
-            fn()
-        except BaseException:  # a kill or SIGINT: the seconds so far count when a rerun finishes the stage
-            add_stage_seconds(self.data, name, time.time() - start, False, "seconds")
-            atomic_write_json(self.path, self.data)
-            raise
-        add_stage_seconds(self.data, name, time.time() - start, True, "seconds")
-        atomic_write_json(self.path, self.data)
+        self.stage(name, self.out, fn, complete)
 
 
 def distill_variant(

@@ -46,7 +46,8 @@ def changed_keys(recorded: dict[str, Any], stamp: dict[str, Any]) -> list[str]:
 
 class Runner:
     """A folder's stages: ``stage(...)`` runs one unless it is complete and stamped the same; ``data`` is the state
-    file's content (``stage_seconds``: each stage's wall time; ``stamps``: each finished stage's stamp)."""
+    file's content (``seconds_key``, by default ``stage_seconds``: each stage's wall time; ``stamps``: each finished
+    stage's stamp)."""
 
     def __init__(
         self,
@@ -56,13 +57,14 @@ class Runner:
         state_file: str = STATE_FILE,
         log: Callable[[str], None] | None = None,
         until: str | None = None,
+        seconds_key: str = "stage_seconds",
     ):
-        self.out, self.name, self.until = out, name, until
+        self.out, self.name, self.until, self.seconds_key = out, name, until, seconds_key
         self.ctx = ctx or DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
         self.path = out / state_file
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.data: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        self.data.setdefault("stage_seconds", {})
+        self.data.setdefault(seconds_key, {})
         self.data.setdefault("stamps", {})
 
     def save(self) -> None:
@@ -71,7 +73,7 @@ class Runner:
 
     def record(self, stage: str, seconds: float, finished: bool) -> None:
         """Add a run's seconds to the stage's earlier interrupted runs; the total counts once the stage finishes."""
-        add_stage_seconds(self.data, stage, seconds, finished, "stage_seconds")
+        add_stage_seconds(self.data, stage, seconds, finished, self.seconds_key)
         self.save()
 
     def stage(
