@@ -23,8 +23,9 @@ MAY_IMPORT = {
 }
 # Rooms whose modules may not import one another: each command stands alone, and no orchestrator runs another.
 NO_SIDEWAYS = {"commands", "pipeline"}
-# What the orchestrators share, in their room but no orchestrator (no CLI stage): how each runs its stages.
-ROOM_MACHINERY = {("pipeline", "runner")}
+# What the orchestrators share, in their room but no orchestrator (no CLI stage): how each runs its stages, and how
+# they call the specdraft CLI.
+ROOM_MACHINERY = {("pipeline", "runner"), ("pipeline", "specdraft_cli")}
 TOP_LEVEL = {
     "__init__": "settings",
     "config": "settings",

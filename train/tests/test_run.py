@@ -27,6 +27,7 @@ from generate_verdict import near_tie_problems
 from tiny_targets import QWEN3_TOKENIZER_DIR, tiny_gguf_target
 
 from specdraft_train.modeling.tau import read_conversations
+from specdraft_train.pipeline.run import STAGES
 
 # The CLI the run's pack, selfcheck, speedup and generate steps call: this checkout's sources through tsx (a CI clone
 # has a built dist/ too, but a developer's may be stale).
@@ -101,6 +102,11 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     # the folder: packed from the exported GGUF, every gate of selfcheck passed
     assert (out / "drafter-folder" / "architecture.json").is_file()
     assert "all 7 gates passed" in report["selfcheck"]
+    # the drafter as served and walked: validate's summary and HTML page; PyTorch's τ is the walk's up to near ties
+    served = report["validate"]["summary"]
+    assert served["failures"]["total"] == 0 and served["samples"] == len(heldout)
+    assert abs(served["tau"] - tau["drafter_q4_0_qat"]["tau"]) <= 0.25 * tau["drafter_q4_0_qat"]["tau"]
+    assert Path(report["validate"]["html"]).is_file()
     # what to expect: a projection at every k with its best k, checked by generate at that k, losslessly
     projection = report["speedup"]["projection"]
     assert [row["k"] for row in projection["rows"]] == [1, 2, 4, 16]
@@ -120,7 +126,7 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
 def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on_it(llama: dict[str, Any]):
     again = subprocess.run(run_command(*llama["args"]), env=run_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count("complete in") == 12 - 2  # every stage but corpus and pretrain (a layers drafter)
+    assert again.stderr.count("complete in") == len(STAGES) - 2  # every stage but corpus and pretrain (layers drafter)
     changed = llama["root"] / "prompts-changed.jsonl"
     changed.write_text(llama["prompts"].read_text().replace("?", "??", 1))
     args = [*llama["args"], "--prompts", str(changed), "--until", "distill"]

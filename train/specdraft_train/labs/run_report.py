@@ -44,6 +44,15 @@ def tau_section(evaluation: dict[str, Any]) -> list[str]:
     ]
 
 
+def served_section(validate: dict[str, Any]) -> list[str]:
+    summary = validate["summary"]
+    return [
+        f"Served by `specdraft serve` and walked by `specdraft validate` over {summary['samples']} of these "
+        f"conversations at k = {summary['draft_tokens']}: τ **{summary['tau']:.3f}** "
+        f"({summary['failures']['total']} failed requests); per category and plots: `{validate['html']}`.",
+    ]
+
+
 def speed_section(speed: dict[str, Any]) -> list[str]:
     projection, measured, best = speed["projection"], speed["generate"], speed["best"]
     rows = [
@@ -94,6 +103,8 @@ def run_markdown(report: dict[str, Any]) -> str:
         + f". Packed folder: `{report['folder']}`; GGUF {report['gguf']['bytes']:,} B.",
         "",
         *tau_section(report["evaluation"]),
+        "",
+        *served_section(report["validate"]),
         "",
         *speed_section(report["speedup"]),
         "",

@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -49,8 +47,8 @@ from ..modeling.tau import model_tau, ngram_tau, read_conversations
 from ..presets import PRESETS, get_preset
 from ..training.distillation import DistillJob
 from .runner import Runner, StopAfter
+from .specdraft_cli import REPO, cli_env, free_port, node_step, specdraft_command, wait_healthy, write_output
 
-REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
 DEFAULT_PRESET = "smollm2-chat"
 # The default drafter: this share of the target's layers, the target's own weights. The real-model lab's limits study
@@ -72,18 +70,9 @@ STAGES = (
     "export",
     "pack",
     "selfcheck",
+    "validate",
     "speedup",
 )
-
-
-def specdraft_command() -> list[str]:
-    """How to run the specdraft CLI: ``SPECDRAFT`` (a command line) if set, else the built one in this checkout."""
-    if os.environ.get("SPECDRAFT"):
-        return shlex.split(os.environ["SPECDRAFT"])
-    built = REPO / "dist" / "cli" / "main.js"
-    if not built.is_file():
-        raise ValueError(f"{built}: the specdraft CLI is not built; run `npm ci` in {REPO} first")
-    return ["node", str(built)]
 
 
 def parse_init(value: str) -> tuple[str, int | None]:
@@ -397,29 +386,38 @@ def prepare_model(source: str, out: Path) -> None:
     target.run(source, out)
 
 
-def cli_env() -> dict[str, str]:
-    """The environment of a specdraft CLI step: ``SPECDRAFT`` set to this run's CLI, so that a packed folder's
-    serve.sh, which selfcheck starts, runs the same specdraft wherever the folder lies."""
-    return {**os.environ, "SPECDRAFT": shlex.join(specdraft_command())}
-
-
-def node_step(command: list[str], out: Path) -> None:
-    """A specdraft CLI step; a failure removes what it half wrote and names the command."""
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=cli_env())
-    if result.returncode != 0:
-        shutil.rmtree(out, ignore_errors=True)
-        raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
-
-
-def write_output(command: list[str], out: Path) -> None:
-    """A specdraft CLI step whose standard output is the result, kept in ``out`` once it succeeded."""
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=cli_env())
-    if result.returncode != 0:
-        raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {(result.stdout + result.stderr)[-2000:]}")
-    out.write_text(result.stdout)
-
-
 # --- what to expect, and the report -------------------------------------------------------------------------------
+
+
+def validate_stage(run: Run, gguf_path: Path) -> None:
+    """The drafter served by `specdraft serve` and walked by `specdraft validate` over held-out conversations: τ as
+    the server drafts it, per category, and validate's HTML page (``validate/report.html``)."""
+    cli, out = specdraft_command(), run.out / "validate"
+    heldout = run.d["reference"] / "heldout.jsonl"
+
+    def walk() -> None:
+        port = free_port()
+        gpu = "cpu" if run.device.type == "cpu" else "auto"
+        serve = [*cli, "serve", "--model", str(gguf_path), "--port", str(port), "--gpu", gpu]
+        log = (run.out / "serve.log").open("wb")
+        server = subprocess.Popen(serve, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/health", server, 300)
+            walk_command = [*cli, "validate", "--server", f"drafter=http://127.0.0.1:{port}", "--data", str(heldout)]
+            walk_command += ["--limit", str(run.args.walk_conversations), "--report", str(out), "--no-progress"]
+            write_output(walk_command, run.out / "validate.txt")
+        finally:
+            server.terminate()
+            server.wait(60)
+            log.close()
+
+    run.stage(
+        "validate",
+        out,
+        walk,
+        lambda: (out / "report.html").is_file(),
+        {"export": run.keys["export"], "conversations": run.args.walk_conversations},
+    )
 
 
 def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict[str, Any]:
@@ -465,6 +463,10 @@ def write_report(run: Run, evaluation: dict[str, Any], speed: dict[str, Any], gg
         "gguf": {"path": str(gguf_path), "bytes": gguf_path.stat().st_size, "sha256": sha256_file(gguf_path)},
         "folder": str(run.out / "drafter-folder"),
         "selfcheck": (run.out / "selfcheck.txt").read_text(),
+        "validate": {
+            "html": str(run.out / "validate" / "report.html"),
+            "summary": json.loads((run.out / "validate" / "summary.json").read_text()),
+        },
         "served_target": str(run.d["target"] / target.SERVED_GGUF),
     }
     atomic_write_json(run.out / "report.json", report)
@@ -481,6 +483,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     run.distill_stages(start)
     evaluation = run.evaluate(start)
     gguf_path = run.ship()
+    validate_stage(run, gguf_path)
     speed = speedup_stage(run, gguf_path, evaluation)
     return write_report(run, evaluation, speed, gguf_path)
 
@@ -514,6 +517,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="draft lengths to project (default: 1,2,4,8,16)",
     )
     p.add_argument("--check-prompts", type=int, default=8, help="held-out prompts `generate` checks the best k on")
+    p.add_argument(
+        "--walk-conversations",
+        type=int,
+        default=64,
+        help="held-out conversations `validate` walks against the served drafter (default: %(default)s)",
+    )
     p.add_argument("--repeats", type=int, default=20, help="`speedup`'s measurements of each cost (default: 20)")
     p.add_argument("--until", choices=STAGES, default=None, help="stop after this stage (run again to go on)")
     add_device_argument(p)
