@@ -3,7 +3,10 @@
  * was expected and what was found, and the streams a command writes to (so tests can run a command in-process and read
  * what it printed).
  */
+import { writeFile } from "node:fs/promises";
 import { InvalidArgumentError } from "commander";
+import { GenerateError } from "../generate/types.js";
+import { exitCodes } from "./exitCodes.js";
 
 /**
  * A parser accepting integers `min` ≤ n ≤ `max` (`min` defaults to 1, `max` to no bound). The message names the range
@@ -84,3 +87,26 @@ export interface CommandIo {
 
 /** The process's own stdout and stderr: what a command writes to when run from the command line. */
 export const processIo: CommandIo = { out: process.stdout, err: process.stderr };
+
+/** A command's failure: one line `specdraft COMMAND: message` on `io.err`, and its exit code (usage by default). */
+export function commandFailure(
+    command: string,
+    io: CommandIo,
+): (message: string, exitCode?: number) => { exitCode: number } {
+    return (message, exitCode = exitCodes.usage) => {
+        io.err.write(`specdraft ${command}: ${message}\n`);
+        return { exitCode };
+    };
+}
+
+/** The exit code of an error thrown while loading or generating: a vocabulary mismatch, bad input, or a failure. */
+export function generateErrorExitCode(error: unknown): number {
+    if (!(error instanceof GenerateError)) return exitCodes.failed;
+    return error.code === "vocab_mismatch" ? exitCodes.vocabMismatch : exitCodes.usage;
+}
+
+/** A command's result as JSON at `path` (`--out`, `--json`), said on `io.out`. */
+export async function writeJsonResult(path: string, value: unknown, io: CommandIo): Promise<void> {
+    await writeFile(path, `${JSON.stringify(value, null, 2)}\n`);
+    io.out.write(`wrote ${path}\n`);
+}

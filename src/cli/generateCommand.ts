@@ -1,9 +1,3 @@
-/**
- * `specdraft generate`: the target model generates greedily in specdraft's native addon, alone and with drafts (a specdraft
- * server, an in-process draft GGUF, or prompt lookup), in one process; prints tokens/s, speed-up, τ, draft time share
- * and whether the outputs are identical, and exits ≠ 0 when they are not.
- */
-import { writeFile } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
 import { defaultGenerateTimeoutMs } from "../client/createDraftClient.js";
@@ -24,8 +18,15 @@ import {
     runGenerate,
 } from "../generate/runGenerate.js";
 import { formatGenerateReport, judgeDifferences } from "../generate/summarizeGeneration.js";
-import { GenerateError, type GenerateSummary } from "../generate/types.js";
-import { type CommandIo, parseIntegerOption, processIo } from "./commandOptions.js";
+import type { GenerateSummary } from "../generate/types.js";
+import {
+    type CommandIo,
+    commandFailure,
+    generateErrorExitCode,
+    parseIntegerOption,
+    processIo,
+    writeJsonResult,
+} from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
@@ -74,10 +75,7 @@ export async function runGenerateCommand(
     io: CommandIo = processIo,
     generate: Generate = runGenerate,
 ): Promise<{ exitCode: number; summary?: GenerateSummary<string> }> {
-    const fail = (message: string, exitCode: number = exitCodes.usage): { exitCode: number } => {
-        io.err.write(`specdraft generate: ${message}\n`);
-        return { exitCode };
-    };
+    const fail = commandFailure("generate", io);
 
     const sources = [options.drafter, options.draftModel, options.draft].filter((value) => value !== undefined);
     if (sources.length !== 1)
@@ -137,17 +135,12 @@ export async function runGenerateCommand(
         });
     } catch (error) {
         bar?.stop();
-        if (error instanceof GenerateError)
-            return fail(error.message, error.code === "vocab_mismatch" ? exitCodes.vocabMismatch : exitCodes.usage);
-        return fail((error as Error).message, exitCodes.failed);
+        return fail((error as Error).message, generateErrorExitCode(error));
     }
     bar?.stop();
 
     io.out.write(`${formatGenerateReport(summary)}\n`);
-    if (options.out !== undefined) {
-        await writeFile(options.out, `${JSON.stringify(summary, null, 2)}\n`);
-        io.out.write(`wrote ${options.out}\n`);
-    }
+    if (options.out !== undefined) await writeJsonResult(options.out, summary, io);
     const { warnings, failure } = judgeDifferences(summary);
     for (const warning of warnings) io.err.write(`specdraft generate: ${warning}\n`);
     if (failure !== undefined) {

@@ -4,13 +4,12 @@
  * takes τ(k) from the evaluation's file; prints the projected speed-up per k, the best k and the command lines that use
  * it.
  */
-import { access, writeFile } from "node:fs/promises";
+import { access } from "node:fs/promises";
 import cliProgress from "cli-progress";
 import { Command, Option } from "commander";
 import { defaultGpu, gpuChoices } from "../engine/engineDefaults.js";
 import type { GpuChoice } from "../engine/types.js";
 import { defaultMaxTokens } from "../generate/runGenerate.js";
-import { GenerateError } from "../generate/types.js";
 import { readTauFile, TauFileError } from "../speedup/readTauFile.js";
 import {
     defaultPromptTokens,
@@ -20,7 +19,15 @@ import {
     runSpeedUp,
     type SpeedUpReport,
 } from "../speedup/runSpeedUp.js";
-import { type CommandIo, parseIntegerListOption, parseIntegerOption, processIo } from "./commandOptions.js";
+import {
+    type CommandIo,
+    commandFailure,
+    generateErrorExitCode,
+    parseIntegerListOption,
+    parseIntegerOption,
+    processIo,
+    writeJsonResult,
+} from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
 
 /** The command's options, as commander hands them over (defaults applied). */
@@ -47,10 +54,7 @@ export async function runSpeedupCommand(
     options: SpeedupCommandOptions,
     io: CommandIo = processIo,
 ): Promise<{ exitCode: number; report?: SpeedUpReport }> {
-    const fail = (message: string, exitCode: number = exitCodes.usage): { exitCode: number } => {
-        io.err.write(`specdraft speedup: ${message}\n`);
-        return { exitCode };
-    };
+    const fail = commandFailure("speedup", io);
     for (const [flag, file] of [
         ["--target", options.target],
         ["--draft-model", options.draftModel],
@@ -102,17 +106,12 @@ export async function runSpeedupCommand(
         });
     } catch (error) {
         bar?.stop();
-        if (error instanceof GenerateError)
-            return fail(error.message, error.code === "vocab_mismatch" ? exitCodes.vocabMismatch : exitCodes.usage);
-        return fail((error as Error).message, exitCodes.failed);
+        return fail((error as Error).message, generateErrorExitCode(error));
     }
     bar?.stop();
 
     io.out.write(`${formatSpeedUpReport(report)}\n`);
-    if (options.json !== undefined) {
-        await writeFile(options.json, `${JSON.stringify(report, null, 2)}\n`);
-        io.out.write(`wrote ${options.json}\n`);
-    }
+    if (options.json !== undefined) await writeJsonResult(options.json, report, io);
     return { exitCode: exitCodes.ok, report };
 }
 
