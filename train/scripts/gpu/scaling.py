@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # train/: runs without PYTHONPATH too
 
-from specdraft_train import corpus, tokenizer  # noqa: E402
+from specdraft_train.commands import corpus, tokenizer  # noqa: E402
 from specdraft_train.config import CorpusConfig, ModelConfig, TokenizerConfig, add_device_argument  # noqa: E402
 from specdraft_train.formats.artifacts import stage_complete, verify_stage_dir  # noqa: E402
 from specdraft_train.formats.vocabulary import END_OF_TEXT  # noqa: E402
