@@ -305,6 +305,20 @@ def add_device_argument(parser: argparse.ArgumentParser, default: str = "auto", 
     parser.add_argument("--device", default=default, help=help or f"auto | cpu | cuda (default: {default})")
 
 
+def add_settings_argument(parser: argparse.ArgumentParser) -> None:
+    """``--set SECTION.FIELD=VALUE`` (repeatable, into ``args.settings``) for an orchestrator: overrides of the preset
+    that :func:`apply_settings` applies."""
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a preset value, e.g. --set reference.train_prompts=16384 "
+        "--set distill.time_budget_s=60 (repeatable; sections as in config.py)",
+    )
+
+
 def _budget_text(value: Any) -> str:
     if isinstance(value, float) and value == int(value) and abs(value) >= 1:
         value = int(value)

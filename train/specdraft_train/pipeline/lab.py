@@ -40,7 +40,7 @@ from ..commands import corpus, distill, pretrain, reference, tokenizer
 from ..commands.corpus import PROSE_CACHE, preset_prose
 from ..commands.evaluate import drafter_tau, verify_heldout
 from ..commands.export import export_gguf
-from ..config import LabPreset, add_device_argument, apply_settings
+from ..config import LabPreset, add_device_argument, add_settings_argument, apply_settings
 from ..formats.artifacts import (
     DRAFTER_GGUF,
     atomic_write_json,
@@ -462,15 +462,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="run as this many ranks on this machine (one per GPU) through torch.distributed.run (default: 1)",
     )
-    p.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override a preset value, e.g. --set reference.train_prompts=16384 "
-        "--set pretrain_target.time_budget_s=240 (repeatable; sections as in config.py)",
-    )
+    add_settings_argument(p)
     p.set_defaults(func=main)
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from ..commands import corpus, distill, drafter, evaluate, export, pretrain, reference, target
-from ..config import LabPreset, add_device_argument, announce, apply_settings
+from ..config import LabPreset, add_device_argument, add_settings_argument, announce, apply_settings
 from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, stage_complete
 from ..formats.prompts import prompt_rows
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
@@ -526,14 +526,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=20, help="`speedup`'s measurements of each cost (default: 20)")
     p.add_argument("--until", choices=STAGES, default=None, help="stop after this stage (run again to go on)")
     add_device_argument(p)
-    p.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override a preset value, e.g. --set distill.time_budget_s=60 (repeatable)",
-    )
+    add_settings_argument(p)
     p.set_defaults(func=main)
 
 
