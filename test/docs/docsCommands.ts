@@ -6,6 +6,7 @@
  * train/tests/test_docs_commands.py with its own parser, so `-m specdraft_train` invocations are left to it here.
  */
 
+import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import type { Command } from "commander";
@@ -162,10 +163,22 @@ function isPlaceholder(path: string): boolean {
 }
 
 /** Where a path the docs name would be: from the folder a `cd` moved to, from the repository root, or from train/
- * (the training docs' own folder, whose commands run there). */
+ * (the training docs' own folder, whose commands run there). A path the repository ignores (`train/.venv`,
+ * `train/.cache/…`, `dist/`) is one a command makes — setup, a fetch script, the build — and a clean clone has not made
+ * yet, so it counts as named rightly. */
 function pathExists(root: string, cwd: string, path: string): boolean {
     const clean = path.replace(/:\d[\d,-]*$/, "").replace(/[#?].*$/, "");
-    return [join(root, cwd), root, join(root, "train")].some((base) => existsSync(join(base, clean)));
+    const bases = [join(root, cwd), root, join(root, "train")];
+    return bases.some((base) => existsSync(join(base, clean))) || isIgnored(root, join(root, cwd, clean));
+}
+
+function isIgnored(root: string, path: string): boolean {
+    try {
+        execFileSync("git", ["check-ignore", "-q", "--no-index", path], { cwd: root, stdio: "ignore" });
+        return true;
+    } catch {
+        return false; // exit 1: not ignored (or not in the repository)
+    }
 }
 
 const rootPattern = new RegExp(`^(\\.\\./)*(${REPO_ROOTS.join("|")})/[\\w./@+-]*$`);
