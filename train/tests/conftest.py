@@ -71,7 +71,15 @@ torch.set_num_threads(1)
 # The longest test files (minutes each on two cores: a real 135M model, the lab's GPU jobs as CPU dry runs, llama.cpp on
 # every CPU variant), run first: pytest-xdist hands files to workers in this order (scripts/pytest.sh), and one of
 # them left for last would run alone while the other workers idle.
-LONGEST_FIRST = ("test_real_lab.py", "test_real_target.py", "test_parity.py", "test_lab_micro.py")
+LONGEST_FIRST = (
+    "test_run.py",
+    "test_real_lab.py",
+    "test_targets.py",
+    "test_run_targets.py",
+    "test_real_target.py",
+    "test_parity.py",
+    "test_lab_micro.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,65 +11,20 @@ Budgets are a handful of steps (--set), so the figures are no measurement: the t
 from __future__ import annotations
 
 import json
-import lzma
-import os
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import gguf
 import pytest
-from conftest import REPO, TRAIN_ROOT, run_main, smollm2_gguf
+from conftest import REPO, run_main, smollm2_gguf
 from generate_verdict import near_tie_problems
-from tiny_targets import QWEN3_TOKENIZER_DIR, tiny_gguf_target
+from run_helpers import TINY, run_command, run_env, small_prompts
 
 from specdraft_train.modeling.tau import read_conversations
 from specdraft_train.pipeline.run import STAGES
-
-# The CLI the run's pack, selfcheck, speedup and generate steps call: this checkout's sources through tsx (a CI clone
-# has a built dist/ too, but a developer's may be stale).
-SPECDRAFT = f"node --import {(REPO / 'node_modules/tsx/dist/loader.mjs').as_uri()} {REPO / 'src/cli/main.ts'}"
-TINY = [
-    "--device", "cpu",
-    "--set", "reference.train_prompts=15",
-    "--set", "reference.max_new_tokens=16",
-    "--set", "reference.batch_size=8",
-    "--set", "reference.shard_prompts=8",
-    "--set", "distill.epochs=1",
-    "--set", "distill.batch_size=5",
-    "--set", "distill.eval_every=0",
-    "--set", "distill.ckpt_every=1",
-    "--set", "distill.time_budget_s=0",
-    "--k", "1,2,4",
-    "--repeats", "2",
-    "--check-prompts", "3",
-]  # fmt: skip
-
-
-def small_prompts(path: Path, per_split: dict[str, int]) -> Path:
-    """A few chat prompts of each kind from the built-in set, keeping their splits."""
-    seen: Counter[tuple[str, str]] = Counter()
-    lines = []
-    with lzma.open(REPO / "data/chat-prompts-templates.jsonl.xz", "rt", encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            key = (row["split"], row["category"].split("/")[0])
-            if seen[key] < per_split[row["split"]]:
-                seen[key] += 1
-                lines.append(line)
-    path.write_text("".join(lines))
-    return path
-
-
-def run_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "specdraft_train", "--threads", "1", "run", *args]
-
-
-def run_env() -> dict[str, str]:
-    return {**os.environ, "SPECDRAFT": SPECDRAFT, "PYTHONPATH": str(TRAIN_ROOT)}
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +78,27 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     assert "\r" not in result.stderr
 
 
+def test_killed_mid_distillation_the_run_resumes_to_the_same_drafter(llama: dict[str, Any], tmp_path: Path):
+    out = tmp_path / "out"  # the run's stages before distillation as they are, copied (a rerun skips them)
+    for stage in ("target", "drafter", "reference"):
+        shutil.copytree(llama["out"] / stage, out / stage)
+    shutil.copy(llama["out"] / "run_state.json", out / "run_state.json")
+    args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], "--until", "distill"]
+    process = subprocess.Popen(run_command(*args), env=run_env(), stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:  # SIGKILL once distillation has saved its first step to resume from (it saves before
+        if line.startswith("distill: ") and "(2/3 step)" in line:  # the second step starts)
+            break
+    process.kill()
+    process.wait()
+    assert not (out / "distilled" / "manifest.json").exists()
+    resumed = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "run: reference: complete" in resumed.stderr and "run: distill: complete" not in resumed.stderr
+    ours = (out / "distilled" / "model.safetensors").read_bytes()
+    assert ours == (llama["out"] / "distilled" / "model.safetensors").read_bytes()
+
+
 def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on_it(llama: dict[str, Any]):
     again = subprocess.run(run_command(*llama["args"]), env=run_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -136,24 +112,6 @@ def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on
     assert "run: reference: prompts changed since it ran; running it again" in rerun.stderr
     assert "run: distill: reference changed since it ran; running it again" in rerun.stderr
     assert "stopped after distill (--until)" in rerun.stderr
-
-
-def test_killed_mid_distillation_the_run_resumes_to_the_same_drafter(llama: dict[str, Any], tmp_path: Path):
-    out = tmp_path / "out"
-    args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], "--until", "distill"]
-    process = subprocess.Popen(run_command(*args), env=run_env(), stderr=subprocess.PIPE, text=True)
-    assert process.stderr is not None
-    for line in process.stderr:  # SIGKILL once distillation has saved its first step to resume from (it saves before
-        if line.startswith("distill: ") and "(2/3 step)" in line:  # the second step starts)
-            break
-    process.kill()
-    process.wait()
-    assert not (out / "distilled" / "manifest.json").exists()
-    resumed = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "run: reference: complete" in resumed.stderr
-    ours = (out / "distilled" / "model.safetensors").read_bytes()
-    assert ours == (llama["out"] / "distilled" / "model.safetensors").read_bytes()
 
 
 def write_header_only_gguf(path: Path, arch: str) -> Path:
@@ -189,28 +147,3 @@ def test_refusals_are_one_line_and_leave_nothing_done(llama: dict[str, Any], tmp
     code, _, err = run_main("run", "--target", str(llama["target"]), "--out", str(tmp_path / "c"), *prompts)
     assert_refused(code, err, "GB free", tmp_path / "c")
     assert not (tmp_path / "c" / "target").exists()
-
-
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
-def test_qwen_gguf_targets_run_to_a_checked_drafter(llama: dict[str, Any], arch: str, tmp_path: Path):
-    target = tiny_gguf_target(arch, QWEN3_TOKENIZER_DIR, tmp_path / f"{arch}.gguf")
-    out = tmp_path / "out"
-    args = ["--target", str(target), "--out", str(out), "--prompts", str(llama["prompts"]), *TINY]
-    result = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-4000:]
-    report = json.loads((out / "report.json").read_text())
-    assert report["drafter"] == "1 of the target's 2 layers, distilled"
-    assert "all 7 gates passed" in report["selfcheck"]
-    assert near_tie_problems(report["speedup"]["generate"], 3) == []
-    drafter = gguf.GGUFReader(out / "export" / "drafter-q4_0.gguf")
-    assert drafter.fields["general.architecture"].contents() == arch
-
-
-def test_a_drafter_of_another_vocabulary_is_refused_before_training(llama: dict[str, Any], tmp_path: Path):
-    other = tiny_gguf_target("qwen3", QWEN3_TOKENIZER_DIR, tmp_path / "qwen3.gguf")
-    out = tmp_path / "out"
-    args = ["--target", str(llama["target"]), "--drafter", str(other), "--out", str(out), "--prompts"]
-    code, _, err = run_main("run", *args, str(llama["prompts"]), "--device", "cpu")
-    assert code == 2 and "is not the target's" in err and "Traceback" not in err, err
-    assert not (out / "drafter").exists() and not (out / "reference").exists()
-    assert "drafter" not in json.loads((out / "run_state.json").read_text())["stamps"]
