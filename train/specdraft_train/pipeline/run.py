@@ -196,7 +196,7 @@ class Run:
             total = load_causal_lm(self.d["target"], torch.device("cpu")).config.num_hidden_layers
             layers = layers or max(1, round(DEFAULT_DEPTH_SHARE * total))
             self.drafter_label = f"{layers} of the target's {total} layers, distilled"
-            announce("drafter", preset.name, {"init": self.drafter_label})
+            announce("drafter", preset.name, {"init": f"{layers} of the target's {total} layers"})
             self.stage(
                 "drafter",
                 self.d["drafter"],
