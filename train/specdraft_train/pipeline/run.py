@@ -169,6 +169,16 @@ class Run:
             {"target": source_stamp(source)},
         )
 
+    def check_prompts_render(self) -> None:
+        """Chat prompts need the target's chat template: refused here, before any drafter is made, not at reference."""
+        if load_tokenizer(self.d["target"]).chat_template is None and any(
+            "messages" in row for _, row in prompt_rows(self.args.prompts)
+        ):
+            raise ValueError(
+                f"{self.args.target}: the target has no chat template, so the chat prompts of {self.args.prompts} "
+                'cannot be rendered; give prompts as {"text": …} lines'
+            )
+
     def make_drafter(self) -> Path:
         """The drafter training starts from; its vocabulary checked against the target's before any training."""
         args, preset = self.args, self.preset
@@ -478,6 +488,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     run = Run(args)
     run.out.mkdir(parents=True, exist_ok=True)
     run.make_target()
+    run.check_prompts_render()
     start = run.make_drafter()
     run.make_reference()
     run.distill_stages(start)
