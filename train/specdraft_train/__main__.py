@@ -25,6 +25,7 @@ STAGE_MODULES = (
     "commands.pretrain",
     "commands.reference",
     "commands.distill",
+    "commands.onpolicy",
     "commands.export",
     "commands.evaluate",
     "pipeline.lab",

@@ -162,6 +162,10 @@ class DistillConfig:
     # Right-padded rows only (packed rows never pad): steps of exactly batch_size rows, cut from runs of N steps' rows
     # sorted by width and then shuffled (transformers' group_by_length; examples.epoch_order). 0: random order.
     group_by_length: int = 0
+    # Token selection (AdaSPEC): each step trains on this share of its continuation positions, those whose loss
+    # exceeds a reference drafter's (`distill --select-reference`, a drafter already distilled from the same start)
+    # the most: tokens the drafter can learn and has not; 1 = every position (off).
+    select_tokens: float = 1.0
     # QAT runs as a short second distillation from the distilled drafter (`distill --qat --init <distilled>`).
     qat_epochs: int = 1
     qat_lr: float = 2e-4  # the weights are already good; QAT only has to move them onto the Q4_0 grid
@@ -177,6 +181,22 @@ class DistillConfig:
         preset's): the fields a run's --epochs and --lr set."""
         fields = ("qat_epochs", "qat_lr") if qat else ("epochs", "lr")
         return override(self, **dict(zip(fields, (epochs, lr))))
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig:
+    """On-policy data (`onpolicy`): the drafter continues training prompts greedily on its own, the target scores
+    those continuations teacher-forced (its greedy token and top-k at every position), and distillation goes on from
+    the drafter over the reference data plus these rows. `run` does ``rounds`` of it after `distill`, each from the
+    last round's drafter with fresh data; 0 = off."""
+
+    rounds: int = 0
+    max_new_tokens: int = 0  # tokens the drafter writes per prompt; 0: the reference's max_new_tokens
+    # Share of the reference's training prompts the drafter continues, chosen by a hash of each id (as data_fraction)
+    prompt_share: float = 1.0
+    batch_size: int = 256  # the drafter's generation batch (the static engine takes fewer where its KV budget holds)
+    epochs: int = 2  # a round's distillation epochs over reference + on-policy rows, from the last round's drafter
+    lr: float = 2.5e-4  # its peak learning rate: it continues a trained drafter, as QAT does
 
 
 ACTIVATION_CHECKPOINTING = ("auto", "on", "off")  # DistillConfig.activation_checkpointing's choices
@@ -283,6 +303,7 @@ class LabPreset:
     pretrain_drafter: PretrainConfig = field(default_factory=PretrainConfig)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    onpolicy: OnPolicyConfig = field(default_factory=OnPolicyConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     evaluate: EvalConfig = field(default_factory=EvalConfig)
     # Debian documentation packages the lab's prose comes from (train/scripts/data/fetch_prose.sh into PROSE_CACHE),

@@ -16,9 +16,10 @@ from conftest import run_main
 from specdraft_train.commands.evaluate import drafter_tau
 from specdraft_train.formats.artifacts import atomic_write_json, write_manifest
 from specdraft_train.labs.reports import ablation_markdown
+from specdraft_train.labs.variants import parse_variant
 from specdraft_train.modeling.models import QAT_STATE_FILE, load_causal_lm
 from specdraft_train.modeling.tau import gap_closed, model_tau, read_conversations
-from specdraft_train.pipeline.ablate import parse_variant, run_ablation
+from specdraft_train.pipeline.ablate import run_ablation
 from specdraft_train.training.examples import read_train_examples
 from specdraft_train.training.quant import load_qat_state
 
@@ -184,3 +185,59 @@ def test_ablate_cli_refuses_an_unknown_setting_before_training(lab: Path, tmp_pa
     with pytest.raises(ValueError, match="--variant q6: Unknown embedding type 'Q6_K'"):
         run_ablation(lab, tmp_path / "b", [parse_variant("q6:export.embedding_type=Q6_K")], device_name="cpu")
     assert not (tmp_path / "b" / "q6").exists()
+
+
+def test_variants_go_on_from_the_distilled_drafter_with_onpolicy_data_or_token_selection(lab: Path, tmp_path: Path):
+    from dataclasses import replace
+
+    from specdraft_train.commands import distill
+    from specdraft_train.formats.artifacts import verify_stage_dir
+    from specdraft_train.presets import MICRO
+    from specdraft_train.training.distillation import DistillJob
+
+    studied = tmp_path / "lab"
+    shutil.copytree(lab, studied)
+    names = ["more", "onpolicy", "select"]
+    variants = [
+        parse_variant("more:variant.init=distilled,variant.qat=false"),
+        parse_variant(
+            "onpolicy:variant.init=distilled,variant.onpolicy=true,onpolicy.max_new_tokens=8,variant.qat=false"
+        ),
+        parse_variant("select:variant.select_reference=distilled,distill.select_tokens=0.5,variant.qat=false"),
+    ]
+    with pytest.raises(ValueError, match="not distilled yet"):
+        run_ablation(studied, tmp_path / "out", variants[:1], device_name="cpu")
+    config = replace(MICRO.distill, batch_size=8, epochs=1, eval_every=0)
+    distill.run(DistillJob(studied / "base", studied / "reference", studied / "distilled", config, device="cpu"))
+    summary = run_ablation(studied, tmp_path / "out", variants, device_name="cpu")
+    assert [r["name"] for r in summary["variants"]] == names
+    manifests = {n: verify_stage_dir(tmp_path / "out" / n / "distilled", "distill") for n in names}
+    for name in ("more", "onpolicy"):  # both go on from the lab's distilled drafter
+        assert manifests[name]["inputs"]["drafter"]["path"] == str(studied / "distilled")
+    assert manifests["select"]["inputs"]["drafter"]["path"] == str(studied / "base")
+    assert manifests["select"]["inputs"]["select_reference"]["path"] == str(studied / "distilled")
+    data = verify_stage_dir(tmp_path / "out" / "onpolicy" / "onpolicy", "onpolicy")
+    assert data["inputs"]["drafter"]["path"] == str(studied / "distilled") and data["params"]["max_new_tokens"] == 8
+    assert manifests["onpolicy"]["inputs"]["onpolicy"][0]["path"] == str(tmp_path / "out" / "onpolicy" / "onpolicy")
+    examples = len(read_train_examples(studied / "reference"))
+    assert summary["variants"][1]["examples"] == 2 * examples  # the reference's rows and as many of its own
+    assert "onpolicy" in json.loads((tmp_path / "out" / "onpolicy" / "progress.json").read_text())["seconds"]
+    assert parse_variant(variants[1].text()) == variants[1] and variants[2].spec()["select_reference"] == "distilled"
+
+
+def test_a_run_folder_is_a_lab_whose_base_is_its_starting_drafter(tmp_path: Path):
+    from specdraft_train.labs.layout import lab_layout
+
+    run = tmp_path / "run"
+    (run / "drafter").mkdir(parents=True)
+    stamp = {"preset": "micro", "settings": ["distill.epochs=5"]}
+    atomic_write_json(run / "run_state.json", {"stamps": {"reference": stamp}})
+    layout = lab_layout(run)
+    assert layout.kind == "run" and layout.base == run / "drafter" and layout.replay is None
+    assert layout.preset.distill.epochs == 5 and layout.evaluation == run / "eval" / "results.json"
+    (run / "base").mkdir()
+    layout = lab_layout(run)
+    assert layout.base == run / "base" == layout.replay and ("base", "pretrain") in layout.stages
+    atomic_write_json(run / "run_state.json", {"stamps": {}})
+    with pytest.raises(ValueError, match="reference data"):
+        lab_layout(run)

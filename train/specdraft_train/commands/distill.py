@@ -136,6 +136,10 @@ def write_outputs(run: Distillation, start_time: float) -> dict[str, Any]:
     inputs = {"drafter": checkpoint_info(job.drafter), "reference": input_record(job.reference, reference_manifest)}
     if run.replay is not None:
         inputs["replay"] = run.replay.record
+    if run.inputs.onpolicy:
+        inputs["onpolicy"] = list(run.inputs.onpolicy)
+    if job.select_reference is not None and job.config.select_tokens < 1:
+        inputs["select_reference"] = checkpoint_info(job.select_reference)
     provenance = chain_provenance(job.drafter, drafter_manifest, inputs, reference_manifest)
     metrics = {
         **manifest_metrics(run),
@@ -174,7 +178,7 @@ def run(job: DistillJob) -> dict[str, Any] | None:
     check_job(job)  # before any model is loaded
     ctx = init_distributed(job.device)
     start_time = time.time()
-    distillation = Distillation(job, ctx, read_inputs(job.drafter, job.reference, job.config, ctx))
+    distillation = Distillation(job, ctx, read_inputs(job.drafter, job.reference, job.config, ctx, job.onpolicy))
     distillation.train()
     manifest = None
     if ctx.is_main:
@@ -241,6 +245,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--replay-weight", type=float, default=None, help="weight of the replay LM loss (default: preset's)")
     p.add_argument(
+        "--onpolicy",
+        type=Path,
+        action="append",
+        default=[],
+        help="an `onpolicy` folder: the drafter's own continuations scored by the target, trained on beside the "
+        "reference's rows (repeatable)",
+    )
+    p.add_argument(
+        "--select-reference",
+        default=None,
+        help="token selection's reference drafter (a drafter distilled from the same start), for --set "
+        "select_tokens=SHARE < 1: each step trains on the positions whose loss exceeds its most",
+    )
+    p.add_argument(
         "--set",
         dest="settings",
         action="append",
@@ -271,6 +289,10 @@ def budget(job: DistillJob) -> dict[str, Any]:
         "time budget": f"{config.time_budget_s:g} s" if config.time_budget_s > 0 else "none",
         "replay": replay,
     }
+    if job.onpolicy:
+        settings["on-policy folders"] = len(job.onpolicy)
+    if config.select_tokens < 1:
+        settings["token selection"] = f"{config.select_tokens:g} of positions by {job.select_reference}"
     if job.qat:
         settings["embedding"] = job.embedding_type
     return settings
@@ -303,6 +325,8 @@ def job_from_args(args: argparse.Namespace) -> DistillJob:
         replay_tokens=args.replay_tokens,
         device=args.device,
         halt_after_steps=args.halt_after_steps,
+        onpolicy=tuple(args.onpolicy),
+        select_reference=args.select_reference,
     )
 
 

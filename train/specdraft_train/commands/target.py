@@ -40,8 +40,13 @@ machine that receives the GGUF in parts), a drafter from scratch can already be 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
+import re
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +109,26 @@ def field_value(reader: gguf.GGUFReader, key: str) -> Any:
     return None if field is None else field.contents()
 
 
+@functools.lru_cache(maxsize=4)
+def _reader(path: Path, size: int, modified_ns: int) -> gguf.GGUFReader:
+    return gguf.GGUFReader(path)
+
+
+def read_gguf(path: Path) -> gguf.GGUFReader:
+    """The GGUF's reader, parsed once per process and file version: gguf-py parses a 152k-token vocabulary's metadata
+    (a numpy view per string) in ~15 s on a 2-core CPU, and `run` reads a target for its disk check, its vocabulary
+    and its conversion. The reader maps the file read-only, so its users share it."""
+    stat = path.resolve().stat()
+    return _reader(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
 def open_gguf(path: Path) -> gguf.GGUFReader:
     """The GGUF's reader, refused in one line when it is not a GGUF, not a supported architecture, or its vocabulary
     is not a GPT-2-style BPE with a pre-tokenizer this stage knows."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     try:
-        reader = gguf.GGUFReader(path)
+        reader = read_gguf(path)
     except (ValueError, OSError) as error:
         raise ValueError(f"{path}: not a readable GGUF ({error})") from error
     architecture = field_value(reader, "general.architecture")
@@ -141,11 +159,29 @@ def gguf_tokens(reader: gguf.GGUFReader) -> list[str]:
 # The HF checkpoint
 
 
-def read_metadata(path: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def shared_reader(reader: gguf.GGUFReader) -> Iterator[None]:
+    """Within the block, transformers' GGUF loader reads ``reader``'s file through ``reader``. It opens the file anew
+    on every call, and gguf-py parses a 152k-token vocabulary's metadata (a numpy view per string) in ~15 s on the
+    2-core CPU each time; a conversion calls it twice."""
+    original, path = gguf.GGUFReader, Path(reader.data.filename).resolve()
+
+    def opened(source: Any, *args: Any, **kwargs: Any) -> gguf.GGUFReader:
+        same = not args and not kwargs and Path(source).resolve() == path
+        return reader if same else original(source, *args, **kwargs)
+
+    gguf.GGUFReader = opened  # type: ignore[misc,assignment]  # transformers imports it from gguf at each call
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original  # type: ignore[misc]
+
+
+def read_metadata(reader: gguf.GGUFReader) -> dict[str, Any]:
     """transformers' reading of the GGUF's metadata: its config, its tokenizer's vocabulary and merges (and the head
     size, ``key_length``, which its mapping leaves out for some architectures)."""
-    metadata = load_gguf_checkpoint(str(path), return_tensors=False)
-    reader = gguf.GGUFReader(path)
+    with shared_reader(reader):
+        metadata = load_gguf_checkpoint(str(reader.data.filename), return_tensors=False)
     metadata["key_length"] = field_value(reader, f"{field_value(reader, 'general.architecture')}.attention.key_length")
     return metadata
 
@@ -162,11 +198,13 @@ def model_config(metadata: dict[str, Any]) -> PretrainedConfig:
     return config
 
 
-def load_model(path: Path, metadata: dict[str, Any]) -> torch.nn.Module:
+def load_model(reader: gguf.GGUFReader, metadata: dict[str, Any]) -> torch.nn.Module:
     """The fp32 HF model of the GGUF's dequantized weights (transformers' own mapping of names and Q/K layout)."""
     config = model_config(metadata)
     model = new_model(config, seed=0)
-    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+    path = reader.data.filename
+    with shared_reader(reader):
+        tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if set(missing) - tied or unexpected:
@@ -203,7 +241,8 @@ def load_tokenizer(reader: gguf.GGUFReader, metadata: dict[str, Any]) -> PreTrai
 
 def gguf_tokenizer(path: Path) -> PreTrainedTokenizerFast:
     """The target's tokenizer alone, as the stage writes it into the checkpoint (e.g. for a drafter's vocabulary)."""
-    return load_tokenizer(open_gguf(path), read_metadata(path))
+    reader = open_gguf(path)
+    return load_tokenizer(reader, read_metadata(reader))
 
 
 def stop_generation_config(
@@ -356,14 +395,63 @@ def source_kind(source: Path | str, kind: str | None) -> str:
     return "gguf" if Path(source).is_file() or str(source).endswith(".gguf") else "hf"
 
 
+def source_tokens(source: Path | str) -> list[str]:
+    """A model's token strings by id as given, before any conversion: a GGUF's ``tokenizer.ggml.tokens``, or an HF
+    tokenizer's vocabulary (the same byte-level strings for the BPE vocabularies this stage converts)."""
+    if source_kind(source, None) == "gguf":
+        return gguf_tokens(open_gguf(Path(source)))
+    vocabulary = hf_tokenizer(str(source)).get_vocab()
+    tokens = [""] * (max(vocabulary.values()) + 1)
+    for token, token_id in vocabulary.items():
+        tokens[token_id] = token
+    return tokens
+
+
+PADDING_TOKEN = re.compile(r"\[PAD\d+\]|")  # the rows a vocabulary is padded with to its embedding's size, or none
+
+
+def check_same_vocabulary(target_source: str, drafter_source: str) -> None:
+    """A drafter whose vocabulary is plainly another — a token at an id where the target has another — refused
+    before anything is converted (an 8B target takes minutes); the converted checkpoints' fingerprints decide the
+    rest."""
+    ours, theirs = source_tokens(drafter_source), source_tokens(target_source)
+    for token_id, (mine, its) in enumerate(zip(ours, theirs)):
+        if mine != its and not (PADDING_TOKEN.fullmatch(mine) or PADDING_TOKEN.fullmatch(its)):
+            raise ValueError(
+                f"{drafter_source}: the drafter's vocabulary is not the target's (token {token_id} is {mine!r}, the "
+                f"target's {its!r}): a drafter must share its target's tokenizer"
+            )
+
+
+def weights_bytes(source: str) -> int:
+    """What a model's weights take in fp32 (a GGUF's tensors' elements × 4; an HF folder's safetensors, counted as if
+    they were 16-bit); 0 for a hub id, whose size is unknown before it is fetched."""
+    path = Path(source)
+    if path.is_file():
+        return 4 * sum(int(tensor.n_elements) for tensor in read_gguf(path).tensors)
+    return 2 * sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else 0
+
+
+def check_disk(source: str, out: Path) -> None:
+    """Refuse before writing anything a target whose fp32 checkpoint and served F32 GGUF (and a margin for the
+    drafter's checkpoints) would not fit the disk."""
+    needed = int(2.5 * weights_bytes(source))
+    free = shutil.disk_usage(out).free
+    if needed > free:
+        raise ValueError(
+            f"{out}: the target's fp32 checkpoint and served GGUF need about {needed / 1e9:.1f} GB, "
+            f"and the disk has {free / 1e9:.1f} GB free"
+        )
+
+
 def convert_gguf(gguf_path: Path, out_dir: Path, progress: bool, weights: bool) -> tuple[Any, ...]:
     """The GGUF's dequantized weights into ``out_dir`` (module docstring); returns the model, its tokenizer, the files
     written, and the manifest's inputs and extra fields of a GGUF source."""
     reader = open_gguf(gguf_path)
-    metadata = read_metadata(gguf_path)
+    metadata = read_metadata(reader)
     tokenizer = load_tokenizer(reader, metadata)
     if weights:
-        model = load_model(gguf_path, metadata)
+        model = load_model(reader, metadata)
     else:
         with torch.device("meta"):  # the architecture and its parameter count, no memory
             model = new_model(model_config(metadata), seed=0)

@@ -2,6 +2,9 @@
 
 The toy lab's folder (`specdraft_train lab`): its preset and ``--set`` values in ``lab_state.json``, the tokenizer
 stage's text replayed beside distillation, the base's and target's τ from its evaluate stage (``eval/results.json``).
+A `run` folder (``run_state.json``, whose stamps hold its preset and ``--set`` values): its starting drafter in
+``base/`` (pretrained from scratch, whose text is replayed) or ``drafter/`` (made of the target's layers, nothing
+replayed), the base's and target's τ from its evaluate stage (``eval/results.json``).
 The real-model lab's (train/scripts/gpu/real_lab.sh): ``real_lab.json``, the smollm2-chat preset, the base's
 pretraining text replayed as real_lab.sh does, the base's and target's τ from ``eval-templates.json`` once its
 evaluate stage ran. Its evaluation in the toy lab's shape (:func:`lab_evaluation`) lives here too, since both the
@@ -35,11 +38,17 @@ class LabLayout:
     """What ablate reads from a lab's folder, by the kind of lab (module docstring)."""
 
     path: Path
-    kind: str  # "lab" (the toy lab's folder) or "real_lab"
+    kind: str  # "lab" (the toy lab's folder), "real_lab" or "run"
     preset: LabPreset
-    replay: Path  # the text replayed beside the distillation loss (its token stream)
+    replay: Path | None  # the text replayed beside the distillation loss (its token stream), if any
     evaluation: Path  # the lab's own τ of its base and target, once its evaluate stage ran
     stages: tuple[tuple[str, str], ...]  # (folder, stage) that must be complete
+    base: Path  # the drafter distillation starts from
+
+    @property
+    def distilled(self) -> Path:
+        """The lab's own distilled drafter (before QAT)."""
+        return self.path / "distilled"
 
     @property
     def evaluated(self) -> bool:
@@ -51,7 +60,7 @@ class LabLayout:
         """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
         where it has one), from the lab's evaluation."""
         saved = json.loads(self.evaluation.read_text())
-        tau = saved["tau"] if self.kind == "lab" else lab_evaluation(saved)["tau"]
+        tau = lab_evaluation(saved)["tau"] if self.kind == "real_lab" else saved["tau"]
         return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
 
 
@@ -70,20 +79,37 @@ def lab_evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:
     return {**{field: evaluation[field] for field in fields}, "tau": tau}
 
 
+def run_layout(folder: Path) -> LabLayout:
+    """A `run` folder (module docstring)."""
+    stamps = json.loads((folder / "run_state.json").read_text()).get("stamps", {})
+    if "reference" not in stamps:
+        raise ValueError(f"{folder}: `run` has not made its reference data yet; run it to the end of distill first")
+    preset = apply_settings(get_preset(stamps["reference"]["preset"]), stamps["reference"].get("settings", []))
+    scratch = (folder / "base").is_dir()
+    base = folder / ("base" if scratch else "drafter")
+    stages = ((base.name, "pretrain" if scratch else "drafter"), ("reference", "reference"))
+    evaluation = folder / "eval" / "results.json"
+    return LabLayout(folder, "run", preset, base if scratch else None, evaluation, stages, base)
+
+
 def lab_layout(lab: Path) -> LabLayout:
-    """The toy lab's folder (lab_state.json) or the real-model lab's (real_lab.json); anything else is refused."""
+    """The toy lab's folder (lab_state.json), the real-model lab's (real_lab.json) or a `run` folder
+    (run_state.json); anything else is refused."""
     base_and_reference = (("base", "pretrain"), ("reference", "reference"))
     if (lab / "real_lab.json").is_file():
+        evaluation = lab / "eval-templates.json"
         return LabLayout(
-            lab, "real_lab", get_preset(REAL_LAB_PRESET), lab / "base", lab / "eval-templates.json", base_and_reference
+            lab, "real_lab", get_preset(REAL_LAB_PRESET), lab / "base", evaluation, base_and_reference, lab / "base"
         )
+    if (lab / "run_state.json").is_file():
+        return run_layout(lab)
     state_path = lab / "lab_state.json"
     if not state_path.is_file():
         raise ValueError(
-            f"{lab}: neither lab_state.json nor real_lab.json; expected a folder made by `specdraft_train lab` or "
-            "train/scripts/gpu/real_lab.sh"
+            f"{lab}: none of lab_state.json, real_lab.json or run_state.json; expected a folder made by "
+            "`specdraft_train lab`, `specdraft_train run` or train/scripts/gpu/real_lab.sh"
         )
     state = json.loads(state_path.read_text())
     preset = apply_settings(get_preset(state["preset"]), state.get("settings", []))
     stages = (*base_and_reference, ("tokenizer", "tokenizer"))
-    return LabLayout(lab, "lab", preset, lab / "tokenizer", lab / "eval" / "results.json", stages)
+    return LabLayout(lab, "lab", preset, lab / "tokenizer", lab / "eval" / "results.json", stages, lab / "base")

@@ -24,7 +24,17 @@ A variant is ``NAME:SETTING,SETTING,…`` (NAME: letters, digits, ``._+-``); a S
 any field of config.DistillConfig (JSON values or bare strings, as `lab --set` takes them; ``categories`` keeps the
 training examples whose category starts with one of its prefixes, ``data_fraction`` a nested share of them),
 ``export.FIELD=VALUE`` for a field of config.ExportConfig (``embedding_type=Q4_0``: QAT, evaluation and export with
-the token embedding at Q4_0 too, an all-Q4_0 file), ``variant.qat=true|false`` or ``variant.init=base|layers:N``.
+the token embedding at Q4_0 too, an all-Q4_0 file), ``onpolicy.FIELD=VALUE`` for config.OnPolicyConfig,
+``variant.qat=true|false``, ``variant.init=base|distilled|layers:N`` (``distilled``: go on from the lab's distilled
+drafter), ``variant.onpolicy=true`` (the starting drafter first writes on-policy data, `onpolicy`, trained on beside
+the reference's rows) or ``variant.select_reference=distilled`` (token selection by the lab's distilled drafter, with
+``distill.select_tokens`` < 1). A `run` folder is a lab too (its base: ``base/`` or ``drafter/``):
+
+    python -m specdraft_train ablate --lab runs/mine --out runs/mine-study --jobs 3 \\
+        --variant 'more:variant.init=distilled,distill.epochs=2' \\
+        --variant 'onpolicy:variant.init=distilled,variant.onpolicy=true,distill.epochs=2' \\
+        --variant 'select:variant.select_reference=distilled,distill.select_tokens=0.5'
+
 Each variant's cost is bounded by its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every
 variant, 0 for none) besides its epochs and plateau stop.
 
@@ -43,20 +53,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..commands import distill, drafter
+from ..commands import distill, drafter, onpolicy
 from ..commands.evaluate import drafter_tau, verify_heldout
-from ..config import ExportConfig, LabPreset, add_device_argument, apply_settings
+from ..config import ExportConfig, LabPreset, add_device_argument
 from ..formats.artifacts import (
     DRAFTER_GGUF,
     atomic_write_json,
@@ -67,6 +76,7 @@ from ..formats.artifacts import (
 )
 from ..labs.layout import LabLayout, lab_layout
 from ..labs.reports import ablation_markdown, pct
+from ..labs.variants import Variant, parse_variant, variant_preset
 from ..modeling.models import checkpoint_qat_state, load_causal_lm, resolve_device
 from ..modeling.tau import gap_closed, model_tau, read_conversations
 from ..training.distillation import DistillJob
@@ -74,11 +84,6 @@ from .runner import Runner
 
 RESULT_FILE = "result.json"
 REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
-VARIANT_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
-# A setting starts at a comma followed by SECTION.FIELD=, so JSON values may hold commas (lists of categories).
-SETTING_SPLIT = re.compile(r",(?=\s*[A-Za-z_]+\.[A-Za-z_]+\s*=)")
-# variant.FIELD=VALUE: what each field accepts
-VARIANT_FIELDS = {"qat": re.compile(r"^(true|false)$", re.IGNORECASE), "init": re.compile(r"^(base|layers:[1-9]\d*)$")}
 # What a variant's result keeps of each of its distill stages' metrics.
 STAGE_METRICS = (
     "steps",
@@ -88,72 +93,6 @@ STAGE_METRICS = (
     "stopped_by_time_budget",
     "train_seconds",
 )
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    distill_settings: tuple[str, ...]  # "distill.FIELD=VALUE", as given
-    qat: bool = True  # QAT after distillation, like the lab; False scores the distilled drafter at Q4_0 PTQ
-    export_settings: tuple[str, ...] = ()  # "export.FIELD=VALUE", as given
-    init: str = "base"  # the drafter distilled: the lab's base, or "layers:N" (N of the target's layers)
-
-    def text(self) -> str:
-        """The ``--variant`` argument that parses back to this variant."""
-        settings = [*self.distill_settings, *self.export_settings, *([] if self.qat else ["variant.qat=false"])]
-        settings += [] if self.init == "base" else [f"variant.init={self.init}"]
-        return f"{self.name}:{','.join(settings)}"
-
-    def spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = {"name": self.name, "distill_settings": list(self.distill_settings), "qat": self.qat}
-        # absent when unused, so that the specs of variants run before these settings existed still match
-        if self.export_settings:
-            spec["export_settings"] = list(self.export_settings)
-        if self.init != "base":
-            spec["init"] = self.init
-        return spec
-
-    def target_layers(self) -> int | None:
-        """N of ``variant.init=layers:N``, else None (the lab's base)."""
-        return int(self.init.partition(":")[2]) if self.init != "base" else None
-
-
-def parse_variant(text: str) -> Variant:
-    """``NAME:distill.FIELD=VALUE,…,export.FIELD=VALUE,…,variant.qat=false`` → a Variant (settings checked against the
-    config later)."""
-    name, colon, rest = text.partition(":")
-    name = name.strip()
-    if not colon or not VARIANT_NAME.match(name):
-        raise ValueError(
-            f"--variant {text!r}: expected NAME:SECTION.FIELD=VALUE,… with NAME of letters, digits and "
-            "._+- (e.g. 'tvd:distill.loss=tvd')"
-        )
-    settings: dict[str, list[str]] = {"distill": [], "export": []}
-    fields = {"qat": "true", "init": "base"}
-    for setting in (s.strip() for s in SETTING_SPLIT.split(rest) if s.strip()):
-        key, eq, value = setting.partition("=")
-        section, _, field_name = key.strip().partition(".")
-        if section in settings and eq:
-            settings[section].append(setting)
-        elif section == "variant" and field_name in VARIANT_FIELDS and VARIANT_FIELDS[field_name].match(value.strip()):
-            fields[field_name] = value.strip().lower()
-        else:
-            raise ValueError(
-                f"--variant {name}: setting {setting!r}: expected distill.FIELD=VALUE, export.FIELD=VALUE, "
-                "variant.qat=true|false or variant.init=base|layers:N"
-            )
-    return Variant(name, tuple(settings["distill"]), fields["qat"] == "true", tuple(settings["export"]), fields["init"])
-
-
-def variant_preset(preset: LabPreset, variant: Variant) -> LabPreset:
-    """The lab's preset with the variant's distill and export settings applied (unknown fields and wrong types are
-    refused, as is an unknown embedding type)."""
-    try:
-        applied = apply_settings(preset, [*variant.distill_settings, *variant.export_settings])
-        applied.export.resolved_embedding_type()
-    except ValueError as error:
-        raise ValueError(f"--variant {variant.name}: {error}") from None
-    return applied
 
 
 def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[str, Any]:
@@ -176,7 +115,7 @@ def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[st
     k, batch_tokens = layout.preset.evaluate.k, layout.preset.evaluate.batch_tokens
     embedding_type = layout.preset.export.resolved_embedding_type()
     base, mode = drafter_tau(
-        layout.path / "base",
+        layout.base,
         conversations,
         k,
         device,
@@ -275,7 +214,7 @@ def distill_variant(
     lab, replay = layout.path, layout.replay
     config, embedding_type = applied.distill, applied.export.resolved_embedding_type()
     distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
-    start = lab / "base"
+    start = layout.distilled if variant.init == "distilled" else layout.base
     layers = variant.target_layers()
     if layers is not None:
         start = directory / "drafter"
@@ -285,11 +224,27 @@ def distill_variant(
             lambda: drafter.run(lab / "target", start, "layers", layers),
             lambda: stage_complete(start, "drafter"),
         )
+    data: tuple[Path, ...] = ()
+    if variant.onpolicy:
+        data = (directory / "onpolicy",)
+        print(f"ablate: {variant.name}: on-policy data from {start.name} …", file=sys.stderr)
+        job = onpolicy.OnPolicyJob(start, lab / "target", lab / "reference", data[0], applied.onpolicy, device_name)
+        progress.run_stage("onpolicy", lambda: onpolicy.run(job), lambda: stage_complete(data[0], "onpolicy"))
+    select = layout.distilled if variant.select_reference == "distilled" else None
     print(f"ablate: {variant.name}: distill …", file=sys.stderr)
     progress.run_stage(
         "distill",
         lambda: distill.run(
-            DistillJob(start, lab / "reference", distilled, config, replay_tokens=replay, device=device_name)
+            DistillJob(
+                start,
+                lab / "reference",
+                distilled,
+                config,
+                replay_tokens=replay,
+                device=device_name,
+                onpolicy=data,
+                select_reference=select,
+            )
         ),
         lambda: stage_complete(distilled, "distill"),
     )
@@ -308,6 +263,7 @@ def distill_variant(
                 embedding_type=embedding_type,
                 replay_tokens=replay,
                 device=device_name,
+                select_reference=select,  # QAT trains on the tokens distillation selects
             )
         ),
         lambda: stage_complete(qat_dir, "distill"),
@@ -476,6 +432,11 @@ def run_ablation(
     for variant in variants:  # refuse what cannot run before any variant spends device time
         variant_preset(layout.preset, variant)
         check_target_layers(lab, variant)
+        uses_distilled = variant.init == "distilled" or variant.select_reference == "distilled"
+        if uses_distilled and not stage_complete(layout.distilled, "distill"):
+            raise ValueError(
+                f"--variant {variant.name} starts from or selects by {layout.distilled}: not distilled yet"
+            )
     for stage, kind in layout.stages:
         if not stage_complete(lab / stage, kind):
             raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")

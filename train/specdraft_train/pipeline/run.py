@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from ..commands import corpus, distill, drafter, evaluate, export, pretrain, reference, target
-from ..config import LabPreset, add_device_argument, add_settings_argument, announce, apply_settings
+from ..commands import corpus, distill, drafter, evaluate, export, onpolicy, pretrain, reference, target
+from ..config import DistillConfig, LabPreset, add_device_argument, add_settings_argument, announce, apply_settings
 from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, stage_complete
 from ..formats.prompts import prompt_rows
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
@@ -112,29 +112,6 @@ def source_stamp(path_or_id: str) -> dict[str, Any]:
     return {"id": path_or_id}
 
 
-def weights_bytes(source: str) -> int:
-    """What a model's weights take in fp32 (a GGUF's tensors' elements × 4; an HF folder's safetensors, counted as if
-    they were 16-bit); 0 for a hub id, whose size is unknown before it is fetched."""
-    path = Path(source)
-    if path.is_file():
-        import gguf
-
-        return 4 * sum(int(tensor.n_elements) for tensor in gguf.GGUFReader(path).tensors)
-    return 2 * sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else 0
-
-
-def check_disk(source: str, out: Path) -> None:
-    """Refuse before writing anything a target whose fp32 checkpoint and served F32 GGUF (and a margin for the
-    drafter's checkpoints) would not fit the disk."""
-    needed = int(2.5 * weights_bytes(source))
-    free = shutil.disk_usage(out).free
-    if needed > free:
-        raise ValueError(
-            f"{out}: the target's fp32 checkpoint and served GGUF need about {needed / 1e9:.1f} GB, "
-            f"and the disk has {free / 1e9:.1f} GB free"
-        )
-
-
 class Run:
     """One `run` folder: its preset, its stages' folders and the stamps that chain them."""
 
@@ -158,7 +135,7 @@ class Run:
         source = self.args.target
 
         def prepare() -> None:
-            check_disk(source, self.out)
+            target.check_disk(source, self.out)
             prepare_model(source, self.d["target"])
 
         self.stage(
@@ -283,35 +260,76 @@ class Run:
         )
 
     def distill_stages(self, start: Path) -> None:
-        """distill from ``start``, then QAT from the distilled drafter; replay of the base's pretraining text only
-        where there is one (a scratch base)."""
+        """distill from ``start``, the preset's on-policy rounds (each: the last drafter writes `onpolicy` data, then
+        distillation goes on from it over the reference's rows and those), then QAT from the last drafter; replay of
+        the base's pretraining text only where there is one (a scratch base)."""
         config = self.preset.distill
         replay = self.out / "base" if (self.out / "base").is_dir() else None
         if replay is None and config.replay_weight > 0:
             config = dataclasses.replace(config, replay_weight=0.0)  # no pretraining text to replay
+        rounds = self.preset.onpolicy
+        # (stage, its folder, its config, QAT): distill, each on-policy round's distillation, QAT
+        plan: list[tuple[str, Path, DistillConfig, bool]] = [("distill", self.d["distilled"], config, False)]
+        for r in range(1, rounds.rounds + 1):
+            plan.append(
+                (
+                    f"distill-{r}",
+                    self.out / f"distilled-{r}",
+                    dataclasses.replace(config, epochs=rounds.epochs, lr=rounds.lr),
+                    False,
+                )
+            )
+        plan.append(("qat", self.d["qat"], dataclasses.replace(config, time_budget_s=config.qat_time_budget_s), True))
         embedding = self.preset.export.resolved_embedding_type()
-        for name, source, qat in (("distill", start, False), ("qat", self.d["distilled"], True)):
-            out = self.d["distilled" if name == "distill" else "qat"]
+        last, last_key = start, "drafter"
+        for r, (name, out, stage_config, qat) in enumerate(plan):
+            stamp = {"from": self.keys[last_key], "reference": self.keys["reference"]}
+            onpolicy_data: tuple[Path, ...] = ()
+            if 0 < r <= rounds.rounds:
+                onpolicy_data = (self.onpolicy_stage(r, last, last_key),)
+                stamp["onpolicy"] = self.keys[f"onpolicy-{r}"]
             job = DistillJob(
-                source,
+                last,
                 self.d["reference"],
                 out,
-                dataclasses.replace(config, time_budget_s=config.qat_time_budget_s) if qat else config,
+                stage_config,
                 qat=qat,
                 embedding_type=embedding,
                 replay_tokens=replay,
                 device=self.args.device,
+                onpolicy=onpolicy_data,
             )
             announce(name, self.preset.name, distill.budget(job))
-            upstream = self.keys["drafter"] if name == "distill" else self.keys["distill"]
             self.stage(
                 name,
                 out,
                 lambda job=job: distill.run(job),
                 lambda out=out: stage_complete(out, "distill"),
-                {"from": upstream, "reference": self.keys["reference"]},
+                stamp,
                 every_rank=True,
             )
+            last, last_key = out, name
+
+    def onpolicy_stage(self, round_: int, drafter_dir: Path, drafter_key: str) -> Path:
+        """Round ``round_``'s on-policy data, written by the drafter of ``drafter_dir`` and scored by the target."""
+        name, out = f"onpolicy-{round_}", self.out / f"onpolicy-{round_}"
+        job = onpolicy.OnPolicyJob(
+            drafter_dir,
+            self.d["target"],
+            self.d["reference"],
+            out,
+            self.preset.onpolicy,
+            self.args.device,
+        )
+        announce(name, self.preset.name, onpolicy.budget(job))
+        self.stage(
+            name,
+            out,
+            lambda: onpolicy.run(job),
+            lambda: stage_complete(out, "onpolicy"),
+            {"drafter": self.keys[drafter_key], "target": self.keys["target"], "reference": self.keys["reference"]},
+        )
+        return out
 
     # --- evaluation and what ships ----------------------------------------------------------------------------------
 
@@ -486,6 +504,8 @@ def write_report(run: Run, evaluation: dict[str, Any], speed: dict[str, Any], gg
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     run = Run(args)
+    if args.drafter is not None:
+        target.check_same_vocabulary(args.target, args.drafter)
     run.out.mkdir(parents=True, exist_ok=True)
     run.make_target()
     run.check_prompts_render()

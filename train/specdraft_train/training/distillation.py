@@ -5,7 +5,7 @@ epoch's steps, one optimizer step, dev τ keeping the best checkpoint, the logs 
 
     job = DistillJob("runs/lab/base", Path("runs/lab/reference"), Path("runs/lab/distilled"), get_preset("lab").distill)
     ctx = init_distributed(job.device)
-    distillation = Distillation(job, ctx, read_inputs(job.drafter, job.reference, job.config, ctx))
+    distillation = Distillation(job, ctx, read_inputs(job.drafter, job.reference, job.config, ctx, job.onpolicy))
     distillation.train()          # then rank 0 writes the outputs (distill.py)
 """
 
@@ -55,7 +55,7 @@ from .loop import (
     unwrap,
     wrap_model,
 )
-from .losses import check_loss, loss_sums
+from .losses import check_loss, loss_sums, position_losses
 from .step_memory import choose_activation_checkpointing
 
 LOG_EVERY_STEPS = 25  # also every evaluation and checkpoint step, so logged windows are the same after a resume
@@ -79,6 +79,9 @@ class DistillJob:
     replay_tokens: Path | None = None
     device: str = "auto"
     halt_after_steps: int | None = None  # tests: SIGKILL this process after that many steps (a crash to resume from)
+    onpolicy: tuple[Path, ...] = ()  # `onpolicy` folders whose rows train beside the reference's
+    # Token selection's reference drafter (config.select_tokens < 1): a drafter distilled from the same start
+    select_reference: str | Path | None = None
 
 
 def compiles(config: DistillConfig, device: torch.device) -> bool:
@@ -98,6 +101,10 @@ def check_job(job: DistillJob) -> None:
         raise ValueError("group_by_length groups right-padded rows of batch_size: set packed=false and batch_tokens=0")
     if config.fsdp and job.qat:
         raise ValueError("distill --fsdp with --qat: QAT's quantized weights are not wired for FSDP; run QAT on DDP")
+    if not 0 < config.select_tokens <= 1:
+        raise ValueError(f"select_tokens {config.select_tokens}: expected a share, 0 < share ≤ 1")
+    if config.select_tokens < 1 and job.select_reference is None:
+        raise ValueError(f"select_tokens {config.select_tokens} selects by a reference drafter: give one")
 
 
 def new_history() -> dict[str, Any]:
@@ -175,6 +182,13 @@ class Distillation:
         elif config.replay_weight > 0 and ctx.is_main:
             print(f"distill: replay_weight {config.replay_weight}, no --replay-tokens: replay is off", file=sys.stderr)
         self.pad_id = self.model.config.pad_token_id if self.model.config.pad_token_id is not None else 0
+        self.select_model: nn.Module | None = None
+        if config.select_tokens < 1 and job.select_reference is not None:
+            self.select_model = load_causal_lm(job.select_reference, ctx.device)
+            check_vocabularies(job.select_reference, self.inputs.reference_manifest, vocab_size, self.inputs.examples)
+            if config.packed:
+                use_packed_attention(self.select_model)
+            self.select_model.eval().requires_grad_(False)
         self.qat_state = None
         if job.qat:
             from .quant import prepare_qat  # the GGUF-exact fake quantization (needs the `gguf` package)
@@ -264,9 +278,13 @@ class Distillation:
             packed=config.packed,
         )
         set_lr(self.optimizer, lr_at(self.step, self.max_steps, config.warmup_steps, self.peak_lr, config.min_lr_ratio))
+        reference_losses = None
+        if self.select_model is not None:
+            with autocast_context(ctx.device):
+                reference_losses = position_losses(self.select_model, batch, config)
         with self.weights_quantized_once():
             with autocast_context(ctx.device):
-                sums = loss_sums(self.ddp_model, batch, config)
+                sums = loss_sums(self.ddp_model, batch, config, reference_losses=reference_losses)
             loss = sums.distill / n_global
             if self.replay is not None and sums.replay is not None:
                 loss = loss + config.replay_weight * sums.replay / self.replay.tokens_per_step

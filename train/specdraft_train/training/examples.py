@@ -5,11 +5,12 @@ set, verified).
 
 A shard ``train-NNNNN.safetensors`` holds a run of prompts, the target's greedy continuation of each and its top-k
 token ids and log-probs (fp16) at every continuation position, flattened with offsets; its one metadata key lists the
-prompts' ids and categories. A distill run keeps the examples of its categories (prefixes) and a hash-chosen share of
-them (`DistillConfig.categories`, `data_fraction`). Each epoch takes every row once, in a seeded order cut into steps
-of equal tokens (`batch_tokens`, or `batch_size` rows' worth); a step's rows go to the ranks balanced by tokens and
-each rank's rows, with rows of replay text (the base's pretraining tokens) after them, are packed into one sequence
-(packing.py) or right-padded:
+prompts' ids and categories. An `onpolicy` shard holds the drafter's continuations instead, and ``labels``: the
+target's greedy token at each of their positions, what training predicts there. A distill run keeps the examples of
+its categories (prefixes) and a hash-chosen share of them (`DistillConfig.categories`, `data_fraction`). Each epoch
+takes every row once, in a seeded order cut into steps of equal tokens (`batch_tokens`, or `batch_size` rows' worth);
+a step's rows go to the ranks balanced by tokens and each rank's rows, with rows of replay text (the base's
+pretraining tokens) after them, are packed into one sequence (packing.py) or right-padded:
 
     examples = select_examples(read_train_examples("runs/lab/reference"), config)
     steps = epoch_steps(widths, epoch_order(widths, seed, epoch, config.batch_size, 0), steps_per_epoch(widths, config))
@@ -50,6 +51,9 @@ class Continuation:
     tokens: list[int]
     topk_ids: np.ndarray | None  # (L, K) int32
     topk_logprobs: np.ndarray | None  # (L, K) float16
+    # The target's greedy token at each position where the continuation is not the target's own (the drafter's, in
+    # an `onpolicy` shard): what training predicts there. None: the tokens are the target's, their own labels.
+    labels: np.ndarray | None = None  # (L,) int
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,14 @@ class TrainExample:
     topk_logprobs: np.ndarray  # (L, K) float32
     id: str = ""  # the prompt's id, e.g. "train/<sha256 prefix>/<start>"
     category: str = ""  # the prompt's category (held-out categories name the same kinds)
+    # The target's greedy token at each continuation position, where the continuation is another model's (on-policy
+    # data: the drafter wrote it, the target scored it); None: the continuation is the target's, its own labels.
+    labels: list[int] | None = None
+
+    @property
+    def targets(self) -> list[int]:
+        """What each continuation position is trained to predict."""
+        return self.continuation_tokens if self.labels is None else self.labels
 
 
 def _flat(rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,34 +94,43 @@ def write_train_shard(path: Path, prompts: Sequence[Prompt], continuations: Sequ
         "topk_ids": torch.from_numpy(np.concatenate([c.topk_ids for c in continuations])),  # (ΣL, K)
         "topk_logprobs": torch.from_numpy(np.concatenate([c.topk_logprobs for c in continuations])),  # (ΣL, K)
     }
+    labelled = [c.labels is not None for c in continuations]
+    if any(labelled):
+        if not all(labelled):
+            raise ValueError("a shard's continuations carry labels all or none")
+        labels = np.concatenate([np.asarray(c.labels, dtype=np.int32) for c in continuations])
+        tensors["labels"] = torch.from_numpy(labels)  # (ΣL,)
     # One metadata key: safetensors writes several in hash-map order, which would change the file's bytes per process.
     metadata = {"examples": json.dumps({"ids": [p.id for p in prompts], "categories": [p.category for p in prompts]})}
     with AtomicFile(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 
 
-def read_train_examples(reference_dir: str | Path) -> list[TrainExample]:
-    """All training examples of a finished reference stage (callers verify its manifest first)."""
-    examples = []
-    for shard in sorted(Path(reference_dir).glob("train-*.safetensors")):
-        with safe_open(str(shard), framework="np") as f:
-            t = {name: f.get_tensor(name) for name in f.keys()}
-            described = json.loads((f.metadata() or {}).get("examples", "{}"))
-        po, co = t["prompt_offsets"], t["continuation_offsets"]
-        ids = described.get("ids") or [""] * (len(po) - 1)
-        categories = described.get("categories") or [""] * (len(po) - 1)
-        for i in range(len(po) - 1):
-            examples.append(
-                TrainExample(
-                    t["prompt_tokens"][po[i] : po[i + 1]].tolist(),
-                    t["continuation_tokens"][co[i] : co[i + 1]].tolist(),
-                    t["topk_ids"][co[i] : co[i + 1]],
-                    t["topk_logprobs"][co[i] : co[i + 1]].astype(np.float32),
-                    ids[i],
-                    categories[i],
-                )
-            )
-    return examples
+def read_shard(shard: Path) -> list[TrainExample]:
+    """One training shard's examples, in its order."""
+    with safe_open(str(shard), framework="np") as f:
+        t = {name: f.get_tensor(name) for name in f.keys()}
+        described = json.loads((f.metadata() or {}).get("examples", "{}"))
+    po, co = t["prompt_offsets"], t["continuation_offsets"]
+    ids = described.get("ids") or [""] * (len(po) - 1)
+    categories = described.get("categories") or [""] * (len(po) - 1)
+    return [
+        TrainExample(
+            t["prompt_tokens"][po[i] : po[i + 1]].tolist(),
+            t["continuation_tokens"][co[i] : co[i + 1]].tolist(),
+            t["topk_ids"][co[i] : co[i + 1]],
+            t["topk_logprobs"][co[i] : co[i + 1]].astype(np.float32),
+            ids[i],
+            categories[i],
+            t["labels"][co[i] : co[i + 1]].tolist() if "labels" in t else None,
+        )
+        for i in range(len(po) - 1)
+    ]
+
+
+def read_train_examples(stage_dir: str | Path) -> list[TrainExample]:
+    """All training examples of a finished reference (or onpolicy) stage (callers verify its manifest first)."""
+    return [e for shard in sorted(Path(stage_dir).glob("train-*.safetensors")) for e in read_shard(shard)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -121,16 +142,21 @@ def _id_fraction(example_id: str) -> float:
     return int(hashlib.sha256(example_id.encode("utf-8")).hexdigest()[:8], 16) / 16**8
 
 
+def share_of_ids(ids: Sequence[str], share: float, what: str = "data_fraction") -> list[int]:
+    """The indices of the ids a ``share`` keeps (those whose hash falls below it): smaller shares nest in larger."""
+    if not 0 < share <= 1:
+        raise ValueError(f"{what} {share}: expected 0 < share ≤ 1")
+    if share == 1:
+        return list(range(len(ids)))
+    if any(not i for i in ids):
+        raise ValueError(f"{what} < 1 needs example ids, and these shards carry none")
+    return [n for n, i in enumerate(ids) if _id_fraction(i) < share]
+
+
 def select_examples(examples: Sequence[TrainExample], config: DistillConfig) -> list[TrainExample]:
     """The examples training uses: those of the configured category prefixes, then the configured share of them."""
-    if not 0 < config.data_fraction <= 1:
-        raise ValueError(f"data_fraction {config.data_fraction}: expected 0 < fraction ≤ 1")
     kept = [e for e in examples if not config.categories or e.category.startswith(tuple(config.categories))]
-    if config.data_fraction < 1:
-        if any(not e.id for e in kept):
-            raise ValueError("data_fraction < 1 needs example ids, and these reference shards carry none")
-        kept = [e for e in kept if _id_fraction(e.id) < config.data_fraction]
-    return kept
+    return [kept[i] for i in share_of_ids([e.id for e in kept], config.data_fraction)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -240,9 +266,7 @@ def collate(
         "positions": torch.from_numpy(  # (N,) j: the position inside its continuation
             np.concatenate([np.arange(len(e.continuation_tokens)) for e in examples])
         ).to(device),
-        "labels": torch.from_numpy(np.concatenate([np.asarray(e.continuation_tokens) for e in examples]))
-        .long()
-        .to(device),
+        "labels": torch.from_numpy(np.concatenate([np.asarray(e.targets) for e in examples])).long().to(device),
         "topk_ids": torch.from_numpy(np.concatenate([e.topk_ids for e in examples])).long().to(device),  # (N, K)
         "topk_logprobs": torch.from_numpy(np.concatenate([e.topk_logprobs for e in examples])).to(device),  # (N, K)
     }
@@ -306,18 +330,39 @@ class DistillInputs:
 
     reference_manifest: dict[str, Any]
     drafter_manifest: dict[str, Any] | None  # None for a drafter without a manifest (an HF id, a local HF model)
-    available: list[TrainExample]  # every training example of the reference data
+    available: list[TrainExample]  # every training example of the reference data (and of the on-policy data)
     examples: list[TrainExample]  # those of the configured categories and data fraction
     dev: list[Conversation]
+    onpolicy: tuple[dict[str, Any], ...] = ()  # input records of the on-policy folders read
+
+
+def read_onpolicy(folders: Sequence[Path], reference_manifest: dict[str, Any]) -> tuple[list[TrainExample], list[Any]]:
+    """The examples of `onpolicy` folders made for this reference data's target (the same vocabulary fingerprint),
+    and their input records."""
+    examples: list[TrainExample] = []
+    records = []
+    for folder in folders:
+        manifest = verify_stage_dir(folder, "onpolicy")
+        if manifest.get("vocab_fingerprint") != reference_manifest.get("vocab_fingerprint"):
+            raise ValueError(f"--onpolicy {folder}: made for another target's vocabulary than the reference data's")
+        examples += read_train_examples(folder)
+        records.append(input_record(folder, manifest))
+    return examples, records
 
 
 def read_inputs(
-    drafter: str | Path, reference_dir: Path, config: DistillConfig, ctx: DistributedContext
+    drafter: str | Path,
+    reference_dir: Path,
+    config: DistillConfig,
+    ctx: DistributedContext,
+    onpolicy: Sequence[Path] = (),
 ) -> DistillInputs:
-    """Verify the reference data and the drafter, pick the training examples; refuse a run that would train on none."""
+    """Verify the reference data (and any on-policy data) and the drafter, pick the training examples; refuse a run
+    that would train on none."""
     reference_manifest = verify_stage_dir(reference_dir, "reference")
     drafter_manifest = verify_checkpoint(drafter)
-    available = read_train_examples(reference_dir)
+    onpolicy_examples, onpolicy_records = read_onpolicy(onpolicy, reference_manifest)
+    available = read_train_examples(reference_dir) + onpolicy_examples
     examples = select_examples(available, config)
     dev = read_conversations(reference_dir / "dev.jsonl")
     if not examples:
@@ -326,7 +371,7 @@ def read_inputs(
     if ctx.is_main:
         items = [(e.id or "?", len(e.prompt_tokens), len(e.continuation_tokens)) for e in examples]
         serving_context_note("distill", "training examples", items, config.eval_k)
-    return DistillInputs(reference_manifest, drafter_manifest, available, examples, dev)
+    return DistillInputs(reference_manifest, drafter_manifest, available, examples, dev, tuple(onpolicy_records))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -355,7 +400,7 @@ def check_vocabularies(
                 f"drafter {drafter} has another vocabulary than the target of the reference data (fingerprint "
                 f"{found[:12]}… vs {expected[:12]}…): `drafter --target TARGET` makes one with the target's"
             )
-    top = max((max(e.continuation_tokens + e.prompt_tokens) for e in examples), default=0)
+    top = max((max(e.continuation_tokens + e.prompt_tokens + e.targets) for e in examples), default=0)
     if top >= vocab_size:
         raise ValueError(f"reference data uses token id {top}; the drafter's vocabulary has {vocab_size}")
 

@@ -197,11 +197,56 @@ def head_terms(
     return tuple(torch.cat(column) for column in zip(*parts))  # type: ignore[return-value]
 
 
-def loss_sums(
+def _weighted(config: DistillConfig, divergence: torch.Tensor, ce: torch.Tensor) -> torch.Tensor:
+    """ℓ_j before any prefix weighting: CE alone for the ce loss, else w_div · divergence + w_ce · CE."""
+    if config.loss == "ce":
+        return ce
+    return config.divergence_weight * divergence + config.ce_weight * ce
+
+
+def position_losses(
     model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig, chunk_logits: int = HEAD_CHUNK_LOGITS
+) -> torch.Tensor:
+    """ℓ_j at every continuation position of the batch (no prefix weights), without gradients: what token selection
+    reads from its reference drafter. (N,)"""
+    with torch.no_grad():
+        hidden = final_hidden_states(model, model_inputs(batch)).flatten(0, 1)  # (B · T, H)
+        with_topk = config.loss != "ce"
+        log_q_label, divergence, _ = head_terms(
+            hidden[batch["index"]],
+            output_weight(model),
+            batch["labels"],
+            batch["topk_ids"] if with_topk else None,
+            batch["topk_logprobs"] if with_topk else None,
+            config.loss,
+            chunk_logits,
+        )
+    return _weighted(config, divergence, -log_q_label)
+
+
+def selected_positions(excess: torch.Tensor, share: float) -> torch.Tensor:
+    """The ``share`` of positions with the largest ``excess`` loss over the reference (at least one), as a 0/1 float
+    mask. (N,) → (N,)"""
+    keep = max(1, round(share * excess.numel()))
+    mask = torch.zeros_like(excess)
+    mask[excess.topk(keep).indices] = 1.0
+    return mask
+
+
+def loss_sums(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    config: DistillConfig,
+    chunk_logits: int = HEAD_CHUNK_LOGITS,
+    reference_losses: torch.Tensor | None = None,
 ) -> LossSums:
     """The batch's loss sums. Logits are computed only at the positions a loss is taken (continuation positions and
-    replay targets), through :func:`head_terms`' chunks; prompt positions only run the decoder."""
+    replay targets), through :func:`head_terms`' chunks; prompt positions only run the decoder.
+
+    Token selection (``config.select_tokens`` < 1, with ``reference_losses``: :func:`position_losses` of a reference
+    drafter on the same batch): only the share of positions whose loss exceeds the reference's the most is trained
+    on — those the drafter has most left to learn and can learn, as AdaSPEC selects them — and the sum is divided by
+    the share, so a step's loss keeps its scale."""
     check_loss(config)
     hidden = final_hidden_states(model, model_inputs(batch)).flatten(0, 1)  # (B · T, H): packed, B = 1
     weight = output_weight(model)  # (V, H)
@@ -217,14 +262,18 @@ def loss_sums(
     )
     ce = -log_q_label  # (N,)
     parts = {"ce": ce.detach().sum(), "top1": top1.sum().float()}
-    per_position = ce  # the "ce" loss
+    per_position = _weighted(config, divergence, ce)
+    unweighted = per_position
     if with_topk:
         parts[DIVERGENCE_OF[config.loss]] = divergence.detach().sum()
-        per_position = config.divergence_weight * divergence + config.ce_weight * ce
         if config.loss == "prefix":
             weights = prefix_weights(log_q_label, batch["positions"], config.eval_k)
             parts["prefix_weight"] = weights.sum()
             per_position = weights * per_position
+    if reference_losses is not None and config.select_tokens < 1:
+        mask = selected_positions(unweighted.detach() - reference_losses, config.select_tokens)
+        parts["selected"] = mask.sum()
+        per_position = per_position * mask / config.select_tokens
     replay = None
     if "replay_index" in batch:
         replay_log_q, _, _ = head_terms(
