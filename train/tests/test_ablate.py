@@ -223,6 +223,8 @@ def test_variants_go_on_from_the_distilled_drafter_with_onpolicy_data_or_token_s
     assert summary["variants"][1]["examples"] == 2 * examples  # the reference's rows and as many of its own
     assert "onpolicy" in json.loads((tmp_path / "out" / "onpolicy" / "progress.json").read_text())["seconds"]
     assert parse_variant(variants[1].text()) == variants[1] and variants[2].spec()["select_reference"] == "distilled"
+    markdown = (tmp_path / "out" / "ablation.md").read_text()
+    assert "variant.onpolicy=true" in markdown and "variant.select_reference=distilled" in markdown
 
 
 def test_a_run_folder_is_a_lab_whose_base_is_its_starting_drafter(tmp_path: Path):

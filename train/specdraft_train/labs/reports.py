@@ -220,6 +220,8 @@ def _variant_row(r: dict[str, Any]) -> str:
         + spec.get("export_settings", [])
         + ([] if spec["qat"] else ["variant.qat=false"])
         + ([f"variant.init={spec['init']}"] if "init" in spec else [])
+        + (["variant.onpolicy=true"] if spec.get("onpolicy") else [])
+        + ([f"variant.select_reference={spec['select_reference']}"] if "select_reference" in spec else [])
     )
     gguf_bytes = r.get("export", {}).get("gguf_bytes")  # results written before variants were exported lack it
     figures = [fmt(r[key]) for key in ("tau", "macro_tau", "top1", "over_base")]

@@ -13,7 +13,9 @@ stopped; a changed input runs again what depends on it, and says so):
    general text first: ``corpus``, ``pretrain``); by default a quarter of the target's layers (DEFAULT_DEPTH_SHARE);
 3. ``reference``: the target's greedy answers to the chat prompts (``--prompts``, or the built-in chat prompt set),
    with their top-k log-probs; held-out and dev lines as the prompts' own splits say;
-4. ``distill`` and ``qat``: distillation, then quantization-aware training exact to Q4_0;
+4. ``distill`` and ``qat``: distillation, the preset's on-policy rounds (``onpolicy-N``, then ``distill-N`` over the
+   reference's rows and the drafter's own scored text; ``--set onpolicy.rounds=1``, 0 by default), then
+   quantization-aware training exact to Q4_0;
 5. ``evaluate``: τ on the held-out conversations, overall and per category, for the drafter before training (its
    Q4_0 PTQ), the trained drafter (Q4_0 QAT, and τ(k) at each ``--k``), n-gram prompt lookup and the target as its
    own drafter;

@@ -29,6 +29,10 @@ w_ce = ce_weight):
   rather than one fixed alignment; a_0 = 1 (every walk starts a window at 0), and a drafter that already agrees
   everywhere (q_i = 1) gets a_j = 1, i.e. the kl loss.
 
+Token selection (``select_tokens`` < 1, AdaSPEC's rule): each step keeps the share of its positions whose ℓ_j exceeds a
+reference drafter's ℓ_j (:func:`position_losses`, a drafter already distilled from the same start) the most — what the
+drafter can learn and has not — and scales their sum by 1 / share.
+
 Losses are summed over positions (:class:`LossSums`); `distill` divides them by the global batch's continuation
 tokens, so DDP ranks with unequal shares still average to the one-process gradient.
 
