@@ -41,7 +41,14 @@ from ..engine.generation import generate_continuations
 from ..engine.scoring import score_continuations
 from ..formats.artifacts import input_record, verify_stage_dir, write_manifest
 from ..formats.prompts import Prompt
-from ..modeling.models import checkpoint_info, load_causal_lm, load_tokenizer, resolve_device, verify_checkpoint
+from ..modeling.models import (
+    DTYPES,
+    checkpoint_info,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_device,
+    verify_checkpoint,
+)
 from ..presets import add_preset_argument, get_preset
 from ..progress import progress_bar
 from ..training.examples import Continuation, read_shard, read_train_examples, share_of_ids, write_train_shard
@@ -56,6 +63,7 @@ class OnPolicyJob:
     out: Path
     config: OnPolicyConfig
     device: str = "auto"
+    dtype: str = "float32"  # both models' weights (models.DTYPES); bfloat16 for real models, as `reference --dtype`
     halt_after_shards: int | None = None  # tests: SIGKILL after this many shards (a cut to resume from)
 
 
@@ -106,8 +114,8 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
     shard_size = settings.shard_prompts
     shards = [prompts[i : i + shard_size] for i in range(0, len(prompts), shard_size)]
     job.out.mkdir(parents=True, exist_ok=True)
-    drafter = load_causal_lm(job.drafter, device)
-    target = load_causal_lm(job.target, device)
+    drafter = load_causal_lm(job.drafter, device, DTYPES[job.dtype])
+    target = load_causal_lm(job.target, device, DTYPES[job.dtype])
     tokenizer = load_tokenizer(job.target)
     stats: dict[str, Any] = {"prompts": 0, "tokens": 0, "drafting_seconds": 0.0, "scoring_seconds": 0.0}
     everything: tuple[list[Prompt], list[Continuation]] = ([], [])
@@ -155,6 +163,7 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
         "stats": {**stats, "seconds": time.time() - start_time},
     }
     params = {"config": job.config.__dict__, "max_new_tokens": max_new_tokens, "top_k": settings.top_k}
+    params["dtype"] = job.dtype
     return write_manifest(job.out, "onpolicy", outputs=outputs, params=params, inputs=inputs, extra=extra)
 
 
@@ -172,6 +181,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_preset_argument(p)
     add_device_argument(p)
     add_settings_argument(p)
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="both models' weights (default: float32; bfloat16 for real models, as reference takes them)",
+    )
     p.add_argument("--halt-after-shards", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 
@@ -185,6 +200,7 @@ def job_from_args(args: argparse.Namespace) -> OnPolicyJob:
         args.out,
         preset.onpolicy,
         args.device,
+        args.dtype,
         args.halt_after_shards,
     )
 
@@ -194,6 +210,7 @@ def budget(job: OnPolicyJob) -> dict[str, Any]:
         "prompt share": job.config.prompt_share,
         "new tokens": job.config.max_new_tokens or "the reference's",
         "batch at most": job.config.batch_size,
+        "dtype": job.dtype,
     }
 
 
