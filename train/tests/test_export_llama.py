@@ -214,8 +214,8 @@ def test_export_refuses_what_it_cannot_write_in_one_line(smollm2_tokenizer: Path
             r"a LlamaForCausalLM with attention_bias or mlp_bias; export writes llama",
         ),
         "RoPE scaling": (
-            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
-            r"RoPE scaling 'llama3' is not exported: export writes plain RoPE",
+            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0}},
+            r"RoPE scaling 'yarn' is not exported: export writes plain RoPE \(rope_type 'default'\) and Llama 3's",
         ),
     }
     checkpoint = llama_checkpoint(smollm2_tokenizer, tmp_path / "ckpt", seed=3)

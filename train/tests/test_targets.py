@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 
 import gguf
@@ -25,6 +26,7 @@ from tiny_targets import ARCHS, QWEN3_TOKENIZER_DIR, tiny_gguf_target, tiny_hf_t
 from specdraft_train.commands.export import export_gguf
 from specdraft_train.commands.target import SERVED_GGUF
 from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.formats.gguf_layout import LLAMA3_ROPE, llama3_rope_factors, llama3_rope_from_factors
 from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
 from specdraft_train.training.quant import prepare_qat
 
@@ -220,3 +222,51 @@ def test_a_qwen_hf_checkpoint_without_generation_config_still_stops_at_im_end(tm
     assert code == 0, err
     assert json.loads((tmp_path / "t" / "generation_config.json").read_text())["eos_token_id"] == [151_645, 151_643]
     assert not (tmp_path / "t" / SERVED_GGUF).exists() and not (tmp_path / "t" / "model.safetensors").exists()
+
+
+def test_a_llama_3_rope_scaled_gguf_reads_back_and_llama_cpp_rotates_as_the_checkpoint(
+    smollm2_tokenizer: Path, tmp_path: Path
+):
+    """Llama 3.1–3.3's RoPE scaling travels as rope_freqs in a GGUF: export writes it from the config, `target` reads
+    it back into the config, and llama.cpp on the served GGUF computes what the checkpoint computes at positions where
+    the scaling changes the rotation (a checkpoint without it computes otherwise there)."""
+    rope = {"rope_type": "llama3", "rope_theta": 100_000.0, "factor": 32.0, **LLAMA3_ROPE}
+    source = tiny_hf_target("llama", smollm2_tokenizer, tmp_path / "llama3.hf", rope=rope)
+    path = export_gguf(source, tmp_path / "llama3.gguf", "F32", ptq=True)
+    factors = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors}["rope_freqs.weight"]
+    config = json.loads((source / "config.json").read_text())
+    np.testing.assert_array_equal(factors, llama3_rope_factors(config))
+    assert 1.0 in factors and 32.0 in factors  # some frequencies kept, some scaled, at this head size and base
+    code, _, err = run_main("target", "--gguf", str(path), "--out", str(tmp_path / "target"))
+    assert code == 0, err
+    converted = json.loads((tmp_path / "target" / "config.json").read_text())
+    assert converted["rope_parameters"] == rope
+    ours, theirs = load_file(str(source / "model.safetensors")), load_file(str(tmp_path / "target/model.safetensors"))
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+    prompts = [[(37 * i + 11 * j) % 40_000 + 100 for i in range(300)] for j in range(2)]  # 300 positions
+    request = {"prompts": prompts, "n": 1, "probabilities": True, **EXACT_SETTINGS}
+    [answer] = run_gguf_greedy_all([tmp_path / "target" / SERVED_GGUF], request)
+    plain = tmp_path / "plain"
+    shutil.copytree(tmp_path / "target", plain)
+    (plain / "config.json").write_text(
+        json.dumps({**converted, "rope_parameters": {"rope_type": "default", "rope_theta": 100_000.0}})
+    )
+    for i, (mine, wrong, served) in enumerate(
+        zip(
+            torch_first_log_probs(tmp_path / "target", prompts),
+            torch_first_log_probs(plain, prompts),
+            log_probs_of(answer, 49_152),
+        )
+    ):
+        assert_same_first_step(mine, served, EXACT_TOLERANCE, f"prompt {i}")
+        likely = torch.topk(mine, 50).indices
+        assert (mine[likely] - wrong[likely]).abs().max().item() > 10 * EXACT_TOLERANCE  # the scaling matters here
+
+
+def test_rope_freqs_other_than_llama_3s_are_refused():
+    config = {"hidden_size": 64, "num_attention_heads": 4, "head_dim": 16}
+    rope = {"rope_type": "llama3", "rope_theta": 100_000.0, "factor": 8.0, **LLAMA3_ROPE}
+    factors = llama3_rope_factors({**config, "rope_parameters": rope})
+    assert llama3_rope_from_factors(factors, 100_000.0, config) == rope
+    with pytest.raises(ValueError, match="other than Llama 3's"):
+        llama3_rope_from_factors(factors * 1.01, 100_000.0, config)

@@ -69,9 +69,18 @@ def tokenizer_dir(arch: str, smollm2_tokenizer: Path) -> Path:
     return smollm2_tokenizer if arch == "llama" else QWEN3_TOKENIZER_DIR
 
 
-def tiny_hf_target(arch: str, tokenizer: Path, out_dir: Path, seed: int = 0) -> Path:
-    """A tiny ``arch`` model saved in ``out_dir`` (fp32 safetensors) with ``tokenizer``'s files copied as they are."""
-    model = AutoModelForCausalLM.from_config(tiny_config(arch))
+def tiny_hf_target(
+    arch: str, tokenizer: Path, out_dir: Path, seed: int = 0, rope: dict[str, Any] | None = None
+) -> Path:
+    """A tiny ``arch`` model saved in ``out_dir`` (fp32 safetensors) with ``tokenizer``'s files copied as they are;
+    ``rope``: its ``rope_parameters`` instead of plain RoPE (e.g. Llama 3's scaling)."""
+    config = tiny_config(arch)
+    if rope is not None:
+        config.rope_parameters = rope
+        config.max_position_embeddings = max(
+            config.max_position_embeddings, rope.get("original_max_position_embeddings", 0) * 2
+        )
+    model = AutoModelForCausalLM.from_config(config)
     peaked_(model, seed)
     model.save_pretrained(out_dir)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):

@@ -74,6 +74,7 @@ from ..formats.gguf_layout import (
     Architecture,
     architecture_of,
     gguf_architecture,
+    llama3_rope_from_factors,
     rope_theta,
 )
 from ..formats.vocabulary import (
@@ -134,13 +135,13 @@ def open_gguf(path: Path) -> gguf.GGUFReader:
     architecture = field_value(reader, "general.architecture")
     if gguf_architecture(architecture) is None:
         raise ValueError(f"{path}: architecture {architecture!r}: `target` converts {SUPPORTED}")
-    # Llama 3.1+'s frequency factors (rope_freqs) and any rope.scaling: transformers' GGUF loader reads neither, so the
-    # checkpoint would rotate otherwise than llama.cpp serves the file
+    # rope.scaling (linear, YaRN): transformers' GGUF loader reads none of it, so the checkpoint would rotate otherwise
+    # than llama.cpp serves the file. Llama 3.1+'s frequency factors (rope_freqs) are read back by read_metadata.
     scaling = field_value(reader, f"{architecture}.rope.scaling.type")
-    if any(t.name == "rope_freqs.weight" for t in reader.tensors) or scaling not in (None, "none"):
+    if scaling not in (None, "none"):
         raise ValueError(
-            f"{path}: RoPE scaling ({scaling or 'rope_freqs'}): `target` converts GGUFs of plain RoPE (as SmolLM2, "
-            "Qwen2.5 and Qwen3 have it)"
+            f"{path}: RoPE scaling {scaling!r}: `target` converts GGUFs of plain RoPE (as SmolLM2, Qwen2.5 and Qwen3 "
+            "have it) and of Llama 3's frequency factors (rope_freqs, Llama 3.1–3.3)"
         )
     model, pre = field_value(reader, "tokenizer.ggml.model"), field_value(reader, "tokenizer.ggml.pre")
     if model != "gpt2" or pre not in PRE_TOKENIZER_NAMES:
@@ -182,7 +183,17 @@ def read_metadata(reader: gguf.GGUFReader) -> dict[str, Any]:
     size, ``key_length``, which its mapping leaves out for some architectures)."""
     with shared_reader(reader):
         metadata = load_gguf_checkpoint(str(reader.data.filename), return_tensors=False)
-    metadata["key_length"] = field_value(reader, f"{field_value(reader, 'general.architecture')}.attention.key_length")
+    architecture = field_value(reader, "general.architecture")
+    metadata["key_length"] = field_value(reader, f"{architecture}.attention.key_length")
+    factors = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if factors is not None:  # Llama 3's RoPE scaling, which transformers' mapping leaves out
+        theta = float(field_value(reader, f"{architecture}.rope.freq_base") or 10_000.0)
+        config = {**metadata["config"], "head_dim": metadata["key_length"]}
+        try:
+            rope = llama3_rope_from_factors(np.asarray(factors.data, dtype=np.float32).reshape(-1), theta, config)
+        except ValueError as error:
+            raise ValueError(f"{reader.data.filename}: {error}") from None
+        metadata["rope_parameters"] = rope
     return metadata
 
 
@@ -193,6 +204,8 @@ def model_config(metadata: dict[str, Any]) -> PretrainedConfig:
     # width: the head size the file says is the one llama.cpp computes with
     if (key_length := metadata.get("key_length")) is not None:
         config.head_dim = int(key_length)
+    if (rope := metadata.get("rope_parameters")) is not None:
+        config.rope_parameters = rope
     # float32's 1e-5 read back as 9.999999747378752e-06: the shortest decimal of the same float32 is what HF writes
     config.rms_norm_eps = float(str(np.float32(config.rms_norm_eps)))
     return config
@@ -205,6 +218,7 @@ def load_model(reader: gguf.GGUFReader, metadata: dict[str, Any]) -> torch.nn.Mo
     path = reader.data.filename
     with shared_reader(reader):
         tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+    tensors = {name: t for name, t in tensors.items() if "rope_freqs" not in name}  # in the config: rope_parameters
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if set(missing) - tied or unexpected:

@@ -98,17 +98,58 @@ def head_dim(config: dict[str, Any]) -> int:
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
 
-def rope_theta(config: dict[str, Any]) -> float | None:
+def rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
+    """The config's RoPE settings (transformers 5's ``rope_parameters``, or the older ``rope_scaling``)."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    rope = rope.get("full_attention", rope)
+    return rope.get("full_attention", rope)
+
+
+def rope_theta(config: dict[str, Any]) -> float | None:
+    """The RoPE base; refused for a scaling export cannot write: plain RoPE, or Llama 3's (its factors as the
+    ``rope_freqs`` tensor, :func:`llama3_rope_factors`)."""
+    rope = rope_parameters(config)
     theta = rope.get("rope_theta", config.get("rope_theta"))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", None):
+    if rope_type not in ("default", None, "llama3"):
         raise ValueError(
-            f"RoPE scaling {rope_type!r} is not exported: export writes plain RoPE (rope_type 'default'), as the "
-            "drafters made here and SmolLM2 use."
+            f"RoPE scaling {rope_type!r} is not exported: export writes plain RoPE (rope_type 'default') and Llama 3's "
+            "('llama3', as Llama 3.1–3.3 have it)."
         )
     return theta
+
+
+# Llama 3's frequency scaling: what Llama 3.1, 3.2 and 3.3 ship with (factor 8, or 32 for 3.2), and what a GGUF's
+# rope_freqs tensor is checked against when `target` reads one back into a config.
+LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def llama3_rope_factors(config: dict[str, Any]) -> np.ndarray | None:
+    """Llama 3 RoPE scaling as llama.cpp reads it: the divisor of each rotary frequency (``rope_freqs``, head_dim / 2
+    float32), as llama.cpp's converter computes it from the config; None for any other RoPE."""
+    rope = rope_parameters(config)
+    if rope.get("rope_type", rope.get("type")) != "llama3":
+        return None
+    theta, dim = float(rope.get("rope_theta", config.get("rope_theta"))), head_dim(config)
+    factor, low, high = float(rope["factor"]), float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
+    old = float(rope["original_max_position_embeddings"])
+    wavelengths = 2 * np.pi * theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    smooth = (old / wavelengths - low) / (high - low)
+    factors = 1 / ((1 - smooth) / factor + smooth)
+    factors = np.where(wavelengths < old / high, 1.0, np.where(wavelengths > old / low, factor, factors))
+    return factors.astype(np.float32)
+
+
+def llama3_rope_from_factors(factors: np.ndarray, theta: float, config: dict[str, Any]) -> dict[str, Any]:
+    """A config's ``rope_parameters`` whose :func:`llama3_rope_factors` are a GGUF's ``rope_freqs``: Llama 3's
+    thresholds (LLAMA3_ROPE) and the largest factor; refused when they give other factors."""
+    rope = {"rope_type": "llama3", "rope_theta": theta, "factor": float(np.round(factors.max(), 4)), **LLAMA3_ROPE}
+    expected = llama3_rope_factors({**config, "rope_parameters": rope})
+    if expected is None or expected.shape != factors.shape or not np.allclose(expected, factors, rtol=1e-5):
+        raise ValueError(
+            "rope_freqs: frequency factors other than Llama 3's (factor, low/high frequency factors 1 and 4, "
+            "original context 8192)"
+        )
+    return rope
 
 
 def qk_row_order(arch: Architecture, hf_name: str, config: dict[str, Any]) -> np.ndarray | None:

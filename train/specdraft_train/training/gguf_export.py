@@ -35,6 +35,7 @@ from ..formats.gguf_layout import (
     add_model_metadata,
     add_vocab,
     architecture_of,
+    llama3_rope_factors,
     pre_tokenizer_of,
     qk_row_order,
 )
@@ -232,6 +233,8 @@ def write_gguf(
     for t in encoded:
         raw_dtype = t.qtype if t.qtype not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else None
         writer.add_tensor(t.gguf_name, t.data, raw_dtype=raw_dtype)
+    if (factors := llama3_rope_factors(config)) is not None:  # Llama 3's RoPE scaling, as llama.cpp reads it
+        writer.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", factors)
     with AtomicFile(out_path) as tmp:
         writer.write_header_to_file(path=tmp)
         writer.write_kv_data_to_file()
