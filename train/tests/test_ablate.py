@@ -232,11 +232,16 @@ def test_a_run_folder_is_a_lab_whose_base_is_its_starting_drafter(tmp_path: Path
 
     run = tmp_path / "run"
     (run / "drafter").mkdir(parents=True)
-    stamp = {"preset": "micro", "settings": ["distill.epochs=5"]}
-    atomic_write_json(run / "run_state.json", {"stamps": {"reference": stamp}})
+    preset = {"name": "micro", "settings": ["distill.epochs=5"]}
+    atomic_write_json(run / "run_state.json", {"preset": preset, "stamps": {"reference": {"reference": {}}}})
     layout = lab_layout(run)
     assert layout.kind == "run" and layout.base == run / "drafter" and layout.replay is None
     assert layout.preset.distill.epochs == 5 and layout.evaluation == run / "eval" / "results.json"
+    # a folder from before run_state.json said its preset: the reference stage's stamp said it
+    atomic_write_json(
+        run / "run_state.json", {"stamps": {"reference": {"preset": "micro", "settings": ["distill.epochs=4"]}}}
+    )
+    assert lab_layout(run).preset.distill.epochs == 4
     (run / "base").mkdir()
     layout = lab_layout(run)
     assert layout.base == run / "base" == layout.replay and ("base", "pretrain") in layout.stages

@@ -23,6 +23,7 @@ from conftest import REPO, run_main, smollm2_gguf
 from generate_verdict import near_tie_problems
 from run_helpers import TINY, run_command, run_env, small_prompts
 
+from specdraft_train.formats.artifacts import verify_stage_dir
 from specdraft_train.modeling.tau import read_conversations
 from specdraft_train.pipeline.run import STAGES
 
@@ -99,19 +100,43 @@ def test_killed_mid_distillation_the_run_resumes_to_the_same_drafter(llama: dict
     assert ours == (llama["out"] / "distilled" / "model.safetensors").read_bytes()
 
 
-def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on_it(llama: dict[str, Any]):
+def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on_it(
+    llama: dict[str, Any], tmp_path: Path
+):
     again = subprocess.run(run_command(*llama["args"]), env=run_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("complete in") == len(STAGES) - 2  # every stage but corpus and pretrain (layers drafter)
-    changed = llama["root"] / "prompts-changed.jsonl"
+    changed = tmp_path / "prompts-changed.jsonl"
     changed.write_text(llama["prompts"].read_text().replace("?", "??", 1))
-    args = [*llama["args"], "--prompts", str(changed), "--until", "distill"]
+    out = tmp_path / "out"  # a copy: the other tests read the finished run as it is
+    shutil.copytree(llama["out"], out)
+    args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], "--prompts", str(changed), "--until", "distill"]
     rerun = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "run: target: complete" in rerun.stderr and "run: drafter: complete" in rerun.stderr
     assert "run: reference: prompts changed since it ran; running it again" in rerun.stderr
     assert "run: distill: reference changed since it ran; running it again" in rerun.stderr
     assert "stopped after distill (--until)" in rerun.stderr
+
+
+def test_an_onpolicy_round_added_to_a_finished_run_reruns_only_what_it_changes(llama: dict[str, Any], tmp_path: Path):
+    out = tmp_path / "out"  # the finished run's folders up to distillation, copied
+    for stage in ("target", "drafter", "reference", "distilled"):
+        shutil.copytree(llama["out"] / stage, out / stage)
+    shutil.copy(llama["out"] / "run_state.json", out / "run_state.json")
+    rounds = ["--set", "onpolicy.rounds=1", "--set", "onpolicy.max_new_tokens=8", "--until", "qat"]
+    args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], *rounds]
+    result = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for stage in ("target", "drafter", "reference", "distill"):  # settings of other sections leave them be
+        assert f"run: {stage}: complete" in result.stderr, stage
+    data = verify_stage_dir(out / "onpolicy-1", "onpolicy")
+    assert data["inputs"]["drafter"]["path"] == str(out / "distilled") and data["params"]["max_new_tokens"] == 8
+    again = verify_stage_dir(out / "distilled-1", "distill")
+    assert again["inputs"]["drafter"]["path"] == str(out / "distilled")
+    assert again["inputs"]["onpolicy"][0]["path"] == str(out / "onpolicy-1")
+    assert again["metrics"]["examples"] == 2 * verify_stage_dir(out / "distilled", "distill")["metrics"]["examples"]
+    assert verify_stage_dir(out / "qat", "distill")["inputs"]["drafter"]["path"] == str(out / "distilled-1")
 
 
 def write_header_only_gguf(path: Path, arch: str) -> Path:

@@ -2,7 +2,7 @@
 
 The toy lab's folder (`specdraft_train lab`): its preset and ``--set`` values in ``lab_state.json``, the tokenizer
 stage's text replayed beside distillation, the base's and target's τ from its evaluate stage (``eval/results.json``).
-A `run` folder (``run_state.json``, whose stamps hold its preset and ``--set`` values): its starting drafter in
+A `run` folder (``run_state.json``, which holds its preset and ``--set`` values): its starting drafter in
 ``base/`` (pretrained from scratch, whose text is replayed) or ``drafter/`` (made of the target's layers, nothing
 replayed), the base's and target's τ from its evaluate stage (``eval/results.json``).
 The real-model lab's (train/scripts/gpu/real_lab.sh): ``real_lab.json``, the smollm2-chat preset, the base's
@@ -81,10 +81,12 @@ def lab_evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:
 
 def run_layout(folder: Path) -> LabLayout:
     """A `run` folder (module docstring)."""
-    stamps = json.loads((folder / "run_state.json").read_text()).get("stamps", {})
-    if "reference" not in stamps:
+    state = json.loads((folder / "run_state.json").read_text())
+    if "reference" not in state.get("stamps", {}):
         raise ValueError(f"{folder}: `run` has not made its reference data yet; run it to the end of distill first")
-    preset = apply_settings(get_preset(stamps["reference"]["preset"]), stamps["reference"].get("settings", []))
+    # run_state.json's preset; a folder `run` made before it recorded one has it in its stamps
+    said = state.get("preset") or {"name": state["stamps"]["reference"]["preset"], **state["stamps"]["reference"]}
+    preset = apply_settings(get_preset(said["name"]), said.get("settings", []))
     scratch = (folder / "base").is_dir()
     base = folder / ("base" if scratch else "drafter")
     stages = ((base.name, "pretrain" if scratch else "drafter"), ("reference", "reference"))

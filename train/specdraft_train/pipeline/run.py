@@ -126,10 +126,27 @@ class Run:
         self.d = {name: self.out / name for name in ("target", "drafter", "reference", "distilled", "qat", "eval")}
         self.keys: dict[str, str] = {}
         self.drafter_label = ""
-        self.settings = {"preset": self.preset.name, "settings": list(args.settings)}
+        # what `ablate --lab` and the report read the preset back from
+        self.runner.data["preset"] = {"name": self.preset.name, "settings": list(args.settings)}
 
-    def stage(self, name: str, directory: Path, fn: Any, complete: Any, inputs: dict[str, Any], **extra: Any) -> None:
-        self.keys[name] = self.runner.stage(name, directory, fn, complete, {**self.settings, **inputs}, **extra)
+    def stage(
+        self,
+        name: str,
+        directory: Path,
+        fn: Any,
+        complete: Any,
+        inputs: dict[str, Any],
+        sections: tuple[str, ...] = (),
+        **extra: Any,
+    ) -> None:
+        """Run stage ``name`` unless done with the same inputs and the same settings of the preset ``sections`` that
+        bound it: a setting changed reruns the stages it bounds and what follows them, not every stage."""
+        bound = {}
+        for section in sections:
+            value = getattr(self.preset, section)
+            value = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            bound[section] = json.loads(json.dumps(value))  # as run_state.json holds it: tuples become lists
+        self.keys[name] = self.runner.stage(name, directory, fn, complete, {**bound, **inputs}, **extra)
 
     # --- the target and the drafter ---------------------------------------------------------------------------------
 
@@ -207,6 +224,7 @@ class Run:
             ),
             lambda: stage_complete(corpus_dir, "corpus"),
             {"extra": [str(e) for e in self.args.extra]},
+            sections=("corpus", "prose_packages"),
         )
         shape = {f: getattr(preset.drafter, f) for f in drafter.SHAPE_FIELDS}
         self.stage(
@@ -217,6 +235,7 @@ class Run:
             ),
             lambda: stage_complete(self.d["drafter"], "drafter"),
             {"init": "scratch", "shape": shape, "target": self.keys["target"]},
+            sections=("drafter",),
         )
         self.drafter_label = f"{preset.drafter.num_hidden_layers} layers from scratch, pretrained and distilled"
         config = preset.pretrain_drafter
@@ -237,6 +256,7 @@ class Run:
             ),
             lambda: stage_complete(base, "pretrain"),
             {"drafter": self.keys["drafter"], "corpus": self.keys["corpus"]},
+            sections=("pretrain_drafter", "tokenizer"),
             every_rank=True,
         )
         self.keys["drafter"] = self.keys["pretrain"]
@@ -258,6 +278,7 @@ class Run:
             ),
             lambda: stage_complete(self.d["reference"], "reference"),
             {"prompts": source_stamp(str(prompts)), "target": self.keys["target"]},
+            sections=("reference",),
             every_rank=True,
         )
 
@@ -308,6 +329,7 @@ class Run:
                 lambda job=job: distill.run(job),
                 lambda out=out: stage_complete(out, "distill"),
                 stamp,
+                sections=("distill", "export") if qat else ("distill", "onpolicy") if onpolicy_data else ("distill",),
                 every_rank=True,
             )
             last, last_key = out, name
@@ -330,6 +352,7 @@ class Run:
             lambda: onpolicy.run(job),
             lambda: stage_complete(out, "onpolicy"),
             {"drafter": self.keys[drafter_key], "target": self.keys["target"], "reference": self.keys["reference"]},
+            sections=("onpolicy",),
         )
         return out
 
@@ -371,6 +394,7 @@ class Run:
             run_evaluation,
             results_path.is_file,
             {"base": self.keys["drafter"], "qat": self.keys["qat"], "reference": self.keys["reference"], "ks": ks},
+            sections=("evaluate", "export"),
         )
         return json.loads(results_path.read_text())
 
@@ -390,6 +414,7 @@ class Run:
             ),
             lambda: gguf_path.is_file() and gguf_path.with_name(gguf_path.name + ".manifest.json").is_file(),
             {"qat": self.keys["qat"]},
+            sections=("export",),
         )
         cli = specdraft_command()
         self.stage(
@@ -407,6 +432,7 @@ class Run:
             lambda: write_output([*cli, "selfcheck", str(folder), "--data", str(heldout), "--no-progress"], verdict),
             verdict.is_file,
             {"pack": self.keys["pack"]},
+            sections=("evaluate",),
         )
         return gguf_path
 
@@ -447,6 +473,7 @@ def validate_stage(run: Run, gguf_path: Path) -> None:
         walk,
         lambda: (out / "report.html").is_file(),
         {"export": run.keys["export"], "conversations": run.args.walk_conversations},
+        sections=("evaluate",),
     )
 
 
@@ -472,7 +499,9 @@ def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict
         check += ["--limit", str(run.args.check_prompts), "--max-tokens", "128", "--draft-len", str(best)]
         write_output([*check, "--gpu", gpu, "--no-progress", "--out", str(measured)], out / "generate.txt")
 
-    run.stage("speedup", out, measure, measured.is_file, {"export": run.keys["export"], "target": run.keys["target"]})
+    asked = {"ks": run.args.k, "repeats": run.args.repeats, "check_prompts": run.args.check_prompts}
+    inputs = {"export": run.keys["export"], "target": run.keys["target"], **asked}
+    run.stage("speedup", out, measure, measured.is_file, inputs, sections=("evaluate",))
     projected = json.loads(projection.read_text())
     best = next(row for row in projected["rows"] if row["k"] == projected["bestK"])
     return {"projection": projected, "best": best, "generate": json.loads(measured.read_text())}
