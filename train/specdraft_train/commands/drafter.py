@@ -40,10 +40,12 @@ from transformers import AutoConfig, GenerationConfig, PretrainedConfig
 
 from ..config import announce
 from ..formats.artifacts import write_manifest
+from ..formats.vocabulary import tokenizer_fingerprint
 from ..modeling.models import (
     TRAINED_MODEL_TYPES,
     architecture_summary,
     checkpoint_info,
+    load_tokenizer,
     new_model,
     save_checkpoint,
     verify_checkpoint,
@@ -190,6 +192,33 @@ def run(
         inputs={"target": {**checkpoint_info(target), "verified": target_manifest is not None}},
         extra={"architecture": architecture_summary(model), "seconds": time.time() - start},
     )
+
+
+def vocabulary_fingerprint(checkpoint: Path) -> str:
+    """The fingerprint a GGUF of this checkpoint's vocabulary would carry (what a server reports, validate checks)."""
+    tokenizer = load_tokenizer(checkpoint)
+    return tokenizer_fingerprint(tokenizer, len(tokenizer))
+
+
+def check_vocabulary(target_dir: Path, drafter_dir: Path) -> None:
+    """A drafter proposes token ids the target reads: the same vocabulary, or nothing trains (a given drafter, checked
+    once both are converted)."""
+    ours, theirs = vocabulary_fingerprint(drafter_dir), vocabulary_fingerprint(target_dir)
+    if ours != theirs:
+        raise ValueError(
+            f"{drafter_dir}: the drafter's vocabulary (fingerprint {ours[:16]}) is not the target's ({theirs[:16]}): "
+            "a drafter must share its target's tokenizer"
+        )
+
+
+def parse_init(value: str) -> tuple[str, int | None]:
+    """``layers:N``, ``layers`` (the default depth) or ``scratch``."""
+    kind, _, count = value.partition(":")
+    if kind == "scratch" and not count:
+        return kind, None
+    if kind == "layers" and (not count or (count.isdigit() and int(count) > 0)):
+        return kind, int(count) if count else None
+    raise argparse.ArgumentTypeError(f"--init {value}: expected layers:N (N ≥ 1), layers or scratch")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -421,6 +421,17 @@ def source_tokens(source: Path | str) -> list[str]:
     return tokens
 
 
+def source_stamp(path_or_id: str) -> dict[str, Any]:
+    """What identifies a given input (a model, a prompts file): a file's sha256, a folder's files by name and size, or
+    the hub id itself."""
+    path = Path(path_or_id)
+    if path.is_file():
+        return {"file": path.name, "sha256": sha256_file(path)}
+    if path.is_dir():
+        return {"dir": {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}}
+    return {"id": path_or_id}
+
+
 PADDING_TOKEN = re.compile(r"\[PAD\d+\]|")  # the rows a vocabulary is padded with to its embedding's size, or none
 
 

@@ -77,43 +77,6 @@ STAGES = (
 )
 
 
-def parse_init(value: str) -> tuple[str, int | None]:
-    """``layers:N``, ``layers`` (the default depth) or ``scratch``."""
-    kind, _, count = value.partition(":")
-    if kind == "scratch" and not count:
-        return kind, None
-    if kind == "layers" and (not count or (count.isdigit() and int(count) > 0)):
-        return kind, int(count) if count else None
-    raise argparse.ArgumentTypeError(f"--init {value}: expected layers:N (N ≥ 1), layers or scratch")
-
-
-def vocabulary_fingerprint(checkpoint: Path) -> str:
-    from ..formats.vocabulary import tokenizer_fingerprint
-
-    tokenizer = load_tokenizer(checkpoint)
-    return tokenizer_fingerprint(tokenizer, len(tokenizer))
-
-
-def check_vocabulary(target_dir: Path, drafter_dir: Path) -> None:
-    """A drafter proposes token ids the target reads: the same vocabulary, or nothing trains."""
-    ours, theirs = vocabulary_fingerprint(drafter_dir), vocabulary_fingerprint(target_dir)
-    if ours != theirs:
-        raise ValueError(
-            f"{drafter_dir}: the drafter's vocabulary (fingerprint {ours[:16]}) is not the target's ({theirs[:16]}): "
-            "a drafter must share its target's tokenizer"
-        )
-
-
-def source_stamp(path_or_id: str) -> dict[str, Any]:
-    """What identifies a given model: a file's sha256, a folder's files by name and size, or the hub id itself."""
-    path = Path(path_or_id)
-    if path.is_file():
-        return {"file": path.name, "sha256": sha256_file(path)}
-    if path.is_dir():
-        return {"dir": {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file()}}
-    return {"id": path_or_id}
-
-
 class Run:
     """One `run` folder: its preset, its stages' folders and the stamps that chain them."""
 
@@ -162,7 +125,7 @@ class Run:
             self.d["target"],
             prepare,
             lambda: stage_complete(self.d["target"], "target"),
-            {"target": source_stamp(source)},
+            {"target": target.source_stamp(source)},
         )
 
     def check_prompts_render(self) -> None:
@@ -183,7 +146,7 @@ class Run:
             def convert_and_check() -> None:
                 prepare_model(args.drafter, self.d["drafter"])
                 try:
-                    check_vocabulary(self.d["target"], self.d["drafter"])
+                    drafter.check_vocabulary(self.d["target"], self.d["drafter"])
                 except ValueError:
                     shutil.rmtree(self.d["drafter"])  # no drafter of another vocabulary left to look finished
                     raise
@@ -193,7 +156,7 @@ class Run:
                 self.d["drafter"],
                 convert_and_check,
                 lambda: stage_complete(self.d["drafter"], "target"),
-                {"drafter": source_stamp(args.drafter), "target": self.keys["target"]},
+                {"drafter": target.source_stamp(args.drafter), "target": self.keys["target"]},
             )
             self.drafter_label = f"{args.drafter}, distilled"
             return self.d["drafter"]
@@ -277,7 +240,7 @@ class Run:
                 self.d["target"], self.d["reference"], config, prompts=prompts, device_name=self.args.device
             ),
             lambda: stage_complete(self.d["reference"], "reference"),
-            {"prompts": source_stamp(str(prompts)), "target": self.keys["target"]},
+            {"prompts": target.source_stamp(str(prompts)), "target": self.keys["target"]},
             sections=("reference",),
             every_rank=True,
         )
@@ -563,7 +526,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--drafter", default=None, help="start from this model (GGUF, HF directory or id)")
     source.add_argument(
         "--init",
-        type=parse_init,
+        type=drafter.parse_init,
         default=("layers", None),
         help="layers:N (N of the target's layers), layers (a quarter of them: the default) or scratch",
     )
