@@ -130,6 +130,8 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
             drafter, tokenizer, shard, max_new_tokens, job.config.batch_size, device, top_k=None
         )
         kept = [(p, d) for p, d in zip(shard, drafted) if d.tokens]  # a drafter that stops at once leaves nothing
+        if not kept:
+            raise ValueError(f"{job.drafter} ended every continuation of shard {index + 1} at once: nothing to score")
         scoring = time.time()
         scored = score_continuations(
             target, [p.tokens for p, _ in kept], [d.tokens for _, d in kept], device, settings.top_k
