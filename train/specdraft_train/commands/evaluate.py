@@ -38,6 +38,7 @@ from ..config import (
 from ..formats.artifacts import atomic_write_json, read_manifest, sha256_file, verify_stage_dir
 from ..modeling.models import (
     DTYPES,
+    add_dtype_argument,
     checkpoint_info,
     checkpoint_qat_state,
     load_causal_lm,
@@ -180,12 +181,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "Q8_0 for lab, Q4_0 for qwen3-chat)",
     )
     add_preset_argument(p)
-    p.add_argument(
-        "--dtype",
-        default="float32",
-        choices=sorted(DTYPES),
-        help="weights of the drafters as trained and of --target (default: float32; bfloat16 for an 8B target)",
-    )
+    add_dtype_argument(p, "weights of the drafters as trained and of --target")
     p.add_argument("--ngram", action="store_true", help="also the n-gram prompt-lookup peer")
     p.add_argument("--k", type=int, default=EvalConfig.k, help=f"draft length (default: {EvalConfig.k})")
     p.add_argument(

@@ -43,6 +43,7 @@ from ..formats.artifacts import input_record, verify_stage_dir, write_manifest
 from ..formats.prompts import Prompt
 from ..modeling.models import (
     DTYPES,
+    add_dtype_argument,
     checkpoint_info,
     load_causal_lm,
     load_tokenizer,
@@ -51,7 +52,14 @@ from ..modeling.models import (
 )
 from ..presets import add_preset_argument, get_preset
 from ..progress import progress_bar
-from ..training.examples import Continuation, read_shard, read_train_examples, share_of_ids, write_train_shard
+from ..training.examples import (
+    Continuation,
+    TrainExample,
+    read_shard,
+    read_train_examples,
+    share_of_ids,
+    write_train_shard,
+)
 from ..training.loop import halt_for_test
 
 
@@ -67,10 +75,9 @@ class OnPolicyJob:
     halt_after_shards: int | None = None  # tests: SIGKILL after this many shards (a cut to resume from)
 
 
-def reference_settings(reference: Path) -> ReferenceConfig:
-    """The settings the reference data was made with: its rows' top-k, which on-policy rows must match to train
-    beside them, its continuations' length and its shards' size."""
-    manifest = verify_stage_dir(reference, "reference")
+def reference_settings(manifest: dict[str, Any]) -> ReferenceConfig:
+    """The settings the reference data was made with (its verified manifest's): its rows' top-k, which on-policy rows
+    must match to train beside them, its continuations' length and its shards' size."""
     return ReferenceConfig(**manifest["params"]["config"])
 
 
@@ -85,13 +92,12 @@ def training_prompts(reference: Path, share: float) -> list[Prompt]:
     return [prompts[i] for i in share_of_ids([p.id for p in prompts], share)]
 
 
-def agreement(prompts: list[Prompt], continuations: list[Continuation]) -> dict[str, Any]:
+def agreement(rows: list[TrainExample]) -> dict[str, Any]:
     """How often the target's greedy token is the drafter's own along its continuation, overall and per category."""
     by_category: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for prompt, continuation in zip(prompts, continuations):
-        same = int(np.sum(np.asarray(continuation.tokens) == continuation.labels))
-        by_category[prompt.category][0] += same
-        by_category[prompt.category][1] += len(continuation.tokens)
+    for row in rows:
+        by_category[row.category][0] += int(np.sum(np.asarray(row.continuation_tokens) == np.asarray(row.targets)))
+        by_category[row.category][1] += len(row.continuation_tokens)
     same, total = sum(v[0] for v in by_category.values()), sum(v[1] for v in by_category.values())
     return {
         "tokens": total,
@@ -109,7 +115,7 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
     prompts = training_prompts(job.reference, job.config.prompt_share)
     if not prompts:
         raise ValueError(f"{job.reference}: no training prompts (prompt_share {job.config.prompt_share})")
-    settings = reference_settings(job.reference)
+    settings = reference_settings(reference_manifest)
     max_new_tokens = job.config.max_new_tokens or settings.max_new_tokens
     shard_size = settings.shard_prompts
     shards = [prompts[i : i + shard_size] for i in range(0, len(prompts), shard_size)]
@@ -118,7 +124,6 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
     target = load_causal_lm(job.target, device, DTYPES[job.dtype])
     tokenizer = load_tokenizer(job.target)
     stats: dict[str, Any] = {"prompts": 0, "tokens": 0, "drafting_seconds": 0.0, "scoring_seconds": 0.0}
-    everything: tuple[list[Prompt], list[Continuation]] = ([], [])
     done = [shard_path(job.out, i).is_file() for i in range(len(shards))]  # written atomically by a cut run
     bar = progress_bar(len(prompts), "onpolicy", "prompt", initial=sum(len(s) for s, d in zip(shards, done) if d))
     for index, shard in enumerate(shards):
@@ -144,12 +149,8 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
         bar.write(f"onpolicy: shard {index + 1} of {len(shards)}: {len(kept)} continuations", file=sys.stderr)
         halt_for_test(index + 1, job.halt_after_shards)
     bar.close()
-    for index in range(len(shards)):  # every shard's rows, this run's and an earlier one's alike
-        for example in read_shard(shard_path(job.out, index)):
-            everything[0].append(Prompt(example.id, example.category, example.prompt_tokens))
-            everything[1].append(Continuation(example.continuation_tokens, None, None, np.asarray(example.targets)))
-    stats["prompts"] = len(everything[0])
-    stats["tokens"] = sum(len(c.tokens) for c in everything[1])
+    rows = [row for index in range(len(shards)) for row in read_shard(shard_path(job.out, index))]  # any run's
+    stats["prompts"], stats["tokens"] = len(rows), sum(len(row.continuation_tokens) for row in rows)
     outputs = [shard_path(job.out, i).name for i in range(len(shards))]
     inputs = {
         "drafter": checkpoint_info(job.drafter),
@@ -161,7 +162,7 @@ def run(job: OnPolicyJob) -> dict[str, Any]:
         "vocab_fingerprint": reference_manifest.get("vocab_fingerprint"),
         "drafter_verified": drafter_manifest is not None,
         "target_verified": target_manifest is not None,
-        "agreement": agreement(*everything),
+        "agreement": agreement(rows),
         "stats": {**stats, "seconds": time.time() - start_time},
     }
     params = {"config": job.config.__dict__, "max_new_tokens": max_new_tokens, "top_k": settings.top_k}
@@ -183,12 +184,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_preset_argument(p)
     add_device_argument(p)
     add_settings_argument(p)
-    p.add_argument(
-        "--dtype",
-        default="float32",
-        choices=sorted(DTYPES),
-        help="both models' weights (default: float32; bfloat16 for real models, as reference takes them)",
-    )
+    add_dtype_argument(p, "both models' weights")
     p.add_argument("--halt-after-shards", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=main)
 

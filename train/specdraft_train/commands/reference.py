@@ -81,7 +81,14 @@ from ..formats.documents import read_documents
 from ..formats.prompts import Prompt, corpus_categories, given_prompts, select_prompts, train_category_counts
 from ..formats.provenance import model_pin
 from ..formats.vocabulary import tokenizer_fingerprint
-from ..modeling.models import DTYPES, checkpoint_info, load_causal_lm, load_tokenizer, verify_checkpoint
+from ..modeling.models import (
+    DTYPES,
+    add_dtype_argument,
+    checkpoint_info,
+    load_causal_lm,
+    load_tokenizer,
+    verify_checkpoint,
+)
 from ..presets import add_preset_argument, get_preset
 from ..training.examples import write_train_shard
 from ..training.loop import DistributedContext, finish_distributed, init_distributed
@@ -439,12 +446,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="chat prompts' enable_thinking (Qwen3's default: on; off suits a greedy drafter, see "
         "ReferenceConfig.enable_thinking) (default: the preset's, off)",
     )
-    p.add_argument(
-        "--dtype",
-        default="float32",
-        choices=sorted(DTYPES),
-        help="weights' dtype (default: float32; bfloat16 for real models)",
-    )
+    add_dtype_argument(p, "the target's weights")
     p.add_argument("--train-prompts", type=int, default=None, help="training continuations (default: preset's)")
     p.add_argument(
         "--dev-per-category", type=int, default=None, help="dev conversations per category (default: preset's)"

@@ -11,6 +11,7 @@ and real models such as ``Qwen/Qwen3-1.7B``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import tempfile
@@ -53,6 +54,18 @@ CHECKPOINT_TOKENIZER_FILES = TOKENIZER_FILES + (
 )
 INIT_STD = 0.02  # GPT-2/Qwen initializer range; fine for these depths
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # --dtype's choices
+
+
+def add_dtype_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--dtype`` (DTYPES, float32 by default) for a command that loads models; ``what``: whose weights it sets."""
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help=f"{what} (default: float32; bfloat16 for real models)",
+    )
+
+
 # Written by `distill --qat` inside its checkpoint: per-block clip factors, fingerprints, the embedding type. evaluate
 # and export find it there by themselves, so the two always score and write the same Q4_0 blocks.
 QAT_STATE_FILE = "qat_state.safetensors"

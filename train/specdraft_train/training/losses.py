@@ -208,23 +208,32 @@ def _weighted(config: DistillConfig, divergence: torch.Tensor, ce: torch.Tensor)
     return config.divergence_weight * divergence + config.ce_weight * ce
 
 
+def _head(
+    model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig, chunk_logits: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch's final hidden states (B · T, H) and, at its continuation positions, log q(label), the divergence and
+    top-1 agreement (head_terms)."""
+    hidden = final_hidden_states(model, model_inputs(batch)).flatten(0, 1)  # (B · T, H): packed, B = 1
+    with_topk = config.loss != "ce"
+    terms = head_terms(
+        hidden[batch["index"]],  # (N, H)
+        output_weight(model),
+        batch["labels"],
+        batch["topk_ids"] if with_topk else None,
+        batch["topk_logprobs"] if with_topk else None,
+        config.loss,
+        chunk_logits,
+    )
+    return (hidden, *terms)
+
+
 def position_losses(
     model: nn.Module, batch: dict[str, torch.Tensor], config: DistillConfig, chunk_logits: int = HEAD_CHUNK_LOGITS
 ) -> torch.Tensor:
     """ℓ_j at every continuation position of the batch (no prefix weights), without gradients: what token selection
     reads from its reference drafter. (N,)"""
     with torch.no_grad():
-        hidden = final_hidden_states(model, model_inputs(batch)).flatten(0, 1)  # (B · T, H)
-        with_topk = config.loss != "ce"
-        log_q_label, divergence, _ = head_terms(
-            hidden[batch["index"]],
-            output_weight(model),
-            batch["labels"],
-            batch["topk_ids"] if with_topk else None,
-            batch["topk_logprobs"] if with_topk else None,
-            config.loss,
-            chunk_logits,
-        )
+        _, log_q_label, divergence, _ = _head(model, batch, config, chunk_logits)
     return _weighted(config, divergence, -log_q_label)
 
 
@@ -252,18 +261,8 @@ def loss_sums(
     on — those the drafter has most left to learn and can learn, as AdaSPEC selects them — and the sum is divided by
     the share, so a step's loss keeps its scale."""
     check_loss(config)
-    hidden = final_hidden_states(model, model_inputs(batch)).flatten(0, 1)  # (B · T, H): packed, B = 1
-    weight = output_weight(model)  # (V, H)
+    hidden, log_q_label, divergence, top1 = _head(model, batch, config, chunk_logits)
     with_topk = config.loss != "ce"
-    log_q_label, divergence, top1 = head_terms(
-        hidden[batch["index"]],  # (N, H)
-        weight,
-        batch["labels"],
-        batch["topk_ids"] if with_topk else None,
-        batch["topk_logprobs"] if with_topk else None,
-        config.loss,
-        chunk_logits,
-    )
     ce = -log_q_label  # (N,)
     parts = {"ce": ce.detach().sum(), "top1": top1.sum().float()}
     per_position = _weighted(config, divergence, ce)
@@ -281,7 +280,7 @@ def loss_sums(
     replay = None
     if "replay_index" in batch:
         replay_log_q, _, _ = head_terms(
-            hidden[batch["replay_index"]], weight, batch["replay_labels"], chunk_logits=chunk_logits
+            hidden[batch["replay_index"]], output_weight(model), batch["replay_labels"], chunk_logits=chunk_logits
         )  # (M,)
         replay = -replay_log_q.sum()
         parts["lm"] = replay.detach()
