@@ -14,7 +14,8 @@ How it works, and why (only the KV cache and the attention are its own; static_c
 - **Buckets.** Prompts are grouped by width: their length rounded up to 1/8 of its power of two, so a corpus's exact
   prompt lengths are their own buckets while chat prompts share a few widths; a bucket's leftover rows join the next
   bucket's batch (:func:`static_cache.plan_batches`: rows are the lever).
-- **Batch size from a memory budget.** Rows per batch = what fits ``kv_cache_fraction`` of the free device memory at
+- **Batch size from a memory budget.** Rows per batch = what fits ``kv_cache_fraction`` of the free device memory (on
+  the CPU: the host memory available, :func:`available_host_memory`) at
   (width + max_new_tokens) × KV bytes per token, capped by ``max_batch_size``. KV bytes per token = 2 × layers × KV
   heads × head_dim × 2 bytes: Qwen3-8B's 2 × 36 × 8 × 128 × 2 = 144 KiB, so a chat row of 436 prompt + 256 new
   tokens holds 102 MB, and 0.7 of the ~122 GB an H200 has beside the 16.4 GB of bf16 weights holds ~830 such rows.
@@ -55,6 +56,7 @@ the engine as it was before packed prefill and flash decode, the benchmark's pee
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import OrderedDict
@@ -151,7 +153,7 @@ class EngineStats:
     batch_shapes: list[tuple[int, int]] = field(default_factory=list)  # (rows, cache length) of each batch
     # per batch: rows, width, prompt_tokens, steps, prefill_s, decode_s (its graph capture included), capture_s
     batch_log: list[dict[str, Any]] = field(default_factory=list)
-    # CUDA: rows the KV budget allows at each bucket width planned, before the caller's cap (the largest batch that
+    # rows the KV budget allows at each bucket width planned, before the caller's cap (the largest batch that
     # fits by the engine's rule: kv_cache_fraction of the free memory)
     row_budgets: dict[int, int] = field(default_factory=dict)
 
@@ -330,12 +332,14 @@ class StaticGreedyEngine:
     def _rows_for(
         self, max_new_tokens: int, cache_dtype: torch.dtype, max_batch_size: int | None
     ) -> Callable[[int], int]:
-        """Rows per batch at a prompt width: the caller's cap, and on CUDA what fits the KV budget."""
+        """Rows per batch at a prompt width: the caller's cap and what fits the KV budget (a preset's 2,048 rows of
+        SmolLM2's chat answers would take ~90 GB of fp32 KV cache: a 24 GiB CPU machine killed the stage)."""
         cap = max_batch_size or 1 << 30
-        if self.device.type != "cuda":
-            return lambda width: cap  # CPU: the caller's batch size is the only bound
-        free, _ = torch.cuda.mem_get_info(self.device)
-        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        else:
+            free = available_host_memory()
         free += self._store.nbytes if self._store is not None else 0  # this engine's cache: reused or replaced
         per_token = kv_bytes_per_token(self.model, cache_dtype)
         budget = self.config.kv_cache_fraction * free
@@ -553,6 +557,19 @@ class StaticGreedyEngine:
             )
             for row, n in enumerate(lengths)
         ]
+
+
+def available_host_memory() -> int:
+    """Bytes of host memory available to a new allocation: Linux's MemAvailable (free memory and the page cache it
+    can reclaim), else the free pages POSIX reports."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def lengths_to_stop(tokens: np.ndarray, stop_ids: np.ndarray) -> list[int]:
