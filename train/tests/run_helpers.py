@@ -32,15 +32,15 @@ TINY = [
 ]  # fmt: skip
 
 
-def small_prompts(path: Path, per_split: dict[str, int]) -> Path:
-    """A few chat prompts of each kind from the built-in set, keeping their splits."""
+def small_prompts(path: Path, per_split: dict[str, int], source: str = "chat-prompts-templates.jsonl.xz") -> Path:
+    """A few chat prompts of each kind from a built-in set (data/``source``), keeping their splits."""
     seen: Counter[tuple[str, str]] = Counter()
     lines = []
-    with lzma.open(REPO / "data/chat-prompts-templates.jsonl.xz", "rt", encoding="utf-8") as f:
+    with lzma.open(REPO / "data" / source, "rt", encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
             key = (row["split"], row["category"].split("/")[0])
-            if seen[key] < per_split[row["split"]]:
+            if seen[key] < per_split.get(row["split"], 0):
                 seen[key] += 1
                 lines.append(line)
     path.write_text("".join(lines))

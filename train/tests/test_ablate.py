@@ -99,7 +99,7 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(
     assert ce32["data_tokens"] == sum(len(e.continuation_tokens) for e in only_prose) and ce32["examples"] == len(
         only_prose
     )
-    assert set(kl["stages"]) == {"distill", "qat"} and set(ce32["stages"]) == {"distill"}
+    assert set(kl["stages"]) == {"distilled", "distilled-qat"} and set(ce32["stages"]) == {"distilled"}
     reference = summary["lab_reference"]
     base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
     for row in (kl, ce32):
@@ -197,9 +197,9 @@ def test_variants_go_on_from_the_distilled_drafter_with_onpolicy_data_or_token_s
 
     studied = tmp_path / "lab"
     shutil.copytree(lab, studied)
-    names = ["more", "onpolicy", "select"]
-    variants = [
-        parse_variant("more:variant.init=distilled,variant.qat=false"),
+    names = ["rounds", "onpolicy", "select"]
+    variants = [  # rounds: the lab's recipe with one on-policy round (`run`'s onpolicy.rounds)
+        parse_variant("rounds:variant.init=distilled,onpolicy.rounds=1,onpolicy.max_new_tokens=8,variant.qat=false"),
         parse_variant(
             "onpolicy:variant.init=distilled,variant.onpolicy=true,onpolicy.max_new_tokens=8,variant.qat=false"
         ),
@@ -212,8 +212,18 @@ def test_variants_go_on_from_the_distilled_drafter_with_onpolicy_data_or_token_s
     summary = run_ablation(studied, tmp_path / "out", variants, device_name="cpu")
     assert [r["name"] for r in summary["variants"]] == names
     manifests = {n: verify_stage_dir(tmp_path / "out" / n / "distilled", "distill") for n in names}
-    for name in ("more", "onpolicy"):  # both go on from the lab's distilled drafter
+    for name in ("rounds", "onpolicy"):  # both go on from the lab's distilled drafter
         assert manifests[name]["inputs"]["drafter"]["path"] == str(studied / "distilled")
+    # the round: the variant's distilled drafter writes on-policy data, then distillation goes on from it over both
+    rounds = tmp_path / "out" / "rounds"
+    round_data = verify_stage_dir(rounds / "onpolicy-1", "onpolicy")
+    round_distill = verify_stage_dir(rounds / "distilled-1", "distill")
+    assert round_data["inputs"]["drafter"]["path"] == str(rounds / "distilled")
+    assert round_distill["inputs"]["drafter"]["path"] == str(rounds / "distilled")
+    assert round_distill["inputs"]["onpolicy"][0]["path"] == str(rounds / "onpolicy-1")
+    assert "onpolicy" not in manifests["rounds"]["inputs"] or not manifests["rounds"]["inputs"]["onpolicy"]
+    first = summary["variants"][0]
+    assert first["checkpoint"] == str(rounds / "distilled-1") and set(first["stages"]) == {"distilled", "distilled-1"}
     assert manifests["select"]["inputs"]["drafter"]["path"] == str(studied / "base")
     assert manifests["select"]["inputs"]["select_reference"]["path"] == str(studied / "distilled")
     data = verify_stage_dir(tmp_path / "out" / "onpolicy" / "onpolicy", "onpolicy")

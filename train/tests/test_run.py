@@ -36,8 +36,11 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cut = [sys.executable, str(REPO / "bench/models/truncate_gguf.py"), "--model", str(smollm2_gguf())]
     subprocess.run([*cut, "--layers", "1", "--out", str(target)], check=True, capture_output=True)
     prompts = small_prompts(root / "prompts.jsonl", {"train": 3, "dev": 1, "heldout": 1})
+    # a second set, as prompts the target wrote: evaluated on, never trained on
+    second = small_prompts(root / "second.jsonl", {"train": 1, "heldout": 1}, "chat-prompts-target.jsonl.xz")
     out = root / "out"
-    args = ["--target", str(target), "--out", str(out), "--prompts", str(prompts), *TINY]
+    args = ["--target", str(target), "--out", str(out), "--prompts", str(prompts), "--eval-prompts", str(second)]
+    args += TINY
     result = subprocess.run(run_command(*args), env=run_env(), cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     return {"root": root, "target": target, "prompts": prompts, "out": out, "args": args, "result": result}
@@ -55,6 +58,13 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     categories = {c.category for c in heldout}
     assert all(set(entry["by_category"]) == categories for entry in tau.values())
     assert set(tau["drafter_q4_0_qat"]["tau_by_k"]) == {"1", "2", "4", "16"}
+    # the second set: its held-out lines only (its train line never trained on), every peer by category
+    second = report["evaluation"]["second"]
+    second_heldout = read_conversations(out / "reference-eval" / "heldout.jsonl")
+    assert second["conversations"] == len(second_heldout) > 0 and set(second["tau"]) == set(tau)
+    second_categories = {c.category for c in second_heldout}
+    assert all(set(entry["by_category"]) == second_categories for entry in second["tau"].values())
+    assert verify_stage_dir(out / "reference-eval", "reference")["prompts"]["train"] == 0
     # the folder: packed from the exported GGUF, every gate of selfcheck passed
     assert (out / "drafter-folder" / "architecture.json").is_file()
     assert "all 7 gates passed" in report["selfcheck"]
@@ -71,7 +81,8 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     assert generated["settings"]["draftLength"] == summary["best_k"]
     assert near_tie_problems(generated, 3) == []
     markdown = (out / "report.md").read_text()
-    for needed in ("n-gram prompt lookup", "Best k:", "specdraft serve --model", "llama-server -m", "## selfcheck"):
+    needed_lines = ("n-gram prompt lookup", "Best k:", "specdraft serve --model", "llama-server -m", "## selfcheck")
+    for needed in (*needed_lines, "conversations of the second set"):
         assert needed in markdown, needed
     # the settings that bound each stage were said before it ran, and progress came as lines, not redraws
     for stage in ("reference: preset", "distill: preset", "qat: preset"):

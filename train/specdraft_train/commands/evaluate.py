@@ -97,6 +97,37 @@ def drafter_tau(
     return model_tau(model, conversations, k, device, batch_tokens, ks), mode
 
 
+def peers_tau(
+    base: Path,
+    trained: Path,
+    target: Path,
+    conversations: list[Conversation],
+    config: EvalConfig,
+    embedding_type: str,
+    device: torch.device,
+    ks: Sequence[int] = (),
+) -> dict[str, Any]:
+    """On one held-out set: the drafter before training (``base``, Q4_0 PTQ) and after (``trained``, Q4_0: its QAT
+    state), with τ(k) at each of ``ks``; n-gram prompt lookup; the target as its own drafter (`run`'s evaluation)."""
+    tau: dict[str, Any] = {}
+    for key, checkpoint, by_k in (("base_q4_0_ptq", base, ()), ("drafter_q4_0_qat", trained, ks)):
+        result, mode = drafter_tau(
+            checkpoint,
+            conversations,
+            config.k,
+            device,
+            q4=True,
+            batch_tokens=config.batch_tokens,
+            embedding_type=embedding_type,
+            ks=by_k,
+        )
+        tau[key] = {"weights": mode, **result.to_dict()}
+    tau["ngram"] = ngram_tau(conversations, config.k, config.ngram_max).to_dict()
+    target_model = load_causal_lm(target, device)
+    tau["target_as_drafter"] = model_tau(target_model, conversations, config.k, device, config.batch_tokens).to_dict()
+    return tau
+
+
 def verify_heldout(heldout: Path) -> None:
     """A held-out file inside a stage directory (reference's heldout.jsonl) must match that stage's manifest."""
     manifest = read_manifest(heldout.parent)

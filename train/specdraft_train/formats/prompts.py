@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,3 +285,14 @@ def given_prompts(
             )
         )
     return by_split
+
+
+def check_prompts_file(flag: str, path: Path) -> Path:
+    """A prompts file given as ``flag``, checked before anything runs: it exists, every line is well formed, and some
+    are held out (or none says its split); returns its absolute path."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{flag} {path}: no such file")
+    splits = Counter(row.get("split") for _, row in prompt_rows(path))
+    if not splits["heldout"] and None not in splits:
+        raise ValueError(f'{flag} {path}: no held-out lines to evaluate on ("split": "heldout")')
+    return path.resolve()

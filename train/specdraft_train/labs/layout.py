@@ -21,6 +21,9 @@ from ..config import LabPreset, apply_settings
 from ..formats.artifacts import stage_complete
 from ..presets import get_preset
 
+# A second held-out set's reference folder, by the kind of lab: `run --eval-prompts`' and the real-model lab's
+# target-written prompts'
+SECOND_HELDOUT_FOLDERS = {"run": "reference-eval", "real_lab": "reference-other"}
 REAL_LAB_PRESET = "smollm2-chat"  # the real-model lab's (real_lab.sh, `real-lab-report`)
 # The lab report's variants: the checkpoint folder each is evaluated from, as trained or at Q4_0 (evaluate's fields).
 VARIANT_SOURCES = {
@@ -51,6 +54,13 @@ class LabLayout:
         return self.path / "distilled"
 
     @property
+    def second_heldout(self) -> Path | None:
+        """The held-out conversations of the lab's second prompt set, where it made one (SECOND_HELDOUT_FOLDERS)."""
+        folder = SECOND_HELDOUT_FOLDERS.get(self.kind)
+        path = self.path / folder / "heldout.jsonl" if folder else None
+        return path if path is not None and path.is_file() else None
+
+    @property
     def evaluated(self) -> bool:
         if self.kind == "lab":
             return stage_complete(self.evaluation.parent, "evaluate")
@@ -60,8 +70,11 @@ class LabLayout:
         """The lab's base drafter at Q4_0 PTQ and target as its own drafter (and the lab's own distilled QAT drafter,
         where it has one), from the lab's evaluation."""
         saved = json.loads(self.evaluation.read_text())
-        tau = lab_evaluation(saved)["tau"] if self.kind == "real_lab" else saved["tau"]
-        return {key: tau[key] for key in ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat") if key in tau}
+        tau = lab_evaluation(saved)["tau"] if self.kind == "real_lab" else dict(saved["tau"])
+        if "drafter_q4_0_qat" in tau:  # a run's trained drafter, in the other labs' name
+            tau["distilled_q4_0_qat"] = tau["drafter_q4_0_qat"]
+        keys = ("base_q4_0_ptq", "target_as_drafter", "distilled_q4_0_qat", "ngram")
+        return {key: tau[key] for key in keys if key in tau}
 
 
 def lab_evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:

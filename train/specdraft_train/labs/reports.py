@@ -210,7 +210,7 @@ def lab_markdown(report: dict[str, Any]) -> str:
 # The ablation's report
 
 ABLATION_COLUMNS = ("variant", "settings", "weights", "τ as trained", "τ", "macro τ", "top-1", "× base", "gap closed")
-ABLATION_COLUMNS += ("beats base in every category", "data tokens", "device s", "GGUF bytes")
+ABLATION_COLUMNS += ("beats base in every category", "ahead of n-gram lookup", "data tokens", "device s", "GGUF bytes")
 
 
 def _variant_row(r: dict[str, Any]) -> str:
@@ -227,15 +227,23 @@ def _variant_row(r: dict[str, Any]) -> str:
     figures = [fmt(r[key]) for key in ("tau", "macro_tau", "top1", "over_base")]
     as_trained = fmt(r["fp32"]["tau"]) if "fp32" in r else "—"  # results written before it was kept lack it
     cells = [r["name"], f"`{settings or 'lab defaults'}`", r["weights"], as_trained, *figures, pct(r["gap_closed"])]
-    cells += ["yes" if r["beats_base_everywhere"] else "no", f"{r['data_tokens']:,}", f"{r['device_seconds']:.1f}"]
+    ahead = f"{r['ahead_of_ngram']} of {len(r['by_category'])}" if "ahead_of_ngram" in r else "—"
+    cells += ["yes" if r["beats_base_everywhere"] else "no", ahead]
+    cells += [f"{r['data_tokens']:,}", f"{r['device_seconds']:.1f}"]
     return row(*cells, "—" if gguf_bytes is None else f"{gguf_bytes:,}")
 
 
-def _ablation_categories(reference: dict[str, Any], rows: list[dict[str, Any]], categories: list[str]) -> list[str]:
-    """τ by category (gap closed) of the lab's base, its own recipe, every variant and the target."""
+def _ablation_categories(
+    reference: dict[str, Any], rows: list[dict[str, Any]], categories: list[str], title: str = "## τ by category"
+) -> list[str]:
+    """τ by category (gap closed) of the lab's base, n-gram prompt lookup, its own recipe, every variant and the
+    target."""
     base, target = reference["base_q4_0_ptq"]["by_category"], reference["target_as_drafter"]["by_category"]
-    lines = ["", "## τ by category (gap closed)", "", *header("variant", *categories)]
+    lines = ["", f"{title} (gap closed)", "", *header("variant", *categories)]
     lines.append(row("lab base, Q4_0 PTQ", *(fmt(base[c]["tau"]) for c in categories)))
+    ngram = reference.get("ngram", {}).get("by_category", {})
+    if ngram:
+        lines.append(row("n-gram prompt lookup", *(fmt(ngram[c]["tau"]) if c in ngram else "—" for c in categories)))
     if "distilled_q4_0_qat" in reference:  # the lab's own recipe, for comparison
         lab_qat = reference["distilled_q4_0_qat"]["by_category"]
         cells = []
@@ -257,6 +265,31 @@ def _ablation_categories(reference: dict[str, Any], rows: list[dict[str, Any]], 
     return lines + [row("target as its own drafter", *(fmt(target.get(c, {}).get("tau")) for c in categories))]
 
 
+def _second_set(summary: dict[str, Any]) -> list[str]:
+    """The variants on the lab's second held-out set, where it has one: overall, then by category."""
+    if "second_reference" not in summary:
+        return []
+    reference, held = summary["second_reference"], summary["second_heldout"]
+    rows = [r for r in summary["variants"] if "second" in r]
+    base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
+    lines = [
+        "",
+        f"## The second held-out set: {held['conversations']} conversations (`{held['path']}`)",
+        "",
+        f"Against the base at Q4_0 PTQ (τ {base['tau']:.3f}) and the target as its own drafter (τ {target['tau']:.3f})"
+        + (f"; n-gram prompt lookup τ {reference['ngram']['tau']:.3f}." if "ngram" in reference else "."),
+        "",
+        *header("variant", "τ", "macro τ", "top-1", "× base", "gap closed", "ahead of n-gram lookup"),
+    ]
+    for r in rows:
+        second = r["second"]
+        figures = [fmt(second[key]) for key in ("tau", "macro_tau", "top1", "over_base")]
+        ahead = f"{second['ahead_of_ngram']} of {len(second['by_category'])}"
+        lines.append(row(r["name"], *figures, pct(second["gap_closed"]), ahead))
+    second_rows = [{**r["second"], "name": r["name"]} for r in rows]
+    return lines + _ablation_categories(reference, second_rows, sorted(base["by_category"]), "### By category")
+
+
 def ablation_markdown(summary: dict[str, Any]) -> str:
     """``ablation.md`` from ``ablation.json``'s contents."""
     reference, rows = summary["lab_reference"], summary["variants"]
@@ -272,6 +305,7 @@ def ablation_markdown(summary: dict[str, Any]) -> str:
         *header(*ABLATION_COLUMNS),
         *map(_variant_row, rows),
         *_ablation_categories(reference, rows, sorted(base["by_category"])),
+        *_second_set(summary),
     ]
     shared = {r["name"]: r.get("device_shared_by", 1) for r in rows if r.get("device_shared_by", 1) > 1}
     if shared:

@@ -24,7 +24,8 @@ def category_tau(entry: dict[str, Any], category: str) -> float:
     return entry["by_category"].get(category, {}).get("tau", float("nan"))
 
 
-def tau_section(evaluation: dict[str, Any]) -> list[str]:
+def tau_section(evaluation: dict[str, Any], second: bool = False) -> list[str]:
+    """τ by category beside its peers on one held-out set (``second``: `run --eval-prompts`' set)."""
     tau = evaluation["tau"]
     categories = sorted({c for key, _ in PEERS for c in tau[key]["by_category"]}, key=category_order)
     rows = [[c] + [f"{category_tau(tau[key], c):.3f}" for key, _ in PEERS] for c in categories]
@@ -33,10 +34,15 @@ def tau_section(evaluation: dict[str, Any]) -> list[str]:
         tau["drafter_q4_0_qat"]["by_category"][c]["tau"] > tau["ngram"]["by_category"].get(c, {}).get("tau", 0)
         for c in categories
     )
+    title = f"## τ on {evaluation['conversations']} held-out conversations (k = {evaluation['k']})"
+    about = "τ = tokens advanced ÷ target steps, by the validator's walk, exact for greedy drafting."
+    if second:
+        title = title.replace("held-out conversations", "conversations of the second set")
+        about = f"Prompts of `{evaluation['prompts']}` (`--eval-prompts`), none of them trained on."
     return [
-        f"## τ on {evaluation['conversations']} held-out conversations (k = {evaluation['k']})",
+        title,
         "",
-        "τ = tokens advanced ÷ target steps, by the validator's walk, exact for greedy drafting.",
+        about,
         "",
         *table(["category", *(label for _, label in PEERS)], rows),
         "",
@@ -104,6 +110,7 @@ def run_markdown(report: dict[str, Any]) -> str:
         "",
         *tau_section(report["evaluation"]),
         "",
+        *(tau_section(report["evaluation"]["second"], second=True) + [""] if "second" in report["evaluation"] else []),
         *served_section(report["validate"]),
         "",
         *speed_section(report["speedup"]),

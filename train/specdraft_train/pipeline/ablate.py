@@ -28,15 +28,18 @@ the token embedding at Q4_0 too, an all-Q4_0 file), ``onpolicy.FIELD=VALUE`` for
 ``variant.qat=true|false``, ``variant.init=base|distilled|layers:N`` (``distilled``: go on from the lab's distilled
 drafter), ``variant.onpolicy=true`` (the starting drafter first writes on-policy data, `onpolicy`, trained on beside
 the reference's rows) or ``variant.select_reference=distilled`` (token selection by the lab's distilled drafter, with
-``distill.select_tokens`` < 1). A `run` folder is a lab too (its base: ``base/`` or ``drafter/``):
+``distill.select_tokens`` < 1). Each variant follows the recipe `run` does (training.distillation.recipe): distill,
+then ``onpolicy.rounds`` on-policy rounds (``distilled-R/``), then QAT bounded by ``distill.qat_time_budget_s``.
+Where the lab has a second held-out set (`run --eval-prompts`, the real-model lab's target-written prompts), every
+variant is scored on it too. A `run` folder is a lab too (its base: ``base/`` or ``drafter/``):
 
     python -m specdraft_train ablate --lab runs/mine --out runs/mine-study --jobs 3 \\
         --variant 'more:variant.init=distilled,distill.epochs=2' \\
         --variant 'onpolicy:variant.init=distilled,variant.onpolicy=true,distill.epochs=2' \\
         --variant 'select:variant.select_reference=distilled,distill.select_tokens=0.5'
 
-Each variant's cost is bounded by its ``distill.time_budget_s`` (per distill run; ``--time-budget`` sets it for every
-variant, 0 for none) besides its epochs and plateau stop.
+Each variant's cost is bounded by its ``distill.time_budget_s`` per distill run and ``distill.qat_time_budget_s``
+for QAT (``--time-budget`` sets both for every variant, 0 for none) besides its epochs and plateau stop.
 
 ``--jobs N`` runs N variants at a time on the one device, each in its own process: a small drafter leaves most of an
 H200 idle (its steps are bound by kernel launches), so N variants with equal time budgets share it fairly, each
@@ -78,13 +81,18 @@ from ..labs.layout import LabLayout, lab_layout
 from ..labs.reports import ablation_markdown, pct
 from ..labs.variants import Variant, parse_variant, variant_preset
 from ..modeling.models import checkpoint_qat_state, load_causal_lm, resolve_device
-from ..modeling.tau import gap_closed, model_tau, read_conversations
-from ..training.distillation import DistillJob
+from ..modeling.tau import gap_closed, model_tau, ngram_tau, read_conversations
+from ..training.distillation import DistillJob, recipe
 from .runner import Runner
 
 RESULT_FILE = "result.json"
+SECOND_REFERENCE_FILE = "reference-second.json"  # the same on the lab's second held-out set, where it has one
 REFERENCE_FILE = "reference.json"  # OUT/reference.json: the base's and target's τ, where ablate evaluated them
 # What a variant's result keeps of each of its distill stages' metrics.
+# The recipe's steps (training.distillation.recipe) as a variant's folders and progress stages; a round R's
+# distillation is ``distilled-R``.
+STEP_FOLDERS = {"distill": "distilled", "qat": "distilled-qat"}
+STEP_STAGES = {"qat": "distill --qat"}
 STAGE_METRICS = (
     "steps",
     "best_step",
@@ -96,37 +104,46 @@ STAGE_METRICS = (
 
 
 def lab_reference_tau(layout: LabLayout, out: Path, device_name: str) -> dict[str, Any]:
-    """The base drafter at Q4_0 PTQ and the target as its own drafter: the lab's where it evaluated them, else
-    evaluated here once (``out/reference.json``, kept for reruns and for --jobs' processes)."""
+    """The base drafter at Q4_0 PTQ, the target as its own drafter and n-gram prompt lookup on the lab's held-out set:
+    the lab's where it evaluated them, else evaluated here once (``out/reference.json``)."""
     if layout.evaluated:
-        return layout.reference_tau()
-    heldout_path = layout.path / "reference" / "heldout.jsonl"
-    cached = out / REFERENCE_FILE
+        reference = layout.reference_tau()
+        if "ngram" not in reference:  # a lab that did not score prompt lookup: it is cheap (CPU, no model)
+            conversations = read_conversations(layout.path / "reference" / "heldout.jsonl")
+            evaluate = layout.preset.evaluate
+            reference["ngram"] = ngram_tau(conversations, evaluate.k, evaluate.ngram_max).to_dict()
+        return reference
+    return heldout_reference_tau(layout, layout.path / "reference" / "heldout.jsonl", out / REFERENCE_FILE, device_name)
+
+
+def heldout_reference_tau(layout: LabLayout, heldout_path: Path, cached: Path, device_name: str) -> dict[str, Any]:
+    """The base at Q4_0 PTQ, the target and n-gram prompt lookup on one held-out set, evaluated once and kept in
+    ``cached`` (for reruns and for --jobs' processes) while the set is the same."""
     heldout_sha256 = sha256_file(heldout_path)
     if cached.is_file():
         saved = json.loads(cached.read_text())
-        if saved.get("heldout_sha256") == heldout_sha256:
+        if saved.get("heldout_sha256") == heldout_sha256 and "ngram" in saved["tau"]:
             return saved["tau"]
-    print(
-        f"ablate: {layout.path} has no evaluation yet: the base and the target on its held-out set …", file=sys.stderr
-    )
+    print(f"ablate: the base and the target on {heldout_path} …", file=sys.stderr)
     conversations = read_conversations(heldout_path)
     device = resolve_device(device_name)
-    k, batch_tokens = layout.preset.evaluate.k, layout.preset.evaluate.batch_tokens
+    evaluate = layout.preset.evaluate
     embedding_type = layout.preset.export.resolved_embedding_type()
     base, mode = drafter_tau(
         layout.base,
         conversations,
-        k,
+        evaluate.k,
         device,
         q4=True,
-        batch_tokens=batch_tokens,
+        batch_tokens=evaluate.batch_tokens,
         embedding_type=embedding_type,
     )
-    target = model_tau(load_causal_lm(layout.path / "target", device), conversations, k, device, batch_tokens)
+    target_model = load_causal_lm(layout.path / "target", device)
+    target = model_tau(target_model, conversations, evaluate.k, device, evaluate.batch_tokens)
     tau = {
         "base_q4_0_ptq": {"checkpoint": "base", "weights": mode, **base.to_dict()},
         "target_as_drafter": {"checkpoint": "target", **target.to_dict()},
+        "ngram": ngram_tau(conversations, evaluate.k, evaluate.ngram_max).to_dict(),
     }
     atomic_write_json(cached, {"heldout_sha256": heldout_sha256, "device": str(device), "tau": tau})
     return tau
@@ -151,6 +168,7 @@ def check_target_layers(lab: Path, variant: Variant) -> None:
 def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
     """A variant's held-out result against the lab's base (Q4_0 PTQ) and target: ratios and gap closed, per category."""
     base, target = reference["base_q4_0_ptq"], reference["target_as_drafter"]
+    ngram = reference.get("ngram", {}).get("by_category", {})
     by_category = {}
     for name, category in result["by_category"].items():
         b, t = base["by_category"].get(name), target["by_category"].get(name)
@@ -159,6 +177,7 @@ def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
             "top1": category.get("top1"),
             "base_tau": b["tau"] if b else None,
             "target_tau": t["tau"] if t else None,
+            "ngram_tau": ngram[name]["tau"] if name in ngram else None,
             "over_base": category["tau"] / b["tau"] if b else None,
             "gap_closed": gap_closed(category["tau"], b["tau"], t["tau"]) if b and t else None,
         }
@@ -176,6 +195,8 @@ def score(result: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
         "gap_closed": gap_closed(result["tau"], base["tau"], target["tau"]),
         "macro_gap_closed": gap_closed(result["macro_tau"], base_macro, target_macro),
         "beats_base_everywhere": all(c["over_base"] is not None and c["over_base"] > 1 for c in by_category.values()),
+        # categories where the variant drafts longer than n-gram prompt lookup (where the lab scored it)
+        "ahead_of_ngram": sum(c["ngram_tau"] is not None and c["tau"] > c["ngram_tau"] for c in by_category.values()),
         "by_category": by_category,
     }
 
@@ -213,7 +234,6 @@ def distill_variant(
     last one the variant's final checkpoint."""
     lab, replay = layout.path, layout.replay
     config, embedding_type = applied.distill, applied.export.resolved_embedding_type()
-    distilled, qat_dir = directory / "distilled", directory / "distilled-qat"
     start = layout.distilled if variant.init == "distilled" else layout.base
     layers = variant.target_layers()
     if layers is not None:
@@ -224,69 +244,72 @@ def distill_variant(
             lambda: drafter.run(lab / "target", start, "layers", layers),
             lambda: stage_complete(start, "drafter"),
         )
-    data: tuple[Path, ...] = ()
-    if variant.onpolicy:
-        data = (directory / "onpolicy",)
+    first: tuple[Path, ...] = ()
+    if variant.onpolicy:  # the starting drafter's own text, trained on from the first distillation
+        first = (directory / "onpolicy",)
         print(f"ablate: {variant.name}: on-policy data from {start.name} …", file=sys.stderr)
-        job = onpolicy.OnPolicyJob(start, lab / "target", lab / "reference", data[0], applied.onpolicy, device_name)
-        progress.run_stage("onpolicy", lambda: onpolicy.run(job), lambda: stage_complete(data[0], "onpolicy"))
+        job = onpolicy.OnPolicyJob(start, lab / "target", lab / "reference", first[0], applied.onpolicy, device_name)
+        progress.run_stage("onpolicy", lambda: onpolicy.run(job), lambda: stage_complete(first[0], "onpolicy"))
     select = layout.distilled if variant.select_reference == "distilled" else None
-    print(f"ablate: {variant.name}: distill …", file=sys.stderr)
-    progress.run_stage(
-        "distill",
-        lambda: distill.run(
-            DistillJob(
-                start,
-                lab / "reference",
-                distilled,
-                config,
-                replay_tokens=replay,
-                device=device_name,
-                onpolicy=data,
-                select_reference=select,
+    dirs: list[Path] = []
+    last = start
+    for step in recipe(config, applied.onpolicy, qat=variant.qat):
+        data = first if step.name == "distill" else ()
+        if step.onpolicy_round:  # the lab's recipe: the last drafter writes this round's data (`run`'s rounds)
+            data = (directory / f"onpolicy-{step.onpolicy_round}",)
+            print(f"ablate: {variant.name}: on-policy data from {last.name} …", file=sys.stderr)
+            job = onpolicy.OnPolicyJob(last, lab / "target", lab / "reference", data[0], applied.onpolicy, device_name)
+            progress.run_stage(
+                f"onpolicy-{step.onpolicy_round}",
+                lambda job=job: onpolicy.run(job),
+                lambda d=data[0]: stage_complete(d, "onpolicy"),
             )
-        ),
-        lambda: stage_complete(distilled, "distill"),
-    )
-    if not variant.qat:
-        return [distilled]
-    print(f"ablate: {variant.name}: distill --qat …", file=sys.stderr)
-    progress.run_stage(
-        "distill --qat",
-        lambda: distill.run(
-            DistillJob(
-                distilled,
-                lab / "reference",
-                qat_dir,
-                config,
-                qat=True,
-                embedding_type=embedding_type,
-                replay_tokens=replay,
-                device=device_name,
-                select_reference=select,  # QAT trains on the tokens distillation selects
-            )
-        ),
-        lambda: stage_complete(qat_dir, "distill"),
-    )
-    return [distilled, qat_dir]
+        out = directory / STEP_FOLDERS.get(step.name, f"distilled-{step.onpolicy_round}")
+        distill_job = DistillJob(
+            last,
+            lab / "reference",
+            out,
+            step.config,
+            qat=step.qat,
+            embedding_type=embedding_type if step.qat else None,
+            replay_tokens=replay,
+            device=device_name,
+            onpolicy=data,
+            select_reference=select,  # QAT trains on the tokens distillation selects
+        )
+        print(f"ablate: {variant.name}: {step.name} …", file=sys.stderr)
+        progress.run_stage(
+            STEP_STAGES.get(step.name, step.name),
+            lambda distill_job=distill_job: distill.run(distill_job),
+            lambda out=out: stage_complete(out, "distill"),
+        )
+        dirs.append(out)
+        last = out
+    return dirs
 
 
 def evaluate_variant(
-    final: Path, lab: Path, preset: LabPreset, embedding_type: str, device: torch.device, progress: VariantProgress
+    final: Path, layout: LabLayout, embedding_type: str, device: torch.device, progress: VariantProgress
 ) -> dict[str, Any]:
-    """τ of the final checkpoint on the lab's held-out set at Q4_0 (its QAT state, else PTQ) and as trained."""
-    heldout_path = lab / "reference" / "heldout.jsonl"
-    verify_heldout(heldout_path)
-    conversations = read_conversations(heldout_path)
-    k, batch_tokens = preset.evaluate.k, preset.evaluate.batch_tokens
+    """τ of the final checkpoint on the lab's held-out set at Q4_0 (its QAT state, else PTQ) and as trained, and at
+    Q4_0 on its second held-out set where it has one."""
+    sets = {"main": layout.path / "reference" / "heldout.jsonl", "second": layout.second_heldout}
+    k, batch_tokens = layout.preset.evaluate.k, layout.preset.evaluate.batch_tokens
     evaluated: dict[str, Any] = {}
 
     def evaluate() -> None:
-        q4, mode = drafter_tau(
-            final, conversations, k, device, q4=True, batch_tokens=batch_tokens, embedding_type=embedding_type
-        )
-        fp32, _ = drafter_tau(final, conversations, k, device, batch_tokens=batch_tokens)
-        evaluated.update(q4=q4.to_dict(), weights=mode, fp32=fp32.to_dict())
+        for name, heldout_path in sets.items():
+            if heldout_path is None:
+                continue
+            verify_heldout(heldout_path)
+            conversations = read_conversations(heldout_path)
+            q4, mode = drafter_tau(
+                final, conversations, k, device, q4=True, batch_tokens=batch_tokens, embedding_type=embedding_type
+            )
+            evaluated[name] = q4.to_dict()
+            if name == "main":
+                fp32, _ = drafter_tau(final, conversations, k, device, batch_tokens=batch_tokens)
+                evaluated.update(weights=mode, fp32=fp32.to_dict())
 
     progress.run_stage("evaluate", evaluate, lambda: False)
     return evaluated
@@ -296,7 +319,7 @@ def run_variant(
     layout: LabLayout,
     out: Path,
     variant: Variant,
-    reference: dict[str, Any],
+    references: dict[str, dict[str, Any]],
     device_name: str,
     device_shared_by: int = 1,
 ) -> dict[str, Any]:
@@ -309,7 +332,7 @@ def run_variant(
     stages = distill_variant(layout, directory, progress, variant, applied, device_name)
     final = stages[-1]
     device = resolve_device(device_name)
-    evaluated = evaluate_variant(final, layout.path, layout.preset, embedding_type, device, progress)
+    evaluated = evaluate_variant(final, layout, embedding_type, device, progress)
     gguf_path = directory / DRAFTER_GGUF
     print(f"ablate: {variant.name}: export …", file=sys.stderr)
     progress.run_stage("export", lambda: export_variant(final, gguf_path, applied.export), lambda: False)
@@ -326,14 +349,16 @@ def run_variant(
         },
         "checkpoint": str(final),
         "weights": evaluated["weights"],
-        **score(evaluated["q4"], reference),
+        **score(evaluated["main"], references["main"]),
+        # the same on the lab's second held-out set (its path in ablation.json's second_heldout), where it has one
+        **({"second": score(evaluated["second"], references["second"])} if "second" in evaluated else {}),
         "fp32": {k: evaluated["fp32"][k] for k in ("tau", "macro_tau", "top1")},
         # Continuation tokens trained on (distill + QAT), text tokens of the replay loss beside them.
         "data_tokens": sum(m["metrics"]["train_tokens"] for m in manifests),
         "replay_tokens": sum(m["metrics"]["replay_tokens"] for m in manifests),
         "examples": manifests[0]["metrics"]["examples"],
-        "stages": {
-            ("qat" if m["params"]["qat"] else "distill"): {k: m["metrics"][k] for k in STAGE_METRICS} for m in manifests
+        "stages": {  # by folder: distilled, distilled-R (on-policy round R), distilled-qat
+            d.name: {k: m["metrics"][k] for k in STAGE_METRICS} for d, m in zip(stages, manifests, strict=True)
         },
         "device": str(device),
         # Wall seconds of the variant's stages on the device, interrupted runs included: GPU seconds on the H200
@@ -361,19 +386,35 @@ def export_variant(checkpoint: Path, gguf_path: Path, config: ExportConfig) -> N
     )
 
 
-def write_summary(
-    lab: Path, out: Path, order: list[str], reference: dict[str, Any], k: int, heldout: dict[str, Any]
-) -> dict[str, Any]:
-    """ablation.json / ablation.md over every finished variant in ``out``: this command's first, in its order."""
+def held_out_set(path: Path) -> dict[str, Any]:
+    """What ablation.json says of a held-out set."""
+    conversations = read_conversations(path)
+    tokens = sum(len(c.continuation_tokens) for c in conversations)
+    return {"path": str(path), "conversations": len(conversations), "continuation_tokens": tokens}
+
+
+def lab_references(layout: LabLayout, out: Path, device_name: str) -> dict[str, dict[str, Any]]:
+    """The base, target and n-gram τ on each of the lab's held-out sets ("main", and "second" where it has one)."""
+    references = {"main": lab_reference_tau(layout, out, device_name)}
+    if layout.second_heldout is not None:
+        cached = out / SECOND_REFERENCE_FILE
+        references["second"] = heldout_reference_tau(layout, layout.second_heldout, cached, device_name)
+    return references
+
+
+def write_summary(lab: Path, out: Path, order: list[str], references: dict[str, Any], k: int) -> dict[str, Any]:
     finished = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob(f"*/{RESULT_FILE}"))}
     names = [n for n in order if n in finished] + [n for n in sorted(finished) if n not in order]
+    layout = lab_layout(lab)
     summary = {
         "lab": str(lab),
         "k": k,
-        "heldout": heldout,
-        "lab_reference": reference,
+        "heldout": held_out_set(lab / "reference" / "heldout.jsonl"),
+        "lab_reference": references["main"],
         "variants": [finished[n] for n in names],
     }
+    if "second" in references and layout.second_heldout is not None:
+        summary.update(second_heldout=held_out_set(layout.second_heldout), second_reference=references["second"])
     atomic_write_json(out / "ablation.json", summary)
     atomic_write_text(out / "ablation.md", ablation_markdown(summary))
     return summary
@@ -406,6 +447,11 @@ def run_concurrently(
         raise ValueError(f"variants failed: {', '.join(failed)}; rerun the same command to resume them")
 
 
+def budget_settings(seconds: float) -> tuple[str, ...]:
+    """--time-budget as settings: every distill run of a variant, QAT's included, bounded by ``seconds``."""
+    return (f"distill.time_budget_s={seconds}", f"distill.qat_time_budget_s={seconds}")
+
+
 def run_ablation(
     lab: Path,
     out: Path,
@@ -426,8 +472,7 @@ def run_ablation(
     given = variants
     if time_budget_s is not None:
         variants = [
-            replace(v, distill_settings=(f"distill.time_budget_s={time_budget_s}", *v.distill_settings))
-            for v in variants
+            replace(v, distill_settings=(*budget_settings(time_budget_s), *v.distill_settings)) for v in variants
         ]
     for variant in variants:  # refuse what cannot run before any variant spends device time
         variant_preset(layout.preset, variant)
@@ -441,14 +486,7 @@ def run_ablation(
         if not stage_complete(lab / stage, kind):
             raise ValueError(f"{lab / stage}: the lab's {stage} stage has not finished; run the lab first")
     out.mkdir(parents=True, exist_ok=True)
-    reference = lab_reference_tau(layout, out, device_name)
-    heldout_path = lab / "reference" / "heldout.jsonl"
-    conversations = read_conversations(heldout_path)
-    heldout = {
-        "path": str(heldout_path),
-        "conversations": len(conversations),
-        "continuation_tokens": sum(len(c.continuation_tokens) for c in conversations),
-    }
+    references = lab_references(layout, out, device_name)
     unfinished = [g for g, v in zip(given, variants) if not (out / v.name / RESULT_FILE).is_file()]
     if jobs > 1 and len(unfinished) > 1:
         run_concurrently(lab, out, unfinished, device_name, time_budget_s, jobs)
@@ -458,7 +496,7 @@ def run_ablation(
             VariantProgress(out / variant.name, variant)  # refuses a name reused with other settings
             print(f"ablate: {variant.name}: finished in {result_path.parent}, skipped", file=sys.stderr)
             continue
-        result = run_variant(layout, out, variant, reference, device_name, device_shared_by)
+        result = run_variant(layout, out, variant, references, device_name, device_shared_by)
         print(
             f"ablate: {variant.name}: τ {result['tau']:.3f} ({result['weights']}), "
             f"macro τ {result['macro_tau']:.3f}, × base {result['over_base']:.3f}, "
@@ -466,8 +504,8 @@ def run_ablation(
             f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s",
             file=sys.stderr,
         )
-        write_summary(lab, out, names, reference, layout.preset.evaluate.k, heldout)
-    return write_summary(lab, out, names, reference, layout.preset.evaluate.k, heldout)
+        write_summary(lab, out, names, references, layout.preset.evaluate.k)
+    return write_summary(lab, out, names, references, layout.preset.evaluate.k)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

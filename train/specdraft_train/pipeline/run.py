@@ -12,13 +12,14 @@ stopped; a changed input runs again what depends on it, and says so):
    ``--init layers:N`` (N of the target's layers), or ``--init scratch`` (the preset's drafter shape, pretrained on
    general text first: ``corpus``, ``pretrain``); by default a quarter of the target's layers (DEFAULT_DEPTH_SHARE);
 3. ``reference``: the target's greedy answers to the chat prompts (``--prompts``, or the built-in chat prompt set),
-   with their top-k log-probs; held-out and dev lines as the prompts' own splits say;
+   with their top-k log-probs; held-out and dev lines as the prompts' own splits say; ``reference-eval``: the same
+   for ``--eval-prompts``, a second set evaluated on and never trained on;
 4. ``distill`` and ``qat``: distillation, the preset's on-policy rounds (``onpolicy-N``, then ``distill-N`` over the
    reference's rows and the drafter's own scored text; ``--set onpolicy.rounds=1``, 0 by default), then
    quantization-aware training exact to Q4_0;
 5. ``evaluate``: τ on the held-out conversations, overall and per category, for the drafter before training (its
    Q4_0 PTQ), the trained drafter (Q4_0 QAT, and τ(k) at each ``--k``), n-gram prompt lookup and the target as its
-   own drafter;
+   own drafter; the same on the second set;
 6. ``export``, ``pack``, ``selfcheck``: the Q4_0 GGUF, the drafter folder (``DIR/drafter``), checked as a grader would;
 7. ``speedup``: the target's and the drafter's step costs measured through llama.cpp on this machine, the projected
    speed-up at each k, and `generate` at the best k on held-out prompts to check it;
@@ -34,20 +35,20 @@ import json
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..commands import corpus, distill, drafter, evaluate, export, onpolicy, pretrain, reference, target
-from ..config import DistillConfig, LabPreset, add_device_argument, add_settings_argument, announce, apply_settings
+from ..config import LabPreset, add_device_argument, add_settings_argument, announce, apply_settings
 from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, stage_complete
-from ..formats.prompts import prompt_rows
+from ..formats.prompts import check_prompts_file, prompt_rows
+from ..labs.layout import SECOND_HELDOUT_FOLDERS
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
-from ..modeling.tau import model_tau, ngram_tau, read_conversations
+from ..modeling.tau import read_conversations
 from ..presets import PRESETS, get_preset
-from ..training.distillation import DistillJob
+from ..training.distillation import DistillJob, recipe
 from .runner import Runner, StopAfter
 from .specdraft_cli import REPO, cli_env, free_port, node_step, specdraft_command, wait_healthy, write_output
 
@@ -66,6 +67,7 @@ STAGES = (
     "corpus",
     "pretrain",
     "reference",
+    "reference-eval",
     "distill",
     "qat",
     "evaluate",
@@ -86,7 +88,8 @@ class Run:
         self.preset: LabPreset = apply_settings(get_preset(args.preset), args.settings)
         self.device = resolve_device(args.device)
         self.runner = Runner(self.out, "run", until=args.until)
-        self.d = {name: self.out / name for name in ("target", "drafter", "reference", "distilled", "qat", "eval")}
+        names = ("target", "drafter", "reference", "distilled", "qat", "eval", SECOND_HELDOUT_FOLDERS["run"])
+        self.d = {name: self.out / name for name in names}
         self.keys: dict[str, str] = {}
         self.drafter_label = ""
         # what `ablate --lab` and the report read the preset back from
@@ -130,13 +133,14 @@ class Run:
 
     def check_prompts_render(self) -> None:
         """Chat prompts need the target's chat template: refused here, before any drafter is made, not at reference."""
-        if load_tokenizer(self.d["target"]).chat_template is None and any(
-            "messages" in row for _, row in prompt_rows(self.args.prompts)
-        ):
-            raise ValueError(
-                f"{self.args.target}: the target has no chat template, so the chat prompts of {self.args.prompts} "
-                'cannot be rendered; give prompts as {"text": …} lines'
-            )
+        if load_tokenizer(self.d["target"]).chat_template is not None:
+            return
+        for path in (self.args.prompts, self.args.eval_prompts):
+            if path is not None and any("messages" in row for _, row in prompt_rows(path)):
+                raise ValueError(
+                    f"{self.args.target}: the target has no chat template, so the chat prompts of {path} "
+                    'cannot be rendered; give prompts as {"text": …} lines'
+                )
 
     def make_drafter(self) -> Path:
         """The drafter training starts from; its vocabulary checked against the target's before any training."""
@@ -244,6 +248,19 @@ class Run:
             sections=("reference",),
             every_rank=True,
         )
+        if self.args.eval_prompts is not None:  # a second held-out set: every line held out or dev, none trained on
+            second, out = dataclasses.replace(config, train_prompts=0), self.d["reference-eval"]
+            self.stage(
+                "reference-eval",
+                out,
+                lambda: reference.run(
+                    self.d["target"], out, second, prompts=self.args.eval_prompts, device_name=self.args.device
+                ),
+                lambda: stage_complete(out, "reference"),
+                {"prompts": target.source_stamp(str(self.args.eval_prompts)), "target": self.keys["target"]},
+                sections=("reference",),
+                every_rank=True,
+            )
 
     def distill_stages(self, start: Path) -> None:
         """distill from ``start``, the preset's on-policy rounds (each: the last drafter writes `onpolicy` data, then
@@ -253,32 +270,21 @@ class Run:
         replay = self.out / "base" if (self.out / "base").is_dir() else None
         if replay is None and config.replay_weight > 0:
             config = dataclasses.replace(config, replay_weight=0.0)  # no pretraining text to replay
-        rounds = self.preset.onpolicy
-        # (stage, its folder, its config, QAT): distill, each on-policy round's distillation, QAT
-        plan: list[tuple[str, Path, DistillConfig, bool]] = [("distill", self.d["distilled"], config, False)]
-        for r in range(1, rounds.rounds + 1):
-            plan.append(
-                (
-                    f"distill-{r}",
-                    self.out / f"distilled-{r}",
-                    dataclasses.replace(config, epochs=rounds.epochs, lr=rounds.lr),
-                    False,
-                )
-            )
-        plan.append(("qat", self.d["qat"], dataclasses.replace(config, time_budget_s=config.qat_time_budget_s), True))
         embedding = self.preset.export.resolved_embedding_type()
+        folders = {"distill": self.d["distilled"], "qat": self.d["qat"]}
         last, last_key = start, "drafter"
-        for r, (name, out, stage_config, qat) in enumerate(plan):
+        for step in recipe(config, self.preset.onpolicy):
+            name, out, qat = step.name, folders.get(step.name, self.out / f"distilled-{step.onpolicy_round}"), step.qat
             stamp = {"from": self.keys[last_key], "reference": self.keys["reference"]}
             onpolicy_data: tuple[Path, ...] = ()
-            if 0 < r <= rounds.rounds:
-                onpolicy_data = (self.onpolicy_stage(r, last, last_key),)
-                stamp["onpolicy"] = self.keys[f"onpolicy-{r}"]
+            if step.onpolicy_round:
+                onpolicy_data = (self.onpolicy_stage(step.onpolicy_round, last, last_key),)
+                stamp["onpolicy"] = self.keys[f"onpolicy-{step.onpolicy_round}"]
             job = DistillJob(
                 last,
                 self.d["reference"],
                 out,
-                stage_config,
+                step.config,
                 qat=qat,
                 embedding_type=embedding,
                 replay_tokens=replay,
@@ -322,42 +328,46 @@ class Run:
     # --- evaluation and what ships ----------------------------------------------------------------------------------
 
     def evaluate(self, base: Path) -> dict[str, Any]:
-        heldout = self.d["reference"] / "heldout.jsonl"
+        """τ of the drafter before and after training and of its peers on the held-out set, and on the second one
+        (``--eval-prompts``) where given."""
+        sets = {"main": self.d["reference"] / "heldout.jsonl"}
+        if self.args.eval_prompts is not None:
+            sets["second"] = self.d["reference-eval"] / "heldout.jsonl"
         results_path = self.d["eval"] / "results.json"
         ks = sorted({*self.args.k, self.preset.evaluate.k})
+        embedding = self.preset.export.resolved_embedding_type()
+
+        def on(name: str) -> dict[str, Any]:
+            conversations = read_conversations(sets[name])
+            tau = evaluate.peers_tau(
+                base,
+                self.d["qat"],
+                self.d["target"],
+                conversations,
+                self.preset.evaluate,
+                embedding,
+                self.device,
+                ks if name == "main" else (),
+            )
+            return {
+                "k": self.preset.evaluate.k,
+                "heldout": str(sets[name]),
+                "conversations": len(conversations),
+                "tau": tau,
+            }
 
         def run_evaluation() -> None:
-            conversations = read_conversations(heldout)
-            k, batch = self.preset.evaluate.k, self.preset.evaluate.batch_tokens
-            embedding = self.preset.export.resolved_embedding_type()
-            tau: dict[str, Any] = {}
-            for key, checkpoint, by_k in (("base_q4_0_ptq", base, False), ("drafter_q4_0_qat", self.d["qat"], True)):
-                result, mode = evaluate.drafter_tau(
-                    checkpoint,
-                    conversations,
-                    k,
-                    self.device,
-                    q4=True,
-                    batch_tokens=batch,
-                    embedding_type=embedding,
-                    ks=ks if by_k else (),
-                )
-                tau[key] = {"weights": mode, **result.to_dict()}
-            tau["ngram"] = ngram_tau(conversations, k, self.preset.evaluate.ngram_max).to_dict()
-            target_model = load_causal_lm(self.d["target"], self.device)
-            tau["target_as_drafter"] = model_tau(target_model, conversations, k, self.device, batch).to_dict()
+            results = on("main")
+            if "second" in sets:
+                results["second"] = {"prompts": str(self.args.eval_prompts), **on("second")}
             self.d["eval"].mkdir(parents=True, exist_ok=True)
-            atomic_write_json(
-                results_path, {"k": k, "heldout": str(heldout), "conversations": len(conversations), "tau": tau}
-            )
+            atomic_write_json(results_path, results)
 
+        inputs = {"base": self.keys["drafter"], "qat": self.keys["qat"], "reference": self.keys["reference"], "ks": ks}
+        if "second" in sets:
+            inputs["reference-eval"] = self.keys["reference-eval"]
         self.stage(
-            "evaluate",
-            self.d["eval"],
-            run_evaluation,
-            results_path.is_file,
-            {"base": self.keys["drafter"], "qat": self.keys["qat"], "reference": self.keys["reference"], "ks": ks},
-            sections=("evaluate", "export"),
+            "evaluate", self.d["eval"], run_evaluation, results_path.is_file, inputs, sections=("evaluate", "export")
         )
         return json.loads(results_path.read_text())
 
@@ -534,6 +544,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--extra", action="append", default=[], type=Path, help="--init scratch: more code trees for its corpus"
     )
     p.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="chat prompts JSONL (default: %(default)s)")
+    p.add_argument(
+        "--eval-prompts",
+        type=Path,
+        default=None,
+        help="a second chat prompts JSONL, evaluated on and never trained on (e.g. prompts the target wrote)",
+    )
     p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS), help="budgets (default: %(default)s)")
     p.add_argument(
         "--k",
@@ -556,12 +572,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.prompts.is_file():
-        raise FileNotFoundError(f"--prompts {args.prompts}: no such file")
-    args.prompts = args.prompts.resolve()
-    splits = Counter(row.get("split") for _, row in prompt_rows(args.prompts))  # its form, before any stage runs
-    if not splits["heldout"] and None not in splits:
-        raise ValueError(f'--prompts {args.prompts}: no held-out lines to evaluate on ("split": "heldout")')
+    args.prompts = check_prompts_file("--prompts", args.prompts)
+    if args.eval_prompts is not None:
+        args.eval_prompts = check_prompts_file("--eval-prompts", args.eval_prompts)
     try:
         report = run_all(args)
     except StopAfter as stop:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import ACTIVATION_CHECKPOINTING, DistillConfig, ExportConfig, check_compile, compile_on
+from ..config import (
+    ACTIVATION_CHECKPOINTING,
+    DistillConfig,
+    ExportConfig,
+    OnPolicyConfig,
+    check_compile,
+    compile_on,
+)
 from ..modeling.models import autocast_context, compile_decoder_layers, enable_activation_checkpointing, load_causal_lm
 from ..modeling.packing import use_packed_attention
 from ..modeling.tau import model_tau
@@ -82,6 +89,29 @@ class DistillJob:
     onpolicy: tuple[Path, ...] = ()  # `onpolicy` folders whose rows train beside the reference's
     # Token selection's reference drafter (config.select_tokens < 1): a drafter distilled from the same start
     select_reference: str | Path | None = None
+
+
+@dataclass(frozen=True)
+class RecipeStep:
+    """One distill run of the recipe (:func:`recipe`)."""
+
+    name: str  # "distill", "distill-R" (on-policy round R) or "qat": the stage's name and its folder's suffix
+    config: DistillConfig
+    qat: bool
+    onpolicy_round: int  # R: the last drafter first writes round R's on-policy data, trained on beside the reference
+
+
+def recipe(config: DistillConfig, rounds: OnPolicyConfig, qat: bool = True) -> list[RecipeStep]:
+    """The distill runs from a starting drafter, each going on from the last: distillation on the reference's rows;
+    ``rounds.rounds`` on-policy rounds (the last drafter writes fresh data, then distillation goes on over the
+    reference's rows and those, for ``rounds.epochs`` at peak ``rounds.lr``); then QAT (unless ``qat`` is False),
+    bounded by ``config.qat_time_budget_s``. `run` and `ablate` both follow it."""
+    steps = [RecipeStep("distill", config, False, 0)]
+    for r in range(1, rounds.rounds + 1):
+        steps.append(RecipeStep(f"distill-{r}", replace(config, epochs=rounds.epochs, lr=rounds.lr), False, r))
+    if qat:
+        steps.append(RecipeStep("qat", replace(config, time_budget_s=config.qat_time_budget_s), True, 0))
+    return steps
 
 
 def compiles(config: DistillConfig, device: torch.device) -> bool:
