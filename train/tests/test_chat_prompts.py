@@ -189,3 +189,24 @@ def test_reference_reads_a_committed_xz_prompt_file_with_its_splits():
     assert {s: len(prompts) for s, prompts in by_split.items()} == Counter(line["split"] for line in lines)
     assert [p.id for p in by_split["heldout"]] == [line["id"] for line in lines if line["split"] == "heldout"]
     assert all(p.category in CATEGORIES and p.tokens for prompts in by_split.values() for p in prompts)
+
+
+def test_chat_prompts_for_a_target_without_a_chat_template_are_refused_naming_the_file(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from specdraft_train.formats.prompts import check_prompts_file, check_renderable
+
+    text = tmp_path / "text.jsonl"
+    text.write_text('{"text": "def f():", "split": "heldout"}\n')
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"messages": [{"role": "user", "content": "hi"}], "split": "heldout"}\n')
+    plain = SimpleNamespace(chat_template=None)
+    check_renderable(plain, "base.gguf", (text, None))  # text lines need no template
+    with pytest.raises(ValueError, match=r"base.gguf: the target has no chat template.*chat.jsonl"):
+        check_renderable(plain, "base.gguf", (text, chat))
+    check_renderable(SimpleNamespace(chat_template="{{ x }}"), "chat.gguf", (chat,))
+    assert check_prompts_file("--eval-prompts", chat) == chat.resolve()
+    train_only = tmp_path / "train.jsonl"
+    train_only.write_text('{"text": "x", "split": "train"}\n')
+    with pytest.raises(ValueError, match="--eval-prompts .*train.jsonl: no held-out lines"):
+        check_prompts_file("--eval-prompts", train_only)

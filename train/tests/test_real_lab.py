@@ -1,10 +1,10 @@
 """The real-model lab's GPU job on the CPU (train/scripts/gpu/real_lab.sh with REAL_LAB_CPU=1, its dry run): staged
 by real_lab_stage.sh from the real SmolLM2 GGUF cut to its first 4 of 30 layers (bench/models/truncate_gguf.py: the
 real file's tokenizer, template and tensors, a fraction of its compute; tests/test_real_target.py converts the whole
-model), run in calls as on the GPU machine — call 1 with only call 1's files
-(it pretrains the scratch drafter from the target's tokenizer alone and asks for call 2), a call cut by its limit, a
-call that finishes — every stage stamped and skipped once done, the results within the device tool's limits, and the
-report assembled from them: on the GPU side from the lab's folder, then with the CPU's measurements added."""
+model), run in calls as on the GPU machine — call 1 with only call 1's files (it unpacks the prose and asks for call
+2), a call cut by its limit inside `run`, a call that finishes — every step stamped and skipped once done, the lab
+made by `run` and `ablate` (the script only stages and calls them), the results within the device tool's limits, and
+the report assembled from them: on the GPU side from the lab's folder, then with the CPU's measurements added."""
 
 from __future__ import annotations
 
@@ -28,19 +28,12 @@ from specdraft_train.formats.artifacts import read_manifest
 SCRIPTS = REPO / "train" / "scripts" / "gpu"
 STAGES = (
     "unpack",
-    "corpus",
-    "drafter",
-    "pretrain",
     "gguf",
-    "target",
-    "drafter_layers",
-    "reference",
-    "reference_other",
+    "prepare",
     "limits",
-    "distill",
-    "qat",
-    "distill_layers",
-    "qat_layers",
+    "run",
+    "layers",
+    "links",
     "evaluate",
     "evaluate_other",
     "export",
@@ -103,7 +96,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     lab_env = {"REAL_LAB_CPU": "1", "REAL_LAB_DIR": str(root / "work"), "REAL_LAB_LIMITS": "1"}
     calls = [
         run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(only_call1)}, str(root / "results1")),
-        run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(root / "staged")}, str(root / "results2"), "20"),
+        run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(root / "staged")}, str(root / "results2"), "30"),
     ]
     stamped_after = [sorted(p.name for p in (root / "work" / "stamps").iterdir())]
     calls.append(run("real_lab.sh", {**lab_env, "REAL_LAB_STAGED": str(root / "staged")}, str(root / "results3")))
@@ -123,34 +116,30 @@ def test_staging_fills_call_1_and_every_call_fits(lab: dict[str, Any]):
         "prose.tar.xz",
         "smol.gguf.sha256",
         "smol.gguf.xz.part-aa",
-        "target-meta.tar.xz",
     ]
     assert [p.name for p in (staged / "call2").iterdir()] == ["smol.gguf.xz.part-ab"]
     sums = (staged / "call1" / "smol.gguf.sha256").read_text().split("\n")
     assert sums[0].endswith("  SmolLM2-135M-Instruct.Q4_1.gguf") and "part-aa" in sums[1] and "part-ab" in sums[2]
-    with tarfile.open(staged / "call1" / "target-meta.tar.xz") as tar:  # the target without its weights
-        names = set(tar.getnames())
-    assert "target-meta/tokenizer.json" in names and "target-meta/chat_template.jinja" in names
-    assert not any(name.endswith((".safetensors", ".gguf")) for name in names)
     for line in (line for line in lab["staging"].splitlines() if line.startswith("call ")):
         mib = float(line.split(": ")[-1].split(" MiB")[0])
         assert mib <= CALL_MIB, line
 
 
-def test_call_1_pretrains_from_the_tokenizer_alone_and_asks_for_call_2(lab: dict[str, Any]):
+def test_call_1_unpacks_the_prose_and_asks_for_call_2(lab: dict[str, Any]):
     first = lab["calls"][0]
     assert first.returncode == 0, first.stderr
     assert "NEXT CALL: carry" in first.stderr and "call2 (call 2)" in first.stderr
     results = lab["root"] / "results1"
     assert sorted(p.name for p in results.iterdir()) == ["progress.log", "real-lab-results.tar.xz"]
     finished = re.findall(r"\] (\w+): \d+ s$", (results / "progress.log").read_text(), re.MULTILINE)
-    assert finished == ["unpack", "corpus", "drafter", "pretrain"]
+    assert finished == ["unpack"]
 
 
 def test_a_call_cut_short_says_so_and_the_next_one_finishes_the_lab(lab: dict[str, Any]):
     cut, finished, again = lab["calls"][1:]
     assert cut.returncode == 0 and "NOT FINISHED" in cut.stderr, cut.stderr
-    assert "report" not in lab["stamped_after_call2"] and "pretrain" in lab["stamped_after_call2"]
+    assert "report" not in lab["stamped_after_call2"] and "gguf" in lab["stamped_after_call2"]
+    assert "prepare ran into this call's limit (it resumes)" in cut.stderr  # cut inside `run`, which goes on
     assert finished.returncode == 0 and "DONE: the whole lab" in finished.stderr, finished.stderr
     assert sorted(p.name for p in (lab["root"] / "work" / "stamps").iterdir()) == sorted(STAGES)
     # a rerun of a finished lab runs no stage again
@@ -210,6 +199,26 @@ def test_the_report_names_the_target_and_compares_every_drafter(lab: dict[str, A
         assert title in markdown
 
 
+def test_the_lab_is_a_run_and_an_ablation_of_it(lab: dict[str, Any]):
+    """The script stages and calls: the lab's drafters are `run`'s and `ablate`'s, which scored the layers drafter on
+    both held-out sets; `evaluate` over the lab's folder names gives the run's own figures for its drafter."""
+    work = lab["root"] / "work"
+    assert (work / "distilled-qat").resolve() == (work / "run" / "qat").resolve()
+    assert (work / "distilled-layers-qat").resolve() == (work / "layers" / "layers" / "distilled-qat").resolve()
+    state = json.loads((work / "run" / "run_state.json").read_text())
+    assert {"target", "pretrain", "reference", "reference-eval", "distill", "qat", "evaluate", "export"} <= set(
+        state["stamps"]
+    )
+    assert "pack" not in state["stamps"]  # the node stages run on the CPU afterwards
+    layers = json.loads((work / "layers" / "ablation.json").read_text())["variants"][0]
+    assert layers["name"] == "layers" and layers["second"]["tau"] > 0
+    run_tau = json.loads((work / "run" / "eval" / "results.json").read_text())
+    report = json.loads((work / "lab_report.json").read_text())
+    assert run_tau["tau"]["drafter_q4_0_qat"]["tau"] == report["evaluation"]["tau"]["distilled_q4_0_qat"]["tau"]
+    other = report["other_prompts"]["evaluation"]["tau"]["distilled_q4_0_qat"]["tau"]
+    assert run_tau["second"]["tau"]["drafter_q4_0_qat"]["tau"] == other
+
+
 def test_the_limits_study_distills_on_less_data_and_from_the_targets_layers(lab: dict[str, Any]):
     """REAL_LAB_LIMITS=1: `ablate` on the lab's base and reference before the lab's own distillation. It evaluated the
     base and the target itself (the lab had not yet), and got the lab's own figures for them; each variant trained on
@@ -230,7 +239,7 @@ def test_the_limits_study_distills_on_less_data_and_from_the_targets_layers(lab:
         assert evaluated[key]["tau"] == lab_tau[key]["tau"]
         assert summary["lab_reference"][key]["tau"] == lab_tau[key]["tau"]
     log = (work / "logs" / "progress.log").read_text()
-    assert log.index("] limits: ") < log.index("] distill: ")
+    assert log.index("] limits: ") < log.index("] run: ")
     assert "| layers-2 |" in (lab["root"] / "results3" / "limits.md").read_text()
     with tarfile.open(lab["root"] / "results3" / "real-lab-results.tar.xz") as tar:
         assert {"limits/ablation.json", "limits/layers-2/result.json"} <= set(tar.getnames())

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# The real-model lab on one H200 (docs/lab.md, "The real-model lab"): SmolLM2-135M-Instruct as the target; a 35M-
-# parameter Llama drafter with its tokenizer made from scratch and pretrained on general text (the base), distilled on
-# the target's greedy chat answers, QAT to Q4_0 and exported; beside it the same recipe from 2 of the target's own
-# layers; every drafter evaluated on the held-out template prompts and on prompts the target wrote; lab_report.json/.md.
+# The real-model lab on one GPU (docs/lab.md, "The real-model lab"): SmolLM2-135M-Instruct as the target, the SmolLM2
+# job as one `run` (a 35M-parameter Llama drafter made from scratch with the target's vocabulary, pretrained on
+# general text, distilled on the target's greedy chat answers, QAT to Q4_0, evaluated on the held-out template prompts
+# and on prompts the target wrote), then `ablate` on that run for the same recipe from 2 of the target's own layers;
+# `evaluate` over every drafter on both sets, the exports and lab_report.json/.md. This script only stages: it brings
+# the GGUF and the prose to the machine in calls, then calls `run`, `ablate`, `evaluate`, `export` and
+# `real-lab-report`, each resumable.
 #
 #   bash train/scripts/gpu/real_lab.sh RESULTS [LIMIT_S]        (LIMIT_S: this call's seconds, default 550)
 #
-# Resumable across calls on one warm machine: everything lives in REAL_LAB_DIR (/tmp/real-lab). A call runs every stage
-# whose inputs have arrived and whose stamp (REAL_LAB_DIR/stamps/<stage>: its seconds) is missing, stops before a
-# stage its limit leaves too little time for (the `usual` seconds below) or whose inputs have not arrived yet, and
-# packs what exists into RESULTS, ending with what to run next and which files to bring back. A stage cut by the
-# limit resumes in the next call (pretrain and distill from their resume/ states, reference at its next shard). The
-# calls, what each carries and how to stage it: train/scripts/gpu/real_lab.md (made by real_lab_stage.sh).
+# Resumable across calls on one warm machine: everything lives in REAL_LAB_DIR (/tmp/real-lab); the run in run/, the
+# layers drafter in layers/, and the lab's folder names (base, distilled, distilled-qat, drafter-layers, …) link into
+# them for `evaluate` and the report. A call runs every step whose inputs have arrived and whose stamp
+# (REAL_LAB_DIR/stamps/<step>: its seconds) is missing, stops before a step its limit leaves too little time for (the
+# `usual` seconds below) or whose inputs have not arrived yet, and packs what exists into RESULTS, ending with what to
+# run next and which files to bring back. A step cut by the limit resumes in the next call (`run` and `ablate` from
+# their stamps and their stages' resume/ states). The calls, what each carries and how to stage it:
+# train/scripts/gpu/real_lab.md (made by real_lab_stage.sh).
 #
-# REAL_LAB_CPU=1 is the CPU dry run (tests/test_real_lab.py): the real GGUF and the same stages and folders, with a
+# REAL_LAB_CPU=1 is the CPU dry run (tests/test_real_lab.py): the real GGUF and the same steps and folders, with a
 # handful of prompts, a narrow scratch drafter and a few steps each, no time limit unless given.
 # Environment: REAL_LAB_DIR, REAL_LAB_STAGED (.real), PYTHON (python3), REAL_LAB_THREADS (torch's CPU threads), the
 # training seconds REAL_LAB_PRETRAIN_S and REAL_LAB_DISTILL_S (default: the preset's), REAL_LAB_QAT_S (40),
 # REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20): the first call's hold for the whole run.
-# A call's own choices: REAL_LAB_LIMITS=1, the limits study (below, before the lab's distillation); REAL_LAB_UNTIL=STAGE,
-# end the call once that stage is done (e.g. `limits`, to run the study alone).
+# A call's own choices: REAL_LAB_LIMITS=1, the limits study (below, before the lab's distillation); REAL_LAB_UNTIL=STEP,
+# end the call once that step is done (e.g. `limits`, to run the study alone).
 set -uo pipefail
 results=${1:?usage: real_lab.sh RESULTS [LIMIT_S]}
 cpu=${REAL_LAB_CPU:-0}
@@ -35,9 +40,13 @@ left() { echo $(( limit - ($(date +%s) - started) )); }
 
 # Seconds of the H200 each stage is expected to take, start-up included (estimates from the toy lab's H200 rates scaled
 # to these models, with room): a stage starts only when the call's limit leaves it this much.
-declare -A usual=([unpack]=10 [corpus]=30 [drafter]=15 [pretrain]=150 [gguf]=15 [target]=35 [drafter_layers]=15
-  [reference]=150 [reference_other]=40 [distill]=125 [qat]=60 [distill_layers]=80 [qat_layers]=40 [evaluate]=45
-  [evaluate_other]=30 [export]=40 [report]=15 [limits]=120)
+# `prepare` is run's target, corpus, scratch drafter, pretraining and both reference sets; `run` its distillation,
+# QAT, evaluation and export; `layers` the layers drafter's distillation and QAT.
+# `prepare` is run's target, corpus, scratch drafter, pretraining and both reference sets; `run` its distillation,
+# QAT, evaluation and export; `layers` the layers drafter's distillation and QAT. The three resume where a limit cuts
+# them, so 20 seconds left are enough to start one.
+declare -A usual=([unpack]=10 [gguf]=15 [prepare]=20 [limits]=120 [run]=20 [layers]=20 [links]=5 [evaluate]=45
+  [evaluate_other]=30 [export]=40 [report]=15)
 sd() { "$python" -m specdraft_train ${REAL_LAB_THREADS:+--threads "$REAL_LAB_THREADS"} "$@"; }
 export -f sd
 
@@ -46,7 +55,8 @@ pack() {
   rm -f "$results"/real-lab-* "$results/lab_report.md" "$results/limits.md" "$results/progress.log"
   (cd "$work" && tar -cf - --ignore-failed-read logs stamps real_lab.json lab_report.json lab_report.md \
     eval-templates.json eval-other.json $(ls -d -- */manifest.json */tb reference*/heldout.jsonl reference*/dev.jsonl \
-    export/*.json limits/*.json limits/*.md limits/*/*.json limits/*/*/manifest.json 2>/dev/null) 2>/dev/null) |
+    export/*.json run/run_state.json run/eval/results.json layers/ablation.* layers/*/result.json \
+    limits/*.json limits/*.md limits/*/*.json limits/*/*/manifest.json 2>/dev/null) 2>/dev/null) |
     xz -T0 -6 > "$results/real-lab-results.tar.xz"
   if [ -f "$work/stamps/export" ]; then  # the three drafter GGUFs, xz (Q4_0 barely compresses) cut in 15 MiB parts
     (cd "$work/export" && tar -cf - *.gguf) | xz -T0 -1 | split -b 15M -d -a 1 - "$results/real-lab-ggufs.tar.xz.part-"
@@ -123,35 +133,49 @@ fi
 if [ "$cpu" = 1 ]; then
   export device=cpu
   # a handful of prompts; a narrow scratch drafter (the layers drafter keeps the target's width); a few steps each
-  corpus_flags=(--max-code-bytes 300000 --max-prose-bytes 300000)
-  scratch_flags=(--layers 1 --hidden-size 64 --intermediate-size 128 --heads 2 --kv-heads 1 --head-dim 32)
-  pretrain_flags=(--max-steps 2 --batch-size 2 --ckpt-every 1)
-  reference_flags=(--max-new-tokens 16 --batch-size 8 --shard-prompts 8)
-  distill_flags=(--epochs 1 --batch-size 5 --eval-every 0 --ckpt-every 1)
-  distill_flags+=(--set replay_batch_size=2 --set replay_seq_len=64)
+  tiny_distill="distill.epochs=1 distill.batch_size=5 distill.eval_every=0 distill.ckpt_every=1"
+  tiny_distill+=" distill.replay_batch_size=2 distill.replay_seq_len=64 distill.time_budget_s=0"
+  tiny="corpus.max_code_bytes=300000 corpus.max_prose_bytes=300000 drafter.num_hidden_layers=1 drafter.hidden_size=64"
+  tiny+=" drafter.intermediate_size=128 drafter.num_attention_heads=2 drafter.num_key_value_heads=1"
+  tiny+=" drafter.head_dim=32 pretrain_drafter.max_steps=2 pretrain_drafter.batch_size=2 pretrain_drafter.ckpt_every=1"
+  tiny+=" reference.max_new_tokens=16 reference.batch_size=8 reference.shard_prompts=8 $tiny_distill"
+  run_flags=() && for setting in $tiny; do run_flags+=(--set "$setting"); done
+  variant_common="${tiny_distill// /,},"
   budget() { echo 0; }  # steps bound the dry run, not seconds
 else
   export device=cuda
-  corpus_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
-  scratch_flags=() reference_flags=() distill_flags=() pretrain_flags=()
-  [ "$pretrain_s" = preset ] || pretrain_flags=(--time-budget "$pretrain_s")
+  run_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
+  variant_common=""
   budget() { echo "$1"; }
 fi
+[ "$pretrain_s" = preset ] || run_flags+=(--set "pretrain_drafter.time_budget_s=$pretrain_s")
+[ "$distill_s" = preset ] || run_flags+=(--set "distill.time_budget_s=$(budget "$distill_s")")
+run_flags+=(--set "distill.qat_time_budget_s=$(budget "$qat_s")")
 
-# --- call 1: general text and the target's tokenizer; the drafter from scratch and its pretraining -------------------
+# --- call 1: the prose; call 2: the rest of the GGUF -----------------------------------------------------------------
 if [ ! -f "$work/stamps/unpack" ]; then
-  for need in target-meta.tar.xz prose.tar.xz smol.gguf.sha256; do
+  for need in prose.tar.xz smol.gguf.sha256; do
     [ -f "$work/inbox/$need" ] || { log "NEXT CALL: carry .whl $staged/call1 (call 1)"; finish 0; }
   done
 fi
-unpack() {
-  rm -rf "$work/prose" && mkdir -p "$work/prose" && tar -C "$work/prose" -xJf "$work/inbox/prose.tar.xz" &&
-  tar -C "$work" -xJf "$work/inbox/target-meta.tar.xz"
-}
+unpack() { rm -rf "$work/prose" && mkdir -p "$work/prose" && tar -C "$work/prose" -xJf "$work/inbox/prose.tar.xz"; }
 export -f unpack
 stage unpack unpack
-prose_flags=()
-for dir in "$work"/prose/*/; do prose_flags+=(--prose "${dir%/}"); done
+for dir in "$work"/prose/*/; do run_flags+=(--prose "${dir%/}"); done
+if [ ! -f "$work/stamps/gguf" ]; then
+  for part in $(cut -c67- "$work/inbox/smol.gguf.sha256" | grep part-); do
+    [ -f "$work/inbox/$part" ] || { log "NEXT CALL: carry $staged/call2 (call 2), the same command"; finish 0; }
+  done
+fi
+export gguf_name=$(grep -v part- "$work/inbox/smol.gguf.sha256" | cut -c67-)  # the GGUF's own file name
+reassemble() {  # the GGUF from its xz parts, every part and the whole checked against the staged sums
+  cd "$work/inbox" && grep part- smol.gguf.sha256 | sha256sum -c --quiet &&
+  cat $(cut -c67- smol.gguf.sha256 | grep part- | sort) | xz -dc > "$work/$gguf_name" &&
+  cd "$work" && grep -v part- inbox/smol.gguf.sha256 | sha256sum -c --quiet
+}
+export -f reassemble
+stage gguf reassemble
+
 # The prompts: the committed files; in the dry run the first lines of each split of 3 categories.
 prompts=data/chat-prompts-templates.jsonl.xz other=data/chat-prompts-target.jsonl.xz
 if [ "$cpu" = 1 ]; then
@@ -176,76 +200,60 @@ PY
   subset "$other" "$work/prompts-other.jsonl" 0 1 1 || finish 2
   prompts=$work/prompts-templates.jsonl other=$work/prompts-other.jsonl
 fi
-stage corpus sd corpus --preset "$preset" --out "$work/corpus" "${corpus_flags[@]}" "${prose_flags[@]}"
-stage drafter sd drafter --target "$work/target-meta" --init scratch --preset "$preset" --out "$work/drafter" \
-  "${scratch_flags[@]}"
-stage pretrain sd pretrain --init "$work/drafter" --corpus "$work/corpus" --out "$work/base" --preset "$preset" \
-  --device "$device" "${pretrain_flags[@]}"
 
-# --- call 2: the rest of the GGUF; the target, the drafter from its layers, reference data, distillation -------------
-if [ ! -f "$work/stamps/gguf" ]; then
-  for part in $(cut -c67- "$work/inbox/smol.gguf.sha256" | grep part-); do
-    [ -f "$work/inbox/$part" ] || { log "NEXT CALL: carry $staged/call2 (call 2), the same command"; finish 0; }
-  done
-fi
-export gguf_name=$(grep -v part- "$work/inbox/smol.gguf.sha256" | cut -c67-)  # the GGUF's own file name
-reassemble() {  # the GGUF from its xz parts, every part and the whole checked against the staged sums
-  cd "$work/inbox" && grep part- smol.gguf.sha256 | sha256sum -c --quiet &&
-  cat $(cut -c67- smol.gguf.sha256 | grep part- | sort) | xz -dc > "$work/$gguf_name" &&
-  cd "$work" && grep -v part- inbox/smol.gguf.sha256 | sha256sum -c --quiet
+# --- the lab: `run` from the GGUF (the scratch drafter: the preset's shape), to its export -----------------------------
+# run_lab STAGE: `run` until that stage (it resumes where it stopped); a stage runs in a shell of its own, which
+# takes the flags as words (none holds a space)
+export prompts other run_flags_text="${run_flags[*]}"
+run_lab() {
+  # shellcheck disable=SC2086
+  sd run --target "$work/$gguf_name" --out "$work/run" --init scratch --prompts "$prompts" --eval-prompts "$other" \
+    --preset "$preset" --device "$device" --until "$1" $run_flags_text
 }
-export -f reassemble
-stage gguf reassemble
-stage target sd target --gguf "$work/$gguf_name" --out "$work/target"
-stage drafter_layers sd drafter --target "$work/target" --init layers --preset "$preset" --out "$work/drafter-layers"
-stage reference sd reference --target "$work/target" --prompts "$prompts" --out "$work/reference" --preset "$preset" \
-  --device "$device" "${reference_flags[@]}"
-stage reference_other sd reference --target "$work/target" --prompts "$other" --out "$work/reference-other" \
-  --preset "$preset" --device "$device" --train-prompts 0 "${reference_flags[@]}"
+export -f run_lab
+stage prepare run_lab reference-eval
 # --- the limits study (REAL_LAB_LIMITS=1): what bounds the distilled drafter's τ, its data or its depth -------------
-# `ablate` on this lab's base and reference data (docs/lab.md, "What limits τ"): the scratch base distilled on a
+# `ablate` on the run's base and reference data (docs/lab.md, "What limits τ"): the scratch base distilled on a
 # quarter, half and all of the training prompts, and on all of them for twice the epochs; drafters of 2, 4 and 8 of
 # the target's layers distilled alike. Epoch-bound (no time budget), so sharing the GPU changes no variant's steps;
 # all at once on the one GPU (small drafters' steps are launch-bound); scored at Q4_0 PTQ, with no QAT: the question
-# is what distillation can learn. It comes before the lab's own distillation so that a call can run it alone.
+# is what distillation can learn. It comes before the run's own distillation so that a call can run it alone.
 if [ "${REAL_LAB_LIMITS:-0}" = 1 ]; then
   if [ "$cpu" = 1 ]; then
     limits_variants=(data-50:distill.data_fraction=0.5 layers-2:variant.init=layers:2)
-    limits_common="distill.epochs=1,distill.batch_size=5,distill.eval_every=0,distill.ckpt_every=1,"
-    limits_common+="distill.replay_batch_size=2,distill.replay_seq_len=64,"
   else
     limits_variants=(data-25:distill.data_fraction=0.25 data-50:distill.data_fraction=0.5 data-100:
       epochs-12:distill.epochs=12 layers-2:variant.init=layers:2 layers-4:variant.init=layers:4
       layers-8:variant.init=layers:8)
-    limits_common=""
   fi
   limits_flags=()
   for variant in "${limits_variants[@]}"; do  # the common settings first: a variant's own override them
     name=${variant%%:*} own=${variant#*:}
-    limits_flags+=(--variant "$name:$limits_common${own:+$own,}variant.qat=false")
+    limits_flags+=(--variant "$name:$variant_common${own:+$own,}variant.qat=false")
   done
-  stage limits sd ablate --lab "$work" --out "$work/limits" --device "$device" --time-budget 0 \
+  stage limits sd ablate --lab "$work/run" --out "$work/limits" --device "$device" --time-budget 0 \
     --jobs "$([ "$cpu" = 1 ] && echo 1 || echo "${#limits_variants[@]}")" "${limits_flags[@]}"
 fi
-
-distill_from() {  # distill_from FROM OUT SECONDS [FLAGS]: on the template prompts' reference, the base's text replayed
-  local from=$1 out=$2 seconds=$3; shift 3
-  sd distill --drafter "$work/$from" --reference "$work/reference" --out "$work/$out" --preset "$preset" \
-    --device "$device" --replay-tokens "$work/base" ${seconds:+--time-budget "$seconds"} "$@"
+stage run run_lab export
+# The same recipe from 2 of the target's own layers, shorter (no separate healing on general text: its distillation
+# replays the base's pretraining text, as the run's does).
+layers_variant="layers:${variant_common}variant.init=layers:2"
+layers_variant+=",distill.time_budget_s=$(budget "$layers_distill_s"),distill.qat_time_budget_s=$(budget "$layers_qat_s")"
+stage layers sd ablate --lab "$work/run" --out "$work/layers" --device "$device" --variant "$layers_variant"
+# The lab's folder names, for `evaluate` and the report (commands/real_lab.py reads them)
+links() {
+  local name target
+  for pair in target:run/target corpus:run/corpus base:run/base reference:run/reference \
+    reference-other:run/reference-eval distilled:run/distilled distilled-qat:run/qat \
+    drafter-layers:layers/layers/drafter distilled-layers:layers/layers/distilled \
+    distilled-layers-qat:layers/layers/distilled-qat; do
+    name=${pair%%:*} target=${pair#*:}
+    [ -d "$work/$target" ] || { echo "links: $work/$target is missing" >&2; return 1; }
+    ln -sfn "$target" "$work/$name"
+  done
 }
-export -f distill_from
-distill_flags_text="${distill_flags[*]}"
-# The drafter from scratch: distill (the preset's budget unless REAL_LAB_DISTILL_S), then QAT; the layers drafter the
-# same, shorter. No separate healing of the layers drafter on general text: its distillation replays that text.
-# Each distill stage's budget is its own argument, never in distill_flags: a --time-budget among the shared flags
-# would come after it and override it.
-stage distill distill_from base distilled "$([ "$distill_s" = preset ] || budget "$distill_s")" $distill_flags_text
-stage qat distill_from distilled distilled-qat "$(budget "$qat_s")" --qat $distill_flags_text
-
-# --- call 3 (or 2, where time allows): the layers drafter, evaluation, export, the report ----------------------------
-stage distill_layers distill_from drafter-layers distilled-layers "$(budget "$layers_distill_s")" $distill_flags_text
-stage qat_layers distill_from distilled-layers distilled-layers-qat "$(budget "$layers_qat_s")" --qat \
-  $distill_flags_text
+export -f links
+stage links links
 drafters="--drafter $work/base --drafter $work/distilled --drafter $work/distilled-qat --drafter $work/drafter-layers"
 drafters="$drafters --drafter $work/distilled-layers-qat"
 stage evaluate sd evaluate --heldout "$work/reference/heldout.jsonl" $drafters --q4 --ngram --target "$work/target" \

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Stages what real_lab.sh's calls carry to the GPU machine (train/scripts/gpu/real_lab.md), here on a CPU machine:
 #   .whl/                 the gguf wheel (the pin of train/requirements-cpu.txt; the GPU machine has no gguf)
-#   .real/call1/          target-meta.tar.xz (`target --no-weights`: SmolLM2's config, tokenizer, chat template and
-#                         generation config, for the drafter from scratch), prose.tar.xz (the smollm2-chat preset's
-#                         prose packages), smol.gguf.sha256 (the GGUF's and each part's sums) and the first part of the
-#                         GGUF as xz, as large as a call's limit (REAL_LAB_CALL_MIB) leaves beside the checkout
+#   .real/call1/          prose.tar.xz (the smollm2-chat preset's prose packages), smol.gguf.sha256 (the GGUF's and
+#                         each part's sums) and the first part of the GGUF as xz, as large as a call's limit
+#                         (REAL_LAB_CALL_MIB) leaves beside the checkout
 #   .real/call2/          the rest of the GGUF as xz
 # and checks that each call fits (the checkout — tracked and untracked-not-ignored files — travels with every call).
 # Run from the repository root:  bash train/scripts/gpu/real_lab_stage.sh
@@ -29,8 +28,6 @@ if ! ls "$whl"/gguf-*.whl >/dev/null 2>&1; then
   "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 -d "$whl" "$pin"
 fi
-PYTHONPATH=train "$python" -m specdraft_train target --gguf "$gguf" --out "$tmp/target-meta" --no-weights >/dev/null
-tar -C "$tmp" -cf - target-meta | xz -T0 -9 > "$staged/call1/target-meta.tar.xz"
 bash train/scripts/data/fetch_prose.sh train/.cache/prose $prose >/dev/null
 tar -C train/.cache/prose -cf - $prose | xz -T0 -9 > "$staged/call1/prose.tar.xz"
 

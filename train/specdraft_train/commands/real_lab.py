@@ -12,11 +12,12 @@
 
 Every run rewrites both files beside the report and recomputes the goals from what the report holds.
 
-The lab's folder, as real_lab.sh writes it: ``target/`` (the `target` stage), ``base/`` (the scratch drafter
-pretrained), ``distilled/``, ``distilled-qat/``, ``drafter-layers/`` (the target's layers), ``distilled-layers-qat/``,
-``reference/`` and ``reference-other/``, ``corpus/``, ``eval-templates.json`` and ``eval-other.json`` (`evaluate`'s
-output over those drafters, ``--q4 --ngram --target``), ``export/*.gguf``, ``stamps/<stage>`` (its seconds) and
-``real_lab.json`` (the settings the script ran with).
+The lab's folder, as real_lab.sh writes it: ``run/`` (a `run` folder) and ``layers/`` (`ablate` on it), under the
+names this report reads — ``target/``, ``base/`` (the scratch drafter pretrained), ``distilled/``, ``distilled-qat/``,
+``drafter-layers/`` (the target's layers), ``distilled-layers-qat/``, ``reference/`` and ``reference-other/``,
+``corpus/`` (links into those two); ``eval-templates.json`` and ``eval-other.json`` (`evaluate`'s output over those
+drafters, ``--q4 --ngram --target``), ``export/*.gguf``, ``stamps/<step>`` (its seconds) and ``real_lab.json`` (the
+settings the script ran with).
 
     python -m specdraft_train real-lab-report --work /tmp/real-lab
     python -m specdraft_train real-lab-report --report R/lab_report.json --lookahead steps.json \\

@@ -296,3 +296,15 @@ def check_prompts_file(flag: str, path: Path) -> Path:
     if not splits["heldout"] and None not in splits:
         raise ValueError(f'{flag} {path}: no held-out lines to evaluate on ("split": "heldout")')
     return path.resolve()
+
+
+def check_renderable(tokenizer: PreTrainedTokenizerBase, target: str, paths: Iterable[Path | None]) -> None:
+    """Chat prompts need the target's chat template: refuse prompts files with ``messages`` lines when it has none."""
+    if tokenizer.chat_template is not None:
+        return
+    for path in paths:
+        if path is not None and any("messages" in row for _, row in prompt_rows(path)):
+            raise ValueError(
+                f"{target}: the target has no chat template, so the chat prompts of {path} cannot be rendered; "
+                'give prompts as {"text": …} lines'
+            )

@@ -43,7 +43,7 @@ import torch
 from ..commands import corpus, distill, drafter, evaluate, export, onpolicy, pretrain, reference, target
 from ..config import LabPreset, add_device_argument, add_settings_argument, announce, apply_settings
 from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, stage_complete
-from ..formats.prompts import check_prompts_file, prompt_rows
+from ..formats.prompts import check_prompts_file, check_renderable
 from ..labs.layout import SECOND_HELDOUT_FOLDERS
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
 from ..modeling.tau import read_conversations
@@ -131,17 +131,6 @@ class Run:
             {"target": target.source_stamp(source)},
         )
 
-    def check_prompts_render(self) -> None:
-        """Chat prompts need the target's chat template: refused here, before any drafter is made, not at reference."""
-        if load_tokenizer(self.d["target"]).chat_template is not None:
-            return
-        for path in (self.args.prompts, self.args.eval_prompts):
-            if path is not None and any("messages" in row for _, row in prompt_rows(path)):
-                raise ValueError(
-                    f"{self.args.target}: the target has no chat template, so the chat prompts of {path} "
-                    'cannot be rendered; give prompts as {"text": …} lines'
-                )
-
     def make_drafter(self) -> Path:
         """The drafter training starts from; its vocabulary checked against the target's before any training."""
         args, preset = self.args, self.preset
@@ -183,14 +172,15 @@ class Run:
     def make_scratch_drafter(self) -> Path:
         """The preset's drafter shape, random, then pretrained on general text (code and prose) as a base."""
         preset, corpus_dir, base = self.preset, self.out / "corpus", self.out / "base"
+        prose = [d.resolve() for d in self.args.prose]
         self.stage(
             "corpus",
             corpus_dir,
             lambda: corpus.build_corpus(
-                corpus_dir, preset.corpus, corpus.stdlib_root(), self.args.extra, corpus.preset_prose(preset)
+                corpus_dir, preset.corpus, corpus.stdlib_root(), self.args.extra, prose or corpus.preset_prose(preset)
             ),
             lambda: stage_complete(corpus_dir, "corpus"),
-            {"extra": [str(e) for e in self.args.extra]},
+            {"extra": [str(e) for e in self.args.extra], **({"prose": [str(d) for d in prose]} if prose else {})},
             sections=("corpus", "prose_packages"),
         )
         shape = {f: getattr(preset.drafter, f) for f in drafter.SHAPE_FIELDS}
@@ -512,7 +502,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         target.check_same_vocabulary(args.target, args.drafter)
     run.out.mkdir(parents=True, exist_ok=True)
     run.make_target()
-    run.check_prompts_render()
+    # chat prompts need the target's chat template: refused before any drafter is made, not at reference
+    check_renderable(load_tokenizer(run.d["target"]), args.target, (args.prompts, args.eval_prompts))
     start = run.make_drafter()
     run.make_reference()
     run.distill_stages(start)
@@ -542,6 +533,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--extra", action="append", default=[], type=Path, help="--init scratch: more code trees for its corpus"
+    )
+    p.add_argument(
+        "--prose",
+        action="append",
+        default=[],
+        type=Path,
+        help="--init scratch: prose folders for its corpus (default: the preset's prose packages)",
     )
     p.add_argument("--prompts", type=Path, default=DEFAULT_PROMPTS, help="chat prompts JSONL (default: %(default)s)")
     p.add_argument(
