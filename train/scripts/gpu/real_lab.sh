@@ -162,9 +162,11 @@ unpack() { rm -rf "$work/prose" && mkdir -p "$work/prose" && tar -C "$work/prose
 export -f unpack
 stage unpack unpack
 for dir in "$work"/prose/*/; do run_flags+=(--prose "${dir%/}"); done
-if [ ! -f "$work/stamps/gguf" ]; then
+if [ ! -f "$work/stamps/gguf" ]; then  # part-ab came in call 2, part-ac in call 3, …
+  call=1
   for part in $(cut -c67- "$work/inbox/smol.gguf.sha256" | grep part-); do
-    [ -f "$work/inbox/$part" ] || { log "NEXT CALL: carry $staged/call2 (call 2), the same command"; finish 0; }
+    [ -f "$work/inbox/$part" ] || { log "NEXT CALL: carry $staged/call$call (call $call), the same command"; finish 0; }
+    call=$(( call + 1 ))
   done
 fi
 export gguf_name=$(grep -v part- "$work/inbox/smol.gguf.sha256" | cut -c67-)  # the GGUF's own file name
