@@ -10,7 +10,9 @@ import { EngineLoadError } from "../engine/errors.js";
 import { loadNativeAddon } from "../engine/nativeAddon.js";
 import type { FlashAttention, GpuChoice } from "../engine/types.js";
 import { type NativeTargetHandle, nativeTargetStatFields } from "./nativeTargetAddon.js";
-import type { TargetCall } from "./types.js";
+import type { NativeTargetStats, TargetCall } from "./types.js";
+
+export type { NativeTargetStats } from "./types.js";
 
 /**
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
@@ -40,16 +42,6 @@ export interface NativeTargetOptions {
     batchSize?: number;
     /** Print llama.cpp's logs. Defaults to `false`. */
     verbose?: boolean;
-}
-
-/** Totals over a target's calls (see nativeTargetStatFields). */
-export interface NativeTargetStats {
-    decodes: number;
-    tokens: number;
-    submitMs: number;
-    waitMs: number;
-    readMs: number;
-    graphsReused: number;
 }
 
 export class NativeTarget {

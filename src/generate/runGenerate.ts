@@ -24,7 +24,8 @@ import {
 } from "./openDraftSource.js";
 import type { StateOnlyTokenPredictor } from "./StateTokenPredictor.js";
 import { summarizeGeneration } from "./summarizeGeneration.js";
-import { GenerateError, type GenerateSummary } from "./types.js";
+import { statsSince } from "./targetStats.js";
+import { GenerateError, type GenerateSummary, type NativeTargetStats } from "./types.js";
 
 export const defaultMaxTokens = 256;
 export const defaultRuns = 1;
@@ -245,9 +246,23 @@ function nativeModes(
     settings: GenerateSettings,
 ): GenerationModes {
     const { maxTokens, draftLength } = settings;
+    // each generation records the target's calls it made (decodes, submit / wait / read), as speedup's probe does
+    const recorded = async <R>(generation: () => Promise<R>, record: (result: R, target: NativeTargetStats) => R) => {
+        const before = { ...target.stats };
+        const result = await generation();
+        return record(result, statsSince(target.stats, before));
+    };
     return {
-        alone: (tokens) => generateAloneNative(target, tokens, maxTokens),
-        speculate: (tokens) => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
+        alone: (tokens) =>
+            recorded(
+                () => generateAloneNative(target, tokens, maxTokens),
+                (run, stats) => ({ ...run, target: stats }),
+            ),
+        speculate: (tokens) =>
+            recorded(
+                () => generateSpeculatively(target, predictor, tokens, maxTokens, draftLength),
+                (result, stats) => ({ ...result, run: { ...result.run, target: stats } }),
+            ),
         replayer: async () => target,
     };
 }

@@ -2,7 +2,8 @@
  * What a generate run reports: each prompt's speculative runs checked against the target alone (lossless or the first
  * difference), totals and ratios over all prompts (tokens/s, speed-up, τ, draft time share), and the terminal table.
  */
-import type { GenerateSummary, GenerationRun, ModeTotals, PromptResult } from "./types.js";
+import { sumStats } from "./targetStats.js";
+import type { GenerateSummary, GenerationRun, ModeTotals, NativeTargetStats, PromptResult } from "./types.js";
 
 // Checks speculation was lossless for one prompt, and says where it was not.
 
@@ -116,7 +117,15 @@ function totals(runs: GenerationRun[]): ModeTotals {
         drafted: sum((run) => run.drafted),
         accepted: sum((run) => run.accepted),
         draftSeconds: sum((run) => run.draftSeconds),
+        ...targetTotals(runs),
     };
+}
+
+/** The runs' native target stats summed, where every run has them. */
+function targetTotals(runs: GenerationRun[]): Pick<ModeTotals, "target"> {
+    const stats = runs.map((run) => run.target);
+    if (stats.length === 0 || stats.some((s) => s === undefined)) return {};
+    return { target: sumStats(stats as NativeTargetStats[]) };
 }
 
 /** a ÷ b, or 0 when b is 0 (no tokens generated at all). */

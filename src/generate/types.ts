@@ -10,6 +10,19 @@
 /** Where drafts come from. */
 export type DraftSourceKind = "http" | "model" | "ngram";
 
+/** Totals over a native target's calls (src/generate/nativeTargetAddon.ts's nativeTargetStatFields). */
+export interface NativeTargetStats {
+    /** llama_decode calls. */
+    decodes: number;
+    tokens: number;
+    /** ms submitting work, waiting for the device, reading the outputs back. */
+    submitMs: number;
+    waitMs: number;
+    readMs: number;
+    /** Decodes that reused the last compute graph. */
+    graphsReused: number;
+}
+
 /** One greedy generation of one prompt. */
 export interface GenerationRun {
     /** Generated token ids (the prompt excluded; an end-of-generation token ends it and is not included). */
@@ -27,6 +40,11 @@ export interface GenerationRun {
     accepted: number;
     /** Seconds the generation waited for drafts (TokenPredictor.predictTokens). */
     draftSeconds: number;
+    /**
+     * The native target's calls during this generation, where the target is specdraft's native one: the same split
+     * `specdraft speedup` records for its verify probe (verifySplitByM), so the two compare call for call.
+     */
+    target?: NativeTargetStats;
 }
 
 /**
@@ -90,6 +108,8 @@ export interface ModeTotals {
     drafted: number;
     accepted: number;
     draftSeconds: number;
+    /** The native target's calls over every run (absent unless every run recorded them). */
+    target?: NativeTargetStats;
 }
 
 /**

@@ -5,6 +5,8 @@
  * with these, so the product's figures and the benches' are the same measurement.
  */
 import type { NativeTarget } from "../generate/NativeTarget.js";
+import { perCall, statsSince } from "../generate/targetStats.js";
+import type { NativeTargetStats } from "../generate/types.js";
 
 /** ms since `started` (a performance.now()). */
 const since = (started: number): number => performance.now() - started;
@@ -80,10 +82,16 @@ export async function timePromptFixed(
 /** Which outputs a timed verification asks for: every position (`all`, the exact verifier's step) or the last only. */
 export type VerifyMode = "all" | "last";
 
+/** One verification size's timing, by mode: mean ms a call, and its native calls per call. */
+export interface VerifyTiming {
+    ms: Partial<Record<VerifyMode, number>>;
+    perCall: Partial<Record<VerifyMode, NativeTargetStats>>;
+}
+
 /**
  * verify(m) of the native target after `prompt`: the mean ms of `repeats` calls decoding m tokens with the greedy next
  * token asked at every position (`all`) or the last only (`last`), each trimming the last call's m tokens first; and
- * each mode's split per call (llama_decode calls, submit / wait / read ms, graphs reused). Keys `m<m>`.
+ * each mode's native calls per call (llama_decode calls, submit / wait / read ms, graphs reused). Keys `m<m>`.
  */
 export async function timeNativeVerify(
     target: NativeTarget,
@@ -92,10 +100,10 @@ export async function timeNativeVerify(
     repeats: number,
     modes: readonly VerifyMode[] = ["all", "last"],
     onSize?: () => void,
-): Promise<Record<string, Record<string, number>>> {
-    const verifyNative: Record<string, Record<string, number>> = {};
+): Promise<Record<string, VerifyTiming>> {
+    const verifyNative: Record<string, VerifyTiming> = {};
     for (const m of sizes) {
-        const row: Record<string, number> = {};
+        const timing: VerifyTiming = { ms: {}, perCall: {} };
         for (const mode of modes) {
             await target.verify(prompt, 0, prompt.length - 1);
             const before = { ...target.stats };
@@ -107,14 +115,10 @@ export async function timeNativeVerify(
                 total += since(t);
                 if (next.length !== (mode === "all" ? m : 1)) throw new Error(`verify ${m}: ${next.length} outputs`);
             }
-            row[mode] = total / repeats;
-            row[`${mode}_decodes_per_call`] = (target.stats.decodes - before.decodes) / repeats;
-            row[`${mode}_submit`] = (target.stats.submitMs - before.submitMs) / repeats;
-            row[`${mode}_wait`] = (target.stats.waitMs - before.waitMs) / repeats;
-            row[`${mode}_read`] = (target.stats.readMs - before.readMs) / repeats;
-            row[`${mode}_graph_reused`] = (target.stats.graphsReused - before.graphsReused) / repeats;
+            timing.ms[mode] = total / repeats;
+            timing.perCall[mode] = perCall(statsSince(target.stats, before), repeats);
         }
-        verifyNative[`m${m}`] = row;
+        verifyNative[`m${m}`] = timing;
         onSize?.();
     }
     return verifyNative;

@@ -15,6 +15,7 @@ import { NativeDraftTokenPredictor } from "../generate/NativeDraftTokenPredictor
 import { NativeTarget } from "../generate/NativeTarget.js";
 import { checkVocabularies } from "../generate/openDraftSource.js";
 import { defaultMaxTokens } from "../generate/runGenerate.js";
+import type { NativeTargetStats } from "../generate/types.js";
 import {
     type DraftFn,
     makePrompt,
@@ -91,6 +92,12 @@ export interface SpeedUpReport {
     promptMs: { target: number; drafter: number };
     /** ms of a verification by its tokens m (m = 1 and k + 1 for every k). */
     verifyMsByM: Record<string, number>;
+    /**
+     * A verification's native calls by m, per call: llama_decode calls, tokens, submit / wait / read ms, graphs
+     * reused. `specdraft generate --out` records the same fields per generation (its modes' `target`), so a projection
+     * that parts from a generation can be traced to the calls that cost more.
+     */
+    verifySplitByM: Record<string, NativeTargetStats>;
     /** Where τ came from: the file, and the τ the derived ones come from. */
     tau: { file?: string; derivedFrom?: TauByK["derivedFrom"] };
     rows: SpeedUpRow[];
@@ -186,7 +193,7 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
 
         const costs: StepCosts = {
             alone,
-            verify: new Map(verifySizes.map((m) => [m, verify[`m${m}`]?.all ?? 0])),
+            verify: new Map(verifySizes.map((m) => [m, verify[`m${m}`]?.ms.all ?? 0])),
             draft: drafts,
         };
         const targetPromptMs = fixed[`p${promptTokens}`] ?? 0;
@@ -227,6 +234,12 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             aloneMsPerToken: alone,
             promptMs: { target: targetPromptMs, drafter: drafterPromptMs },
             verifyMsByM: Object.fromEntries(verifySizes.map((m) => [`m${m}`, costs.verify.get(m) ?? 0])),
+            verifySplitByM: Object.fromEntries(
+                verifySizes.flatMap((m) => {
+                    const split = verify[`m${m}`]?.perCall.all;
+                    return split ? [[`m${m}`, split]] : [];
+                }),
+            ),
             tau: { file: options.tauFile, derivedFrom: options.tau.derivedFrom },
             rows,
             bestK: best.k,

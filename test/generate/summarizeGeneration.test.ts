@@ -98,3 +98,35 @@ test("a difference at a near tie warns, naming both runs' gaps and their disagre
     assert.match(judgeDifferences(summarizeGeneration([parted("unknown")], about)).failure ?? "", /prompt "unknown"/);
     assert.deepEqual(judgeDifferences(summarizeGeneration([same], about)), { warnings: [] });
 });
+
+test("the native target's calls are summed over a mode's runs, and left out where a run did not record them", () => {
+    const stats = (decodes: number) => ({
+        decodes,
+        tokens: 2 * decodes,
+        submitMs: 1,
+        waitMs: 2,
+        readMs: 0.5,
+        graphsReused: decodes - 1,
+    });
+    const alone = [
+        { ...run([1, 2]), target: stats(2) },
+        { ...run([1, 2]), target: stats(3) },
+    ];
+    const prompts = [comparePromptRuns("p", undefined, 3, alone, [run([1, 2]), { ...run([1, 2]), target: stats(1) }])];
+    const summary = summarizeGeneration(prompts, {
+        target: { path: "t.gguf", vocabFingerprint: "x", quantization: "Q8_0" },
+        draft: { kind: "ngram", source: "prompt lookup" },
+        verifier: "exact",
+        settings: { maxTokens: 3, draftLength: 2, runs: 2, gpu: "cpu", contextSize: 16 },
+        warnings: [],
+    });
+    assert.deepEqual(summary.alone.target, {
+        decodes: 5,
+        tokens: 10,
+        submitMs: 2,
+        waitMs: 4,
+        readMs: 1,
+        graphsReused: 3,
+    });
+    assert.equal(summary.speculative.target, undefined); // one speculative run recorded none
+});

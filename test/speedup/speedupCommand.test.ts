@@ -78,6 +78,9 @@ test("measures and projects: every k in the table, a best k, the lines that use 
         assert.ok(Math.abs(row.steadySpeedUp - steady) < 1e-9, "steady speed-up = τ · alone ÷ (verify + draft)");
         assert.ok(row.speedUp > 0);
         assert.equal(row.verifyMs, report.verifyMsByM[`m${row.k + 1}`]);
+        // the probe's calls: one verification of k + 1 tokens is at least one decode of exactly those tokens
+        const split = report.verifySplitByM[`m${row.k + 1}`];
+        assert.ok(split !== undefined && split.decodes >= 1 && split.tokens === row.k + 1, JSON.stringify(split));
     }
     assert.equal(
         Math.max(...report.rows.map((row) => row.speedUp)),
