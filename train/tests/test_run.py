@@ -87,6 +87,7 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     # the settings that bound each stage were said before it ran, and progress came as lines, not redraws
     for stage in ("reference: preset", "distill: preset", "qat: preset"):
         assert stage in result.stderr, stage
+    assert "reference: held-out and dev sets, round 1:" in result.stderr  # the eval sets' generation says it runs
     assert "\r" not in result.stderr
 
 

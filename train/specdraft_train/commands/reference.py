@@ -387,7 +387,7 @@ def run(
     generation_start = time.time()
     eval_generated = 0
     if ctx.is_main:
-        eval_generated = generate_eval_sets(model, tokenizer, plan.pools, config, device)
+        eval_generated = generate_eval_sets(model, tokenizer, plan.pools, config, device, progress=True)
         for split in EVAL_SPLITS:
             kept = [pair for pool in plan.pools if pool.split == split for pair in pool.kept]
             write_conversations(out_dir / f"{split}.jsonl", [p for p, _ in kept], [c for _, c in kept])

@@ -9,6 +9,7 @@ written as the validator's JSONL.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,7 @@ def generate_eval_sets(
     pools: Sequence[EvalPool],
     config: ReferenceConfig,
     device: torch.device,
+    progress: bool = False,
 ) -> int:
     """Fill every pool with its first `keep` candidates whose continuation has at least `min_tokens` tokens (the target
     stops where it stops: a continuation is never forced past <|endoftext|>). Returns the prompts generated.
@@ -92,8 +94,9 @@ def generate_eval_sets(
     The first round generates ceil(keep × eval_oversample) candidates of every pool; each later round, for the pools
     still short, ceil(missing × 2 × eval_oversample) more (they pass less often than the oversample assumed). All
     pools of a round share one generation: a round costs max_new_tokens sequential decode steps whatever its size.
+    With ``progress``, a line per round and the generation's progress (a bar, or lines in a log).
     """
-    generated = 0
+    generated, rounds = 0, 0
     while True:
         batch: list[tuple[EvalPool, Prompt]] = []
         for pool in pools:
@@ -114,6 +117,13 @@ def generate_eval_sets(
             pool.tried = min(pool.tried + take, len(pool.candidates))
         if not batch:
             return generated
+        rounds += 1
+        if progress:
+            short = len({id(pool) for pool, _ in batch})
+            print(
+                f"reference: held-out and dev sets, round {rounds}: {len(batch):,} candidates for {short} categories",
+                file=sys.stderr,
+            )
         continuations = generate_continuations(
             model,
             tokenizer,
@@ -123,6 +133,7 @@ def generate_eval_sets(
             device,
             top_k=None,
             engine=config.engine,
+            progress=progress,
         )
         generated += len(batch)
         for (pool, prompt), continuation in zip(batch, continuations):  # in candidate order within each pool
