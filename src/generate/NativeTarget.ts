@@ -12,8 +12,6 @@ import type { FlashAttention, GpuChoice } from "../engine/types.js";
 import { type NativeTargetHandle, nativeTargetStatFields } from "./nativeTargetAddon.js";
 import type { NativeTargetStats, TargetCall } from "./types.js";
 
-export type { NativeTargetStats } from "./types.js";
-
 /**
  * Tokens per llama_decode call: node-llama-cpp's default for a one-sequence context (min(context, 512)), so a verify
  * step decodes in the same batches as the same loop over node-llama-cpp (bench/libraryVerifiers) and computes the same

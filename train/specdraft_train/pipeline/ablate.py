@@ -402,10 +402,10 @@ def lab_references(layout: LabLayout, out: Path, device_name: str) -> dict[str, 
     return references
 
 
-def write_summary(lab: Path, out: Path, order: list[str], references: dict[str, Any], k: int) -> dict[str, Any]:
+def write_summary(layout: LabLayout, out: Path, order: list[str], references: dict[str, Any]) -> dict[str, Any]:
+    lab, k = layout.path, layout.preset.evaluate.k
     finished = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob(f"*/{RESULT_FILE}"))}
     names = [n for n in order if n in finished] + [n for n in sorted(finished) if n not in order]
-    layout = lab_layout(lab)
     summary = {
         "lab": str(lab),
         "k": k,
@@ -504,8 +504,8 @@ def run_ablation(
             f"{result['data_tokens']:,} tokens, {result['device_seconds']:.0f} s",
             file=sys.stderr,
         )
-        write_summary(lab, out, names, references, layout.preset.evaluate.k)
-    return write_summary(lab, out, names, references, layout.preset.evaluate.k)
+        write_summary(layout, out, names, references)
+    return write_summary(layout, out, names, references)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
