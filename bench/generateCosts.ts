@@ -116,8 +116,11 @@ const walk = (
     prompt: Prompt,
     vocab: number,
     repeats: number,
-    hooks?: Parameters<typeof timeWalk>[5],
-): Promise<Record<string, number>> => timeWalk(draft, prompt, draftSizes, repeats, randomGrowth(vocab), hooks);
+    hooks?: Parameters<typeof timeWalk>[4],
+): Promise<Record<string, number>> => {
+    const growth = randomGrowth(vocab); // one random stream over every size, as the walks were measured before
+    return timeWalk(draft, [{ prompt, growth: () => growth }], draftSizes, repeats, hooks);
+};
 const round = (x: number): number => Math.round(x * 1000) / 1000;
 
 async function measureTarget(path: string, options: Options): Promise<Record<string, unknown>> {

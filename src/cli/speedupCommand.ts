@@ -19,6 +19,7 @@ import {
     runSpeedUp,
     type SpeedUpReport,
 } from "../speedup/runSpeedUp.js";
+import type { Conversation } from "../validate/types.js";
 import {
     type CommandIo,
     commandFailure,
@@ -29,6 +30,7 @@ import {
     writeJsonResult,
 } from "./commandOptions.js";
 import { exitCodes } from "./exitCodes.js";
+import { loadHeldOut, skipInvalidHelp } from "./loadHeldOut.js";
 
 /** The command's options, as commander hands them over (defaults applied). */
 export interface SpeedupCommandOptions {
@@ -43,6 +45,9 @@ export interface SpeedupCommandOptions {
     promptTokens?: number;
     maxTokens?: number;
     repeats?: number;
+    /** Held-out JSONL whose conversations the drafts are timed along. Defaults to none: a synthetic text. */
+    data?: string;
+    skipInvalid?: boolean;
     /** Write the whole report as JSON here. Defaults to none. */
     json?: string;
     /** Defaults to `true`. */
@@ -74,6 +79,13 @@ export async function runSpeedupCommand(
         throw error;
     }
 
+    let conversations: Conversation[] | undefined;
+    if (options.data !== undefined) {
+        const heldOut = await loadHeldOut("speedup", options.data, options, io);
+        if ("exitCode" in heldOut) return heldOut;
+        conversations = heldOut.conversations;
+    }
+
     const bar =
         options.progress === false
             ? undefined
@@ -99,6 +111,7 @@ export async function runSpeedupCommand(
             promptTokens: options.promptTokens,
             maxTokens: options.maxTokens,
             repeats: options.repeats,
+            conversations,
             onProgress: (done, total) => {
                 bar?.setTotal(total);
                 bar?.update(done);
@@ -154,6 +167,12 @@ export function speedupCommand(): Command {
             defaultMaxTokens,
         )
         .option("--repeats <n>", "timed calls per figure", parseIntegerOption(1), defaultSpeedUpRepeats)
+        .option(
+            "--data <file.jsonl>",
+            "held-out JSONL (validate's format) whose conversations the drafts are timed along, as a generation " +
+                "drafts on them (default: a synthetic text without repeats, where prompt lookup finds nothing)",
+        )
+        .option("--skip-invalid", skipInvalidHelp)
         .option("--json <file.json>", "write the whole report as JSON here")
         .option("--no-progress", "no progress bar")
         .action(async (options: SpeedupCommandOptions) => {

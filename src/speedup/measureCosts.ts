@@ -89,9 +89,17 @@ export interface VerifyTiming {
 }
 
 /**
+ * Untimed verifications of each size before its timed ones. The first decodes of a new shape rebuild llama.cpp's graph
+ * (and on a GPU capture its CUDA graph again), which a generation pays once over hundreds of steps of one shape; timed,
+ * they would add their cost ÷ repeats to every call.
+ */
+export const verifyWarmupCalls = 3;
+
+/**
  * verify(m) of the native target after `prompt`: the mean ms of `repeats` calls decoding m tokens with the greedy next
- * token asked at every position (`all`) or the last only (`last`), each trimming the last call's m tokens first; and
- * each mode's native calls per call (llama_decode calls, submit / wait / read ms, graphs reused). Keys `m<m>`.
+ * token asked at every position (`all`) or the last only (`last`), each trimming the last call's m tokens first, after
+ * verifyWarmupCalls untimed ones; and each mode's native calls per call (llama_decode calls, submit / wait / read ms,
+ * graphs reused). Keys `m<m>`.
  */
 export async function timeNativeVerify(
     target: NativeTarget,
@@ -106,15 +114,18 @@ export async function timeNativeVerify(
         const timing: VerifyTiming = { ms: {}, perCall: {} };
         for (const mode of modes) {
             await target.verify(prompt, 0, prompt.length - 1);
-            const before = { ...target.stats };
-            let total = 0;
-            for (let r = 0; r < repeats; r++) {
+            const call = async (r: number): Promise<number> => {
                 const input = Array.from({ length: m }, (_, j) => 100 + j + r);
                 const t = performance.now();
                 const next = await target.verify(input, prompt.length, mode === "all" ? 0 : m - 1);
-                total += since(t);
+                const ms = since(t);
                 if (next.length !== (mode === "all" ? m : 1)) throw new Error(`verify ${m}: ${next.length} outputs`);
-            }
+                return ms;
+            };
+            for (let r = 0; r < verifyWarmupCalls; r++) await call(repeats + r);
+            const before = { ...target.stats };
+            let total = 0;
+            for (let r = 0; r < repeats; r++) total += await call(r);
             timing.ms[mode] = total / repeats;
             timing.perCall[mode] = perCall(statsSince(target.stats, before), repeats);
         }
@@ -135,35 +146,52 @@ export interface WalkGrowth {
     accepted: (draft: readonly number[]) => number;
     /** The simulated target's own next token. */
     nextToken: () => number;
+    /** Whether the walk has no token left to grow by (a conversation's end); absent: never. */
+    exhausted?: () => boolean;
+}
+
+/** One context a walk drafts along: where it starts, and how it grows (a new growth for each draft size). */
+export interface WalkSource {
+    prompt: readonly number[];
+    growth: () => WalkGrowth;
 }
 
 /**
  * ms per draft of n for each n of `sizes`, the context growing as a generation grows it: + the accepted part of the
- * last draft + one token of the target's (`growth`), `repeats` timed drafts after one untimed. Calls `between(n)`
- * (untimed) and then `onRequest(n)` before each timed draft, `onSize()` after each size. Keys `n<n>`.
+ * last draft + one token of the target's (`growth`). The `repeats` timed drafts of a size are shared out over the
+ * sources (the first ones one more), each walked from its prompt after one untimed draft (the drafter's prefill), until
+ * its share is timed or its growth is exhausted. Calls `between(n)` (untimed) and then `onRequest(n)` before each
+ * timed draft, `onSize()` after each size. Keys `n<n>`.
  */
 export async function timeWalk(
     draft: DraftFn,
-    prompt: readonly number[],
+    sources: readonly WalkSource[],
     sizes: readonly number[],
     repeats: number,
-    growth: WalkGrowth,
     hooks: { onRequest?: (n: number) => void; between?: Between; onSize?: () => void } = {},
 ): Promise<Record<string, number>> {
     const out: Record<string, number> = {};
+    const walked = sources.slice(0, repeats);
     for (const n of sizes) {
-        let tokens = prompt.slice();
-        let last = await draft(tokens, n);
         let total = 0;
-        for (let r = 0; r < repeats; r++) {
-            tokens = [...tokens, ...last.slice(0, growth.accepted(last)), growth.nextToken()];
-            await hooks.between?.(n);
-            hooks.onRequest?.(n);
-            const t = performance.now();
-            last = await draft(tokens, n);
-            total += since(t);
+        let timed = 0;
+        for (const [i, source] of walked.entries()) {
+            const share = Math.floor(repeats / walked.length) + (i < repeats % walked.length ? 1 : 0);
+            const growth = source.growth();
+            let tokens = source.prompt.slice();
+            let last = await draft(tokens, n);
+            for (let r = 0; r < share && !growth.exhausted?.(); r++) {
+                tokens = [...tokens, ...last.slice(0, growth.accepted(last)), growth.nextToken()];
+                await hooks.between?.(n);
+                hooks.onRequest?.(n);
+                const t = performance.now();
+                last = await draft(tokens, n);
+                total += since(t);
+                timed++;
+            }
         }
-        out[`n${n}`] = total / repeats;
+        if (timed === 0) throw new Error(`no draft of ${n} timed: every walked context ended before its first`);
+        out[`n${n}`] = total / timed;
         hooks.onSize?.();
     }
     return out;
@@ -186,6 +214,74 @@ export function steadyGrowth(tau: number, vocab: number): WalkGrowth {
             return accepted;
         },
         nextToken: () => ((token++ * 6151) % vocab) + 10,
+    };
+}
+
+/**
+ * A walk along a held-out conversation's continuation (the target's own greedy text), as a generation walks it: a
+ * draft is accepted while it agrees with the continuation, and the continuation's next token is the target's. The
+ * drafter then meets the text it will draft for (its prompt-lookup candidates find what they would in a generation),
+ * where a synthetic text has no repeats to find. Exhausted at the continuation's end.
+ */
+export function conversationGrowth(continuation: readonly number[]): WalkGrowth {
+    let at = 0;
+    let accepted = 0;
+    return {
+        accepted: (draft) => {
+            accepted = 0;
+            while (
+                accepted < draft.length &&
+                at + accepted < continuation.length - 1 &&
+                draft[accepted] === continuation[at + accepted]
+            )
+                accepted++;
+            return accepted;
+        },
+        nextToken: () => {
+            const token = continuation[at + accepted] ?? 0;
+            at += accepted + 1;
+            accepted = 0;
+            return token;
+        },
+        exhausted: () => at >= continuation.length,
+    };
+}
+
+/** What a walk needs of a held-out conversation. */
+export interface HeldConversation {
+    category?: string;
+    promptTokens: readonly number[];
+    continuationTokens: readonly number[];
+}
+
+/** Up to `count` conversations, one from each category in turn (the file's order within a category). */
+export function pickConversations<C extends HeldConversation>(conversations: readonly C[], count: number): C[] {
+    const byCategory = new Map<string, C[]>();
+    for (const conversation of conversations) {
+        const key = conversation.category ?? "";
+        byCategory.set(key, [...(byCategory.get(key) ?? []), conversation]);
+    }
+    const queues = [...byCategory.values()];
+    const picked: C[] = [];
+    for (let round = 0; picked.length < count && queues.some((queue) => queue.length > round); round++)
+        for (const queue of queues) {
+            const conversation = queue[round];
+            if (conversation !== undefined && picked.length < count) picked.push(conversation);
+        }
+    return picked;
+}
+
+/**
+ * The walk source of the i-th picked conversation: it starts a fraction of the way into its continuation (the golden
+ * ratio's fractions, spread evenly over [0, ½) from one conversation to the next), so that the timed drafts fall all
+ * along the outputs, not only after prompts.
+ */
+export function conversationSource(conversation: HeldConversation, i: number): WalkSource {
+    const continuation = conversation.continuationTokens;
+    const start = Math.floor(continuation.length * (((i * 0.618_034) % 1) / 2));
+    return {
+        prompt: [...conversation.promptTokens, ...continuation.slice(0, start)],
+        growth: () => conversationGrowth(continuation.slice(start)),
     };
 }
 

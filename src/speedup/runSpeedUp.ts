@@ -16,16 +16,20 @@ import { NativeTarget } from "../generate/NativeTarget.js";
 import { checkVocabularies } from "../generate/openDraftSource.js";
 import { defaultMaxTokens } from "../generate/runGenerate.js";
 import type { NativeTargetStats } from "../generate/types.js";
+import type { Conversation } from "../validate/types.js";
 import {
+    conversationSource,
     type DraftFn,
     makePrompt,
     measuredVocab,
+    pickConversations,
     steadyGrowth,
     timeAloneNative,
     timeFirstDraft,
     timeNativeVerify,
     timePromptFixed,
     timeWalk,
+    type WalkSource,
 } from "./measureCosts.js";
 import type { TauByK } from "./readTauFile.js";
 import { interpolateCost, predictRunSpeedUp, type StepCosts, speedUpAtTau } from "./speedUpModel.js";
@@ -56,6 +60,12 @@ export interface RunSpeedUpOptions {
     maxTokens?: number;
     /** Defaults to defaultSpeedUpRepeats. */
     repeats?: number;
+    /**
+     * Held-out conversations (the target's continuations) the drafter's drafts are timed along, as a generation drafts
+     * on the user's text (conversationSources). Defaults to none: a synthetic text with no repeats, on which the
+     * drafter's prompt-lookup candidates find nothing, so drafts cost more than on text that repeats itself.
+     */
+    conversations?: readonly Conversation[];
     /** Called after each measured figure. */
     onProgress?: (done: number, total: number) => void;
 }
@@ -92,6 +102,8 @@ export interface SpeedUpReport {
     promptMs: { target: number; drafter: number };
     /** ms of a verification by its tokens m (m = 1 and k + 1 for every k). */
     verifyMsByM: Record<string, number>;
+    /** The text the drafts were timed on: held-out conversations (how many), or the synthetic one. */
+    draftText: { source: "held-out" | "synthetic"; contexts: number };
     /**
      * A verification's native calls by m, per call: llama_decode calls, tokens, submit / wait / read ms, graphs
      * reused. `specdraft generate --out` records the same fields per generation (its modes' `target`), so a projection
@@ -130,10 +142,18 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
     const maxK = Math.max(...draftLengths);
     // the longest context any timing builds: the walk adds up to k + 1 tokens a draft, the target alone 8 + 4 · repeats
     const contextSize = promptTokens + Math.max(repeats * (maxK + 1), 16 + 4 * repeats) + maxK + 16;
+    // the drafter's walks along held-out conversations hold a whole conversation and a draft
+    const held = pickConversations(options.conversations ?? [], repeats);
+    const drafterContext = Math.max(
+        contextSize,
+        ...held.map((c) => c.promptTokens.length + c.continuationTokens.length + maxK + 16),
+    );
     const vocab = measuredVocab(targetFile.vocabSize);
     const prompt = makePrompt(vocab, promptTokens);
     const verifySizes = [...new Set([1, ...draftLengths.map((k) => k + 1)])];
-    const total = 2 + verifySizes.length + draftLengths.length + 1;
+    // drafts of 1 too: the drafter's prefill is its first draft of 1 less a draft of 1 (and one k alone is no line)
+    const draftSizes = [...new Set([1, ...draftLengths])];
+    const total = 2 + verifySizes.length + draftSizes.length + 1;
     let done = 0;
     const step = () => options.onProgress?.(++done, total);
 
@@ -151,7 +171,7 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             modelPath: options.draftModel,
             modelFile: draftFile,
             streams: 1,
-            contextSize,
+            contextSize: drafterContext,
             gpu,
             threads,
         });
@@ -181,11 +201,14 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
                 return predictor.predictTokens();
             };
         };
-        for (const k of draftLengths) {
-            const walk = await timeWalk(draftWith(k), prompt, [k], repeats, steadyGrowth(tauOf(k), vocab), {
-                between,
-                onSize: step,
-            });
+        // a synthetic walk accepts as a target would at τ(k); a draft of 1 not asked for, as at the smallest k asked
+        const walkTau = (k: number): number => tauOf(draftLengths.includes(k) ? k : (draftLengths[0] ?? k));
+        const sourcesFor = (k: number): WalkSource[] =>
+            held.length > 0
+                ? held.map(conversationSource)
+                : [{ prompt, growth: () => steadyGrowth(walkTau(k), vocab) }];
+        for (const k of draftSizes) {
+            const walk = await timeWalk(draftWith(k), sourcesFor(k), [k], repeats, { between, onSize: step });
             drafts.set(k, walk[`n${k}`] ?? 0);
         }
         const first = await timeFirstDraft(draftWith(1), vocab, [promptTokens]);
@@ -234,6 +257,8 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             aloneMsPerToken: alone,
             promptMs: { target: targetPromptMs, drafter: drafterPromptMs },
             verifyMsByM: Object.fromEntries(verifySizes.map((m) => [`m${m}`, costs.verify.get(m) ?? 0])),
+            draftText:
+                held.length > 0 ? { source: "held-out", contexts: held.length } : { source: "synthetic", contexts: 1 },
             verifySplitByM: Object.fromEntries(
                 verifySizes.flatMap((m) => {
                     const split = verify[`m${m}`]?.perCall.all;
@@ -285,6 +310,9 @@ export function formatSpeedUpReport(report: SpeedUpReport): string {
         `target ${report.target}, drafter ${report.draftModel}: ${report.device}, ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
         `target alone ${fixed(report.aloneMsPerToken, 3)} ms/token; a new ${report.promptTokens}-token prompt costs the target ` +
             `${fixed(report.promptMs.target, 2)} ms beyond its tokens and the drafter ${fixed(report.promptMs.drafter, 2)} ms`,
+        report.draftText.source === "held-out"
+            ? `drafts timed along ${report.draftText.contexts} held-out conversations`
+            : "drafts timed on a synthetic text without repeats (--data times them on your conversations)",
     ];
     const from = report.tau.derivedFrom;
     if (from !== undefined)

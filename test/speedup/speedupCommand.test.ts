@@ -17,10 +17,23 @@ import { captureIo } from "../helpers/captureIo.js";
 
 let folder: string;
 let tauFile: string;
+let heldOutFile: string;
 before(async () => {
     folder = await mkdtemp(join(tmpdir(), "specdraft-speedup-"));
     tauFile = join(folder, "tau.json");
     await writeFile(tauFile, JSON.stringify({ tau_by_k: { "1": 1.8, "2": 2.4, "4": 3.1 } }));
+    // two conversations of the tiny models' vocabulary, a continuation that repeats its prompt (prompt lookup's case)
+    heldOutFile = join(folder, "heldout.jsonl");
+    const prompt = [785, 3974, 1876, 3835, 3420, 916, 279, 1567, 562, 13];
+    const lines = ["a", "b"].map((category, i) =>
+        JSON.stringify({
+            id: `c${i}`,
+            category,
+            prompt_tokens: prompt.slice(i),
+            continuation_tokens: [...prompt, ...prompt, ...prompt].slice(i, 24 + i),
+        }),
+    );
+    await writeFile(heldOutFile, `${lines.join("\n")}\n`);
 });
 after(async () => {
     await rm(folder, { recursive: true, force: true });
@@ -71,6 +84,8 @@ test("measures and projects: every k in the table, a best k, the lines that use 
     assert.equal(report.device, "cpu");
     assert.equal(report.threads, 1);
     assert.equal(report.tau.file, tauFile);
+    assert.deepEqual(report.draftText, { source: "synthetic", contexts: 1 });
+    assert.match(out, /drafts timed on a synthetic text without repeats/);
     assert.ok(report.aloneMsPerToken > 0);
     for (const row of report.rows) {
         assert.ok(row.verifyMs > 0 && row.draftMs > 0, `k = ${row.k}: costs measured`);
@@ -87,6 +102,26 @@ test("measures and projects: every k in the table, a best k, the lines that use 
         report.rows.find((r) => r.k === report.bestK)?.speedUp,
     );
     assert.match(report.commands.llamaServer, /--spec-type draft-simple/);
+});
+
+test("--data: the drafts are timed along the held-out conversations; one k alone; an invalid line is refused", async () => {
+    const io = captureIo();
+    const { exitCode, report } = await runSpeedupCommand(quick({ data: heldOutFile, k: [4] }), io);
+    assert.equal(exitCode, 0, io.text().err);
+    assert.deepEqual(report?.draftText, { source: "held-out", contexts: 2 });
+    assert.deepEqual(
+        report?.rows.map((row) => row.k),
+        [4],
+    );
+    assert.match(io.text().out, /drafts timed along 2 held-out conversations/);
+    for (const row of report?.rows ?? []) assert.ok(row.draftMs > 0, `k = ${row.k}`);
+
+    const bad = join(folder, "bad.jsonl");
+    await writeFile(bad, '{"id": "x", "prompt_tokens": []}\n');
+    const refused = captureIo();
+    const result = await runSpeedupCommand(quick({ data: bad }), refused);
+    assert.equal(result.exitCode, 2);
+    assert.match(refused.text().err, /specdraft speedup: .*bad\.jsonl/);
 });
 
 test("refusals: one line each, exit 2 for the τ file, 3 for a drafter of another vocabulary", async () => {

@@ -21,8 +21,9 @@ stopped; a changed input runs again what depends on it, and says so):
    Q4_0 PTQ), the trained drafter (Q4_0 QAT, and τ(k) at each ``--k``), n-gram prompt lookup and the target as its
    own drafter; the same on the second set;
 6. ``export``, ``pack``, ``selfcheck``: the Q4_0 GGUF, the drafter folder (``DIR/drafter``), checked as a grader would;
-7. ``speedup``: the target's and the drafter's step costs measured through llama.cpp on this machine, the projected
-   speed-up at each k, and `generate` at the best k on held-out prompts to check it;
+7. ``speedup``: the target's and the drafter's step costs measured through llama.cpp on this machine (the drafts
+   along held-out conversations), the projected speed-up at each k, and `generate` at the best k on held-out prompts
+   to check it;
 
 then ``report.json`` and ``report.md``. The settings that bound each stage are printed before it starts.
 """
@@ -456,6 +457,7 @@ def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict
         ks = ",".join(str(k) for k in sorted(int(k) for k in tau_by_k))
         command = [*cli, "speedup", "--target", str(served), "--draft-model", str(gguf_path), "--tau", str(tau_file)]
         command += ["--k", ks, "--gpu", gpu, "--repeats", str(run.args.repeats), "--no-progress"]
+        command += ["--data", str(heldout)]  # the drafts timed on the text they will draft for
         write_output([*command, "--json", str(projection)], out / "speedup.txt")
         best = json.loads(projection.read_text())["bestK"]
         check = [*cli, "generate", "--target", str(served), "--draft-model", str(gguf_path), "--data", str(heldout)]
