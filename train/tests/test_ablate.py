@@ -8,13 +8,13 @@ import os
 import shutil
 from pathlib import Path
 
-import gguf
 import pytest
 import torch
 from conftest import run_main
 
 from specdraft_train.commands.evaluate import drafter_tau
 from specdraft_train.formats.artifacts import atomic_write_json, write_manifest
+from specdraft_train.formats.gguf_reader import GgufReader
 from specdraft_train.labs.reports import ablation_markdown
 from specdraft_train.labs.variants import parse_variant
 from specdraft_train.modeling.models import QAT_STATE_FILE, load_causal_lm
@@ -87,7 +87,7 @@ def test_ablation_scores_variants_against_the_labs_base_and_target(
     assert load_qat_state(out / "allq4" / "distilled-qat" / QAT_STATE_FILE).types["model.embed_tokens.weight"] == "Q4_0"
     assert load_qat_state(out / "kl" / "distilled-qat" / QAT_STATE_FILE).types["model.embed_tokens.weight"] == "Q8_0"
     for row, vocab_type in ((kl, "Q8_0"), (allq4, "Q4_0"), (ce32, "Q8_0")):
-        tensors = {t.name: t.tensor_type.name for t in gguf.GGUFReader(row["export"]["gguf"]).tensors}
+        tensors = {t.name: t.tensor_type.name for t in GgufReader(row["export"]["gguf"]).tensors}
         assert tensors["token_embd.weight"] == vocab_type and row["export"]["gguf_bytes"] > 0
     assert allq4["export"]["gguf_bytes"] < kl["export"]["gguf_bytes"]
     assert ce32["config"]["loss"] == "ce" and ce32["config"]["batch_size"] == 8  # the variant's and the lab's settings

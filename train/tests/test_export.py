@@ -27,6 +27,7 @@ from transformers import LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCaus
 
 from specdraft_train.commands.export import export_gguf, manifest_path
 from specdraft_train.formats.artifacts import sha256_file
+from specdraft_train.formats.gguf_reader import GgufReader
 from specdraft_train.formats.vocabulary import QWEN2_SPLIT_REGEX, TOKENIZER_FILES
 from specdraft_train.training.quant import prepare_qat, q4_0_quantize_blocks
 
@@ -158,7 +159,7 @@ def tokenizer() -> Tokenizer:
 
 
 def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    reader = gguf.GGUFReader(path)
+    reader = GgufReader(path)
     fields = {name: field.contents() for name, field in reader.fields.items()}
     tensors = {t.name: t for t in reader.tensors}
     return fields, tensors

@@ -27,6 +27,7 @@ from transformers import LlamaForCausalLM
 
 from specdraft_train.commands.export import export_gguf, manifest_path
 from specdraft_train.formats.gguf_layout import LLAMA, qk_row_order
+from specdraft_train.formats.gguf_reader import GgufReader
 from specdraft_train.formats.vocabulary import hf_pre_tokenizer, vocab_fingerprint
 from specdraft_train.training.quant import (
     fake_quant,
@@ -57,7 +58,7 @@ VOCAB_KEYS = (
 @pytest.fixture(scope="module")
 def smollm2_fields() -> dict[str, Any]:
     """The metadata of SmolLM2's own GGUF (written by llama.cpp's converter)."""
-    return {name: field.contents() for name, field in gguf.GGUFReader(smollm2_gguf()).fields.items()}
+    return {name: field.contents() for name, field in GgufReader(smollm2_gguf()).fields.items()}
 
 
 def llama_checkpoint(tokenizer: Tokenizer | Path, out_dir: Path, seed: int, **config: Any) -> Path:

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import gguf
 import numpy as np
 import pytest
 import torch
@@ -67,6 +66,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedModel, Qwen3ForCausalLM
 
 from specdraft_train.commands.export import export_gguf
+from specdraft_train.formats.gguf_reader import GgufReader
 from specdraft_train.formats.vocabulary import tokenizer_fingerprint
 from specdraft_train.training.ggml_activations import (
     ggml_activation_rounding,
@@ -298,9 +298,7 @@ def make_qat_export(lab: Lab, out_dir: Path, embedding_type: str) -> tuple[PreTr
         checkpoint = save_checkpoint(model, lab.tokenizer, out_dir / "ckpt")
     state = qat.save(checkpoint / "qat_state.safetensors")
     gguf_path = export_gguf(checkpoint, out_dir / "q4_0.gguf", "Q4_0", qat_state=state)
-    assert {t.name: t.tensor_type.name for t in gguf.GGUFReader(gguf_path).tensors}["token_embd.weight"] == (
-        embedding_type
-    )
+    assert {t.name: t.tensor_type.name for t in GgufReader(gguf_path).tensors}["token_embd.weight"] == (embedding_type)
     return model, qat, gguf_path
 
 

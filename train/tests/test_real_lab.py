@@ -19,11 +19,11 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import gguf
 import pytest
 from conftest import REPO, run_main, smollm2_gguf
 
 from specdraft_train.formats.artifacts import read_manifest
+from specdraft_train.formats.gguf_reader import GgufReader
 
 SCRIPTS = REPO / "train" / "scripts" / "gpu"
 STAGES = (
@@ -155,7 +155,7 @@ def test_the_results_come_back_within_the_limits_and_hold_the_three_drafters(lab
     with tarfile.open(fileobj=io.BytesIO(lzma.decompress(b"".join(p.read_bytes() for p in parts)))) as tar:
         tar.extractall(lab["root"] / "ggufs", filter="data")
     for name in ("base-q4_0.gguf", "drafter-q4_0.gguf", "layers-q4_0.gguf"):
-        reader = gguf.GGUFReader(lab["root"] / "ggufs" / name)
+        reader = GgufReader(lab["root"] / "ggufs" / name)
         types = {t.name: t.tensor_type.name for t in reader.tensors}
         assert types["token_embd.weight"] == "Q4_0", name  # all-Q4_0, the preset's layout
         assert reader.fields["tokenizer.ggml.pre"].contents() == "smollm"

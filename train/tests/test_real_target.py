@@ -23,6 +23,7 @@ from test_export import run_gguf_greedy
 
 from specdraft_train.commands.target import SERVED_GGUF
 from specdraft_train.formats.artifacts import verify_stage_dir
+from specdraft_train.formats.gguf_reader import GgufReader
 from specdraft_train.formats.vocabulary import IM_END
 from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
 from specdraft_train.modeling.tau import read_conversations
@@ -107,11 +108,11 @@ def test_the_target_checkpoint_ends_answers_at_im_end_and_keeps_smollm2s_templat
     assert (tokenizer.eos_token, tokenizer.eos_token_id, tokenizer.bos_token_id) == (IM_END, 2, 1)
     generation = json.loads((real["target"] / "generation_config.json").read_text())
     assert generation["eos_token_id"][0] == 2 and generation["do_sample"] is False
-    source = gguf.GGUFReader(real["gguf"])
+    source = GgufReader(real["gguf"])
     template = source.fields["tokenizer.chat_template"].contents()
     assert (real["target"] / "chat_template.jinja").read_text() == template
     # the served file is the source with its tensors as F32 and its metadata (tokenizer, template) unchanged
-    served = gguf.GGUFReader(real["target"] / SERVED_GGUF)
+    served = GgufReader(real["target"] / SERVED_GGUF)
     assert {t.tensor_type.name for t in served.tensors} == {"F32"}
     assert [t.name for t in served.tensors] == [t.name for t in source.tensors]
     for key in ("tokenizer.ggml.pre", "tokenizer.ggml.eos_token_id", "tokenizer.chat_template", "llama.block_count"):

@@ -10,12 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gguf
 import pytest
 from conftest import REPO, run_main, smollm2_gguf
 from generate_verdict import near_tie_problems
 from run_helpers import TINY, run_command, run_env, small_prompts
 from tiny_targets import QWEN3_TOKENIZER_DIR, tiny_gguf_target
+
+from specdraft_train.formats.gguf_reader import GgufReader
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def test_qwen_gguf_targets_run_to_a_checked_drafter(prompts: Path, arch: str, tm
     assert report["drafter"] == "1 of the target's 2 layers, distilled"
     assert "all 7 gates passed" in report["selfcheck"]
     assert near_tie_problems(report["speedup"]["generate"], 3) == []
-    drafter = gguf.GGUFReader(out / "export" / "drafter-q4_0.gguf")
+    drafter = GgufReader(out / "export" / "drafter-q4_0.gguf")
     assert drafter.fields["general.architecture"].contents() == arch
 
 

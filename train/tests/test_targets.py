@@ -14,7 +14,6 @@ import json
 import shutil
 from pathlib import Path
 
-import gguf
 import numpy as np
 import pytest
 import torch
@@ -24,9 +23,10 @@ from test_export import run_gguf_greedy_all
 from tiny_targets import ARCHS, QWEN3_TOKENIZER_DIR, tiny_gguf_target, tiny_hf_target, tokenizer_dir
 
 from specdraft_train.commands.export import export_gguf
-from specdraft_train.commands.target import SERVED_GGUF
+from specdraft_train.commands.target import SERVED_GGUF, read_gguf
 from specdraft_train.formats.artifacts import verify_stage_dir
 from specdraft_train.formats.gguf_layout import LLAMA3_ROPE, llama3_rope_factors, llama3_rope_from_factors
+from specdraft_train.formats.gguf_reader import GgufReader
 from specdraft_train.modeling.models import load_causal_lm, load_tokenizer
 from specdraft_train.training.quant import prepare_qat
 
@@ -74,10 +74,10 @@ def test_the_target_holds_the_sources_weights_and_vocabulary(made: dict[str, dic
     assert manifest["vocab_fingerprint"] == manifest["tokenizer_vocab_fingerprint"]
     other = verify_stage_dir(dirs["from-hf" if kind == "gguf" else "from-gguf"], "target")
     assert manifest["vocab_fingerprint"] == other["vocab_fingerprint"]
-    source = gguf.GGUFReader(dirs["gguf"])
+    source = read_gguf(dirs["gguf"])  # one parse per file for both kinds of target
     # the chat template the GGUF carries (an HF source keeps it where it had it: Qwen's in tokenizer_config.json)
     assert load_tokenizer(target).chat_template == source.fields["tokenizer.chat_template"].contents()
-    served = gguf.GGUFReader(target / SERVED_GGUF)
+    served = GgufReader(target / SERVED_GGUF)
     assert {t.tensor_type.name for t in served.tensors} == {"F32"}
     assert served.fields["general.architecture"].contents() == arch
     if kind == "hf":  # the tokenizer files as they came
@@ -168,7 +168,7 @@ def test_a_qwen2_drafter_exports_at_f32_and_qat_q4_0_and_drafts_in_llama_cpp(
     qat = prepare_qat(model)
     state = qat.save(tmp_path / "qat_state.safetensors")
     q4 = export_gguf(drafter, tmp_path / "d-q4_0.gguf", "Q4_0", qat_state=state)
-    tensors = {t.name: t for t in gguf.GGUFReader(q4).tensors}
+    tensors = {t.name: t for t in GgufReader(q4).tensors}
     checkpoint = load_file(str(drafter / "model.safetensors"))
     for part in ("q", "k", "v"):
         bias = tensors[f"blk.0.attn_{part}.bias"]
@@ -233,7 +233,7 @@ def test_a_llama_3_rope_scaled_gguf_reads_back_and_llama_cpp_rotates_as_the_chec
     rope = {"rope_type": "llama3", "rope_theta": 100_000.0, "factor": 32.0, **LLAMA3_ROPE}
     source = tiny_hf_target("llama", smollm2_tokenizer, tmp_path / "llama3.hf", rope=rope)
     path = export_gguf(source, tmp_path / "llama3.gguf", "F32", ptq=True)
-    factors = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(path).tensors}["rope_freqs.weight"]
+    factors = {t.name: np.asarray(t.data) for t in GgufReader(path).tensors}["rope_freqs.weight"]
     config = json.loads((source / "config.json").read_text())
     np.testing.assert_array_equal(factors, llama3_rope_factors(config))
     assert 1.0 in factors and 32.0 in factors  # some frequencies kept, some scaled, at this head size and base

@@ -77,6 +77,7 @@ from ..formats.gguf_layout import (
     llama3_rope_from_factors,
     rope_theta,
 )
+from ..formats.gguf_reader import GgufReader
 from ..formats.vocabulary import (
     END_OF_TEXT,
     IM_END,
@@ -111,19 +112,19 @@ def field_value(reader: gguf.GGUFReader, key: str) -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def _reader(path: Path, size: int, modified_ns: int) -> gguf.GGUFReader:
-    return gguf.GGUFReader(path)
+def _reader(path: Path, size: int, modified_ns: int) -> GgufReader:
+    return GgufReader(path)
 
 
-def read_gguf(path: Path) -> gguf.GGUFReader:
-    """The GGUF's reader, parsed once per process and file version: gguf-py parses a 152k-token vocabulary's metadata
-    (a numpy view per string) in ~15 s on a 2-core CPU, and `run` reads a target for its disk check, its vocabulary
-    and its conversion. The reader maps the file read-only, so its users share it."""
+def read_gguf(path: Path) -> GgufReader:
+    """The GGUF's reader, parsed once per process and file version: a 152k-token vocabulary's metadata takes seconds
+    to parse (formats/gguf_reader.py), and `run` reads a target for its disk check, its vocabulary and its conversion.
+    The reader maps the file read-only, so its users share it."""
     stat = path.resolve().stat()
     return _reader(path.resolve(), stat.st_size, stat.st_mtime_ns)
 
 
-def open_gguf(path: Path) -> gguf.GGUFReader:
+def open_gguf(path: Path) -> GgufReader:
     """The GGUF's reader, refused in one line when it is not a GGUF, not a supported architecture, or its vocabulary
     is not a GPT-2-style BPE with a pre-tokenizer this stage knows."""
     if not path.is_file():
@@ -161,11 +162,11 @@ def gguf_tokens(reader: gguf.GGUFReader) -> list[str]:
 
 
 @contextlib.contextmanager
-def shared_reader(reader: gguf.GGUFReader) -> Iterator[None]:
+def shared_reader(reader: GgufReader) -> Iterator[None]:
     """Within the block, transformers' GGUF loader reads ``reader``'s file through ``reader``. It opens the file anew
-    on every call, and gguf-py parses a 152k-token vocabulary's metadata (a numpy view per string) in ~15 s on the
-    2-core CPU each time; a conversion calls it twice."""
-    original, path = gguf.GGUFReader, Path(reader.data.filename).resolve()
+    on every call with gguf-py's own reader, which parses a 152k-token vocabulary's metadata in seconds each time; a
+    conversion calls it twice."""
+    original, path = gguf.GGUFReader, reader.path.resolve()
 
     def opened(source: Any, *args: Any, **kwargs: Any) -> gguf.GGUFReader:
         same = not args and not kwargs and Path(source).resolve() == path
@@ -178,11 +179,11 @@ def shared_reader(reader: gguf.GGUFReader) -> Iterator[None]:
         gguf.GGUFReader = original  # type: ignore[misc]
 
 
-def read_metadata(reader: gguf.GGUFReader) -> dict[str, Any]:
+def read_metadata(reader: GgufReader) -> dict[str, Any]:
     """transformers' reading of the GGUF's metadata: its config, its tokenizer's vocabulary and merges (and the head
     size, ``key_length``, which its mapping leaves out for some architectures)."""
     with shared_reader(reader):
-        metadata = load_gguf_checkpoint(str(reader.data.filename), return_tensors=False)
+        metadata = load_gguf_checkpoint(str(reader.path), return_tensors=False)
     architecture = field_value(reader, "general.architecture")
     metadata["key_length"] = field_value(reader, f"{architecture}.attention.key_length")
     factors = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
@@ -192,7 +193,7 @@ def read_metadata(reader: gguf.GGUFReader) -> dict[str, Any]:
         try:
             rope = llama3_rope_from_factors(np.asarray(factors.data, dtype=np.float32).reshape(-1), theta, config)
         except ValueError as error:
-            raise ValueError(f"{reader.data.filename}: {error}") from None
+            raise ValueError(f"{reader.path}: {error}") from None
         metadata["rope_parameters"] = rope
     return metadata
 
@@ -211,11 +212,11 @@ def model_config(metadata: dict[str, Any]) -> PretrainedConfig:
     return config
 
 
-def load_model(reader: gguf.GGUFReader, metadata: dict[str, Any]) -> torch.nn.Module:
+def load_model(reader: GgufReader, metadata: dict[str, Any]) -> torch.nn.Module:
     """The fp32 HF model of the GGUF's dequantized weights (transformers' own mapping of names and Q/K layout)."""
     config = model_config(metadata)
     model = new_model(config, seed=0)
-    path = reader.data.filename
+    path = reader.path
     with shared_reader(reader):
         tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     tensors = {name: t for name, t in tensors.items() if "rope_freqs" not in name}  # in the config: rope_parameters
@@ -520,7 +521,7 @@ def run(
         inputs, extra = {"hf": hf_inputs(str(source))}, {}
         # the served file's token list, as the GGUF path records its input's (without weights: what export will write)
         served = out_dir / SERVED_GGUF
-        tokens = gguf_tokens(gguf.GGUFReader(served)) if weights else None
+        tokens = gguf_tokens(GgufReader(served)) if weights else None
         extra["vocab_fingerprint"] = (
             tokenizer_fingerprint(tokenizer, model.config.vocab_size) if tokens is None else vocab_fingerprint(tokens)
         )
