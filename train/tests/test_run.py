@@ -136,7 +136,8 @@ def test_an_onpolicy_round_added_to_a_finished_run_reruns_only_what_it_changes(l
     for stage in ("target", "drafter", "reference", "distilled"):
         shutil.copytree(llama["out"] / stage, out / stage)
     shutil.copy(llama["out"] / "run_state.json", out / "run_state.json")
-    rounds = ["--set", "onpolicy.rounds=1", "--set", "onpolicy.max_new_tokens=8", "--until", "qat"]
+    rounds = ["--set", "onpolicy.rounds=1", "--set", "onpolicy.max_new_tokens=8", "--set", "onpolicy.epochs=1"]
+    rounds += ["--until", "qat"]
     args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], *rounds]
     result = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
