@@ -62,8 +62,9 @@ export interface RunSpeedUpOptions {
     repeats?: number;
     /**
      * Held-out conversations (the target's continuations) the drafter's drafts are timed along, as a generation drafts
-     * on the user's text (conversationSources). Defaults to none: a synthetic text with no repeats, on which the
-     * drafter's prompt-lookup candidates find nothing, so drafts cost more than on text that repeats itself.
+     * on the user's text (measureCosts.ts: pickConversations, conversationSource). Defaults to none: a synthetic text
+     * with no repeats, on which the drafter's prompt-lookup candidates find nothing, so drafts cost more than on text
+     * that repeats itself.
      */
     conversations?: readonly Conversation[];
     /** Called after each measured figure. */
