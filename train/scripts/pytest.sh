@@ -12,7 +12,8 @@ bash "$here/scripts/setup.sh"
 # check.
 bash "$here/scripts/data/fetch_smollm2.sh" "$here/.cache/models" >/dev/null
 cd "$here"
-# One worker per CPU (pytest-xdist): the tests run torch and llama.cpp on one thread each, so a single process leaves
-# the other cores idle. Each test file stays on one worker (its module fixtures built once); conftest.py starts the
-# longest files first. `-n 0` runs everything in this process.
-exec "$venv/bin/python" -m pytest -q -n auto --dist loadfile "$@"
+# One worker more than the CPUs (pytest-xdist): the tests run torch and llama.cpp on one thread each, and spend part
+# of their time waiting on the processes, servers and files they start, which a worker per CPU leaves as idle cores.
+# Each test file stays on one worker (its module fixtures built once); conftest.py starts the longest files first.
+# `-n 0` runs everything in this process.
+exec "$venv/bin/python" -m pytest -q -n "$(( $(nproc) + 1 ))" --dist loadfile "$@"
