@@ -40,13 +40,11 @@ machine that receives the GGUF in parts), a drafter from scratch can already be 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import re
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +63,7 @@ from transformers import (
 )
 from transformers.integrations.ggml import convert_gguf_tokenizer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+from transformers.modeling_gguf_pytorch_utils import logger as gguf_loading_logger
 
 from ..formats.artifacts import AtomicFile, sha256_file, write_manifest
 from ..formats.gguf_layout import (
@@ -77,7 +76,7 @@ from ..formats.gguf_layout import (
     llama3_rope_from_factors,
     rope_theta,
 )
-from ..formats.gguf_reader import GgufReader
+from ..formats.gguf_reader import GgufReader, WeightsView, quiet, shared_reader
 from ..formats.vocabulary import (
     END_OF_TEXT,
     IM_END,
@@ -161,24 +160,6 @@ def gguf_tokens(reader: gguf.GGUFReader) -> list[str]:
 # The HF checkpoint
 
 
-@contextlib.contextmanager
-def shared_reader(reader: GgufReader) -> Iterator[None]:
-    """Within the block, transformers' GGUF loader reads ``reader``'s file through ``reader``. It opens the file anew
-    on every call with gguf-py's own reader, which parses a 152k-token vocabulary's metadata in seconds each time; a
-    conversion calls it twice."""
-    original, path = gguf.GGUFReader, reader.path.resolve()
-
-    def opened(source: Any, *args: Any, **kwargs: Any) -> gguf.GGUFReader:
-        same = not args and not kwargs and Path(source).resolve() == path
-        return reader if same else original(source, *args, **kwargs)
-
-    gguf.GGUFReader = opened  # type: ignore[misc,assignment]  # transformers imports it from gguf at each call
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = original  # type: ignore[misc]
-
-
 def read_metadata(reader: GgufReader) -> dict[str, Any]:
     """transformers' reading of the GGUF's metadata: its config, its tokenizer's vocabulary and merges (and the head
     size, ``key_length``, which its mapping leaves out for some architectures)."""
@@ -217,7 +198,8 @@ def load_model(reader: GgufReader, metadata: dict[str, Any]) -> torch.nn.Module:
     config = model_config(metadata)
     model = new_model(config, seed=0)
     path = reader.path
-    with shared_reader(reader):
+    # Without the tokenizer's fields the loader warns that it cannot size the vocabulary: the model already has.
+    with shared_reader(WeightsView(reader)), quiet(gguf_loading_logger):
         tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
     tensors = {name: t for name, t in tensors.items() if "rope_freqs" not in name}  # in the config: rope_parameters
     missing, unexpected = model.load_state_dict(tensors, strict=False)
