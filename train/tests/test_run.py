@@ -84,6 +84,9 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     needed_lines = ("n-gram prompt lookup", "Best k:", "specdraft serve --model", "llama-server -m", "## selfcheck")
     for needed in (*needed_lines, "conversations of the second set"):
         assert needed in markdown, needed
+    # the served walk is over the first set's conversations: said beneath that set's table, before the second's
+    first, served = markdown.index("held-out conversations (k ="), markdown.index("walked by `specdraft validate`")
+    assert first < served < markdown.index("conversations of the second set")
     # the settings that bound each stage were said before it ran, and progress came as lines, not redraws
     for stage in ("reference: preset", "distill: preset", "qat: preset"):
         assert stage in result.stderr, stage

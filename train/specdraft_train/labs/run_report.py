@@ -110,9 +110,9 @@ def run_markdown(report: dict[str, Any]) -> str:
         "",
         *tau_section(report["evaluation"]),
         "",
-        *(tau_section(report["evaluation"]["second"], second=True) + [""] if "second" in report["evaluation"] else []),
-        *served_section(report["validate"]),
+        *served_section(report["validate"]),  # walks the first set: beneath it, so "these conversations" are its
         "",
+        *(tau_section(report["evaluation"]["second"], second=True) + [""] if "second" in report["evaluation"] else []),
         *speed_section(report["speedup"]),
         "",
         "## What each stage cost",
