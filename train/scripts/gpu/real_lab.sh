@@ -262,11 +262,16 @@ stage evaluate sd evaluate --heldout "$work/reference/heldout.jsonl" $drafters -
   --preset "$preset" --device "$device" --out "$work/eval-templates.json"
 stage evaluate_other sd evaluate --heldout "$work/reference-other/heldout.jsonl" $drafters --q4 --ngram \
   --target "$work/target" --preset "$preset" --device "$device" --out "$work/eval-other.json"
-export_all() {  # the three GGUFs the CPU serves afterwards (real_lab.py's SERVED_DRAFTERS)
+export_all() {  # the three GGUFs the CPU serves afterwards (real_lab.py's SERVED_DRAFTERS): the base's, exported
+  # here; the two QAT drafters' as `run` and `ablate` exported them (the bytes `export` would write), with their manifests
   mkdir -p "$work/export" &&
-  sd export --checkpoint "$work/base" --out "$work/export/base-q4_0.gguf" --preset "$preset" &&
-  sd export --checkpoint "$work/distilled-qat" --out "$work/export/drafter-q4_0.gguf" --preset "$preset" &&
-  sd export --checkpoint "$work/distilled-layers-qat" --out "$work/export/layers-q4_0.gguf" --preset "$preset"
+  sd export --checkpoint "$work/base" --out "$work/export/base-q4_0.gguf" --preset "$preset" || return 1
+  local pair suffix
+  for pair in drafter:run/export/drafter layers:layers/layers/drafter; do
+    for suffix in .gguf .gguf.manifest.json .data_manifest.json; do
+      cp "$work/${pair#*:}-q4_0$suffix" "$work/export/${pair%%:*}-q4_0$suffix" || return 1
+    done
+  done
 }
 export -f export_all
 stage export export_all
