@@ -29,6 +29,7 @@ TINY = [
     "--k", "1,2,4",
     "--repeats", "2",
     "--check-prompts", "3",
+    "--check-tokens", "32",
 ]  # fmt: skip
 
 

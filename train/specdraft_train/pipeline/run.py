@@ -461,10 +461,16 @@ def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict
         write_output([*command, "--json", str(projection)], out / "speedup.txt")
         best = json.loads(projection.read_text())["bestK"]
         check = [*cli, "generate", "--target", str(served), "--draft-model", str(gguf_path), "--data", str(heldout)]
-        check += ["--limit", str(run.args.check_prompts), "--max-tokens", "128", "--draft-len", str(best)]
+        check += ["--limit", str(run.args.check_prompts), "--max-tokens", str(run.args.check_tokens)]
+        check += ["--draft-len", str(best)]
         write_output([*check, "--gpu", gpu, "--no-progress", "--out", str(measured)], out / "generate.txt")
 
-    asked = {"ks": run.args.k, "repeats": run.args.repeats, "check_prompts": run.args.check_prompts}
+    asked = {
+        "ks": run.args.k,
+        "repeats": run.args.repeats,
+        "check_prompts": run.args.check_prompts,
+        "check_tokens": run.args.check_tokens,
+    }
     inputs = {"export": run.keys["export"], "target": run.keys["target"], **asked}
     run.stage("speedup", out, measure, measured.is_file, inputs, sections=("evaluate",))
     projected = json.loads(projection.read_text())
@@ -558,6 +564,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="draft lengths to project (default: 1,2,4,8,16)",
     )
     p.add_argument("--check-prompts", type=int, default=8, help="held-out prompts `generate` checks the best k on")
+    p.add_argument("--check-tokens", type=int, default=128, help="tokens `generate` makes for each (default: 128)")
     p.add_argument(
         "--walk-conversations",
         type=int,
