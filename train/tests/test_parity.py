@@ -535,15 +535,15 @@ def exact_parity(
     explained = []
     for i, (prompt, encoded, start) in enumerate(zip(prompts, result["firstProbabilities"], emulated.starts)):
         # CPU variants that answer bit for bit alike (most of the 14 do) get the same explanation: the search is a
-        # function of the rule, the model and llama.cpp's probabilities alone
+        # function of the rule, the model and llama.cpp's probabilities alone (a wrong emulation's is not kept)
         memo = (id(model), id(qat), rule, i, encoded)
         if make_rounding is not None or memo not in _EXPLAINED:
             found = explain(model, qat, prompt, llama_probabilities(encoded), make, start)
-            if make_rounding is not None:
-                explained.append(found)
-                continue
-            _EXPLAINED[memo] = found
-        explained.append(_EXPLAINED[memo])
+            if make_rounding is None:
+                _EXPLAINED[memo] = found
+        else:
+            found = _EXPLAINED[memo]
+        explained.append(found)
     identical, near_tie = near_tie_split(emulated.drafts, result["drafts"], emulated.gaps, FLIP_LOGIT_REACH)
     return ExactParity(variant, rule, explained, identical, near_tie)
 
