@@ -377,7 +377,7 @@ def test_export_names_the_split_the_tokenizer_does_and_refuses_one_llama_cpp_lac
     fields, _ = read_gguf(export_gguf(with_tokenizer(pre_tokenizer=gpt2), tmp_path / "gpt2.gguf", "F16"))
     assert fields["tokenizer.ggml.pre"] == "gpt-2"
 
-    supported = r"supported are qwen2 \(.*\); llama-bpe \(.*\); smollm \(.*\); gpt-2 \(.*\)\.$"
+    supported = r"supported are qwen2 \(.*\); llama-bpe \(.*\); smollm \(.*\); tekken \(.*\); gpt-2 \(.*\)\.$"
     split, byte_level = data["pre_tokenizer"]["pretokenizers"]
     other_split = {**split, "pattern": {"Regex": r"\p{L}+|\s+"}}
     refused = {

@@ -2,7 +2,8 @@
 on tiny random models with real tokenizers (tiny_targets.py): the checkpoint holds the source's weights exactly, the
 tokenizer is the source's vocabulary (one fingerprint whichever way in), the served F32 GGUF loads in llama.cpp and
 computes what the checkpoint computes in PyTorch; `drafter` makes drafters of each; a Qwen2 drafter exports at F32 and
-at QAT Q4_0 (biases F32) and llama.cpp drafts as PyTorch does; what is not supported is refused in one line.
+at QAT Q4_0 (biases F32) and llama.cpp drafts as PyTorch does; a Llama GGUF with Mistral Nemo's Tekken vocabulary
+converts and tokenizes as its source; what is not supported is refused in one line.
 
     bash train/scripts/pytest.sh tests/test_targets.py
 """
@@ -20,7 +21,15 @@ import torch
 from conftest import run_main
 from safetensors.torch import load_file
 from test_export import run_gguf_greedy_all
-from tiny_targets import ARCHS, QWEN3_TOKENIZER_DIR, tiny_gguf_target, tiny_hf_target, tokenizer_dir
+from tiny_targets import (
+    ARCHS,
+    NEMO_TOKENIZER_DIR,
+    QWEN3_TOKENIZER_DIR,
+    tiny_gguf_target,
+    tiny_hf_target,
+    tokenizer_dir,
+)
+from transformers import AutoTokenizer
 
 from specdraft_train.commands.export import export_gguf
 from specdraft_train.commands.target import SERVED_GGUF, read_gguf
@@ -194,6 +203,34 @@ def test_a_qwen2_drafter_exports_at_f32_and_qat_q4_0_and_drafts_in_llama_cpp(
     plain = torch_first_log_probs(drafter, prompts)
     for i, (mine, theirs) in enumerate(zip(plain, log_probs_of(served_f32, 151_936))):
         assert_same_first_step(mine, theirs, EXACT_TOLERANCE, f"F32 prompt {i}")
+
+
+def test_a_mistral_nemo_gguf_with_tekken_converts_and_tokenizes_as_its_source(tmp_path: Path):
+    """Mistral Nemo, Mistral Small 3 and Ministral GGUFs are Llama-architecture files with Tekken's vocabulary (131,072
+    tokens, llama.cpp's pre-tokenizer "tekken", whole words before merges): `target` converts one, its tokenizer cuts
+    text as the source's tokenizer.json does (camel case and non-Latin scripts included), and llama.cpp tokenizes and
+    computes the served file as the checkpoint does in PyTorch."""
+    source = tiny_gguf_target("llama", NEMO_TOKENIZER_DIR, tmp_path / "nemo.gguf")
+    assert read_gguf(source).fields["tokenizer.ggml.pre"].contents() == "tekken"
+    code, _, err = run_main("target", "--gguf", str(source), "--out", str(tmp_path / "t"))
+    assert code == 0, err
+    target = tmp_path / "t"
+    manifest = verify_stage_dir(target, "target")
+    assert manifest["vocab_fingerprint"] == manifest["tokenizer_vocab_fingerprint"]
+    assert json.loads((target / "generation_config.json").read_text())["eos_token_id"] == [2]  # </s>
+    tokenizer, original = load_tokenizer(target), AutoTokenizer.from_pretrained(NEMO_TOKENIZER_DIR)
+    chats = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in CHATS]
+    assert chats[0] == "<s>[INST]What is the capital of Australia?[/INST]"
+    texts = [*TEXTS, "HelloWorld camelCaseWords ÀÉÎ straße Привет мир", "a/b\n/path/to\r\n", *chats]
+    ours = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert ours == [original(text, add_special_tokens=False)["input_ids"] for text in texts]
+    served = target / SERVED_GGUF
+    (answer,) = run_gguf_greedy_all([served], {"texts": texts, "specialTokens": True})
+    assert answer["tokens"] == ours
+    prompts = ours[-len(chats) :]
+    (answer,) = run_gguf_greedy_all([served], {"prompts": prompts, "n": 1, "probabilities": True, **EXACT_SETTINGS})
+    for i, (mine, theirs) in enumerate(zip(torch_first_log_probs(target, prompts), log_probs_of(answer, 131_072))):
+        assert_same_first_step(mine, theirs, EXACT_TOLERANCE, f"prompt {i}")
 
 
 def test_what_target_cannot_convert_is_refused_in_one_line(made: dict[str, dict[str, Path]], tmp_path: Path):

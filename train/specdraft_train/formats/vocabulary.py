@@ -41,6 +41,13 @@ LLAMA3_SPLIT_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Tekken's split regex (tokenizer.json of mistralai/Mistral-Nemo-Instruct-2407, also Mistral Small 3 and Ministral),
+# llama.cpp's "tekken": a word is cut where lowercase meets uppercase, as the case classes say.
+TEKKEN_SPLIT_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # How each id is typed in the GGUF (export maps these onto gguf.TokenType): convert_hf_to_gguf.py's rules.
 NORMAL, CONTROL, USER_DEFINED, UNUSED = "normal", "control", "user_defined", "unused"
 
@@ -144,6 +151,17 @@ PRE_TOKENIZERS = (
                 pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
             ]
         ),
+    ),
+    PreTokenizer(
+        "tekken",
+        "Mistral Nemo, Mistral Small 3, Ministral (Tekken): its split regex, then bytes, whole words first",
+        lambda: pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(TEKKEN_SPLIT_REGEX), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+            ]
+        ),
+        ignore_merges=True,
     ),
     PreTokenizer(
         "gpt-2",
