@@ -206,9 +206,13 @@ def test_each_pre_tokenizer_tokenizes_in_llama_cpp_as_in_hugging_face(smollm2_to
 def test_export_refuses_what_it_cannot_write_in_one_line(smollm2_tokenizer: Path, tmp_path: Path):
     cases: dict[str, tuple[dict[str, Any], str]] = {
         "another architecture": (
-            {"architectures": ["MistralForCausalLM"], "model_type": "mistral"},
-            r"export writes Qwen3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM checkpoints; "
-            r"found MistralForCausalLM\.$",
+            {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"},
+            r"export writes Qwen3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM checkpoints; "
+            r"found Gemma2ForCausalLM\.$",
+        ),
+        "sliding-window attention": (
+            {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096},
+            r"a MistralForCausalLM with sliding_window 4096; export writes Mistral checkpoints of full attention",
         ),
         "biases": (
             {"attention_bias": True},

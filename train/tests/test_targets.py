@@ -205,43 +205,72 @@ def test_a_qwen2_drafter_exports_at_f32_and_qat_q4_0_and_drafts_in_llama_cpp(
         assert_same_first_step(mine, theirs, EXACT_TOLERANCE, f"F32 prompt {i}")
 
 
-def test_a_mistral_nemo_gguf_with_tekken_converts_and_tokenizes_as_its_source(tmp_path: Path):
-    """Mistral Nemo, Mistral Small 3 and Ministral GGUFs are Llama-architecture files with Tekken's vocabulary (131,072
-    tokens, llama.cpp's pre-tokenizer "tekken", whole words before merges): `target` converts one, its tokenizer cuts
-    text as the source's tokenizer.json does (camel case and non-Latin scripts included), and llama.cpp tokenizes and
-    computes the served file as the checkpoint does in PyTorch."""
-    source = tiny_gguf_target("llama", NEMO_TOKENIZER_DIR, tmp_path / "nemo.gguf")
-    assert read_gguf(source).fields["tokenizer.ggml.pre"].contents() == "tekken"
-    code, _, err = run_main("target", "--gguf", str(source), "--out", str(tmp_path / "t"))
-    assert code == 0, err
-    target = tmp_path / "t"
-    manifest = verify_stage_dir(target, "target")
-    assert manifest["vocab_fingerprint"] == manifest["tokenizer_vocab_fingerprint"]
-    assert json.loads((target / "generation_config.json").read_text())["eos_token_id"] == [2]  # </s>
-    tokenizer, original = load_tokenizer(target), AutoTokenizer.from_pretrained(NEMO_TOKENIZER_DIR)
+def test_mistral_nemo_converts_from_gguf_and_hf_and_tokenizes_as_its_source(tmp_path: Path):
+    """Mistral Nemo, Mistral Small 3 and Ministral: an HF MistralForCausalLM of full attention with Tekken's vocabulary
+    (131,072 tokens), which llama.cpp's converter writes as a llama GGUF with pre-tokenizer "tekken" (whole words
+    before merges). `target` converts both forms to the same weights and vocabulary; the tokenizer cuts text as the
+    source's tokenizer.json does (camel case, non-Latin scripts); llama.cpp tokenizes and computes each served file as
+    its checkpoint does in PyTorch; a drafter of one layer exports as a llama GGUF that computes as PyTorch does."""
+    gguf_path = tiny_gguf_target("mistral", NEMO_TOKENIZER_DIR, tmp_path / "nemo.gguf")
+    source = read_gguf(gguf_path)
+    assert source.fields["general.architecture"].contents() == "llama"
+    assert source.fields["tokenizer.ggml.pre"].contents() == "tekken"
+    targets = {kind: tmp_path / f"from-{kind}" for kind in ("gguf", "hf")}
+    for kind, src in (("gguf", gguf_path), ("hf", gguf_path.with_suffix(".hf"))):
+        code, _, err = run_main("target", f"--{kind}", str(src), "--out", str(targets[kind]))
+        assert code == 0, err
+    manifests = {kind: verify_stage_dir(target, "target") for kind, target in targets.items()}
+    assert (
+        len({m[key] for m in manifests.values() for key in ("vocab_fingerprint", "tokenizer_vocab_fingerprint")}) == 1
+    )
+    from_gguf, from_hf = (load_file(str(t / "model.safetensors")) for t in targets.values())
+    assert from_gguf.keys() == from_hf.keys() and all(torch.equal(from_gguf[n], from_hf[n]) for n in from_gguf)
+    assert json.loads((targets["hf"] / "config.json").read_text())["model_type"] == "mistral"
+    for target in targets.values():
+        assert json.loads((target / "generation_config.json").read_text())["eos_token_id"] == [2]  # </s>
+
+    tokenizer, original = load_tokenizer(targets["gguf"]), AutoTokenizer.from_pretrained(NEMO_TOKENIZER_DIR)
     chats = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in CHATS]
     assert chats[0] == "<s>[INST]What is the capital of Australia?[/INST]"
     texts = [*TEXTS, "HelloWorld camelCaseWords ÀÉÎ straße Привет мир", "a/b\n/path/to\r\n", *chats]
     ours = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     assert ours == [original(text, add_special_tokens=False)["input_ids"] for text in texts]
-    served = target / SERVED_GGUF
-    (answer,) = run_gguf_greedy_all([served], {"texts": texts, "specialTokens": True})
-    assert answer["tokens"] == ours
     prompts = ours[-len(chats) :]
-    (answer,) = run_gguf_greedy_all([served], {"prompts": prompts, "n": 1, "probabilities": True, **EXACT_SETTINGS})
-    for i, (mine, theirs) in enumerate(zip(torch_first_log_probs(target, prompts), log_probs_of(answer, 131_072))):
-        assert_same_first_step(mine, theirs, EXACT_TOLERANCE, f"prompt {i}")
+
+    code, _, err = run_main(
+        "drafter", "--target", str(targets["hf"]), "--out", str(tmp_path / "d"), "--init", "layers", "--layers", "1"
+    )
+    assert code == 0, err
+    drafter = export_gguf(tmp_path / "d", tmp_path / "d-f32.gguf", "F32")
+    assert GgufReader(drafter).fields["general.architecture"].contents() == "llama"
+    checkpoints = [*targets.values(), tmp_path / "d"]
+    served = [targets["gguf"] / SERVED_GGUF, targets["hf"] / SERVED_GGUF, drafter]
+    for answer in run_gguf_greedy_all(served, {"texts": texts, "specialTokens": True}):
+        assert answer["tokens"] == ours
+    request = {"prompts": prompts, "n": 1, "probabilities": True, **EXACT_SETTINGS}
+    for checkpoint, answer in zip(checkpoints, run_gguf_greedy_all(served, request)):
+        for i, (mine, theirs) in enumerate(
+            zip(torch_first_log_probs(checkpoint, prompts), log_probs_of(answer, 131_072))
+        ):
+            assert_same_first_step(mine, theirs, EXACT_TOLERANCE, f"{checkpoint.name} prompt {i}")
 
 
 def test_what_target_cannot_convert_is_refused_in_one_line(made: dict[str, dict[str, Path]], tmp_path: Path):
-    mistral = tmp_path / "mistral"
-    mistral.mkdir()
     config = json.loads((made["llama"]["hf"] / "config.json").read_text())
-    (mistral / "config.json").write_text(
-        json.dumps({**config, "architectures": ["MistralForCausalLM"], "model_type": "mistral"})
-    )
+    unsupported = {  # another architecture; Mistral 7B's sliding-window attention, which llama.cpp's llama lacks
+        "gemma2": {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2"},
+        "mistral-swa": {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096},
+    }
+    for name, fields in unsupported.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({**config, **fields}))
     cases = {
-        str(mistral): "MistralForCausalLM: `target` converts llama, qwen2, qwen3 GGUFs and Qwen3ForCausalLM, ",
+        str(
+            tmp_path / "gemma2"
+        ): "Gemma2ForCausalLM: `target` converts llama, qwen2, qwen3 GGUFs and Qwen3ForCausalLM, ",
+        str(
+            tmp_path / "mistral-swa"
+        ): "a MistralForCausalLM with sliding_window 4096; export writes Mistral checkpoints",
         str(tmp_path / "nothing"): "not an HF checkpoint directory or hub id",
     }
     for source, says in cases.items():
@@ -249,7 +278,15 @@ def test_what_target_cannot_convert_is_refused_in_one_line(made: dict[str, dict[
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit):  # one source: argparse's usage error
-        run_main("target", "--hf", str(mistral), "--gguf", str(made["qwen2"]["gguf"]), "--out", str(tmp_path / "o"))
+        run_main(
+            "target",
+            "--hf",
+            str(tmp_path / "gemma2"),
+            "--gguf",
+            str(made["qwen2"]["gguf"]),
+            "--out",
+            str(tmp_path / "o"),
+        )
 
 
 def test_a_qwen_hf_checkpoint_without_generation_config_still_stops_at_im_end(tmp_path: Path):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, PretrainedConfig, Qwen2Config, Qwen3Config
 
 from specdraft_train.commands.export import export_gguf
 
@@ -46,6 +46,11 @@ def tiny_config(arch: str, vocab_size: int = 49_152) -> PretrainedConfig:
         rope = {"rope_theta": 100_000.0, "rope_type": "default"}
         return LlamaConfig(
             vocab_size=vocab_size, bos_token_id=1, eos_token_id=2, pad_token_id=2, rope_parameters=rope, **SHAPE
+        )
+    if arch == "mistral":  # Mistral Nemo's kind: RoPE θ 10^6, full attention, <s> = 1, </s> = 2
+        rope = {"rope_theta": 1_000_000.0, "rope_type": "default"}
+        return MistralConfig(
+            vocab_size=vocab_size, bos_token_id=1, eos_token_id=2, sliding_window=None, rope_parameters=rope, **SHAPE
         )
     rope = {"rope_theta": 1_000_000.0, "rope_type": "default"}
     ids = dict(vocab_size=QWEN_VOCAB, bos_token_id=END_OF_TEXT_ID, eos_token_id=IM_END_ID, rope_parameters=rope)
@@ -79,7 +84,7 @@ def tiny_hf_target(
     """A tiny ``arch`` model saved in ``out_dir`` (fp32 safetensors) with ``tokenizer``'s files copied as they are;
     ``rope``: its ``rope_parameters`` instead of plain RoPE (e.g. Llama 3's scaling)."""
     vocab = json.loads((tokenizer / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
-    config = tiny_config(arch, max(vocab.values()) + 1) if arch == "llama" else tiny_config(arch)
+    config = tiny_config(arch, max(vocab.values()) + 1) if arch in ("llama", "mistral") else tiny_config(arch)
     if rope is not None:
         config.rope_parameters = rope
         config.max_position_embeddings = max(

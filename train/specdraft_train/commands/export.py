@@ -1,10 +1,11 @@
-"""Export a Hugging Face checkpoint (Qwen3, Qwen2 or Llama architecture, GPT-2-style byte-level BPE tokenizer) to GGUF
+"""Export a Hugging Face checkpoint (Qwen3, Qwen2, Llama or Mistral architecture, byte-level BPE tokenizer) to GGUF
 through the official ``gguf`` package, with QAT-exact Q4_0 blocks (training/gguf_export.py does the writing).
 
 Metadata, tensor names and layout, and vocabulary follow llama.cpp's convert_hf_to_gguf.py (gguf_layout.py:
 ``Qwen3ForCausalLM`` as ``qwen3``, ``Qwen2ForCausalLM`` as ``qwen2`` with its q/k/v biases as F32 tensors,
-``LlamaForCausalLM`` as ``llama`` with its q/k rows in llama.cpp's RoPE order; the pre-tokenizer chosen from the
-tokenizer, vocabulary.PRE_TOKENIZERS: ``qwen2``, ``llama-bpe``, ``smollm``, ``gpt-2``; special tokens and chat template
+``LlamaForCausalLM`` and ``MistralForCausalLM`` as ``llama`` with q/k rows in llama.cpp's RoPE order; the
+pre-tokenizer chosen from the tokenizer, vocabulary.PRE_TOKENIZERS: ``qwen2``, ``llama-bpe``, ``smollm``, ``tekken``,
+``gpt-2``; special tokens and chat template
 from the tokenizer's files). A checkpoint or tokenizer it cannot write is refused in
 one line naming what is supported. Tensor types per file type come from
 :func:`specdraft_train.training.quant.gguf_storage_type`, the same rule QAT trains against:

@@ -1,7 +1,8 @@
 """Stage `target`: a real chat model as it is distributed — a GGUF (``--gguf``) or a Hugging Face checkpoint directory
-or hub id (``--hf``) of a Llama (Llama 3.x, SmolLM2; Mistral Nemo, Small 3 and Ministral GGUFs), Qwen2 (Qwen2.5) or
-Qwen3 model, the architectures gguf_layout.ARCHITECTURES lists — → the target the pipeline trains against, as an HF
-checkpoint, and the GGUF it is served from. Anything else is refused in one line naming what is supported.
+or hub id (``--hf``) of a Llama (Llama 3.x, SmolLM2), Mistral (Nemo, Small 3, Ministral: a llama GGUF), Qwen2
+(Qwen2.5) or Qwen3 model, the architectures gguf_layout.ARCHITECTURES lists — → the target the pipeline trains
+against, as an HF checkpoint, and the GGUF it is served from. Anything else is refused in one line naming what is
+supported.
 
 What "the target" is, defined once: **the weights the GGUF holds, dequantized to fp32** (gguf-py's dequantization,
 block by block what llama.cpp computes from the file: d·q + m for Q4_1), or an HF checkpoint's weights as fp32. Both

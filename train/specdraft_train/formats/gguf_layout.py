@@ -5,6 +5,7 @@ ones.
 
     architecture   HF class           GGUF arch   q/k rows                        extra keys / tensors
     Llama          LlamaForCausalLM   llama       permuted per head (see below)   vocab_size, rope.dimension_count
+    Mistral        MistralForCausalLM llama       as Llama (full attention only)  as Llama
     Qwen2          Qwen2ForCausalLM   qwen2       as HF stores them (NeoX RoPE)   blk.N.attn_{q,k,v}.bias (F32)
     Qwen3          Qwen3ForCausalLM   qwen3       as HF stores them (NeoX RoPE)   blk.N.attn_{q,k}_norm
 
@@ -62,8 +63,11 @@ class Architecture:
 QWEN3 = Architecture("Qwen3ForCausalLM", "qwen3", gguf.MODEL_ARCH.QWEN3, llama_layout=False)
 LLAMA = Architecture("LlamaForCausalLM", "llama", gguf.MODEL_ARCH.LLAMA, llama_layout=True)
 QWEN2 = Architecture("Qwen2ForCausalLM", "qwen2", gguf.MODEL_ARCH.QWEN2, llama_layout=False, qkv_bias=True)
-ARCHITECTURES = (QWEN3, LLAMA, QWEN2)
-GGUF_ARCHITECTURES = ", ".join(sorted(a.gguf_name for a in ARCHITECTURES))  # "llama, qwen2, qwen3": for refusals
+# Llama's layers under another name (Mistral Nemo, Mistral Small 3, Ministral): llama.cpp's converter writes it as a
+# llama GGUF, so a GGUF of one reads back as LlamaForCausalLM (gguf_architecture takes the first of a name).
+MISTRAL = Architecture("MistralForCausalLM", "mistral", gguf.MODEL_ARCH.LLAMA, llama_layout=True)
+ARCHITECTURES = (QWEN3, LLAMA, QWEN2, MISTRAL)
+GGUF_ARCHITECTURES = ", ".join(sorted({a.gguf_name for a in ARCHITECTURES}))  # "llama, qwen2, qwen3": for refusals
 HF_CLASSES = ", ".join(a.hf_class for a in ARCHITECTURES)
 
 
@@ -81,6 +85,11 @@ def architecture_of(config: dict[str, Any], where: Path | str = "config.json") -
                 raise ValueError(
                     f"{where}: a {arch.hf_class} with attention_bias or mlp_bias; export writes {arch.model_type} "
                     "checkpoints without biases (as the released models and every drafter made here have them)."
+                )
+            if arch is MISTRAL and config.get("sliding_window") is not None:
+                raise ValueError(
+                    f"{where}: a MistralForCausalLM with sliding_window {config['sliding_window']}; export writes "
+                    "Mistral checkpoints of full attention (sliding_window null: Mistral Nemo, Small 3, Ministral)."
                 )
             if arch.qkv_bias and (config.get("use_sliding_window") or config.get("mlp_bias")):
                 raise ValueError(
