@@ -134,7 +134,7 @@ def test_a_target_of_another_architecture_is_refused_naming_the_supported(tmp_pa
     code, _, err = run_main(
         "drafter", "--target", str(tmp_path / "gpt2"), "--out", str(tmp_path / "d"), "--init", "layers", "--layers", "1"
     )
-    assert code == 2 and "model type 'gpt2'" in err and "llama, qwen2, qwen3" in err, err
+    assert code == 2 and "model type 'gpt2'" in err and "llama, mistral, qwen2, qwen3" in err, err
 
 
 def test_distill_refuses_a_drafter_of_another_vocabulary_before_training(tiny: dict[str, Path], tmp_path: Path):
