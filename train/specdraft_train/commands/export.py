@@ -5,9 +5,8 @@ Metadata, tensor names and layout, and vocabulary follow llama.cpp's convert_hf_
 ``Qwen3ForCausalLM`` as ``qwen3``, ``Qwen2ForCausalLM`` as ``qwen2`` with its q/k/v biases as F32 tensors,
 ``LlamaForCausalLM`` and ``MistralForCausalLM`` as ``llama`` with q/k rows in llama.cpp's RoPE order; the
 pre-tokenizer chosen from the tokenizer, vocabulary.PRE_TOKENIZERS: ``qwen2``, ``llama-bpe``, ``smollm``, ``tekken``,
-``gpt-2``; special tokens and chat template
-from the tokenizer's files). A checkpoint or tokenizer it cannot write is refused in
-one line naming what is supported. Tensor types per file type come from
+``gpt-2``; special tokens and chat template from the tokenizer's files). A checkpoint or tokenizer it cannot write is
+refused in one line naming what is supported. Tensor types per file type come from
 :func:`specdraft_train.training.quant.gguf_storage_type`, the same rule QAT trains against:
 
     file type   norms   token embedding / output   other weights
