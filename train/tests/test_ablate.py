@@ -247,6 +247,12 @@ def test_a_run_folder_is_a_lab_whose_base_is_its_starting_drafter(tmp_path: Path
     layout = lab_layout(run)
     assert layout.kind == "run" and layout.base == run / "drafter" and layout.replay is None
     assert layout.preset.distill.epochs == 5 and layout.evaluation == run / "eval" / "results.json"
+    # the general text the run replayed for its drafter of the target's layers, once that stage finished
+    (run / "replay").mkdir()
+    assert lab_layout(run).replay is None
+    (run / "replay" / "train.tokens.npy").write_bytes(b"tokens")
+    write_manifest(run / "replay", "replay", ["train.tokens.npy"])
+    assert lab_layout(run).replay == run / "replay"
     # a folder from before run_state.json said its preset: the reference stage's stamp said it
     atomic_write_json(
         run / "run_state.json", {"stamps": {"reference": {"preset": "micro", "settings": ["distill.epochs=4"]}}}

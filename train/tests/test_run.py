@@ -68,6 +68,13 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     # the folder: packed from the exported GGUF, every gate of selfcheck passed
     assert (out / "drafter-folder" / "architecture.json").is_file()
     assert "all 7 gates passed" in report["selfcheck"]
+    # a drafter of the target's layers has no pretraining text: distillation and QAT replayed the corpus in its
+    # tokenizer, as the preset says
+    replay = verify_stage_dir(out / "replay", "replay")
+    assert replay["outputs"]["tokenizer.json"] == verify_stage_dir(out / "drafter")["outputs"]["tokenizer.json"]
+    for stage in ("distilled", "qat"):
+        manifest = verify_stage_dir(out / stage)
+        assert manifest["inputs"]["replay"]["path"] == str(out / "replay") and manifest["metrics"]["replay_tokens"] > 0
     # the drafter as served and walked: validate's summary and HTML page; PyTorch's τ is the walk's up to near ties
     served = report["validate"]["summary"]
     assert served["failures"]["total"] == 0 and served["samples"] == len(heldout)
@@ -96,7 +103,7 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
 
 def test_killed_mid_distillation_the_run_resumes_to_the_same_drafter(llama: dict[str, Any], tmp_path: Path):
     out = tmp_path / "out"  # the run's stages before distillation as they are, copied (a rerun skips them)
-    for stage in ("target", "drafter", "reference"):
+    for stage in ("target", "drafter", "reference", "corpus", "replay"):
         shutil.copytree(llama["out"] / stage, out / stage)
     shutil.copy(llama["out"] / "run_state.json", out / "run_state.json")
     args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], "--until", "distill"]
@@ -120,7 +127,7 @@ def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on
 ):
     again = subprocess.run(run_command(*llama["args"]), env=run_env(), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stderr.count("complete in") == len(STAGES) - 2  # every stage but corpus and pretrain (layers drafter)
+    assert again.stderr.count("complete in") == len(STAGES) - 1  # every stage but pretrain (layers drafter)
     changed = tmp_path / "prompts-changed.jsonl"
     changed.write_text(llama["prompts"].read_text().replace("?", "??", 1))
     out = tmp_path / "out"  # a copy: the other tests read the finished run as it is
@@ -136,7 +143,7 @@ def test_a_second_run_skips_every_stage_and_a_changed_input_runs_what_depends_on
 
 def test_an_onpolicy_round_added_to_a_finished_run_reruns_only_what_it_changes(llama: dict[str, Any], tmp_path: Path):
     out = tmp_path / "out"  # the finished run's folders up to distillation, copied
-    for stage in ("target", "drafter", "reference", "distilled"):
+    for stage in ("target", "drafter", "reference", "corpus", "replay", "distilled"):
         shutil.copytree(llama["out"] / stage, out / stage)
     shutil.copy(llama["out"] / "run_state.json", out / "run_state.json")
     rounds = ["--set", "onpolicy.rounds=1", "--set", "onpolicy.max_new_tokens=8", "--set", "onpolicy.epochs=1"]
@@ -144,7 +151,7 @@ def test_an_onpolicy_round_added_to_a_finished_run_reruns_only_what_it_changes(l
     args = [*llama["args"][:2], "--out", str(out), *llama["args"][4:], *rounds]
     result = subprocess.run(run_command(*args), env=run_env(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    for stage in ("target", "drafter", "reference", "distill"):  # settings of other sections leave them be
+    for stage in ("target", "drafter", "reference", "replay", "distill"):  # settings of other sections leave them be
         assert f"run: {stage}: complete" in result.stderr, stage
     data = verify_stage_dir(out / "onpolicy-1", "onpolicy")
     assert data["inputs"]["drafter"]["path"] == str(out / "distilled") and data["params"]["max_new_tokens"] == 8

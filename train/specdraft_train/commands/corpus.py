@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import sysconfig
 import time
 from collections.abc import Iterator
@@ -47,16 +48,20 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def preset_prose(preset: LabPreset) -> list[Path]:
-    """The preset's prose folders in the prose cache; a clear error naming the fetch command when one is missing."""
+def preset_prose(preset: LabPreset, required: bool = True) -> list[Path]:
+    """The preset's prose folders in the prose cache; where one is missing, a clear error naming the fetch command,
+    or (not ``required``) the same words as a warning and the folders that are there."""
     folders = [PROSE_CACHE / name for name in preset.prose_packages]
     missing = [folder for folder in folders if not folder.is_dir()]
     if missing:
-        raise FileNotFoundError(
+        said = (
             f"the {preset.name} preset's prose is missing ({', '.join(str(m) for m in missing)}): fetch it with "
             f"`bash {FETCH_PROSE} {PROSE_CACHE} {' '.join(m.name for m in missing)}`, or pass --prose DIR"
         )
-    return folders
+        if required:
+            raise FileNotFoundError(said)
+        print(f"corpus: {said}; going on without it", file=sys.stderr)
+    return [folder for folder in folders if folder.is_dir()]
 
 
 def iter_source_files(root: Path, kind: str) -> Iterator[Path]:

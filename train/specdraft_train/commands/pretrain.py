@@ -131,7 +131,13 @@ def document_end_id(checkpoint: Path, tokenizer: Tokenizer) -> int:
 
 
 def checkpoint_streams(
-    init: Path, corpus_dir: Path, corpus_manifest: dict[str, Any], out_dir: Path, config: TokenizerConfig, ctx: Any
+    init: Path,
+    corpus_dir: Path,
+    corpus_manifest: dict[str, Any],
+    out_dir: Path,
+    config: TokenizerConfig,
+    ctx: Any,
+    stage: str = "pretrain",
 ) -> dict[str, Any]:
     """The corpus tokenized with ``init``'s tokenizer into OUT (rank 0, unless a rerun's files are of the same corpus,
     tokenizer and repeats), then read by every rank; returns what made them (the key kept in OUT)."""
@@ -148,13 +154,35 @@ def checkpoint_streams(
     if ctx.is_main:
         key_path = out_dir / STREAMS_KEY
         if not key_path.is_file() or json.loads(key_path.read_text()) != key:
-            print(f"pretrain: tokenizing {corpus_dir} with {tokenizer_file}", file=sys.stderr)
+            print(f"{stage}: tokenizing {corpus_dir} with {tokenizer_file}", file=sys.stderr)
             streams, _ = pretraining_streams(tokenizer, corpus_dir, key["end_id"], config)
             for split, tokens in streams.items():
                 save_token_stream(out_dir / token_file(split), tokens)
             atomic_write_json(key_path, key)  # last: the streams are complete once it names them
     ctx.barrier()
     return key
+
+
+def replay_text(corpus_dir: Path, checkpoint: Path, out_dir: Path, config: TokenizerConfig) -> dict[str, Any]:
+    """Distillation's replay text for a drafter that starts from a model instead of a pretraining of its own (the
+    target's layers, a given sibling): the corpus a scratch base would pretrain on, tokenized with ``checkpoint``'s
+    tokenizer as `pretrain --init` does, and no training. Its manifest (stage ``replay``) names the tokenizer.json
+    it was made with, which distillation checks against the drafter's. Returns the manifest."""
+    corpus_manifest = verify_stage_dir(corpus_dir, "corpus")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = DistributedContext(rank=0, world_size=1, device=torch.device("cpu"))
+    key = checkpoint_streams(checkpoint, corpus_dir, corpus_manifest, out_dir, config, ctx, "replay")
+    shutil.copy2(checkpoint / "tokenizer.json", out_dir / "tokenizer.json")
+    streams = {split: int(len(load_token_stream(out_dir, split))) for split in STREAM_SPLITS}
+    print(f"replay: {streams['train']:,} tokens of general text in {checkpoint}'s tokenizer", file=sys.stderr)
+    return write_manifest(
+        out_dir,
+        "replay",
+        outputs=[*(token_file(split) for split in STREAM_SPLITS), STREAMS_KEY, "tokenizer.json"],
+        params={"streams": key},
+        inputs={"corpus": input_record(corpus_dir, corpus_manifest), "checkpoint": checkpoint_info(checkpoint)},
+        extra={"tokens": streams},
+    )
 
 
 def train_steps(

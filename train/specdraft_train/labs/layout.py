@@ -3,8 +3,8 @@
 The toy lab's folder (`specdraft_train lab`): its preset and ``--set`` values in ``lab_state.json``, the tokenizer
 stage's text replayed beside distillation, the base's and target's τ from its evaluate stage (``eval/results.json``).
 A `run` folder (``run_state.json``, which holds its preset and ``--set`` values): its starting drafter in
-``base/`` (pretrained from scratch, whose text is replayed) or ``drafter/`` (made of the target's layers, nothing
-replayed), the base's and target's τ from its evaluate stage (``eval/results.json``).
+``base/`` (pretrained from scratch, whose text is replayed) or ``drafter/`` (made of the target's layers or given;
+the text replayed is ``replay/``, where the run made it), the base's and target's τ from its evaluate stage (``eval/results.json``).
 The real-model lab's (train/scripts/gpu/real_lab.sh): ``real_lab.json``, the smollm2-chat preset, the base's
 pretraining text replayed as real_lab.sh does, the base's and target's τ from ``eval-templates.json`` once its
 evaluate stage ran. Its evaluation in the toy lab's shape (:func:`lab_evaluation`) lives here too, since both the
@@ -104,7 +104,8 @@ def run_layout(folder: Path) -> LabLayout:
     base = folder / ("base" if scratch else "drafter")
     stages = ((base.name, "pretrain" if scratch else "drafter"), ("reference", "reference"))
     evaluation = folder / "eval" / "results.json"
-    return LabLayout(folder, "run", preset, base if scratch else None, evaluation, stages, base)
+    replay = base if scratch else folder / "replay" if stage_complete(folder / "replay", "replay") else None
+    return LabLayout(folder, "run", preset, replay, evaluation, stages, base)
 
 
 def lab_layout(lab: Path) -> LabLayout:

@@ -16,7 +16,8 @@ stopped; a changed input runs again what depends on it, and says so):
    for ``--eval-prompts``, a second set evaluated on and never trained on;
 4. ``distill`` and ``qat``: distillation, the preset's on-policy rounds (``onpolicy-N``, then ``distill-N`` over the
    reference's rows and the drafter's own scored text; ``--set onpolicy.rounds=1``, 0 by default), then
-   quantization-aware training exact to Q4_0;
+   quantization-aware training exact to Q4_0; each replays general text as the preset says (a scratch base's own;
+   for a drafter that starts from a model, ``corpus`` and ``replay`` make it first: the same corpus in its tokenizer);
 5. ``evaluate``: τ on the held-out conversations, overall and per category, for the drafter before training (its
    Q4_0 PTQ), the trained drafter (Q4_0 QAT, and τ(k) at each ``--k``), n-gram prompt lookup and the target as its
    own drafter; the same on the second set;
@@ -61,7 +62,8 @@ DEFAULT_PRESET = "smollm2-chat"
 # little; a quarter keeps a drafter step well under the target's.
 DEFAULT_DEPTH_SHARE = 0.25
 DEFAULT_KS = (1, 2, 4, 8, 16)
-# Every stage `run` may run, in order (`--until` takes one); corpus and pretrain only for --init scratch.
+# Every stage `run` may run, in order (`--until` takes one); pretrain only for --init scratch, corpus for it and for
+# replay (a drafter that starts from a model, where the preset replays general text).
 STAGES = (
     "target",
     "drafter",
@@ -69,6 +71,7 @@ STAGES = (
     "pretrain",
     "reference",
     "reference-eval",
+    "replay",
     "distill",
     "qat",
     "evaluate",
@@ -170,20 +173,29 @@ class Run:
             return self.d["drafter"]
         return self.make_scratch_drafter()
 
-    def make_scratch_drafter(self) -> Path:
-        """The preset's drafter shape, random, then pretrained on general text (code and prose) as a base."""
-        preset, corpus_dir, base = self.preset, self.out / "corpus", self.out / "base"
-        prose = [d.resolve() for d in self.args.prose]
+    def make_corpus(self, prose_required: bool) -> Path:
+        """General text: the stdlib and ``--extra`` trees as code, ``--prose`` folders or the preset's prose packages
+        as prose (where not ``prose_required``, those of them fetched). A scratch base pretrains on it; distillation
+        replays it where the drafter has no pretraining text of its own."""
+        preset, corpus_dir = self.preset, self.out / "corpus"
+        given = [d.resolve() for d in self.args.prose]
+        prose = given or corpus.preset_prose(preset, required=prose_required)
+        # the preset's packages are bound by its section; other prose (given, or the packages short of one) by name
+        named = given or (prose if len(prose) < len(preset.prose_packages) else [])
         self.stage(
             "corpus",
             corpus_dir,
-            lambda: corpus.build_corpus(
-                corpus_dir, preset.corpus, corpus.stdlib_root(), self.args.extra, prose or corpus.preset_prose(preset)
-            ),
+            lambda: corpus.build_corpus(corpus_dir, preset.corpus, corpus.stdlib_root(), self.args.extra, prose),
             lambda: stage_complete(corpus_dir, "corpus"),
-            {"extra": [str(e) for e in self.args.extra], **({"prose": [str(d) for d in prose]} if prose else {})},
+            {"extra": [str(e) for e in self.args.extra], **({"prose": [str(d) for d in named]} if named else {})},
             sections=("corpus", "prose_packages"),
         )
+        return corpus_dir
+
+    def make_scratch_drafter(self) -> Path:
+        """The preset's drafter shape, random, then pretrained on general text (code and prose) as a base."""
+        preset, base = self.preset, self.out / "base"
+        corpus_dir = self.make_corpus(prose_required=True)
         shape = {f: getattr(preset.drafter, f) for f in drafter.SHAPE_FIELDS}
         self.stage(
             "drafter",
@@ -253,20 +265,41 @@ class Run:
                 every_rank=True,
             )
 
+    def replay_text(self, start: Path) -> Path | None:
+        """The general text distillation replays beside the target's answers (the preset's ``replay_weight`` of the
+        loss, so that training on chat answers alone does not wear away what the drafter knew of other text): a
+        scratch base's own pretraining text; for a drafter that starts from a model (the target's layers,
+        ``--drafter``), the same corpus in its tokenizer (stage ``replay``); None where the preset replays nothing."""
+        if (self.out / "base").is_dir():
+            return self.out / "base"
+        if self.preset.distill.replay_weight <= 0:
+            return None
+        announce("replay", self.preset.name, {"weight": self.preset.distill.replay_weight, "text": "the corpus"})
+        corpus_dir, out = self.make_corpus(prose_required=False), self.out / "replay"
+        self.stage(
+            "replay",
+            out,
+            lambda: pretrain.replay_text(corpus_dir, start, out, self.preset.tokenizer),
+            lambda: stage_complete(out, "replay"),
+            {"corpus": self.keys["corpus"], "drafter": self.keys["drafter"]},
+            sections=("tokenizer",),
+        )
+        return out
+
     def distill_stages(self, start: Path) -> None:
         """distill from ``start``, the preset's on-policy rounds (each: the last drafter writes `onpolicy` data, then
-        distillation goes on from it over the reference's rows and those), then QAT from the last drafter; replay of
-        the base's pretraining text only where there is one (a scratch base)."""
+        distillation goes on from it over the reference's rows and those), then QAT from the last drafter; the
+        preset's replay of general text throughout (:meth:`replay_text`)."""
         config = self.preset.distill
-        replay = self.out / "base" if (self.out / "base").is_dir() else None
-        if replay is None and config.replay_weight > 0:
-            config = dataclasses.replace(config, replay_weight=0.0)  # no pretraining text to replay
+        replay = self.replay_text(start)
         embedding = self.preset.export.resolved_embedding_type()
         folders = {"distill": self.d["distilled"], "qat": self.d["qat"]}
         last, last_key = start, "drafter"
         for step in recipe(config, self.preset.onpolicy):
             name, out, qat = step.name, folders.get(step.name, self.out / f"distilled-{step.onpolicy_round}"), step.qat
             stamp = {"from": self.keys[last_key], "reference": self.keys["reference"]}
+            if "replay" in self.keys:  # a scratch base's text is stamped through "from"
+                stamp["replay"] = self.keys["replay"]
             onpolicy_data: tuple[Path, ...] = ()
             if step.onpolicy_round:
                 onpolicy_data = (self.onpolicy_stage(step.onpolicy_round, last, last_key),)

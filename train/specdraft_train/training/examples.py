@@ -284,11 +284,11 @@ def collate(
 
 
 def load_replay_tokens(source: Path) -> tuple[np.ndarray, dict[str, Any]]:
-    """Token ids of replay text and how to record them: a lab tokenizer stage directory (its train split) or a
-    `pretrain --init` directory (the train split in that checkpoint's tokenizer), a ``.npy`` token array, or a
-    directory of ``.npy`` arrays (concatenated in name order)."""
+    """Token ids of replay text and how to record them: a lab tokenizer stage directory (its train split), a
+    `pretrain --init` directory or a `run`'s ``replay`` stage (the train split in that checkpoint's tokenizer), a
+    ``.npy`` token array, or a directory of ``.npy`` arrays (concatenated in name order)."""
     if source.is_dir() and (source / token_file("train")).is_file() and read_manifest(source) is not None:
-        manifest = verify_stage_dir(source, ("tokenizer", "pretrain"))
+        manifest = verify_stage_dir(source, ("tokenizer", "pretrain", "replay"))
         record = {"kind": f"{manifest['stage']} stage", **input_record(source, manifest)}
         return load_token_stream(source, "train"), record
     files = sorted(source.glob("*.npy")) if source.is_dir() else [source]
