@@ -48,6 +48,8 @@ export interface SpeedupCommandOptions {
     /** Held-out JSONL whose conversations the drafts are timed along. Defaults to none: a synthetic text. */
     data?: string;
     skipInvalid?: boolean;
+    /** Also time the drafts without prompt-lookup candidates and keep the faster (RunSpeedUpOptions). */
+    compareLookahead?: boolean;
     /** Write the whole report as JSON here. Defaults to none. */
     json?: string;
     /** Defaults to `true`. */
@@ -112,6 +114,7 @@ export async function runSpeedupCommand(
             maxTokens: options.maxTokens,
             repeats: options.repeats,
             conversations,
+            compareLookahead: options.compareLookahead,
             onProgress: (done, total) => {
                 bar?.setTotal(total);
                 bar?.update(done);
@@ -173,6 +176,11 @@ export function speedupCommand(): Command {
                 "drafts on them (default: a synthetic text without repeats, where prompt lookup finds nothing)",
         )
         .option("--skip-invalid", skipInvalidHelp)
+        .option(
+            "--compare-lookahead",
+            "also time the drafts without prompt-lookup candidates (--lookahead 0) where serve's default checks some, " +
+                "and project with the faster (its serve line says --lookahead 0 where that won)",
+        )
         .option("--json <file.json>", "write the whole report as JSON here")
         .option("--no-progress", "no progress bar")
         .action(async (options: SpeedupCommandOptions) => {

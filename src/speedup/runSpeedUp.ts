@@ -67,6 +67,13 @@ export interface RunSpeedUpOptions {
      * that repeats itself.
      */
     conversations?: readonly Conversation[];
+    /**
+     * Also time the drafts without prompt-lookup candidates (lookahead 0) where the backend's default checks some,
+     * project both, and report the faster: each candidate adds a row to the drafter's step, which costs little where a
+     * step is launch-bound or the drafter's layers outweigh its output head, and much where the head is large (the
+     * SmolLM2 drafters' 49,152-row head on a CPU, docs/benchmarks.md). Defaults to `false`.
+     */
+    compareLookahead?: boolean;
     /** Called after each measured figure. */
     onProgress?: (done: number, total: number) => void;
 }
@@ -116,6 +123,11 @@ export interface SpeedUpReport {
     rows: SpeedUpRow[];
     /** The k with the largest projected speedUp. */
     bestK: number;
+    /**
+     * Prompt-lookup candidates per drafter step the rows' drafts were timed with, whether that is the backend's
+     * default, and (compareLookahead) each setting timed with its best k and projected speed-up, by candidates.
+     */
+    lookahead: { candidates: number; isDefault: boolean; compared?: Record<string, { k: number; speedUp: number }> };
     /** The command lines that use the best k. */
     commands: { serve: string; llamaServer: string; generate: string };
 }
@@ -154,7 +166,8 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
     const verifySizes = [...new Set([1, ...draftLengths.map((k) => k + 1)])];
     // drafts of 1 too: the drafter's prefill is its first draft of 1 less a draft of 1 (and one k alone is no line)
     const draftSizes = [...new Set([1, ...draftLengths])];
-    const total = 2 + verifySizes.length + draftSizes.length + 1;
+    const timings = options.compareLookahead ? 2 : 1; // the second skipped where the default checks no candidates
+    let total = 2 + verifySizes.length + timings * (draftSizes.length + 1);
     let done = 0;
     const step = () => options.onProgress?.(++done, total);
 
@@ -168,14 +181,17 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             gpu,
             threads,
         });
-        engine = await loadEngine({
-            modelPath: options.draftModel,
-            modelFile: draftFile,
-            streams: 1,
-            contextSize: drafterContext,
-            gpu,
-            threads,
-        });
+        const load = (lookahead?: number) =>
+            loadEngine({
+                modelPath: options.draftModel,
+                modelFile: draftFile,
+                streams: 1,
+                contextSize: drafterContext,
+                gpu,
+                threads,
+                lookahead,
+            });
+        engine = await load();
         const alone = await timeAloneNative(target, prompt, repeats);
         if (alone === null) throw new Error(`${options.target} ended every generation at once: no cost per token`);
         step();
@@ -183,70 +199,98 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
         step();
         const verify = await timeNativeVerify(target, prompt, verifySizes, repeats, ["all"], step);
 
-        // generate's drafter: the draft engine behind NativeDraftTokenPredictor, a draft of k after each verification
-        const drafts = new Map<number, number>();
+        const verifyMs = new Map(verifySizes.map((m) => [m, verify[`m${m}`]?.ms.all ?? 0]));
+        const targetPromptMs = fixed[`p${promptTokens}`] ?? 0;
         const liveTarget = target;
-        const liveEngine = engine;
-        await liveTarget.verify(prompt, 0, prompt.length - 1);
-        const between = async (n: number) => {
-            await liveTarget.verify(
-                Array.from({ length: n + 1 }, (_, j) => 100 + j),
-                prompt.length,
-                0,
-            );
-        };
-        const draftWith = (k: number): DraftFn => {
-            const predictor = new NativeDraftTokenPredictor(liveEngine, k, liveTarget.eogIds);
-            return (tokens) => {
-                predictor.reset({ stateTokens: tokens as Token[] });
-                return predictor.predictTokens();
-            };
-        };
         // a synthetic walk accepts as a target would at τ(k); a draft of 1 not asked for, as at the smallest k asked
         const walkTau = (k: number): number => tauOf(draftLengths.includes(k) ? k : (draftLengths[0] ?? k));
         const sourcesFor = (k: number): WalkSource[] =>
             held.length > 0
                 ? held.map(conversationSource)
                 : [{ prompt, growth: () => steadyGrowth(walkTau(k), vocab) }];
-        for (const k of draftSizes) {
-            const walk = await timeWalk(draftWith(k), sourcesFor(k), [k], repeats, { between, onSize: step });
-            drafts.set(k, walk[`n${k}`] ?? 0);
-        }
-        const first = await timeFirstDraft(draftWith(1), vocab, [promptTokens]);
-        step();
 
-        const costs: StepCosts = {
-            alone,
-            verify: new Map(verifySizes.map((m) => [m, verify[`m${m}`]?.ms.all ?? 0])),
-            draft: drafts,
-        };
-        const targetPromptMs = fixed[`p${promptTokens}`] ?? 0;
-        const drafterPromptMs = Math.max(0, (first[`p${promptTokens}`] ?? 0) - interpolateCost(drafts, 1));
-        costs.promptFixed = new Map([[promptTokens, targetPromptMs]]);
-        costs.draftPrefill = new Map([[promptTokens, drafterPromptMs]]);
-
-        const rows = draftLengths.map((k): SpeedUpRow => {
-            const tau = tauOf(k);
-            // generate's first step decodes the prompt alone (one token), every later one gives τ with k drafts
-            const drafting = (maxTokens - 1) / tau;
-            const run = predictRunSpeedUp(costs, {
-                tokens: maxTokens,
-                targetSteps: 1 + drafting,
-                drafted: drafting * k,
-                draftLength: k,
-                promptLengths: [promptTokens],
-            });
-            return {
-                k,
-                tau,
-                tauDerived: options.tau.derived.has(k),
-                verifyMs: costs.verify.get(k + 1) ?? 0,
-                draftMs: drafts.get(k) ?? 0,
-                steadySpeedUp: speedUpAtTau(costs, tau, k).speedUp,
-                speedUp: run.speedUp,
+        /** generate's drafter: the draft engine behind NativeDraftTokenPredictor, a draft of k after each verification;
+         * its costs, and the projection per k with them. */
+        const timeDrafter = async (drafter: DraftEngine) => {
+            const drafts = new Map<number, number>();
+            await liveTarget.verify(prompt, 0, prompt.length - 1);
+            const between = async (n: number) => {
+                await liveTarget.verify(
+                    Array.from({ length: n + 1 }, (_, j) => 100 + j),
+                    prompt.length,
+                    0,
+                );
             };
-        });
-        const best = rows.reduce((a, b) => (b.speedUp > a.speedUp ? b : a));
+            const draftWith = (k: number): DraftFn => {
+                const predictor = new NativeDraftTokenPredictor(drafter, k, liveTarget.eogIds);
+                return (tokens) => {
+                    predictor.reset({ stateTokens: tokens as Token[] });
+                    return predictor.predictTokens();
+                };
+            };
+            for (const k of draftSizes) {
+                const walk = await timeWalk(draftWith(k), sourcesFor(k), [k], repeats, { between, onSize: step });
+                drafts.set(k, walk[`n${k}`] ?? 0);
+            }
+            const first = await timeFirstDraft(draftWith(1), vocab, [promptTokens]);
+            step();
+            const drafterPromptMs = Math.max(0, (first[`p${promptTokens}`] ?? 0) - interpolateCost(drafts, 1));
+            const costs: StepCosts = {
+                alone,
+                verify: verifyMs,
+                draft: drafts,
+                promptFixed: new Map([[promptTokens, targetPromptMs]]),
+                draftPrefill: new Map([[promptTokens, drafterPromptMs]]),
+            };
+            const rows = draftLengths.map((k): SpeedUpRow => {
+                const tau = tauOf(k);
+                // generate's first step decodes the prompt alone (one token), every later one gives τ with k drafts
+                const drafting = (maxTokens - 1) / tau;
+                const run = predictRunSpeedUp(costs, {
+                    tokens: maxTokens,
+                    targetSteps: 1 + drafting,
+                    drafted: drafting * k,
+                    draftLength: k,
+                    promptLengths: [promptTokens],
+                });
+                return {
+                    k,
+                    tau,
+                    tauDerived: options.tau.derived.has(k),
+                    verifyMs: verifyMs.get(k + 1) ?? 0,
+                    draftMs: drafts.get(k) ?? 0,
+                    steadySpeedUp: speedUpAtTau(costs, tau, k).speedUp,
+                    speedUp: run.speedUp,
+                };
+            });
+            const best = rows.reduce((a, b) => (b.speedUp > a.speedUp ? b : a));
+            return { candidates: drafter.info.lookahead.candidates, rows, best, drafterPromptMs };
+        };
+
+        const timed = [await timeDrafter(engine)];
+        if (options.compareLookahead && (timed[0]?.candidates ?? 0) > 0) {
+            await engine.close();
+            engine = undefined;
+            engine = await load(0);
+            timed.push(await timeDrafter(engine));
+        } else if (options.compareLookahead) {
+            total -= draftSizes.length + 1; // nothing to compare: the default checks no candidates
+            options.onProgress?.(done, total);
+        }
+        const chosen = timed.reduce((a, b) => (b.best.speedUp > a.best.speedUp ? b : a));
+        const { rows, best, drafterPromptMs } = chosen;
+        const defaultCandidates = timed[0]?.candidates ?? chosen.candidates;
+        const lookahead: SpeedUpReport["lookahead"] = {
+            candidates: chosen.candidates,
+            isDefault: chosen.candidates === defaultCandidates,
+            ...(timed.length > 1
+                ? {
+                      compared: Object.fromEntries(
+                          timed.map((t) => [String(t.candidates), { k: t.best.k, speedUp: t.best.speedUp }]),
+                      ),
+                  }
+                : {}),
+        };
         return {
             target: options.target,
             draftModel: options.draftModel,
@@ -257,7 +301,7 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             maxTokens,
             aloneMsPerToken: alone,
             promptMs: { target: targetPromptMs, drafter: drafterPromptMs },
-            verifyMsByM: Object.fromEntries(verifySizes.map((m) => [`m${m}`, costs.verify.get(m) ?? 0])),
+            verifyMsByM: Object.fromEntries(verifySizes.map((m) => [`m${m}`, verifyMs.get(m) ?? 0])),
             draftText:
                 held.length > 0 ? { source: "held-out", contexts: held.length } : { source: "synthetic", contexts: 1 },
             verifySplitByM: Object.fromEntries(
@@ -269,7 +313,13 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             tau: { file: options.tauFile, derivedFrom: options.tau.derivedFrom },
             rows,
             bestK: best.k,
-            commands: commandLines(options.target, options.draftModel, best.k, { gpu, threads, maxTokens }),
+            lookahead,
+            commands: commandLines(options.target, options.draftModel, best.k, {
+                gpu,
+                threads,
+                maxTokens,
+                lookahead: lookahead.isDefault ? undefined : lookahead.candidates,
+            }),
         };
     } finally {
         await engine?.close();
@@ -287,23 +337,37 @@ export function commandLines(
     target: string,
     draftModel: string,
     k: number,
-    settings: { gpu: GpuChoice; threads: number; maxTokens: number },
+    settings: { gpu: GpuChoice; threads: number; maxTokens: number; lookahead?: number },
 ): SpeedUpReport["commands"] {
     const [t, d] = [shellWord(target), shellWord(draftModel)];
     const gpu = settings.gpu === defaultGpu ? "" : ` --gpu ${settings.gpu}`;
+    // candidates other than the backend's default: serve's --lookahead, generate's --draft-lookahead
+    const lookahead = settings.lookahead === undefined ? "" : ` --lookahead ${settings.lookahead}`;
+    const draftLookahead = settings.lookahead === undefined ? "" : ` --draft-lookahead ${settings.lookahead}`;
     return {
-        serve: `specdraft serve --model ${d} --draft-len ${k}${gpu}`,
+        serve: `specdraft serve --model ${d} --draft-len ${k}${gpu}${lookahead}`,
         // llama.cpp drafts with -md only under --spec-type draft-simple; n-min 0 lets it draft to the end of a reply
         llamaServer:
             `llama-server -m ${t} -md ${d} --spec-type draft-simple --spec-draft-n-max ${k} --spec-draft-n-min 0` +
             ` -t ${settings.threads} -td ${settings.threads}`,
         generate:
             `specdraft generate --target ${t} --draft-model ${d} --draft-len ${k} --data HELD_OUT.jsonl` +
-            ` --max-tokens ${settings.maxTokens}${gpu} --threads ${settings.threads}`,
+            ` --max-tokens ${settings.maxTokens}${gpu}${draftLookahead} --threads ${settings.threads}`,
     };
 }
 
 const fixed = (x: number, digits: number): string => x.toFixed(digits);
+
+/** Which prompt-lookup candidates the drafts were timed with, and what each setting compared would give. */
+function lookaheadLine(lookahead: SpeedUpReport["lookahead"]): string {
+    const setting = `${lookahead.candidates} prompt-lookup candidate${lookahead.candidates === 1 ? "" : "s"} a drafter step`;
+    const said = `drafts timed with ${setting}${lookahead.isDefault ? " (serve's default here)" : ""}`;
+    if (lookahead.compared === undefined) return said;
+    const each = Object.entries(lookahead.compared).map(
+        ([candidates, best]) => `${candidates}: ${fixed(best.speedUp, 2)}× at k = ${best.k}`,
+    );
+    return `${said}; best projected by candidates ${each.join(", ")}`;
+}
 
 /** The report as the terminal shows it: the costs, the table by k, the best k and the lines that use it. */
 export function formatSpeedUpReport(report: SpeedUpReport): string {
@@ -314,6 +378,7 @@ export function formatSpeedUpReport(report: SpeedUpReport): string {
         report.draftText.source === "held-out"
             ? `drafts timed along ${report.draftText.contexts} held-out conversations`
             : "drafts timed on a synthetic text without repeats (--data times them on your conversations)",
+        lookaheadLine(report.lookahead),
     ];
     const from = report.tau.derivedFrom;
     if (from !== undefined)

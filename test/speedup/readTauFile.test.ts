@@ -107,4 +107,9 @@ test("command lines: the k, quoted paths, llama.cpp's draft-simple flags", () =>
             "--spec-draft-n-min 0 -t 4 -td 4",
     );
     assert.match(lines.generate, /--draft-len 6 .*--max-tokens 128 --gpu cuda --threads 4$/);
+    // candidates other than the backend's default: serve's flag and generate's, nothing for llama.cpp
+    const off = commandLines("t.gguf", "d.gguf", 4, { gpu: "auto", threads: 2, maxTokens: 64, lookahead: 0 });
+    assert.equal(off.serve, "specdraft serve --model d.gguf --draft-len 4 --lookahead 0");
+    assert.match(off.generate, /--max-tokens 64 --draft-lookahead 0 --threads 2$/);
+    assert.doesNotMatch(off.llamaServer, /lookahead/);
 });

@@ -124,6 +124,36 @@ test("--data: the drafts are timed along the held-out conversations; one k alone
     assert.match(refused.text().err, /specdraft speedup: .*bad\.jsonl/);
 });
 
+test("--compare-lookahead: the drafts timed with serve's candidates and without, the faster setting kept", async () => {
+    const plain = await runSpeedupCommand(quick({ data: heldOutFile, k: [2, 4] }), captureIo());
+    assert.equal(plain.report?.lookahead.compared, undefined, "one setting timed unless asked");
+    const defaultCandidates = plain.report?.lookahead.candidates ?? 0;
+    assert.ok(defaultCandidates > 0 && plain.report?.lookahead.isDefault, "the CPU's default checks candidates");
+
+    const io = captureIo();
+    const { exitCode, report } = await runSpeedupCommand(
+        quick({ data: heldOutFile, k: [2, 4], compareLookahead: true }),
+        io,
+    );
+    assert.equal(exitCode, 0, io.text().err);
+    assert.ok(report !== undefined);
+    const compared = report.lookahead.compared ?? {};
+    assert.deepEqual(Object.keys(compared).sort(), ["0", String(defaultCandidates)].sort());
+    // the rows are the kept setting's: its best is the best of every setting timed
+    const best = report.rows.find((row) => row.k === report.bestK);
+    assert.deepEqual(compared[String(report.lookahead.candidates)], { k: report.bestK, speedUp: best?.speedUp });
+    assert.equal(best?.speedUp, Math.max(...Object.values(compared).map((c) => c.speedUp)));
+    assert.equal(report.lookahead.isDefault, report.lookahead.candidates === defaultCandidates);
+    // the lines that use it say --lookahead 0 exactly where no candidates won
+    const off = report.lookahead.candidates === 0;
+    assert.equal(report.commands.serve.endsWith(" --lookahead 0"), off, report.commands.serve);
+    assert.equal(report.commands.generate.includes(" --draft-lookahead 0 "), off, report.commands.generate);
+    assert.match(
+        io.text().out,
+        /drafts timed with \d+ prompt-lookup candidates? a drafter step.*; best projected by candidates /,
+    );
+});
+
 test("refusals: one line each, exit 2 for the τ file, 3 for a drafter of another vocabulary", async () => {
     const refuse = async (options: SpeedupCommandOptions, exitCode: number, pattern: RegExp) => {
         const io = captureIo();

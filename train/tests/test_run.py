@@ -86,9 +86,16 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     assert projection["bestK"] == summary["best_k"]
     generated = report["speedup"]["generate"]
     assert generated["settings"]["draftLength"] == summary["best_k"]
+    # drafts timed with the CPU's prompt-lookup candidates and without; the folder serves with the faster
+    lookahead = projection["lookahead"]
+    assert "0" in lookahead["compared"] and len(lookahead["compared"]) == 2  # serve's default here, and none
+    folder_setting = json.loads((out / "drafter-folder" / "architecture.json").read_text())["lookahead"]
+    assert folder_setting == (None if lookahead["isDefault"] else 0)
+    assert ("--lookahead 0" in projection["commands"]["serve"]) == (not lookahead["isDefault"])
     assert near_tie_problems(generated, 3) == []
     markdown = (out / "report.md").read_text()
-    needed_lines = ("n-gram prompt lookup", "Best k:", "specdraft serve --model", "llama-server -m", "## selfcheck")
+    needed_lines = ("n-gram prompt lookup", "Best k:", "prompt-lookup candidates", "specdraft serve --model")
+    needed_lines += ("llama-server -m", "## selfcheck")
     for needed in (*needed_lines, "conversations of the second set"):
         assert needed in markdown, needed
     # the served walk is over the first set's conversations: said beneath that set's table, before the second's

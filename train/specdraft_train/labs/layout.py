@@ -4,7 +4,8 @@ The toy lab's folder (`specdraft_train lab`): its preset and ``--set`` values in
 stage's text replayed beside distillation, the base's and target's τ from its evaluate stage (``eval/results.json``).
 A `run` folder (``run_state.json``, which holds its preset and ``--set`` values): its starting drafter in
 ``base/`` (pretrained from scratch, whose text is replayed) or ``drafter/`` (made of the target's layers or given;
-the text replayed is ``replay/``, where the run made it), the base's and target's τ from its evaluate stage (``eval/results.json``).
+the text replayed is ``replay/``, where the run made it), the base's and target's τ from its evaluate stage
+(``eval/results.json``).
 The real-model lab's (train/scripts/gpu/real_lab.sh): ``real_lab.json``, the smollm2-chat preset, the base's
 pretraining text replayed as real_lab.sh does, the base's and target's τ from ``eval-templates.json`` once its
 evaluate stage ran. Its evaluation in the toy lab's shape (:func:`lab_evaluation`) lives here too, since both the

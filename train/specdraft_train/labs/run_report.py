@@ -90,6 +90,8 @@ def speed_section(speed: dict[str, Any]) -> list[str]:
         f"({error:+.0%} against the projection; τ {measured['tau']:.2f}; outputs identical to the target alone: "
         f"{kept}).",
         "",
+        lookahead_line(projection.get("lookahead")),
+        "",
         "Use it:",
         "",
         "```sh",
@@ -97,6 +99,21 @@ def speed_section(speed: dict[str, Any]) -> list[str]:
         projection["commands"]["llamaServer"],
         "```",
     ]
+
+
+def lookahead_line(lookahead: dict[str, Any] | None) -> str:
+    """Which prompt-lookup candidates the drafts were timed with, and the folder serves with."""
+    if lookahead is None:  # a projection from before `speedup` compared them
+        return "Drafts timed with serve's default prompt-lookup candidates for this machine's backend."
+    compared = lookahead.get("compared") or {}
+    each = "; ".join(f"{c} candidates {best['speedUp']:.2f}× at k = {best['k']}" for c, best in compared.items())
+    timed = f" (best projected by prompt-lookup candidates a drafter step: {each})" if each else ""
+    if lookahead["isDefault"]:
+        return f"Drafts timed with serve's default of {lookahead['candidates']} prompt-lookup candidates{timed}."
+    return (
+        f"Drafts without prompt-lookup candidates were faster here{timed}: the folder serves with "
+        f"`--lookahead {lookahead['candidates']}`."
+    )
 
 
 def run_markdown(report: dict[str, Any]) -> str:

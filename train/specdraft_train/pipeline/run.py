@@ -21,10 +21,12 @@ stopped; a changed input runs again what depends on it, and says so):
 5. ``evaluate``: τ on the held-out conversations, overall and per category, for the drafter before training (its
    Q4_0 PTQ), the trained drafter (Q4_0 QAT, and τ(k) at each ``--k``), n-gram prompt lookup and the target as its
    own drafter; the same on the second set;
-6. ``export``, ``pack``, ``selfcheck``: the Q4_0 GGUF, the drafter folder (``DIR/drafter``), checked as a grader would;
+6. ``export``: the Q4_0 GGUF;
 7. ``speedup``: the target's and the drafter's step costs measured through llama.cpp on this machine (the drafts
-   along held-out conversations), the projected speed-up at each k, and `generate` at the best k on held-out prompts
-   to check it;
+   along held-out conversations, with serve's prompt-lookup candidates and without: the faster is kept), the
+   projected speed-up at each k, and `generate` at the best k on held-out prompts to check it;
+8. ``pack``, ``selfcheck``, ``validate``: the drafter folder (``DIR/drafter-folder``, serving with the lookahead
+   ``speedup`` kept), checked as a grader would, then served and walked over held-out conversations;
 
 then ``report.json`` and ``report.md``. The settings that bound each stage are printed before it starts.
 """
@@ -76,10 +78,10 @@ STAGES = (
     "qat",
     "evaluate",
     "export",
+    "speedup",
     "pack",
     "selfcheck",
     "validate",
-    "speedup",
 )
 
 
@@ -395,10 +397,9 @@ class Run:
         )
         return json.loads(results_path.read_text())
 
-    def ship(self) -> Path:
-        """The Q4_0 GGUF, the packed folder, and selfcheck's verdict on it."""
+    def export(self) -> Path:
+        """The Q4_0 GGUF."""
         gguf_path = self.out / "export" / DRAFTER_GGUF
-        folder = self.out / "drafter-folder"
         self.stage(
             "export",
             gguf_path.parent,
@@ -413,13 +414,20 @@ class Run:
             {"qat": self.keys["qat"]},
             sections=("export",),
         )
-        cli = specdraft_command()
+        return gguf_path
+
+    def ship(self, gguf_path: Path, lookahead: int | None) -> None:
+        """The packed folder, serving with ``lookahead`` candidates (None: serve's default for its backend), and
+        selfcheck's verdict on it."""
+        folder, cli = self.out / "drafter-folder", specdraft_command()
+        pack = [*cli, "pack", "--model", str(gguf_path), "--out", str(folder)]
+        pack += [] if lookahead is None else ["--lookahead", str(lookahead)]
         self.stage(
             "pack",
             folder,
-            lambda: node_step([*cli, "pack", "--model", str(gguf_path), "--out", str(folder)], folder),
+            lambda: node_step(pack, folder),
             lambda: (folder / "architecture.json").is_file(),
-            {"export": self.keys["export"]},
+            {"export": self.keys["export"], **({} if lookahead is None else {"lookahead": lookahead})},
         )
         verdict = self.out / "selfcheck.txt"
         heldout = self.d["reference"] / "heldout.jsonl"
@@ -431,7 +439,6 @@ class Run:
             {"pack": self.keys["pack"]},
             sections=("evaluate",),
         )
-        return gguf_path
 
 
 def prepare_model(source: str, out: Path) -> None:
@@ -442,9 +449,10 @@ def prepare_model(source: str, out: Path) -> None:
 # --- what to expect, and the report -------------------------------------------------------------------------------
 
 
-def validate_stage(run: Run, gguf_path: Path) -> None:
-    """The drafter served by `specdraft serve` and walked by `specdraft validate` over held-out conversations: τ as
-    the server drafts it, per category, and validate's HTML page (``validate/report.html``)."""
+def validate_stage(run: Run, gguf_path: Path, lookahead: int | None) -> None:
+    """The drafter served by `specdraft serve` (with ``lookahead`` candidates, as its folder serves; None: serve's
+    default) and walked by `specdraft validate` over held-out conversations: τ as the server drafts it, per category,
+    and validate's HTML page (``validate/report.html``)."""
     cli, out = specdraft_command(), run.out / "validate"
     heldout = run.d["reference"] / "heldout.jsonl"
 
@@ -452,6 +460,7 @@ def validate_stage(run: Run, gguf_path: Path) -> None:
         port = free_port()
         gpu = "cpu" if run.device.type == "cpu" else "auto"
         serve = [*cli, "serve", "--model", str(gguf_path), "--port", str(port), "--gpu", gpu]
+        serve += [] if lookahead is None else ["--lookahead", str(lookahead)]
         log = (run.out / "serve.log").open("wb")
         server = subprocess.Popen(serve, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -469,7 +478,11 @@ def validate_stage(run: Run, gguf_path: Path) -> None:
         out,
         walk,
         lambda: (out / "report.html").is_file(),
-        {"export": run.keys["export"], "conversations": run.args.walk_conversations},
+        {
+            "export": run.keys["export"],
+            "conversations": run.args.walk_conversations,
+            **({} if lookahead is None else {"lookahead": lookahead}),
+        },
         sections=("evaluate",),
     )
 
@@ -491,11 +504,14 @@ def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict
         command = [*cli, "speedup", "--target", str(served), "--draft-model", str(gguf_path), "--tau", str(tau_file)]
         command += ["--k", ks, "--gpu", gpu, "--repeats", str(run.args.repeats), "--no-progress"]
         command += ["--data", str(heldout)]  # the drafts timed on the text they will draft for
+        command += ["--compare-lookahead"]  # with serve's prompt-lookup candidates and without: the faster is kept
         write_output([*command, "--json", str(projection)], out / "speedup.txt")
-        best = json.loads(projection.read_text())["bestK"]
+        projected = json.loads(projection.read_text())
         check = [*cli, "generate", "--target", str(served), "--draft-model", str(gguf_path), "--data", str(heldout)]
         check += ["--limit", str(run.args.check_prompts), "--max-tokens", str(run.args.check_tokens)]
-        check += ["--draft-len", str(best)]
+        check += ["--draft-len", str(projected["bestK"])]
+        if not projected["lookahead"]["isDefault"]:
+            check += ["--draft-lookahead", str(projected["lookahead"]["candidates"])]
         write_output([*check, "--gpu", gpu, "--no-progress", "--out", str(measured)], out / "generate.txt")
 
     asked = {
@@ -503,6 +519,7 @@ def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict
         "repeats": run.args.repeats,
         "check_prompts": run.args.check_prompts,
         "check_tokens": run.args.check_tokens,
+        "lookahead": "serve's default and none, the faster kept",
     }
     inputs = {"export": run.keys["export"], "target": run.keys["target"], **asked}
     run.stage("speedup", out, measure, measured.is_file, inputs, sections=("evaluate",))
@@ -549,9 +566,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     run.make_reference()
     run.distill_stages(start)
     evaluation = run.evaluate(start)
-    gguf_path = run.ship()
-    validate_stage(run, gguf_path)
+    gguf_path = run.export()
     speed = speedup_stage(run, gguf_path, evaluation)
+    lookahead = speed["projection"]["lookahead"]  # the folder serves with the setting measured faster here
+    candidates = None if lookahead["isDefault"] else lookahead["candidates"]
+    run.ship(gguf_path, candidates)
+    validate_stage(run, gguf_path, candidates)
     return write_report(run, evaluation, speed, gguf_path)
 
 
