@@ -128,6 +128,31 @@ def peers_tau(
     return tau
 
 
+def peers_on_sets(
+    base: Path,
+    trained: Path,
+    target: Path,
+    sets: dict[str, Path],
+    config: EvalConfig,
+    embedding_type: str,
+    device: torch.device,
+    ks: Sequence[int] = (),
+) -> dict[str, Any]:
+    """:func:`peers_tau` on the held-out conversations of ``sets["main"]`` (τ(k) at each of ``ks`` too) and, where
+    given, of ``sets["second"]`` (`run`'s second prompt set, under ``"second"``)."""
+
+    def on(name: str) -> dict[str, Any]:
+        conversations = read_conversations(sets[name])
+        main = name == "main"
+        tau = peers_tau(base, trained, target, conversations, config, embedding_type, device, ks if main else ())
+        return {"k": config.k, "heldout": str(sets[name]), "conversations": len(conversations), "tau": tau}
+
+    results = on("main")
+    if "second" in sets:
+        results["second"] = on("second")
+    return results
+
+
 def verify_heldout(heldout: Path) -> None:
     """A held-out file inside a stage directory (reference's heldout.jsonl) must match that stage's manifest."""
     manifest = read_manifest(heldout.parent)

@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,11 +49,10 @@ from ..formats.artifacts import DRAFTER_GGUF, atomic_write_json, sha256_file, st
 from ..formats.prompts import check_prompts_file, check_renderable
 from ..labs.layout import SECOND_HELDOUT_FOLDERS
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
-from ..modeling.tau import read_conversations
 from ..presets import PRESETS, get_preset
 from ..training.distillation import DistillJob, recipe
 from .runner import Runner, StopAfter
-from .specdraft_cli import REPO, cli_env, free_port, node_step, specdraft_command, wait_healthy, write_output
+from .specdraft_cli import REPO, cli_gpu, node_step, serve_and_walk, specdraft_command, speedup_and_check, write_output
 
 DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
 DEFAULT_PRESET = "smollm2-chat"
@@ -127,7 +125,7 @@ class Run:
 
         def prepare() -> None:
             target.check_disk(source, self.out)
-            prepare_model(source, self.d["target"])
+            target.run(source, self.d["target"])  # `target`'s stage: a GGUF file, an HF directory or id
 
         self.stage(
             "target",
@@ -143,7 +141,7 @@ class Run:
         if args.drafter is not None:
 
             def convert_and_check() -> None:
-                prepare_model(args.drafter, self.d["drafter"])
+                target.run(args.drafter, self.d["drafter"])
                 try:
                     drafter.check_vocabulary(self.d["target"], self.d["drafter"])
                 except ValueError:
@@ -363,29 +361,11 @@ class Run:
         ks = sorted({*self.args.k, self.preset.evaluate.k})
         embedding = self.preset.export.resolved_embedding_type()
 
-        def on(name: str) -> dict[str, Any]:
-            conversations = read_conversations(sets[name])
-            tau = evaluate.peers_tau(
-                base,
-                self.d["qat"],
-                self.d["target"],
-                conversations,
-                self.preset.evaluate,
-                embedding,
-                self.device,
-                ks if name == "main" else (),
-            )
-            return {
-                "k": self.preset.evaluate.k,
-                "heldout": str(sets[name]),
-                "conversations": len(conversations),
-                "tau": tau,
-            }
-
         def run_evaluation() -> None:
-            results = on("main")
+            device, config = self.device, self.preset.evaluate
+            results = evaluate.peers_on_sets(base, self.d["qat"], self.d["target"], sets, config, embedding, device, ks)
             if "second" in sets:
-                results["second"] = {"prompts": str(self.args.eval_prompts), **on("second")}
+                results["second"] = {"prompts": str(self.args.eval_prompts), **results["second"]}
             self.d["eval"].mkdir(parents=True, exist_ok=True)
             atomic_write_json(results_path, results)
 
@@ -441,11 +421,6 @@ class Run:
         )
 
 
-def prepare_model(source: str, out: Path) -> None:
-    """A model as the pipeline takes it: `target`'s stage for a GGUF file or an HF directory or id."""
-    target.run(source, out)
-
-
 # --- what to expect, and the report -------------------------------------------------------------------------------
 
 
@@ -453,30 +428,13 @@ def validate_stage(run: Run, gguf_path: Path, lookahead: int | None) -> None:
     """The drafter served by `specdraft serve` (with ``lookahead`` candidates, as its folder serves; None: serve's
     default) and walked by `specdraft validate` over held-out conversations: τ as the server drafts it, per category,
     and validate's HTML page (``validate/report.html``)."""
-    cli, out = specdraft_command(), run.out / "validate"
-    heldout = run.d["reference"] / "heldout.jsonl"
-
-    def walk() -> None:
-        port = free_port()
-        gpu = "cpu" if run.device.type == "cpu" else "auto"
-        serve = [*cli, "serve", "--model", str(gguf_path), "--port", str(port), "--gpu", gpu]
-        serve += [] if lookahead is None else ["--lookahead", str(lookahead)]
-        log = (run.out / "serve.log").open("wb")
-        server = subprocess.Popen(serve, cwd=REPO, env=cli_env(), stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_healthy(f"http://127.0.0.1:{port}/health", server, 300)
-            walk_command = [*cli, "validate", "--server", f"drafter=http://127.0.0.1:{port}", "--data", str(heldout)]
-            walk_command += ["--limit", str(run.args.walk_conversations), "--report", str(out), "--no-progress"]
-            write_output(walk_command, run.out / "validate.txt")
-        finally:
-            server.terminate()
-            server.wait(60)
-            log.close()
-
+    out, heldout = run.out / "validate", run.d["reference"] / "heldout.jsonl"
+    settings = {"gpu": cli_gpu(run.device), "lookahead": lookahead, "limit": run.args.walk_conversations}
+    settings |= {"log": run.out / "serve.log", "output": run.out / "validate.txt"}
     run.stage(
         "validate",
         out,
-        walk,
+        lambda: serve_and_walk(gguf_path, heldout, out, settings),
         lambda: (out / "report.html").is_file(),
         {
             "export": run.keys["export"],
@@ -488,42 +446,28 @@ def validate_stage(run: Run, gguf_path: Path, lookahead: int | None) -> None:
 
 
 def speedup_stage(run: Run, gguf_path: Path, evaluation: dict[str, Any]) -> dict[str, Any]:
-    """`specdraft speedup`: step costs measured through llama.cpp here, τ(k) from the evaluation, the projection per k
-    and the best k; then `specdraft generate` at that k on held-out prompts, the measured speed-up beside it."""
-    cli, out = specdraft_command(), run.out / "speedup"
-    tau_file, projection, measured = out / "tau.json", out / "projection.json", out / "generate.json"
+    """`specdraft speedup`: step costs measured through llama.cpp here (with serve's prompt-lookup candidates and
+    without, the faster kept), τ(k) from the evaluation, the projection per k and the best k; then `specdraft
+    generate` at that k on held-out prompts, the measured speed-up beside it."""
+    out, heldout = run.out / "speedup", run.d["reference"] / "heldout.jsonl"
     served = run.d["target"] / target.SERVED_GGUF
-    heldout = run.d["reference"] / "heldout.jsonl"
-    gpu = "cpu" if run.device.type == "cpu" else "auto"
-
-    def measure() -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        tau_by_k = evaluation["tau"]["drafter_q4_0_qat"]["tau_by_k"]
-        atomic_write_json(tau_file, {"tau_by_k": tau_by_k})
-        ks = ",".join(str(k) for k in sorted(int(k) for k in tau_by_k))
-        command = [*cli, "speedup", "--target", str(served), "--draft-model", str(gguf_path), "--tau", str(tau_file)]
-        command += ["--k", ks, "--gpu", gpu, "--repeats", str(run.args.repeats), "--no-progress"]
-        command += ["--data", str(heldout)]  # the drafts timed on the text they will draft for
-        command += ["--compare-lookahead"]  # with serve's prompt-lookup candidates and without: the faster is kept
-        write_output([*command, "--json", str(projection)], out / "speedup.txt")
-        projected = json.loads(projection.read_text())
-        check = [*cli, "generate", "--target", str(served), "--draft-model", str(gguf_path), "--data", str(heldout)]
-        check += ["--limit", str(run.args.check_prompts), "--max-tokens", str(run.args.check_tokens)]
-        check += ["--draft-len", str(projected["bestK"])]
-        if not projected["lookahead"]["isDefault"]:
-            check += ["--draft-lookahead", str(projected["lookahead"]["candidates"])]
-        write_output([*check, "--gpu", gpu, "--no-progress", "--out", str(measured)], out / "generate.txt")
-
     asked = {
         "ks": run.args.k,
         "repeats": run.args.repeats,
         "check_prompts": run.args.check_prompts,
         "check_tokens": run.args.check_tokens,
-        "lookahead": "serve's default and none, the faster kept",
     }
-    inputs = {"export": run.keys["export"], "target": run.keys["target"], **asked}
-    run.stage("speedup", out, measure, measured.is_file, inputs, sections=("evaluate",))
-    projected = json.loads(projection.read_text())
+    tau_by_k = evaluation["tau"]["drafter_q4_0_qat"]["tau_by_k"]
+    measured = out / "generate.json"
+    run.stage(
+        "speedup",
+        out,
+        lambda: speedup_and_check(served, gguf_path, tau_by_k, heldout, out, {"gpu": cli_gpu(run.device), **asked}),
+        measured.is_file,
+        {"export": run.keys["export"], "target": run.keys["target"], **asked, "lookahead": "default and none"},
+        sections=("evaluate",),
+    )
+    projected = json.loads((out / "projection.json").read_text())
     best = next(row for row in projected["rows"] if row["k"] == projected["bestK"])
     return {"projection": projected, "best": best, "generate": json.loads(measured.read_text())}
 
