@@ -94,6 +94,13 @@ export interface SpeedUpRow {
     speedUp: number;
 }
 
+/** One prompt-lookup setting timed by compareLookahead: its best k and projected speed-up, and its draft(k) ms. */
+export interface ComparedLookahead {
+    k: number;
+    speedUp: number;
+    draftMsByK: Record<string, number>;
+}
+
 /** What `specdraft speedup` prints and writes with --json. */
 export interface SpeedUpReport {
     target: string;
@@ -127,7 +134,7 @@ export interface SpeedUpReport {
      * Prompt-lookup candidates per drafter step the rows' drafts were timed with, whether that is the backend's
      * default, and (compareLookahead) each setting timed with its best k and projected speed-up, by candidates.
      */
-    lookahead: { candidates: number; isDefault: boolean; compared?: Record<string, { k: number; speedUp: number }> };
+    lookahead: { candidates: number; isDefault: boolean; compared?: Record<string, ComparedLookahead> };
     /** The command lines that use the best k. */
     commands: { serve: string; llamaServer: string; generate: string };
 }
@@ -286,7 +293,14 @@ export async function runSpeedUp(options: RunSpeedUpOptions): Promise<SpeedUpRep
             ...(timed.length > 1
                 ? {
                       compared: Object.fromEntries(
-                          timed.map((t) => [String(t.candidates), { k: t.best.k, speedUp: t.best.speedUp }]),
+                          timed.map((t): [string, ComparedLookahead] => [
+                              String(t.candidates),
+                              {
+                                  k: t.best.k,
+                                  speedUp: t.best.speedUp,
+                                  draftMsByK: Object.fromEntries(t.rows.map((row) => [String(row.k), row.draftMs])),
+                              },
+                          ]),
                       ),
                   }
                 : {}),

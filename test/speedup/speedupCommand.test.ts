@@ -141,7 +141,13 @@ test("--compare-lookahead: the drafts timed with serve's candidates and without,
     assert.deepEqual(Object.keys(compared).sort(), ["0", String(defaultCandidates)].sort());
     // the rows are the kept setting's: its best is the best of every setting timed
     const best = report.rows.find((row) => row.k === report.bestK);
-    assert.deepEqual(compared[String(report.lookahead.candidates)], { k: report.bestK, speedUp: best?.speedUp });
+    const kept = compared[String(report.lookahead.candidates)];
+    assert.deepEqual({ k: kept?.k, speedUp: kept?.speedUp }, { k: report.bestK, speedUp: best?.speedUp });
+    assert.deepEqual(kept?.draftMsByK, Object.fromEntries(report.rows.map((row) => [String(row.k), row.draftMs])));
+    for (const setting of Object.values(compared))
+        assert.ok(
+            Object.values(setting.draftMsByK).every((ms) => ms > 0) && Object.keys(setting.draftMsByK).length === 2,
+        );
     assert.equal(best?.speedUp, Math.max(...Object.values(compared).map((c) => c.speedUp)));
     assert.equal(report.lookahead.isDefault, report.lookahead.candidates === defaultCandidates);
     // the lines that use it say --lookahead 0 exactly where no candidates won
