@@ -270,7 +270,7 @@ class Run:
         loss, so that training on chat answers alone does not wear away what the drafter knew of other text): a
         scratch base's own pretraining text; for a drafter that starts from a model (the target's layers,
         ``--drafter``), the same corpus in its tokenizer (stage ``replay``); None where the preset replays nothing."""
-        if (self.out / "base").is_dir():
+        if self.args.drafter is None and self.args.init[0] == "scratch":
             return self.out / "base"
         if self.preset.distill.replay_weight <= 0:
             return None
