@@ -212,6 +212,9 @@ QWEN3_CHAT = LabPreset(
     # 0.4 % dev (1,000): dev τ walks each conversation at ~0.10 s on an H200 (the rehearsal's evaluate), 9 times a run,
     # so dev costs distill and QAT ~0.5 h together; at 1 % it was 1.3 h of the job (real_rehearsal_report.py).
     corpus=CorpusConfig(dev_per_mille=4),
+    # Only the depth is read: `run --init layers`'s default, where no --drafter is given. 2 of Qwen3-8B's 36 layers
+    # with its untied embedding and head are ~1.6B parameters, the 1.7B's size, under the folder cap at Q4_0.
+    drafter=ModelConfig(num_hidden_layers=2),
     # The defaults otherwise: continuations of ≤ 256 tokens (~200 on average once answers end at <|im_end|>) with the
     # target's top-20, thinking off (ReferenceConfig.enable_thinking says when to turn it on); corpus prompts (--corpus,
     # the job's ~50k openings and inner windows of code and prose) in the lab's categories and counts, given lines

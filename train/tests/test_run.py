@@ -25,7 +25,8 @@ from run_helpers import TINY, run_command, run_env, small_prompts
 
 from specdraft_train.formats.artifacts import verify_stage_dir
 from specdraft_train.modeling.tau import read_conversations
-from specdraft_train.pipeline.run import STAGES
+from specdraft_train.pipeline.run import STAGES, default_depth
+from specdraft_train.presets import PRESETS
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,12 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     result = subprocess.run(run_command(*args), env=run_env(), cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     return {"root": root, "target": target, "prompts": prompts, "out": out, "args": args, "result": result}
+
+
+def test_the_default_depth_is_the_presets_and_never_the_whole_target():
+    # 2 layers for both chat presets, SmolLM2's 30 and Qwen3-8B's 36; a 2-layer target keeps 1, a 1-layer one its 1
+    assert [default_depth(PRESETS[p], n) for p, n in (("smollm2-chat", 30), ("qwen3-chat", 36))] == [2, 2]
+    assert [default_depth(PRESETS["smollm2-chat"], n) for n in (3, 2, 1)] == [2, 1, 1]
 
 
 def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dict[str, Any]):

@@ -10,7 +10,8 @@ stopped; a changed input runs again what depends on it, and says so):
    served (``target/target-f32.gguf``) — `target`'s stage, for a GGUF or an HF directory or id;
 2. ``drafter``: ``--drafter M`` (a smaller sibling, HF or GGUF: its vocabulary must be the target's), or
    ``--init layers:N`` (N of the target's layers), or ``--init scratch`` (the preset's drafter shape, pretrained on
-   general text first: ``corpus``, ``pretrain``); by default a quarter of the target's layers (DEFAULT_DEPTH_SHARE);
+   general text first: ``corpus``, ``pretrain``); by default ``--init layers`` at the preset's drafter depth
+   (``default_depth``);
 3. ``reference``: the target's greedy answers to the chat prompts (``--prompts``, or the built-in chat prompt set),
    with their top-k log-probs; held-out and dev lines as the prompts' own splits say; ``reference-eval``: the same
    for ``--eval-prompts``, a second set evaluated on and never trained on;
@@ -56,11 +57,15 @@ from .specdraft_cli import REPO, cli_gpu, node_step, serve_and_walk, specdraft_c
 
 DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
 DEFAULT_PRESET = "smollm2-chat"
-# The default drafter: this share of the target's layers, the target's own weights. The real-model lab's limits study
-# (bench/results/2026-12-04-h200-real-lab-limits) measured τ rising with depth — 2, 4 and 8 of SmolLM2's 30 layers
-# closed 9, 16 and 19 % of the gap at Q4_0 PTQ, and QAT gave back what Q4_0 cost — where more data or epochs helped
-# little; a quarter keeps a drafter step well under the target's.
-DEFAULT_DEPTH_SHARE = 0.25
+
+
+def default_depth(preset: LabPreset, target_layers: int) -> int:
+    """``--init layers`` without N: the preset's drafter depth, chosen by the speed-up it buys (smollm2-chat: 2 layers
+    paid best on a GPU and as well as 8 on a CPU, docs/lab.md "What limits τ"; a drafter step costs by depth), and
+    fewer layers than the target's own where it has more than one: a drafter of all of them is the target."""
+    return max(1, min(preset.drafter.num_hidden_layers, target_layers - 1))
+
+
 DEFAULT_KS = (1, 2, 4, 8, 16)
 # Every stage `run` may run, in order (`--until` takes one); pretrain only for --init scratch, corpus for it and for
 # replay (a drafter that starts from a model, where the preset replays general text).
@@ -160,7 +165,7 @@ class Run:
         kind, layers = args.init
         if kind == "layers":
             total = load_causal_lm(self.d["target"], torch.device("cpu")).config.num_hidden_layers
-            layers = layers or max(1, round(DEFAULT_DEPTH_SHARE * total))
+            layers = layers or default_depth(preset, total)
             self.drafter_label = f"{layers} of the target's {total} layers, distilled"
             announce("drafter", preset.name, {"init": f"{layers} of the target's {total} layers"})
             self.stage(
@@ -534,7 +539,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--init",
         type=drafter.parse_init,
         default=("layers", None),
-        help="layers:N (N of the target's layers), layers (a quarter of them: the default) or scratch",
+        help="layers:N (N of the target's layers), layers (the preset's drafter depth of them: the default) or scratch",
     )
     p.add_argument(
         "--extra", action="append", default=[], type=Path, help="--init scratch: more code trees for its corpus"
