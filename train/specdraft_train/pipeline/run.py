@@ -67,6 +67,7 @@ def default_depth(preset: LabPreset, target_layers: int) -> int:
 
 
 DEFAULT_KS = (1, 2, 4, 8, 16)
+SELFCHECK_VERDICT = Path("selfcheck") / "selfcheck.txt"  # what `specdraft selfcheck` printed on the packed folder
 # Every stage `run` may run, in order (`--until` takes one); pretrain only for --init scratch, corpus for it and for
 # replay (a drafter that starts from a model, where the preset replays general text).
 STAGES = (
@@ -414,7 +415,7 @@ class Run:
             lambda: (folder / "architecture.json").is_file(),
             {"export": self.keys["export"], **({} if lookahead is None else {"lookahead": lookahead})},
         )
-        verdict = self.out / "selfcheck.txt"
+        verdict = self.out / SELFCHECK_VERDICT
         heldout = self.d["reference"] / "heldout.jsonl"
         self.stage(
             "selfcheck",
@@ -491,7 +492,7 @@ def write_report(run: Run, evaluation: dict[str, Any], speed: dict[str, Any], gg
         "speedup": speed,
         "gguf": {"path": str(gguf_path), "bytes": gguf_path.stat().st_size, "sha256": sha256_file(gguf_path)},
         "folder": str(run.out / "drafter-folder"),
-        "selfcheck": (run.out / "selfcheck.txt").read_text(),
+        "selfcheck": (run.out / SELFCHECK_VERDICT).read_text(),
         "validate": {
             "html": str(run.out / "validate" / "report.html"),
             "summary": json.loads((run.out / "validate" / "summary.json").read_text()),

@@ -89,6 +89,9 @@ class Runner:
         key (for the stages that take this one's outputs). ``fn`` runs on every rank (``every_rank``: the stages that
         shard their work) or on rank 0 alone."""
         ctx, stamp = self.ctx, stamp or {}
+        if stamp and self.path.resolve().is_relative_to(directory.resolve()):
+            # a changed stamp removes the stage's folder: never the one that holds every stage (and the state)
+            raise ValueError(f"{self.name}: stage {name}'s folder {directory} holds {self.path.name}: give it its own")
         key = stamp_key(stamp)
         recorded = self.data["stamps"].get(name)
         if ctx.broadcast_object(self.decide(name, directory, complete, stamp, recorded) if ctx.is_main else None):

@@ -51,6 +51,7 @@ def write_output(command: list[str], out: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=cli_env())
     if result.returncode != 0:
         raise ValueError(f"{shlex.join(command)} exited {result.returncode}: {(result.stdout + result.stderr)[-2000:]}")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(result.stdout)
 
 
