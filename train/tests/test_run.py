@@ -23,10 +23,12 @@ from conftest import REPO, run_main, smollm2_gguf
 from generate_verdict import near_tie_problems
 from run_helpers import TINY, run_command, run_env, small_prompts
 
+from specdraft_train.commands.drafter import default_depth
 from specdraft_train.formats.artifacts import verify_stage_dir
 from specdraft_train.modeling.tau import read_conversations
-from specdraft_train.pipeline.run import STAGES, default_depth
+from specdraft_train.pipeline.run import STAGES
 from specdraft_train.presets import PRESETS
+from specdraft_train.training.gguf_export import q4_0_bytes_at_least
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,9 @@ def test_a_gguf_target_becomes_a_packed_checked_drafter_with_a_report(llama: dic
     categories = {c.category for c in heldout}
     assert all(set(entry["by_category"]) == categories for entry in tau.values())
     assert set(tau["drafter_q4_0_qat"]["tau_by_k"]) == {"1", "2", "4", "16"}
+    # the bound a capped run refuses by, before training: the matrices at Q4_0 are most of the file, never more
+    at_least, written = q4_0_bytes_at_least(out / "drafter"), report["gguf"]["bytes"]
+    assert 0.75 * written < at_least <= written
     # the second set: its held-out lines only (its train line never trained on), every peer by category
     second = report["evaluation"]["second"]
     second_heldout = read_conversations(out / "reference-eval" / "heldout.jsonl")
@@ -205,6 +210,11 @@ def test_refusals_are_one_line_and_leave_nothing_done(llama: dict[str, Any], tmp
         "run", "--target", str(llama["target"]), "--out", str(tmp_path / "b"), "--prompts", str(bad)
     )
     assert_refused(code, err, "bad.jsonl", tmp_path / "b")
+    # a drafter whose Q4_0 file cannot fit the export cap: refused once made, before the target answers anything
+    capped = [*prompts, "--set", "export.max_bytes=1000000"]
+    code, _, err = run_main("run", "--target", str(llama["target"]), "--out", str(tmp_path / "cap"), *capped)
+    assert code == 2 and "over the export cap of 1,000,000" in err and "--init layers:N" in err, err
+    assert (tmp_path / "cap" / "drafter").is_dir() and not (tmp_path / "cap" / "reference").exists()
     monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
     code, _, err = run_main("run", "--target", str(llama["target"]), "--out", str(tmp_path / "c"), *prompts)
     assert_refused(code, err, "GB free", tmp_path / "c")

@@ -38,7 +38,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, GenerationConfig, PretrainedConfig
 
-from ..config import announce
+from ..config import LabPreset, announce
 from ..formats.artifacts import write_manifest
 from ..formats.vocabulary import tokenizer_fingerprint
 from ..modeling.models import (
@@ -72,6 +72,13 @@ def evenly_spaced(n: int, total: int) -> list[int]:
     if n == 1:
         return [0]
     return [round(i * (total - 1) / (n - 1)) for i in range(n)]
+
+
+def default_depth(preset: LabPreset, target_layers: int) -> int:
+    """``--init layers`` without N: the preset's drafter depth, chosen by the speed-up it buys (smollm2-chat: 2 layers
+    paid best on a GPU and as well as 8 on a CPU, docs/lab.md "What limits τ"; a drafter step costs by depth), and
+    fewer layers than the target's own where it has more than one: a drafter of all of them is the target."""
+    return max(1, min(preset.drafter.num_hidden_layers, target_layers - 1))
 
 
 def parse_layers(text: str, total: int) -> list[int]:

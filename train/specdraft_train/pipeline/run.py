@@ -11,7 +11,7 @@ stopped; a changed input runs again what depends on it, and says so):
 2. ``drafter``: ``--drafter M`` (a smaller sibling, HF or GGUF: its vocabulary must be the target's), or
    ``--init layers:N`` (N of the target's layers), or ``--init scratch`` (the preset's drafter shape, pretrained on
    general text first: ``corpus``, ``pretrain``); by default ``--init layers`` at the preset's drafter depth
-   (``default_depth``);
+   (``drafter.default_depth``);
 3. ``reference``: the target's greedy answers to the chat prompts (``--prompts``, or the built-in chat prompt set),
    with their top-k log-probs; held-out and dev lines as the prompts' own splits say; ``reference-eval``: the same
    for ``--eval-prompts``, a second set evaluated on and never trained on;
@@ -52,18 +52,12 @@ from ..labs.layout import SECOND_HELDOUT_FOLDERS
 from ..modeling.models import QAT_STATE_FILE, load_causal_lm, load_tokenizer, resolve_device
 from ..presets import PRESETS, get_preset
 from ..training.distillation import DistillJob, recipe
+from ..training.gguf_export import refuse_over_cap
 from .runner import Runner, StopAfter
 from .specdraft_cli import REPO, cli_gpu, node_step, serve_and_walk, specdraft_command, speedup_and_check, write_output
 
 DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
 DEFAULT_PRESET = "smollm2-chat"
-
-
-def default_depth(preset: LabPreset, target_layers: int) -> int:
-    """``--init layers`` without N: the preset's drafter depth, chosen by the speed-up it buys (smollm2-chat: 2 layers
-    paid best on a GPU and as well as 8 on a CPU, docs/lab.md "What limits τ"; a drafter step costs by depth), and
-    fewer layers than the target's own where it has more than one: a drafter of all of them is the target."""
-    return max(1, min(preset.drafter.num_hidden_layers, target_layers - 1))
 
 
 DEFAULT_KS = (1, 2, 4, 8, 16)
@@ -166,7 +160,7 @@ class Run:
         kind, layers = args.init
         if kind == "layers":
             total = load_causal_lm(self.d["target"], torch.device("cpu")).config.num_hidden_layers
-            layers = layers or default_depth(preset, total)
+            layers = layers or drafter.default_depth(preset, total)
             self.drafter_label = f"{layers} of the target's {total} layers, distilled"
             announce("drafter", preset.name, {"init": f"{layers} of the target's {total} layers"})
             self.stage(
@@ -513,6 +507,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     # chat prompts need the target's chat template: refused before any drafter is made, not at reference
     check_renderable(load_tokenizer(run.d["target"]), args.target, (args.prompts, args.eval_prompts))
     start = run.make_drafter()
+    refuse_over_cap(start, run.preset.export.max_bytes)
     run.make_reference()
     run.distill_stages(start)
     evaluation = run.evaluate(start)

@@ -9,6 +9,7 @@ through too. The layout comes from formats/gguf_layout.py, the tensor types and 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,18 +66,48 @@ def read_config(checkpoint_dir: Path) -> tuple[dict[str, Any], Architecture]:
     return config, architecture_of(config, checkpoint_dir)
 
 
-def read_tensors(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's safetensors file(s), by HF name (sharded checkpoints: all shards)."""
-    files = sorted(checkpoint_dir.glob("*.safetensors"))
-    files = [f for f in files if f.name.startswith("model")]
+def weight_files(checkpoint_dir: Path) -> list[Path]:
+    """The checkpoint's model*.safetensors file(s) (sharded checkpoints: all shards)."""
+    files = [f for f in sorted(checkpoint_dir.glob("*.safetensors")) if f.name.startswith("model")]
     if not files:
         raise FileNotFoundError(f"{checkpoint_dir}: no model*.safetensors")
+    return files
+
+
+def read_tensors(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's safetensors file(s), by HF name."""
     tensors: dict[str, torch.Tensor] = {}
-    for file in files:
+    for file in weight_files(checkpoint_dir):
         with safe_open(str(file), framework="pt") as f:
             for key in f.keys():
                 tensors[key] = f.get_tensor(key)
     return tensors
+
+
+def q4_0_bytes_at_least(checkpoint_dir: Path) -> int:
+    """The fewest bytes the checkpoint's Q4_0 GGUF can take: every matrix at Q4_0 (a tied head once), the vectors,
+    the vocabulary and the metadata left out. Read from the files' headers, no weights loaded: a drafter over an
+    export cap by this much is refused before it is trained rather than after."""
+    tied = json.loads((checkpoint_dir / "config.json").read_text()).get("tie_word_embeddings", False)
+    block, block_bytes = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.Q4_0]
+    total = 0
+    for file in weight_files(checkpoint_dir):
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                shape = f.get_slice(key).get_shape()
+                if len(shape) >= 2 and not (tied and key == "lm_head.weight"):
+                    total += math.prod(shape) // block * block_bytes
+    return total
+
+
+def refuse_over_cap(drafter_dir: Path, max_bytes: int) -> None:
+    """A drafter whose Q4_0 GGUF cannot fit the preset's cap (`export.max_bytes`) is refused before it is trained."""
+    at_least = q4_0_bytes_at_least(drafter_dir)
+    if 0 < max_bytes < at_least:
+        raise ValueError(
+            f"{drafter_dir}: the drafter's matrices alone take {at_least:,} bytes at Q4_0, over the export cap of "
+            f"{max_bytes:,} (export.max_bytes): give it fewer layers (--init layers:N) or a smaller --drafter"
+        )
 
 
 def parse_base_model(text: str) -> dict[str, str | None]:
