@@ -304,22 +304,22 @@ SMOLLM2_CHAT = LabPreset(
         shard_prompts=4096,
     ),
     # ~5.3M tokens an epoch (15,600 rows of ~140 prompt + ≤ 256 answer tokens), packed, 64 rows' worth a step
-    # (~244 steps an epoch). 100 s of distillation, the cosine spanning 6 epochs, dev macro τ every 100 steps keeping
-    # the best; replay 0.2 on the base's pretraining text (`--replay-tokens` the base's folder), as the lab measured.
-    # QAT: one epoch at a fifth of the rate, its own budget given by real_lab.sh.
+    # (~244 steps an epoch). Distilled until the dev plateau, not for a time: the cosine spans 28 epochs, dev macro τ
+    # every 100 steps keeps the best, and 10 evaluations without a new one end it (a drafter of the target's layers
+    # kept learning for ~17 epochs; docs/lab.md, "What limits τ"). Replay 0.2 of general text (a scratch base's
+    # pretraining text, or the `replay` stage's), as the lab measured. QAT: one epoch at a fifth of the rate.
+    # real_lab.sh sizes its own run to its calls instead (REAL_LAB_EPOCHS, REAL_LAB_DISTILL_S, REAL_LAB_QAT_S).
     distill=DistillConfig(
-        epochs=6,
+        epochs=28,
         batch_size=64,
         lr=5e-4,
         warmup_steps=30,
         ckpt_every=100,
-        time_budget_s=100,
         eval_every=100,
         patience=10,
         replay_weight=0.2,
         qat_epochs=1,
         qat_lr=1e-4,
-        qat_time_budget_s=40,  # what real_lab.sh gave QAT
     ),
     # All-Q4_0, as qwen3-chat: the tied embedding is 80 % of the drafter and, as the output head, the largest matmul
     # of every drafter step; Q4_0 halves the bytes that step reads (15.9 MB instead of 30.1 MB at Q8_0) and the file,

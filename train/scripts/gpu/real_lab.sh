@@ -21,8 +21,9 @@
 # REAL_LAB_CPU=1 is the CPU dry run (tests/test_real_lab.py): the real GGUF and the same steps and folders, with a
 # handful of prompts, a narrow scratch drafter and a few steps each, no time limit unless given.
 # Environment: REAL_LAB_DIR, REAL_LAB_STAGED (.real), PYTHON (python3), REAL_LAB_THREADS (torch's CPU threads), the
-# training seconds REAL_LAB_PRETRAIN_S and REAL_LAB_DISTILL_S (default: the preset's), REAL_LAB_QAT_S (40),
-# REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20): the first call's hold for the whole run.
+# training seconds REAL_LAB_PRETRAIN_S (default: the preset's), REAL_LAB_DISTILL_S (100), REAL_LAB_QAT_S (40),
+# REAL_LAB_LAYERS_DISTILL_S (60), REAL_LAB_LAYERS_QAT_S (20), and the cosine's REAL_LAB_EPOCHS (6; the preset
+# distills until its plateau instead, longer than a call): the first call's hold for the whole run.
 # A call's own choices: REAL_LAB_LIMITS=1, the limits study (below, before the lab's distillation); REAL_LAB_UNTIL=STEP,
 # end the call once that step is done (e.g. `limits`, to run the study alone).
 set -uo pipefail
@@ -120,12 +121,12 @@ done
 mode=$([ "$cpu" = 1 ] && echo cpu-dry-run || echo gpu)
 if [ ! -f "$work/real_lab.json" ]; then
   "$python" -c 'import json, sys
-keys = ("mode", "pretrain_s", "distill_s", "qat_s", "layers_distill_s", "layers_qat_s")
+keys = ("mode", "pretrain_s", "distill_s", "qat_s", "layers_distill_s", "layers_qat_s", "epochs")
 json.dump(dict(zip(keys, sys.argv[2:])), open(sys.argv[1], "w"))' "$work/real_lab.json" "$mode" \
-    "${REAL_LAB_PRETRAIN_S:-preset}" "${REAL_LAB_DISTILL_S:-preset}" "${REAL_LAB_QAT_S:-40}" \
-    "${REAL_LAB_LAYERS_DISTILL_S:-60}" "${REAL_LAB_LAYERS_QAT_S:-20}" || finish 2
+    "${REAL_LAB_PRETRAIN_S:-preset}" "${REAL_LAB_DISTILL_S:-100}" "${REAL_LAB_QAT_S:-40}" \
+    "${REAL_LAB_LAYERS_DISTILL_S:-60}" "${REAL_LAB_LAYERS_QAT_S:-20}" "${REAL_LAB_EPOCHS:-6}" || finish 2
 fi
-read -r recorded pretrain_s distill_s qat_s layers_distill_s layers_qat_s < <("$python" -c \
+read -r recorded pretrain_s distill_s qat_s layers_distill_s layers_qat_s epochs < <("$python" -c \
   'import json, sys; print(*json.load(open(sys.argv[1])).values())' "$work/real_lab.json")
 if [ "$recorded" != "$mode" ]; then
   log "$work holds a run of another mode ($recorded) than $mode: use another REAL_LAB_DIR"; finish 2
@@ -145,7 +146,8 @@ if [ "$cpu" = 1 ]; then
 else
   export device=cuda
   run_flags=(--extra "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")")
-  variant_common=""
+  run_flags+=(--set "distill.epochs=${epochs:-6}")  # a lab begun before epochs were recorded ran the preset's 6
+  variant_common="distill.epochs=${epochs:-6},"
   budget() { echo "$1"; }
 fi
 [ "$pretrain_s" = preset ] || run_flags+=(--set "pretrain_drafter.time_budget_s=$pretrain_s")
