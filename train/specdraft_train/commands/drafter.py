@@ -75,9 +75,9 @@ def evenly_spaced(n: int, total: int) -> list[int]:
 
 
 def default_depth(preset: LabPreset, target_layers: int) -> int:
-    """``--init layers`` without N: the preset's drafter depth, chosen by the speed-up it buys (smollm2-chat: 2 layers
-    paid best on a GPU and as well as 8 on a CPU, docs/lab.md "What limits τ"; a drafter step costs by depth), and
-    fewer layers than the target's own where it has more than one: a drafter of all of them is the target."""
+    """``--init layers`` without N: the preset's drafter depth, chosen by the speed-up it buys (a drafter step costs
+    by depth; docs/lab.md, "What limits τ"), and fewer layers than the target's own where it has more than one: a
+    drafter of all of them is the target."""
     return max(1, min(preset.drafter.num_hidden_layers, target_layers - 1))
 
 

@@ -58,8 +58,6 @@ from .specdraft_cli import REPO, cli_gpu, node_step, serve_and_walk, specdraft_c
 
 DEFAULT_PROMPTS = REPO / "data" / "chat-prompts-templates.jsonl.xz"  # the built-in chat prompts (data/README.md)
 DEFAULT_PRESET = "smollm2-chat"
-
-
 DEFAULT_KS = (1, 2, 4, 8, 16)
 SELFCHECK_VERDICT = Path("selfcheck") / "selfcheck.txt"  # what `specdraft selfcheck` printed on the packed folder
 # Every stage `run` may run, in order (`--until` takes one); pretrain only for --init scratch, corpus for it and for
